@@ -1,0 +1,92 @@
+"""The ``spotguard`` command line.
+
+Each subcommand lives in its own module that exposes ``add_arguments(parser)``
+and ``run(args) -> int``; this file only wires them up. A module listed here
+that is not installed is left out of ``--help`` rather than breaking the tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from spotguard import __version__
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
+    "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
+    "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
+    "replay": ("spotguard.replay", "replay recorded events against a cluster"),
+}
+# spotguard serve <function>
+SERVE: dict[str, tuple[str, str]] = {
+    "admission": ("spotguard.admission.cli", "serve the admission webhook over HTTPS"),
+    "spot-interruption": ("spotguard.interruption.cli", "serve the spot-interruption function"),
+    "node-added": ("spotguard.nodeadded.cli", "serve the node-added function"),
+}
+
+
+def _load(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None
+        raise
+
+
+def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:  # type: ignore[type-arg]
+    mod = _load(module)
+    if mod is None:
+        return
+    parser = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip())
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spotguard",
+        description="Keep Kubernetes workloads serving while running as many replicas as possible on spot.",
+    )
+    parser.add_argument("--version", action="version", version=f"spotguard {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve one of the functions locally")
+    serve_sub = serve.add_subparsers(title="functions", metavar="FUNCTION")
+    serve.set_defaults(_run=lambda args: _usage(serve))
+    for name, (module, help_text) in SERVE.items():
+        _add(serve_sub, name, module, help_text)
+    for name, (module, help_text) in COMMANDS.items():
+        _add(sub, name, module, help_text)
+    parser.set_defaults(_run=lambda args: _usage(parser))
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from spotguard import logs
+
+    logs.configure(args.log_level)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except logs.UserError as exc:
+        logging.getLogger("spotguard").error("%s", exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

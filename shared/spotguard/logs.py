@@ -1,0 +1,49 @@
+"""Structured logging: one JSON object a line, with extra fields passed as ``extra``.
+
+``log.info("surged", extra={"event_id": eid, "workload": key})`` prints
+``{"level": "info", "logger": ..., "msg": "surged", "event_id": ..., ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class UserError(Exception):
+    """An error the user can fix (bad flag, missing file): printed without a traceback."""
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure(level: str | None = None) -> None:
+    """Log JSON lines to stderr at ``level`` (or $SPOTGUARD_LOG_LEVEL, default INFO)."""
+    name = (level or os.environ.get("SPOTGUARD_LOG_LEVEL") or "INFO").upper()
+    root = logging.getLogger()
+    if not any(getattr(h, "_spotguard", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        handler._spotguard = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(getattr(logging, name, logging.INFO))

@@ -1,0 +1,147 @@
+"""Cluster-wide configuration, read from environment variables or a ConfigMap.
+
+Every setting has a sensible default. Reading never raises: an invalid value is
+reported as a :class:`~spotguard.policy.validation.Problem` and the default
+applies. Environment variables are ``SPOTGUARD_<NAME>``; the same settings in a
+ConfigMap use the key ``<name>`` in lower case with dashes (``excluded-namespaces``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spotguard.policy import capacity, floors, tolerations
+from spotguard.policy.capacity import Capacity, LabelScheme
+from spotguard.policy.tolerations import Toleration
+from spotguard.policy.validation import Problem
+
+ENV_PREFIX = "SPOTGUARD_"
+
+
+class RebalanceAction(enum.StrEnum):
+    """What an EC2 rebalance recommendation does (it never drains)."""
+
+    IGNORE = "ignore"
+    TAINT = "taint"
+    SURGE = "surge"
+
+
+@dataclass(frozen=True)
+class Config:
+    label_schemes: tuple[LabelScheme, ...] = capacity.DEFAULT_SCHEMES
+    # The label that admission patches write node affinity against: the key
+    # that your nodes carry. Defaults to the first label scheme.
+    affinity_label: str = "node.kubernetes.io/capacity"
+    excluded_namespaces: frozenset[str] = frozenset(
+        {"kube-system", "kube-public", "kube-node-lease", "spotguard"}
+    )
+    # None: the defaults table of DESIGN.md; otherwise a cluster-wide floor.
+    default_min_on_demand: floors.FloorSpec | None = None
+    spot_tolerations: tuple[Toleration, ...] = ()
+    # How pods on nodes with no recognised capacity label count.
+    unknown_capacity: Capacity = Capacity.ON_DEMAND
+    rebalance_action: RebalanceAction = RebalanceAction.TAINT
+    spread_topology_keys: tuple[str, ...] = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+    spot_preference_weight: int = 100
+    on_demand_deletion_cost: int = 1000
+    reservation_ttl_seconds: int = 30
+    rebalance_max_workloads_per_step: int = 10
+    rebalance_max_pods_per_workload: int = 1
+
+    def affinity_scheme(self) -> LabelScheme:
+        for s in self.label_schemes:
+            if s.key == self.affinity_label:
+                return s
+        return self.label_schemes[0]
+
+    def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
+        """The capacity a pod on a node with these labels counts as."""
+        found = capacity.classify(labels, self.label_schemes)
+        return self.unknown_capacity if found is Capacity.UNKNOWN else found
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.strip() for w in text.split(",") if w.strip())
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _floor_spec(text: str) -> floors.FloorSpec:
+    spec = floors.parse_min_on_demand(text)
+    if isinstance(spec, Problem):
+        raise ValueError(spec.message)
+    return spec
+
+
+def _capacity(text: str) -> Capacity:
+    value = Capacity(text.strip())
+    if value is Capacity.UNKNOWN:
+        raise ValueError("must be spot or on-demand")
+    return value
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "label_schemes": capacity.parse_schemes,
+    "affinity_label": lambda s: s.strip(),
+    "excluded_namespaces": _words,
+    "default_min_on_demand": _floor_spec,
+    "spot_tolerations": lambda s: tuple(
+        tolerations.parse_toleration(t) for t in s.split(",") if t.strip()
+    ),
+    "unknown_capacity": _capacity,
+    "rebalance_action": lambda s: RebalanceAction(s.strip().lower()),
+    "spread_topology_keys": lambda s: tuple(k.strip() for k in s.split(",") if k.strip()),
+    "spot_preference_weight": lambda s: min(100, max(1, int(s))),
+    "on_demand_deletion_cost": int,
+    "reservation_ttl_seconds": _positive_int,
+    "rebalance_max_workloads_per_step": _positive_int,
+    "rebalance_max_pods_per_workload": _positive_int,
+}
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def configmap_key(field: str) -> str:
+    return field.replace("_", "-")
+
+
+def from_settings(settings: Mapping[str, str], base: Config | None = None) -> tuple[Config, list[Problem]]:
+    """Build a Config from settings keyed by field name; unknown keys are ignored."""
+    config = base or Config()
+    changes: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for field, parse in _PARSERS.items():
+        if field not in settings:
+            continue
+        raw = settings[field]
+        try:
+            changes[field] = parse(raw)
+        except (ValueError, KeyError) as exc:
+            problems.append(Problem(field, raw, f"{exc}; using the default"))
+    if "label_schemes" in changes and "affinity_label" not in changes:
+        changes["affinity_label"] = changes["label_schemes"][0].key
+    return dataclasses.replace(config, **changes), problems
+
+
+def from_env(env: Mapping[str, str], base: Config | None = None) -> tuple[Config, list[Problem]]:
+    settings = {f: env[env_name(f)] for f in _PARSERS if env_name(f) in env}
+    return from_settings(settings, base)
+
+
+def from_configmap(data: Mapping[str, str], base: Config | None = None) -> tuple[Config, list[Problem]]:
+    settings = {f: data[configmap_key(f)] for f in _PARSERS if configmap_key(f) in data}
+    return from_settings(settings, base)
+
+
+SETTINGS = tuple(_PARSERS)

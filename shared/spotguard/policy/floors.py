@@ -1,0 +1,121 @@
+"""The on-demand floor of a workload: defaults, annotations, opt-out.
+
+| workload                     | default floor |
+| Deployment, 1 replica        | 1             |
+| Deployment, n >= 2 replicas  | 1             |
+| StatefulSet, 1 replica       | 1             |
+| StatefulSet, n >= 2 replicas | n // 2 + 1    |
+
+``spotguard.io/min-on-demand`` overrides it with a count ("3") or a
+percentage ("30%", rounded up), clamped to the replica count.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spotguard.policy.validation import Problem
+from spotguard.policy.workloads import ENABLED, MIN_ON_DEMAND, Kind, Workload
+
+if TYPE_CHECKING:
+    from spotguard.policy.config import Config
+
+
+@dataclass(frozen=True)
+class Count:
+    value: int
+
+    def resolve(self, replicas: int) -> int:
+        return min(self.value, replicas)
+
+
+@dataclass(frozen=True)
+class Percent:
+    value: int
+
+    def resolve(self, replicas: int) -> int:
+        return min(replicas, math.ceil(replicas * self.value / 100))
+
+
+FloorSpec = Count | Percent
+
+_COUNT = re.compile(r"^\d{1,6}$")
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+
+def parse_min_on_demand(text: str) -> FloorSpec | Problem:
+    value = text.strip()
+    if _COUNT.match(value):
+        return Count(int(value))
+    m = _PERCENT.match(value)
+    if m:
+        pct = int(m.group(1))
+        if pct > 100:
+            return Problem(MIN_ON_DEMAND, text, "a percentage must be between 0% and 100%")
+        return Percent(pct)
+    return Problem(
+        MIN_ON_DEMAND, text, 'expected a whole number ("3") or a percentage ("30%")'
+    )
+
+
+def default_floor(kind: Kind, replicas: int) -> int:
+    if replicas <= 0:
+        return 0
+    if kind is Kind.STATEFULSET and replicas >= 2:
+        return replicas // 2 + 1
+    return 1
+
+
+def parse_enabled(annotations: Mapping[str, str], field: str = ENABLED) -> tuple[bool, Problem | None]:
+    raw = annotations.get(ENABLED)
+    if raw is None:
+        return True, None
+    value = raw.strip().lower()
+    if value == "false":
+        return False, None
+    if value == "true":
+        return True, None
+    return True, Problem(field, raw, 'expected "true" or "false"; spotguard stays enabled')
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What the policy decided for one workload."""
+
+    enabled: bool
+    on_demand: int
+    source: str  # "default", "config", "annotation" or "disabled"
+    problems: tuple[Problem, ...] = ()
+
+    def spot(self, replicas: int) -> int:
+        return max(0, replicas - self.on_demand)
+
+
+def floor_for(
+    workload: Workload,
+    config: Config,
+    namespace_annotations: Mapping[str, str] | None = None,
+    replicas: int | None = None,
+) -> Floor:
+    """The on-demand floor of ``workload`` (at ``replicas``, default its own)."""
+    n = workload.replicas if replicas is None else replicas
+    problems: list[Problem] = []
+    ns_enabled, ns_problem = parse_enabled(namespace_annotations or {}, "namespace " + ENABLED)
+    wl_enabled, wl_problem = parse_enabled(workload.annotations)
+    problems += [p for p in (ns_problem, wl_problem) if p is not None]
+    if workload.namespace in config.excluded_namespaces or not ns_enabled or not wl_enabled:
+        return Floor(False, 0, "disabled", tuple(problems))
+    raw = workload.annotations.get(MIN_ON_DEMAND)
+    if raw is not None:
+        spec = parse_min_on_demand(raw)
+        if isinstance(spec, Problem):
+            problems.append(spec)
+        else:
+            return Floor(True, spec.resolve(max(n, 0)), "annotation", tuple(problems))
+    if config.default_min_on_demand is not None:
+        return Floor(True, config.default_min_on_demand.resolve(max(n, 0)), "config", tuple(problems))
+    return Floor(True, default_floor(workload.kind, n), "default", tuple(problems))

@@ -1,0 +1,171 @@
+"""The admission patch: an RFC 6902 JSONPatch that applies a placement to a pod.
+
+It merges with the user's own affinity, tolerations and topology spread and
+never replaces them: the on-demand requirement is ANDed into every existing
+nodeSelectorTerm. Applying the patch to a pod that already carries the
+placement yields an empty patch (reinvocation is a no-op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spotguard.policy.config import Config
+from spotguard.policy.placement import Placement
+from spotguard.policy.tolerations import Toleration
+from spotguard.policy.workloads import DELETION_COST, PLACEMENT_LABEL
+
+Op = dict[str, Any]
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+# Labels that differ between pods of one workload: never part of a spread selector.
+VOLATILE_LABELS = frozenset(
+    {
+        "pod-template-hash",
+        "controller-revision-hash",
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+        PLACEMENT_LABEL,
+    }
+)
+
+
+def escape(token: str) -> str:
+    """Escape one JSON Pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*tokens: str | int) -> str:
+    return "".join("/" + escape(str(t)) for t in tokens)
+
+
+def on_demand_expression(config: Config) -> dict[str, Any]:
+    s = config.affinity_scheme()
+    if s.on_demand:
+        return {"key": s.key, "operator": "In", "values": sorted(s.on_demand)}
+    return {"key": s.key, "operator": "DoesNotExist"}
+
+
+def spot_expression(config: Config) -> dict[str, Any]:
+    s = config.affinity_scheme()
+    return {"key": s.key, "operator": "In", "values": sorted(s.spot)}
+
+
+def _set_in_map(obj: Mapping[str, Any], parent: Sequence[str], key: str, value: str) -> list[Op]:
+    """Ops that make ``obj[parent...][key] == value``."""
+    current: Any = obj
+    for p in parent:
+        current = current.get(p) if isinstance(current, Mapping) else None
+    if not isinstance(current, Mapping):
+        return [{"op": "add", "path": pointer(*parent), "value": {key: value}}]
+    if current.get(key) == value:
+        return []
+    op = "replace" if key in current else "add"
+    return [{"op": op, "path": pointer(*parent, key), "value": value}]
+
+
+def _ensure_path(spec: Mapping[str, Any], tokens: Sequence[str], leaf: Any) -> tuple[list[Op], Any]:
+    """Walk ``spec`` along ``tokens``; where the path stops, one op adds the rest.
+
+    Returns (ops, existing leaf or None).
+    """
+    current: Any = spec
+    for i, tok in enumerate(tokens):
+        nxt = current.get(tok) if isinstance(current, Mapping) else None
+        if nxt is None:
+            value: Any = leaf
+            for t in reversed(tokens[i + 1 :]):
+                value = {t: value}
+            return [{"op": "add", "path": pointer("spec", *tokens[: i + 1]), "value": value}], None
+        current = nxt
+    return [], current
+
+
+def _on_demand_ops(spec: Mapping[str, Any], config: Config) -> list[Op]:
+    expr = on_demand_expression(config)
+    tokens = ("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
+    ops, terms = _ensure_path(spec, tokens, [{"matchExpressions": [expr]}])
+    if ops:
+        return ops
+    if not terms:
+        return [{"op": "replace", "path": pointer("spec", *tokens), "value": [{"matchExpressions": [expr]}]}]
+    out: list[Op] = []
+    for i, term in enumerate(terms):
+        exprs = term.get("matchExpressions")
+        if exprs is None:
+            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions"), "value": [expr]})
+        elif expr not in exprs:
+            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions", "-"), "value": expr})
+    return out
+
+
+def _append_missing(spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any) -> list[Op]:
+    """Append ``items`` not yet ``present`` (a predicate) to the list at spec[tokens]."""
+    ops, existing = _ensure_path(spec, tokens, list(items))
+    if ops:
+        return ops if items else []
+    out: list[Op] = []
+    for item in items:
+        if not present(existing, item):
+            out.append({"op": "add", "path": pointer("spec", *tokens, "-"), "value": item})
+    return out
+
+
+def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return {k: v for k, v in labels.items() if k not in VOLATILE_LABELS}
+
+
+def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -> list[Op]:
+    preference = {"weight": config.spot_preference_weight, "preference": {"matchExpressions": [spot_expression(config)]}}
+    ops = _append_missing(
+        spec,
+        ("affinity", "nodeAffinity", PREFERRED),
+        [preference],
+        lambda existing, item: any(
+            (e.get("preference") or {}).get("matchExpressions") == item["preference"]["matchExpressions"]
+            for e in existing
+        ),
+    )
+    if config.spot_tolerations:
+        ops += _append_missing(
+            spec,
+            ("tolerations",),
+            [t.to_json() for t in config.spot_tolerations],
+            lambda existing, item: Toleration.from_json(item) in {Toleration.from_json(e) for e in existing},
+        )
+    selector = spread_selector(pod)
+    if selector and config.spread_topology_keys:
+        constraints = [
+            {
+                "maxSkew": 1,
+                "topologyKey": key,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector},
+            }
+            for key in config.spread_topology_keys
+        ]
+        ops += _append_missing(
+            spec,
+            ("topologySpreadConstraints",),
+            constraints,
+            lambda existing, item: any(e.get("topologyKey") == item["topologyKey"] for e in existing),
+        )
+    return ops
+
+
+def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[Op]:
+    """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is."""
+    spec = pod.get("spec") or {}
+    ops: list[Op] = []
+    if placement is Placement.ON_DEMAND:
+        ops += _on_demand_ops(spec, config)
+    else:
+        ops += _spot_ops(pod, spec, config)
+    ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
+        # Scale-down removes spot replicas before the on-demand floor.
+        ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
+    return ops

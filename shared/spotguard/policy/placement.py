@@ -1,0 +1,128 @@
+"""Placement: does a new pod fill an on-demand slot or a spot slot, or is it left alone."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spotguard.policy.capacity import Capacity, LabelScheme
+from spotguard.policy.config import Config
+from spotguard.policy.floors import Floor
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import Kind, Workload
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MANAGED_OWNERS = ("ReplicaSet", "StatefulSet")
+
+
+class Placement(enum.StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+    @classmethod
+    def of(cls, capacity: Capacity) -> Placement | None:
+        if capacity is Capacity.SPOT:
+            return cls.SPOT
+        if capacity is Capacity.ON_DEMAND:
+            return cls.ON_DEMAND
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    placement: Placement | None  # None: leave the pod alone
+    reason: str
+
+    @property
+    def leave_alone(self) -> bool:
+        return self.placement is None
+
+
+def _keys_in_terms(terms: Iterable[Mapping[str, Any]]) -> set[str]:
+    keys: set[str] = set()
+    for term in terms:
+        for expr in term.get("matchExpressions") or []:
+            keys.add(str(expr.get("key", "")))
+    return keys
+
+
+def pins_capacity(pod: PodView, schemes: Iterable[LabelScheme]) -> bool:
+    """True where the pod's own spec already chooses a capacity type."""
+    keys = {s.key for s in schemes}
+    if keys & set(pod.node_selector):
+        return True
+    return bool(keys & _keys_in_terms(pod.required_terms))
+
+
+def skip_reason(pod: PodView, config: Config) -> str | None:
+    """Why a pod is none of spotguard's business, judged from the pod alone."""
+    if MIRROR_ANNOTATION in pod.annotations:
+        return "mirror pod"
+    if pod.namespace in config.excluded_namespaces:
+        return f"namespace {pod.namespace} is excluded"
+    if pod.owner is None:
+        return "bare pod (no controller)"
+    if pod.owner.kind not in MANAGED_OWNERS:
+        return f"owned by a {pod.owner.kind}"
+    if pins_capacity(pod, config.label_schemes):
+        return "the pod's spec already pins a capacity type"
+    return None
+
+
+def placement_of(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Placement | None:
+    """Where a live pod counts: its node's capacity once scheduled, else its label."""
+    if pod.node_name and pod.node_name in node_capacity:
+        return Placement.of(node_capacity[pod.node_name])
+    label = pod.placement_label
+    if label in (Placement.ON_DEMAND.value, Placement.SPOT.value):
+        return Placement(label)
+    return None
+
+
+def count_on_demand(
+    pods: Iterable[PodView], node_capacity: Mapping[str, Capacity], exclude: PodView | None = None
+) -> int:
+    n = 0
+    for p in pods:
+        if not p.active:
+            continue
+        if exclude is not None and p.uid and p.uid == exclude.uid:
+            continue
+        if placement_of(p, node_capacity) is Placement.ON_DEMAND:
+            n += 1
+    return n
+
+
+def decide(
+    *,
+    pod: PodView,
+    workload: Workload,
+    floor: Floor,
+    siblings: Sequence[PodView] = (),
+    node_capacity: Mapping[str, Capacity] | None = None,
+    reserved_on_demand: int = 0,
+) -> Decision:
+    """Decide the slot for ``pod``.
+
+    ``siblings`` are the live pods that count against the same floor (for a
+    Deployment, the pods of the pod's ReplicaSet); ``reserved_on_demand`` is the
+    number of on-demand slots handed out to pods not yet visible in ``siblings``.
+    """
+    if not floor.enabled:
+        return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
+    existing = pod.placement_label
+    if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
+        return Decision(Placement(existing), "already placed (reinvocation)")
+    if workload.kind is Kind.STATEFULSET:
+        ordinal = pod.ordinal
+        if ordinal is None:
+            return Decision(None, "StatefulSet pod without an ordinal")
+        if ordinal < floor.on_demand:
+            return Decision(Placement.ON_DEMAND, f"ordinal {ordinal} < floor {floor.on_demand}")
+        return Decision(Placement.SPOT, f"ordinal {ordinal} >= floor {floor.on_demand}")
+    held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
+    if held < floor.on_demand:
+        return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
+    return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")

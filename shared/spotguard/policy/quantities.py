@@ -1,0 +1,97 @@
+"""Kubernetes resource quantities ("100m", "1Gi", "2") as integers.
+
+CPU in millicores, everything else in base units (bytes for memory), rounded up
+as the API server does for requests.
+https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?\d+)?)([a-zA-Z]*)$")
+
+Resources = dict[str, int]
+
+
+def parse(value: Any, *, milli: bool = False) -> int:
+    """Parse a quantity; ``milli`` gives thousandths (for CPU). Raises ValueError."""
+    text = str(value).strip()
+    m = _QUANTITY.match(text)
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"invalid quantity {value!r}")
+    try:
+        number = Decimal(m.group(1)) * _SUFFIX[m.group(2)]
+    except InvalidOperation as exc:
+        raise ValueError(f"invalid quantity {value!r}") from exc
+    if milli:
+        number *= 1000
+    return math.ceil(number)
+
+
+def parse_resources(raw: Mapping[str, Any] | None) -> Resources:
+    """A resource list (``{"cpu": "100m", "memory": "1Gi"}``); unparseable entries are dropped."""
+    out: Resources = {}
+    for name, value in (raw or {}).items():
+        try:
+            out[name] = parse(value, milli=(name == "cpu"))
+        except ValueError:
+            continue
+    return out
+
+
+def add(total: Resources, more: Mapping[str, int]) -> Resources:
+    out = dict(total)
+    for k, v in more.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """Effective requests of a pod spec: max(sum of containers, each init container) + overhead.
+
+    https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers
+    """
+    total: Resources = {}
+    for c in spec.get("containers") or []:
+        total = add(total, parse_resources((c.get("resources") or {}).get("requests")))
+    init_max: Resources = {}
+    sidecars: Resources = {}
+    for c in spec.get("initContainers") or []:
+        req = parse_resources((c.get("resources") or {}).get("requests"))
+        if c.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, req)
+            continue
+        for k, v in add(sidecars, req).items():
+            init_max[k] = max(init_max.get(k, 0), v)
+    total = add(total, sidecars)
+    for k, v in init_max.items():
+        total[k] = max(total.get(k, 0), v)
+    return add(total, parse_resources(spec.get("overhead")))
+
+
+def fits(requests: Mapping[str, int], free: Mapping[str, int], names: Iterable[str] | None = None) -> bool:
+    keys = names if names is not None else requests.keys()
+    return all(requests.get(k, 0) <= free.get(k, 0) for k in keys if requests.get(k, 0) > 0)

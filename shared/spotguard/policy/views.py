@@ -1,0 +1,132 @@
+"""The policy's small views of pods and nodes, built from API objects (plain dicts)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.policy import quantities
+from spotguard.policy.tolerations import Taint, Toleration
+from spotguard.policy.workloads import PLACEMENT_LABEL
+
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    name: str
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    unschedulable: bool = False
+    ready: bool = True
+    provider_id: str = ""
+
+    @property
+    def instance_id(self) -> str:
+        """The EC2 instance id from ``aws:///<zone>/<instance-id>``, or ''."""
+        if not self.provider_id.startswith("aws://"):
+            return ""
+        return self.provider_id.rsplit("/", 1)[-1]
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> NodeView:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        conditions = status.get("conditions") or []
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+        ) or not conditions
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=dict(meta.get("labels") or {}),
+            taints=tuple(Taint.from_json(t) for t in spec.get("taints") or []),
+            allocatable=quantities.parse_resources(status.get("allocatable")),
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=ready,
+            provider_id=str(spec.get("providerID") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    owner: Owner | None = None
+    node_name: str = ""
+    phase: str = "Pending"
+    ready: bool = False
+    terminating: bool = False
+    requests: Mapping[str, int] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_terms: tuple[Mapping[str, Any], ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def placement_label(self) -> str | None:
+        return self.labels.get(PLACEMENT_LABEL)
+
+    @property
+    def ordinal(self) -> int | None:
+        """A StatefulSet pod's ordinal, from its name."""
+        if "apps.kubernetes.io/pod-index" in self.labels:
+            try:
+                return int(self.labels["apps.kubernetes.io/pod-index"])
+            except ValueError:
+                pass
+        m = _ORDINAL.search(self.name)
+        return int(m.group(1)) if m else None
+
+    @property
+    def active(self) -> bool:
+        """Counts towards a workload: not terminating and not finished."""
+        return not self.terminating and self.phase not in ("Succeeded", "Failed")
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PodView:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        owner = None
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller"):
+                owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+                break
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid", "")),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            owner=owner,
+            node_name=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or "Pending"),
+            ready=ready,
+            terminating=bool(meta.get("deletionTimestamp")),
+            requests=quantities.pod_requests(spec),
+            tolerations=tuple(Toleration.from_json(t) for t in spec.get("tolerations") or []),
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            required_terms=tuple(affinity.get("nodeSelectorTerms") or ()),
+            spec=spec,
+        )

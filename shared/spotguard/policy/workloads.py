@@ -1,0 +1,52 @@
+"""The policy's view of a workload: a Deployment or StatefulSet."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ANNOTATION_PREFIX = "spotguard.io/"
+MIN_ON_DEMAND = "spotguard.io/min-on-demand"
+ENABLED = "spotguard.io/enabled"
+PLACEMENT_LABEL = "spotguard.io/placement"
+SURGE = "spotguard.io/surge"
+INTERRUPTION_TAINT = "spotguard.io/interruption"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+class Kind(enum.StrEnum):
+    DEPLOYMENT = "Deployment"
+    STATEFULSET = "StatefulSet"
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: Kind
+    namespace: str
+    name: str
+    replicas: int
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    uid: str = ""
+    selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Workload:
+        """From a Deployment or StatefulSet object as the API returns it."""
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        replicas = spec.get("replicas")
+        return cls(
+            kind=Kind(raw.get("kind", "Deployment")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            replicas=1 if replicas is None else int(replicas),
+            annotations=dict(meta.get("annotations") or {}),
+            uid=str(meta.get("uid", "")),
+            selector=dict((spec.get("selector") or {}).get("matchLabels") or {}),
+        )

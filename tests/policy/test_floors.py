@@ -1,0 +1,112 @@
+"""The defaults table of DESIGN.md and every form of the min-on-demand annotation."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotguard.policy import config, floors
+from spotguard.policy.floors import Count, Percent
+from spotguard.policy.validation import Problem
+from spotguard.policy.workloads import Kind, Workload
+
+CFG = config.Config()
+
+
+def wl(kind: Kind, replicas: int, namespace: str = "shop", **annotations: str) -> Workload:
+    return Workload(kind=kind, namespace=namespace, name="w", replicas=replicas, annotations=annotations)
+
+
+@pytest.mark.parametrize(
+    ("kind", "replicas", "expected"),
+    [
+        (Kind.DEPLOYMENT, 0, 0),
+        (Kind.DEPLOYMENT, 1, 1),
+        (Kind.DEPLOYMENT, 2, 1),
+        (Kind.DEPLOYMENT, 10, 1),
+        (Kind.DEPLOYMENT, 60, 1),
+        (Kind.STATEFULSET, 0, 0),
+        (Kind.STATEFULSET, 1, 1),
+        (Kind.STATEFULSET, 2, 2),
+        (Kind.STATEFULSET, 3, 2),
+        (Kind.STATEFULSET, 4, 3),
+        (Kind.STATEFULSET, 5, 3),
+        (Kind.STATEFULSET, 7, 4),
+    ],
+)
+def test_default_floor_table(kind: Kind, replicas: int, expected: int) -> None:
+    got = floors.floor_for(wl(kind, replicas), CFG)
+    assert (got.enabled, got.on_demand, got.source) == (True, expected, "default")
+
+
+@pytest.mark.parametrize(
+    ("value", "replicas", "expected"),
+    [
+        ("3", 10, 3),
+        ("0", 10, 0),
+        ("30%", 10, 3),
+        ("31%", 10, 4),  # rounds up
+        ("1%", 10, 1),
+        ("100%", 7, 7),
+        ("0%", 7, 0),
+        ("15", 4, 4),  # clamped to replicas
+        (" 2 ", 5, 2),  # whitespace tolerated
+        ("50%", 1, 1),
+    ],
+)
+def test_annotation_forms(value: str, replicas: int, expected: int) -> None:
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, replicas, **{"spotguard.io/min-on-demand": value}), CFG)
+    assert (got.on_demand, got.source, got.problems) == (expected, "annotation", ())
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "3.5", "150%", "", "%", "1e3", "10 %", "two"])
+def test_invalid_annotation_reports_and_uses_default(value: str) -> None:
+    got = floors.floor_for(wl(Kind.STATEFULSET, 5, **{"spotguard.io/min-on-demand": value}), CFG)
+    assert got.on_demand == 3
+    assert got.source == "default"
+    assert len(got.problems) == 1
+    assert got.problems[0].field == "spotguard.io/min-on-demand"
+    assert got.problems[0].value == value
+
+
+def test_parse_min_on_demand_types() -> None:
+    assert floors.parse_min_on_demand("4") == Count(4)
+    assert floors.parse_min_on_demand("25%") == Percent(25)
+    assert isinstance(floors.parse_min_on_demand("x"), Problem)
+
+
+@pytest.mark.parametrize(
+    ("wl_value", "ns_value", "enabled"),
+    [
+        (None, None, True),
+        ("false", None, False),
+        (None, "false", False),
+        ("FALSE", None, False),
+        ("true", None, True),
+        ("true", "false", False),
+    ],
+)
+def test_opt_out(wl_value: str | None, ns_value: str | None, enabled: bool) -> None:
+    ann = {} if wl_value is None else {"spotguard.io/enabled": wl_value}
+    ns = {} if ns_value is None else {"spotguard.io/enabled": ns_value}
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, 3, **ann), CFG, namespace_annotations=ns)
+    assert got.enabled is enabled
+    assert got.on_demand == (1 if enabled else 0)
+
+
+def test_invalid_enabled_value_is_reported_and_stays_enabled() -> None:
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, 3, **{"spotguard.io/enabled": "nope"}), CFG)
+    assert got.enabled and len(got.problems) == 1
+
+
+def test_excluded_namespace_is_disabled() -> None:
+    assert not floors.floor_for(wl(Kind.DEPLOYMENT, 3, namespace="kube-system"), CFG).enabled
+
+
+def test_cluster_default_from_config() -> None:
+    cfg, problems = config.from_env({"SPOTGUARD_DEFAULT_MIN_ON_DEMAND": "50%"})
+    assert problems == []
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, 5), cfg)
+    assert (got.on_demand, got.source) == (3, "config")
+    # the annotation still wins over the cluster default
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, 5, **{"spotguard.io/min-on-demand": "0"}), cfg)
+    assert (got.on_demand, got.source) == (0, "annotation")
