@@ -50,7 +50,9 @@ DEFAULT_SCHEMES: tuple[LabelScheme, ...] = (
 )
 
 
-def classify(labels: Mapping[str, str], schemes: Iterable[LabelScheme] = DEFAULT_SCHEMES) -> Capacity:
+def classify(
+    labels: Mapping[str, str], schemes: Iterable[LabelScheme] = DEFAULT_SCHEMES
+) -> Capacity:
     """The capacity of a node with these labels: the first scheme that knows wins."""
     for s in schemes:
         found = s.classify(labels)

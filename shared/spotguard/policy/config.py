@@ -45,7 +45,10 @@ class Config:
     # How pods on nodes with no recognised capacity label count.
     unknown_capacity: Capacity = Capacity.ON_DEMAND
     rebalance_action: RebalanceAction = RebalanceAction.TAINT
-    spread_topology_keys: tuple[str, ...] = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+    spread_topology_keys: tuple[str, ...] = (
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    )
     spot_preference_weight: int = 100
     on_demand_deletion_cost: int = 1000
     reservation_ttl_seconds: int = 30
@@ -116,7 +119,9 @@ def configmap_key(field: str) -> str:
     return field.replace("_", "-")
 
 
-def from_settings(settings: Mapping[str, str], base: Config | None = None) -> tuple[Config, list[Problem]]:
+def from_settings(
+    settings: Mapping[str, str], base: Config | None = None
+) -> tuple[Config, list[Problem]]:
     """Build a Config from settings keyed by field name; unknown keys are ignored."""
     config = base or Config()
     changes: dict[str, Any] = {}
@@ -139,7 +144,9 @@ def from_env(env: Mapping[str, str], base: Config | None = None) -> tuple[Config
     return from_settings(settings, base)
 
 
-def from_configmap(data: Mapping[str, str], base: Config | None = None) -> tuple[Config, list[Problem]]:
+def from_configmap(
+    data: Mapping[str, str], base: Config | None = None
+) -> tuple[Config, list[Problem]]:
     settings = {f: data[configmap_key(f)] for f in _PARSERS if configmap_key(f) in data}
     return from_settings(settings, base)
 

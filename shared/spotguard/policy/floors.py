@@ -57,9 +57,7 @@ def parse_min_on_demand(text: str) -> FloorSpec | Problem:
         if pct > 100:
             return Problem(MIN_ON_DEMAND, text, "a percentage must be between 0% and 100%")
         return Percent(pct)
-    return Problem(
-        MIN_ON_DEMAND, text, 'expected a whole number ("3") or a percentage ("30%")'
-    )
+    return Problem(MIN_ON_DEMAND, text, 'expected a whole number ("3") or a percentage ("30%")')
 
 
 def default_floor(kind: Kind, replicas: int) -> int:
@@ -70,7 +68,9 @@ def default_floor(kind: Kind, replicas: int) -> int:
     return 1
 
 
-def parse_enabled(annotations: Mapping[str, str], field: str = ENABLED) -> tuple[bool, Problem | None]:
+def parse_enabled(
+    annotations: Mapping[str, str], field: str = ENABLED
+) -> tuple[bool, Problem | None]:
     raw = annotations.get(ENABLED)
     if raw is None:
         return True, None
@@ -117,5 +117,7 @@ def floor_for(
         else:
             return Floor(True, spec.resolve(max(n, 0)), "annotation", tuple(problems))
     if config.default_min_on_demand is not None:
-        return Floor(True, config.default_min_on_demand.resolve(max(n, 0)), "config", tuple(problems))
+        return Floor(
+            True, config.default_min_on_demand.resolve(max(n, 0)), "config", tuple(problems)
+        )
     return Floor(True, default_floor(workload.kind, n), "default", tuple(problems))

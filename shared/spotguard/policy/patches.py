@@ -89,18 +89,38 @@ def _on_demand_ops(spec: Mapping[str, Any], config: Config) -> list[Op]:
     if ops:
         return ops
     if not terms:
-        return [{"op": "replace", "path": pointer("spec", *tokens), "value": [{"matchExpressions": [expr]}]}]
+        return [
+            {
+                "op": "replace",
+                "path": pointer("spec", *tokens),
+                "value": [{"matchExpressions": [expr]}],
+            }
+        ]
     out: list[Op] = []
     for i, term in enumerate(terms):
         exprs = term.get("matchExpressions")
         if exprs is None:
-            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions"), "value": [expr]})
+            out.append(
+                {
+                    "op": "add",
+                    "path": pointer("spec", *tokens, i, "matchExpressions"),
+                    "value": [expr],
+                }
+            )
         elif expr not in exprs:
-            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions", "-"), "value": expr})
+            out.append(
+                {
+                    "op": "add",
+                    "path": pointer("spec", *tokens, i, "matchExpressions", "-"),
+                    "value": expr,
+                }
+            )
     return out
 
 
-def _append_missing(spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any) -> list[Op]:
+def _append_missing(
+    spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any
+) -> list[Op]:
     """Append ``items`` not yet ``present`` (a predicate) to the list at spec[tokens]."""
     ops, existing = _ensure_path(spec, tokens, list(items))
     if ops:
@@ -118,13 +138,17 @@ def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -> list[Op]:
-    preference = {"weight": config.spot_preference_weight, "preference": {"matchExpressions": [spot_expression(config)]}}
+    preference = {
+        "weight": config.spot_preference_weight,
+        "preference": {"matchExpressions": [spot_expression(config)]},
+    }
     ops = _append_missing(
         spec,
         ("affinity", "nodeAffinity", PREFERRED),
         [preference],
         lambda existing, item: any(
-            (e.get("preference") or {}).get("matchExpressions") == item["preference"]["matchExpressions"]
+            (e.get("preference") or {}).get("matchExpressions")
+            == item["preference"]["matchExpressions"]
             for e in existing
         ),
     )
@@ -133,7 +157,9 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
             spec,
             ("tolerations",),
             [t.to_json() for t in config.spot_tolerations],
-            lambda existing, item: Toleration.from_json(item) in {Toleration.from_json(e) for e in existing},
+            lambda existing, item: (
+                Toleration.from_json(item) in {Toleration.from_json(e) for e in existing}
+            ),
         )
     selector = spread_selector(pod)
     if selector and config.spread_topology_keys:
@@ -150,7 +176,9 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
             spec,
             ("topologySpreadConstraints",),
             constraints,
-            lambda existing, item: any(e.get("topologyKey") == item["topologyKey"] for e in existing),
+            lambda existing, item: any(
+                e.get("topologyKey") == item["topologyKey"] for e in existing
+            ),
         )
     return ops
 
@@ -165,7 +193,13 @@ def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[
         ops += _spot_ops(pod, spec, config)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
+    if (
+        placement is Placement.ON_DEMAND
+        and config.on_demand_deletion_cost
+        and DELETION_COST not in annotations
+    ):
         # Scale-down removes spot replicas before the on-demand floor.
-        ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
+        ops += _set_in_map(
+            pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost)
+        )
     return ops

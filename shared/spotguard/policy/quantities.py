@@ -92,6 +92,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return add(total, parse_resources(spec.get("overhead")))
 
 
-def fits(requests: Mapping[str, int], free: Mapping[str, int], names: Iterable[str] | None = None) -> bool:
+def fits(
+    requests: Mapping[str, int], free: Mapping[str, int], names: Iterable[str] | None = None
+) -> bool:
     keys = names if names is not None else requests.keys()
     return all(requests.get(k, 0) <= free.get(k, 0) for k in keys if requests.get(k, 0) > 0)

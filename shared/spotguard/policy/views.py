@@ -44,9 +44,10 @@ class NodeView:
         spec = raw.get("spec") or {}
         status = raw.get("status") or {}
         conditions = status.get("conditions") or []
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-        ) or not conditions
+        ready = (
+            any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            or not conditions
+        )
         return cls(
             name=str(meta.get("name", "")),
             labels=dict(meta.get("labels") or {}),
@@ -104,7 +105,9 @@ class PodView:
         owner = None
         for ref in meta.get("ownerReferences") or []:
             if ref.get("controller"):
-                owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+                owner = Owner(
+                    str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", ""))
+                )
                 break
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
