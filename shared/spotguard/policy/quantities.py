@@ -69,18 +69,33 @@ def add(total: Resources, more: Mapping[str, int]) -> Resources:
     return out
 
 
+def container_requests(container: Mapping[str, Any]) -> Resources:
+    """A container's requests; a resource with a limit but no request requests its limit.
+
+    (The API server defaults a missing request to the limit.)
+    """
+    resources = container.get("resources") or {}
+    out = parse_resources(resources.get("limits"))
+    out.update(parse_resources(resources.get("requests")))
+    return out
+
+
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """Effective requests of a pod spec: max(sum of containers, each init container) + overhead.
 
+    Sidecars (init containers with ``restartPolicy: Always``) add up with the
+    containers and with the init containers that start after them. Pod-level
+    ``spec.resources.requests`` take precedence where given.
     https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers
+    https://kubernetes.io/docs/tasks/configure-pod-container/assign-pod-level-resources/
     """
     total: Resources = {}
     for c in spec.get("containers") or []:
-        total = add(total, parse_resources((c.get("resources") or {}).get("requests")))
+        total = add(total, container_requests(c))
     init_max: Resources = {}
     sidecars: Resources = {}
     for c in spec.get("initContainers") or []:
-        req = parse_resources((c.get("resources") or {}).get("requests"))
+        req = container_requests(c)
         if c.get("restartPolicy") == "Always":
             sidecars = add(sidecars, req)
             continue
@@ -89,6 +104,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     total = add(total, sidecars)
     for k, v in init_max.items():
         total[k] = max(total.get(k, 0), v)
+    total.update(parse_resources((spec.get("resources") or {}).get("requests")))
     return add(total, parse_resources(spec.get("overhead")))
 
 

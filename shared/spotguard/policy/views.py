@@ -52,7 +52,10 @@ class NodeView:
             name=str(meta.get("name", "")),
             labels=dict(meta.get("labels") or {}),
             taints=tuple(Taint.from_json(t) for t in spec.get("taints") or []),
-            allocatable=quantities.parse_resources(status.get("allocatable")),
+            # Allocatable defaults to capacity where the kubelet has not reported it.
+            allocatable=quantities.parse_resources(
+                status.get("allocatable") or status.get("capacity")
+            ),
             unschedulable=bool(spec.get("unschedulable")),
             ready=ready,
             provider_id=str(spec.get("providerID") or ""),
@@ -76,6 +79,14 @@ class PodView:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     required_terms: tuple[Mapping[str, Any], ...] = ()
     spec: Mapping[str, Any] = field(default_factory=dict)
+    # True where the pod has a required node affinity at all, even one with an
+    # empty ``nodeSelectorTerms`` list (which matches no node). Non-empty
+    # ``required_terms`` imply it.
+    required_affinity: bool = False
+
+    @property
+    def has_required_affinity(self) -> bool:
+        return self.required_affinity or bool(self.required_terms)
 
     @property
     def placement_label(self) -> str | None:
@@ -132,4 +143,5 @@ class PodView:
             node_selector=dict(spec.get("nodeSelector") or {}),
             required_terms=tuple(affinity.get("nodeSelectorTerms") or ()),
             spec=spec,
+            required_affinity="nodeSelectorTerms" in affinity,
         )
