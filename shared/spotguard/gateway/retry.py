@@ -58,7 +58,7 @@ class Policy:
 
     def delay(self, retry_number: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
         """Seconds to sleep before retry ``retry_number`` (1 for the first retry)."""
-        ceiling = min(self.max_delay, self.base_delay * (2 ** (retry_number - 1)))
+        ceiling = min(self.max_delay, self.base_delay * float(2 ** (retry_number - 1)))
         draw = rng.random() if rng is not None else random.random()
         jittered = ceiling * (0.5 + 0.5 * draw)
         if retry_after is not None:
