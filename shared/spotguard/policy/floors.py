@@ -12,6 +12,7 @@ percentage ("30%", rounded up), clamped to the replica count.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spotguard.policy.validation import Problem
-from spotguard.policy.workloads import ENABLED, MIN_ON_DEMAND, Kind, Workload
+from spotguard.policy.workloads import ENABLED, MIN_ON_DEMAND, SURGE, Kind, Workload
 
 if TYPE_CHECKING:
     from spotguard.policy.config import Config
@@ -87,9 +88,10 @@ class Floor:
     """What the policy decided for one workload."""
 
     enabled: bool
-    on_demand: int
+    on_demand: int  # includes ``surge``
     source: str  # "default", "config", "annotation" or "disabled"
     problems: tuple[Problem, ...] = ()
+    surge: int = 0  # extra on-demand replicas of an interruption surge in progress
 
     def spot(self, replicas: int) -> int:
         return max(0, replicas - self.on_demand)
@@ -102,6 +104,38 @@ def floor_for(
     replicas: int | None = None,
 ) -> Floor:
     """The on-demand floor of ``workload`` (at ``replicas``, default its own)."""
+    base = _base_floor(workload, config, namespace_annotations, replicas)
+    extra = surge_count(workload.annotations)
+    if not base.enabled or extra == 0:
+        return base
+    # While an interruption surge is in progress (``spotguard.io/surge``), the
+    # surge replicas are on-demand too: the floor rises by the surge.
+    n = max(workload.replicas if replicas is None else replicas, 0)
+    on_demand = min(n, base.on_demand + extra)
+    return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand)
+
+
+def surge_count(annotations: Mapping[str, str]) -> int:
+    """The replica count of the surge recorded in ``spotguard.io/surge`` (0: none, or unreadable)."""
+    raw = annotations.get(SURGE)
+    if not raw:
+        return 0
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return 0
+    surge = value.get("surge") if isinstance(value, dict) else None
+    if isinstance(surge, bool) or not isinstance(surge, int):
+        return 0
+    return max(surge, 0)
+
+
+def _base_floor(
+    workload: Workload,
+    config: Config,
+    namespace_annotations: Mapping[str, str] | None,
+    replicas: int | None,
+) -> Floor:
     n = workload.replicas if replicas is None else replicas
     problems: list[Problem] = []
     ns_enabled, ns_problem = parse_enabled(namespace_annotations or {}, "namespace " + ENABLED)

@@ -1,0 +1,668 @@
+"""The interruption plan: what a batch of EC2 notices asks of the cluster.
+
+Pure: given the notices, the nodes, pods, workloads, budgets, autoscalers and
+the surges already recorded on the workloads, :func:`plan` says
+
+- which notices are foreign (no node of this cluster) or ignored;
+- the taints to add, one per doomed node (``spotguard.io/interruption=<event
+  id>:NoSchedule``), none where one is already present;
+- per Deployment, one surge entry: the replicas to add (its active pods on the
+  newly doomed nodes), the record to write on the workload
+  (``spotguard.io/surge``), the temporary budget to create and the autoscaler
+  minimum to raise;
+- StatefulSets whose quorum (their floor) is at risk.
+
+A burst of notices gives one entry per node and one per workload. Replaying a
+notice whose nodes are already in a workload's record adds nothing: the plan
+only completes what is missing (budget, autoscaler), so a handling cut off
+half-way is finished by the next delivery.
+
+:func:`finish` says which surges are over (the replacements are Ready and the
+doomed pods are gone or not Ready) and how to scale each one back.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.policy import floors
+from spotguard.policy.config import Config, RebalanceAction
+from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.views import NodeView, PodView
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, Kind, Workload
+
+# Instance states after which the pods of the instance are lost.
+DOOMED_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+# A surge whose doomed pods never go away (a rebalance recommendation with no
+# interruption after it) ends after this long; an interruption ends in two minutes.
+SURGE_MAX_SECONDS = 900.0
+BUDGET_PREFIX = "spotguard-surge-"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "spotguard"
+POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+class Verdict(enum.StrEnum):
+    DOOMED = "doomed"  # taint the node and surge its workloads
+    TAINT = "taint"  # taint only (rebalance recommendation, action taint)
+    FOREIGN = "foreign"  # no node of this cluster runs the instance
+    IGNORED = "ignored"  # ours, but nothing to do (state running, rebalance ignore)
+
+
+@dataclass(frozen=True)
+class SurgeRecord:
+    """What a surge did, written as JSON on the workload (``spotguard.io/surge``)."""
+
+    replicas: int  # spec.replicas before the surge (where the user left it)
+    surge: int  # replicas added
+    events: tuple[str, ...] = ()  # event ids that asked for it
+    nodes: tuple[str, ...] = ()  # doomed nodes it covers
+    started: float = 0.0  # epoch seconds
+    hpa: str = ""  # the HorizontalPodAutoscaler whose limits were raised
+    hpa_min: int | None = None  # its minReplicas before
+    hpa_max: int | None = None  # its maxReplicas before, where it was raised
+    budget: str = ""  # the temporary PodDisruptionBudget, where one is wanted
+    # Scaled back while a doomed node still exists: kept (surge 0) so that a
+    # replayed notice for those nodes changes nothing; removed once they are gone.
+    done: bool = False
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {
+            "replicas": self.replicas,
+            "surge": self.surge,
+            "events": list(self.events),
+            "nodes": list(self.nodes),
+            "started": round(self.started, 3),
+        }
+        if self.hpa:
+            out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "maxReplicas": self.hpa_max}
+        if self.budget:
+            out["budget"] = self.budget
+        if self.done:
+            out["done"] = True
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str) -> SurgeRecord | None:
+        """The record in ``text``, or None where it is not one (never raises)."""
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+        try:
+            hpa = raw.get("hpa") or {}
+            return cls(
+                replicas=_int(raw["replicas"]),
+                surge=_int(raw["surge"]),
+                events=tuple(str(e) for e in raw.get("events") or ()),
+                nodes=tuple(str(n) for n in raw.get("nodes") or ()),
+                started=float(raw.get("started") or 0.0),
+                hpa=str(hpa.get("name") or "") if isinstance(hpa, dict) else "",
+                hpa_min=_opt_int(hpa.get("minReplicas")) if isinstance(hpa, dict) else None,
+                hpa_max=_opt_int(hpa.get("maxReplicas")) if isinstance(hpa, dict) else None,
+                budget=str(raw.get("budget") or ""),
+                done=raw.get("done") is True,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @classmethod
+    def of(cls, workload: Workload) -> SurgeRecord | None:
+        raw = workload.annotations.get(SURGE)
+        return cls.parse(raw) if raw else None
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    return value
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget: its selector (raw LabelSelector) and whether spotguard made it."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+    ours: bool = False
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Budget:
+        meta = raw.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            selector=(raw.get("spec") or {}).get("selector"),
+            ours=labels.get(MANAGED_BY_LABEL) == MANAGED_BY and str(meta.get("name", "")).startswith(BUDGET_PREFIX),
+        )
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    min_replicas: int = 1
+    max_replicas: int = 1
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Autoscaler:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        mn = spec.get("minReplicas")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            target_kind=str(ref.get("kind", "")),
+            target_name=str(ref.get("name", "")),
+            min_replicas=1 if mn is None else int(mn),
+            max_replicas=int(spec.get("maxReplicas") or 1),
+        )
+
+
+@dataclass(frozen=True)
+class NoticeResult:
+    notice: Notice
+    node: str  # "" where foreign
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaintStep:
+    node: str
+    event_id: str
+    kind: NoticeKind
+
+    def taint_json(self) -> dict[str, str]:
+        return {"key": INTERRUPTION_TAINT, "value": self.event_id, "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class BudgetStep:
+    name: str
+    min_available: int
+
+
+@dataclass(frozen=True)
+class AutoscalerStep:
+    name: str
+    min_replicas: int
+    max_replicas: int  # unchanged where it was already large enough
+
+
+@dataclass(frozen=True)
+class SurgeStep:
+    """One workload's surge: everything to write on it, once."""
+
+    workload: Workload
+    record: SurgeRecord
+    replicas: int  # spec.replicas to have
+    added: int  # replicas added by this plan (0: the record is already in place)
+    new_nodes: tuple[str, ...]
+    new_events: tuple[str, ...]
+    doomed_pods: int  # active pods of the workload on all nodes of the record
+    ready: int  # its Ready pods now
+    budget: BudgetStep | None = None  # create this temporary budget
+    autoscaler: AutoscalerStep | None = None  # raise the autoscaler to this
+
+    @property
+    def write_workload(self) -> bool:
+        return self.added > 0
+
+
+@dataclass(frozen=True)
+class QuorumWarning:
+    workload: Workload
+    doomed: int
+    floor: int
+    replicas: int
+    nodes: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.doomed} of {self.replicas} replicas run on nodes being reclaimed "
+            f"({', '.join(self.nodes)}); {self.replicas - self.doomed} stay, below the "
+            f"quorum floor of {self.floor}"
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    notices: tuple[NoticeResult, ...]
+    taints: tuple[TaintStep, ...]
+    surges: tuple[SurgeStep, ...]
+    warnings: tuple[QuorumWarning, ...]
+    doomed_nodes: frozenset[str]
+    # node -> event ids of the notices about it (to attribute failed writes)
+    node_events: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # workloads left alone, with why
+
+    @property
+    def foreign(self) -> tuple[Notice, ...]:
+        return tuple(r.notice for r in self.notices if r.verdict is Verdict.FOREIGN)
+
+
+# --- label selectors ----------------------------------------------------------
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector against labels: null matches nothing, {} everything."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key = str(expr.get("key", ""))
+        op = str(expr.get("operator", ""))
+        values = set(expr.get("values") or ())
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+# --- who owns a pod -------------------------------------------------------------
+
+
+def workload_key_of(pod: PodView, replicaset_owners: Mapping[tuple[str, str], str] | None = None) -> str | None:
+    """``Deployment/ns/name`` or ``StatefulSet/ns/name`` for a pod, or None."""
+    owner = pod.owner
+    if owner is None:
+        return None
+    if owner.kind == "StatefulSet":
+        return f"{Kind.STATEFULSET}/{pod.namespace}/{owner.name}"
+    if owner.kind != "ReplicaSet":
+        return None
+    deploy = (replicaset_owners or {}).get((pod.namespace, owner.name))
+    if deploy is None:
+        suffix = pod.labels.get(POD_TEMPLATE_HASH)
+        if not suffix or not owner.name.endswith("-" + suffix):
+            return None
+        deploy = owner.name[: -len(suffix) - 1]
+    return f"{Kind.DEPLOYMENT}/{pod.namespace}/{deploy}"
+
+
+# --- matching notices to nodes ----------------------------------------------------
+
+
+def match_nodes(
+    notices: Iterable[Notice],
+    nodes: Iterable[NodeView],
+    resolved: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """instance id -> node name: by providerID, then by ``resolved`` (e.g. EC2 private DNS)."""
+    by_instance: dict[str, str] = {}
+    for node in nodes:
+        if node.instance_id:
+            by_instance[node.instance_id] = node.name
+        elif node.provider_id:
+            by_instance[node.provider_id.rsplit("/", 1)[-1]] = node.name
+    out: dict[str, str] = {}
+    for n in notices:
+        name = by_instance.get(n.instance_id) or (resolved or {}).get(n.instance_id)
+        if name:
+            out[n.instance_id] = name
+    return out
+
+
+def _verdict(notice: Notice, config: Config) -> tuple[Verdict, str]:
+    if notice.kind is NoticeKind.INTERRUPTION:
+        return Verdict.DOOMED, f"spot interruption warning ({notice.action or 'terminate'})"
+    if notice.kind is NoticeKind.REBALANCE:
+        action = config.rebalance_action
+        if action is RebalanceAction.SURGE:
+            return Verdict.DOOMED, "rebalance recommendation (rebalance_action=surge)"
+        if action is RebalanceAction.TAINT:
+            return Verdict.TAINT, "rebalance recommendation (rebalance_action=taint)"
+        return Verdict.IGNORED, "rebalance recommendation (rebalance_action=ignore)"
+    if notice.state in DOOMED_STATES:
+        return Verdict.DOOMED, f"instance state {notice.state}"
+    return Verdict.IGNORED, f"instance state {notice.state or 'unknown'}: nothing to do"
+
+
+def has_interruption_taint(node: NodeView) -> bool:
+    return any(t.key == INTERRUPTION_TAINT for t in node.taints)
+
+
+# --- the plan -------------------------------------------------------------------
+
+
+def plan(
+    notices: Sequence[Notice],
+    *,
+    nodes: Sequence[NodeView],
+    pods: Sequence[PodView],
+    workloads: Sequence[Workload],
+    config: Config,
+    now: float,
+    budgets: Sequence[Budget] = (),
+    autoscalers: Sequence[Autoscaler] = (),
+    replicaset_owners: Mapping[tuple[str, str], str] | None = None,
+    resolved: Mapping[str, str] | None = None,
+    namespace_annotations: Mapping[str, Mapping[str, str]] | None = None,
+) -> Plan:
+    """One plan for a whole batch of notices (see the module docstring)."""
+    node_by_name = {n.name: n for n in nodes}
+    matched = match_nodes(notices, nodes, resolved)
+
+    results: list[NoticeResult] = []
+    doomed: dict[str, list[Notice]] = {}
+    tainted: dict[str, list[Notice]] = {}
+    node_events: dict[str, list[str]] = defaultdict(list)
+    for n in notices:
+        name = matched.get(n.instance_id, "")
+        if not name:
+            results.append(NoticeResult(n, "", Verdict.FOREIGN, f"no node runs instance {n.instance_id}"))
+            continue
+        verdict, reason = _verdict(n, config)
+        results.append(NoticeResult(n, name, verdict, reason))
+        if verdict is Verdict.DOOMED:
+            doomed.setdefault(name, []).append(n)
+        elif verdict is Verdict.TAINT:
+            tainted.setdefault(name, []).append(n)
+        if verdict in (Verdict.DOOMED, Verdict.TAINT) and n.event_id not in node_events[name]:
+            node_events[name].append(n.event_id)
+
+    # One taint per node; the first notice (interruption first) names it.
+    taints: list[TaintStep] = []
+    for name in sorted(set(doomed) | set(tainted)):
+        node = node_by_name[name]
+        if has_interruption_taint(node):
+            continue
+        first = sorted(
+            doomed.get(name, []) + tainted.get(name, []),
+            key=lambda x: (x.kind is not NoticeKind.INTERRUPTION, x.time, x.event_id),
+        )[0]
+        taints.append(TaintStep(name, first.event_id, first.kind))
+
+    # Pods on doomed nodes, by workload.
+    wl_by_key = {w.key: w for w in workloads}
+    on_doomed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    pods_by_key: dict[str, list[PodView]] = defaultdict(list)
+    for p in pods:
+        key = workload_key_of(p, replicaset_owners)
+        if key is None or key not in wl_by_key:
+            continue
+        pods_by_key[key].append(p)
+        if p.active and p.node_name in doomed:
+            on_doomed[key][p.node_name] += 1
+
+    surges: list[SurgeStep] = []
+    warnings: list[QuorumWarning] = []
+    skipped: list[str] = []
+    ns_ann = namespace_annotations or {}
+    for key in sorted(on_doomed):
+        wl = wl_by_key[key]
+        floor = floors.floor_for(wl, config, ns_ann.get(wl.namespace))
+        if not floor.enabled:
+            skipped.append(f"{key}: opted out")
+            continue
+        per_node = on_doomed[key]
+        if wl.kind is Kind.STATEFULSET:
+            all_doomed = sum(
+                1
+                for p in pods_by_key[key]
+                if p.active and (p.node_name in doomed or _tainted(node_by_name.get(p.node_name)))
+            )
+            if wl.replicas - all_doomed < floor.on_demand:
+                warnings.append(QuorumWarning(wl, all_doomed, floor.on_demand, wl.replicas, tuple(sorted(per_node))))
+            continue
+        surges.append(
+            _surge_step(
+                wl,
+                per_node=per_node,
+                doomed=doomed,
+                wl_pods=pods_by_key[key],
+                budgets=budgets,
+                autoscalers=autoscalers,
+                now=now,
+            )
+        )
+
+    return Plan(
+        notices=tuple(results),
+        taints=tuple(taints),
+        surges=tuple(surges),
+        warnings=tuple(warnings),
+        doomed_nodes=frozenset(doomed),
+        node_events={k: tuple(v) for k, v in node_events.items()},
+        skipped=tuple(skipped),
+    )
+
+
+def _tainted(node: NodeView | None) -> bool:
+    return node is not None and has_interruption_taint(node)
+
+
+def user_budgets(workload_pods: Sequence[PodView], budgets: Sequence[Budget]) -> list[Budget]:
+    """The budgets not made by spotguard that select any of the pods."""
+    out = []
+    for b in budgets:
+        if b.ours:
+            continue
+        if any(p.namespace == b.namespace and selector_matches(b.selector, p.labels) for p in workload_pods):
+            out.append(b)
+    return out
+
+
+def budget_name(workload: Workload) -> str:
+    name = BUDGET_PREFIX + workload.name
+    return name[:253]
+
+
+def autoscaler_for(workload: Workload, autoscalers: Sequence[Autoscaler]) -> Autoscaler | None:
+    for a in autoscalers:
+        if a.namespace == workload.namespace and a.target_kind == str(workload.kind) and a.target_name == workload.name:
+            return a
+    return None
+
+
+def _surge_step(
+    wl: Workload,
+    *,
+    per_node: Mapping[str, int],
+    doomed: Mapping[str, Sequence[Notice]],
+    wl_pods: Sequence[PodView],
+    budgets: Sequence[Budget],
+    autoscalers: Sequence[Autoscaler],
+    now: float,
+) -> SurgeStep:
+    existing = SurgeRecord.of(wl)
+    covered = set(existing.nodes) if existing else set()
+    if existing is not None and existing.done:
+        if not any(n not in covered for n in per_node):
+            return SurgeStep(wl, existing, wl.replicas, 0, (), (), 0, 0)
+        existing = None  # a new surge; the finished one's nodes stay covered
+    new_nodes = tuple(sorted(n for n in per_node if n not in covered))
+    added = sum(per_node[n] for n in new_nodes)
+    events: list[str] = list(existing.events) if existing else []
+    new_events: list[str] = []
+    for n in new_nodes:
+        for notice in doomed[n]:
+            if notice.event_id not in events:
+                events.append(notice.event_id)
+                new_events.append(notice.event_id)
+    ready = sum(1 for p in wl_pods if p.active and p.ready)
+    hpa = autoscaler_for(wl, autoscalers)
+    own_budgets = [b for b in budgets if b.ours and b.namespace == wl.namespace]
+    users = user_budgets(wl_pods, budgets)
+
+    if existing is None:
+        original = wl.replicas
+        total = added
+        started = now
+    else:
+        original = existing.replicas
+        total = existing.surge + added
+        started = existing.started
+    replicas = wl.replicas + added
+
+    # The autoscaler: raise its minimum to the surged count (record the original once).
+    hpa_step: AutoscalerStep | None = None
+    hpa_name, hpa_min, hpa_max = "", None, None
+    if existing is not None and existing.hpa:
+        hpa_name, hpa_min, hpa_max = existing.hpa, existing.hpa_min, existing.hpa_max
+    if hpa is not None:
+        if not hpa_name:
+            hpa_name, hpa_min = hpa.name, hpa.min_replicas
+        want_min = max(hpa.min_replicas, replicas)
+        want_max = max(hpa.max_replicas, want_min)
+        if hpa_max is None and want_max != hpa.max_replicas:
+            hpa_max = hpa.max_replicas
+        if want_min != hpa.min_replicas or want_max != hpa.max_replicas:
+            hpa_step = AutoscalerStep(hpa.name, want_min, want_max)
+
+    # The temporary budget: only where no budget of the user's selects the pods.
+    budget_step: BudgetStep | None = None
+    name = existing.budget if existing and existing.budget else ""
+    if not users and (ready > 0 or name):
+        name = name or budget_name(wl)
+        if not any(b.name == name for b in own_budgets) and ready > 0:
+            budget_step = BudgetStep(name, ready)
+    elif users:
+        name = ""
+
+    record = SurgeRecord(
+        replicas=original,
+        surge=total,
+        events=tuple(events),
+        nodes=tuple(sorted(set(existing.nodes if existing else ()) | set(per_node))),
+        started=started,
+        hpa=hpa_name,
+        hpa_min=hpa_min,
+        hpa_max=hpa_max,
+        budget=name,
+    )
+    doomed_pods = sum(1 for p in wl_pods if p.active and p.node_name in set(record.nodes))
+    return SurgeStep(
+        workload=wl,
+        record=record,
+        replicas=replicas,
+        added=added,
+        new_nodes=new_nodes,
+        new_events=tuple(new_events),
+        doomed_pods=doomed_pods,
+        ready=ready,
+        budget=budget_step,
+        autoscaler=hpa_step,
+    )
+
+
+# --- scaling back ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finish:
+    """A surge that is over: how to put the workload back."""
+
+    workload: Workload
+    record: SurgeRecord
+    replicas: int  # spec.replicas to set (current minus the surge: keeps the user's changes)
+    hpa_min: int | None  # restore the autoscaler's minReplicas to this (None: leave it)
+    hpa_max: int | None
+    budget: str  # delete this temporary budget ("" none)
+    reason: str
+    # Remove the annotation (its nodes are gone); False: keep it as a done record.
+    remove: bool = True
+    scale: bool = True  # False: the replicas were already put back (a done record)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    workload: Workload
+    reason: str
+
+
+def finish(
+    *,
+    workloads: Sequence[Workload],
+    pods: Sequence[PodView],
+    nodes: Sequence[NodeView],
+    now: float,
+    autoscalers: Sequence[Autoscaler] = (),
+    replicaset_owners: Mapping[tuple[str, str], str] | None = None,
+    max_seconds: float = SURGE_MAX_SECONDS,
+) -> tuple[list[Finish], list[Waiting]]:
+    """Which recorded surges are over, and which still wait (with why)."""
+    alive = {n.name for n in nodes}
+    pods_by_key: dict[str, list[PodView]] = defaultdict(list)
+    for p in pods:
+        key = workload_key_of(p, replicaset_owners)
+        if key is not None:
+            pods_by_key[key].append(p)
+    done: list[Finish] = []
+    waiting: list[Waiting] = []
+    for wl in workloads:
+        record = SurgeRecord.of(wl)
+        if record is None:
+            continue
+        doomed_nodes = set(record.nodes)
+        nodes_gone = not (doomed_nodes & alive)
+        if record.done:
+            if nodes_gone:
+                done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
+            continue
+        wl_pods = pods_by_key.get(wl.key, [])
+        doomed_ready = sum(
+            1 for p in wl_pods if p.active and p.ready and p.node_name in doomed_nodes and p.node_name in alive
+        )
+        ready_elsewhere = sum(1 for p in wl_pods if p.active and p.ready and p.node_name not in doomed_nodes)
+        target = max(0, wl.replicas - record.surge)
+        age = now - record.started
+        if age > max_seconds:
+            reason = f"surge older than {int(max_seconds)}s"
+        elif doomed_ready:
+            waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
+            continue
+        elif ready_elsewhere < target:
+            waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))
+            continue
+        else:
+            reason = "replacements Ready and the doomed pods gone"
+        hpa = autoscaler_for(wl, autoscalers) if record.hpa else None
+        hpa_min = hpa_max = None
+        if hpa is not None and hpa.name == record.hpa:
+            # Restore only what still holds our value: a change the user made wins.
+            if record.hpa_min is not None and hpa.min_replicas >= wl.replicas:
+                hpa_min = record.hpa_min
+            if record.hpa_max is not None and hpa.max_replicas >= wl.replicas:
+                hpa_max = max(record.hpa_max, hpa_min or 1)
+        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, nodes_gone))
+    return done, waiting
+
+
+def finished_record(record: SurgeRecord) -> SurgeRecord:
+    """The record kept on a workload scaled back while its doomed nodes still exist."""
+    return SurgeRecord(
+        replicas=record.replicas,
+        surge=0,
+        events=record.events,
+        nodes=record.nodes,
+        started=record.started,
+        done=True,
+    )
