@@ -1,0 +1,105 @@
+"""The resource types the simulated API server serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+    @property
+    def prefix(self) -> str:
+        """URL prefix of the group version: ``/api/v1`` or ``/apis/apps/v1``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+_ALL = ("all",)
+TYPES: tuple[ResourceType, ...] = (
+    ResourceType("namespaces", "Namespace", "", "v1", False, ("ns",), ("status",)),
+    ResourceType("nodes", "Node", "", "v1", False, ("no",), ("status",)),
+    ResourceType(
+        "pods", "Pod", "", "v1", True, ("po",), ("status", "eviction", "binding"), _ALL
+    ),
+    ResourceType("events", "Event", "", "v1", True, ("ev",)),
+    ResourceType("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
+    ResourceType("services", "Service", "", "v1", True, ("svc",), ("status",), _ALL),
+    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",)),
+    ResourceType("secrets", "Secret", "", "v1", True),
+    ResourceType(
+        "deployments", "Deployment", "apps", "v1", True, ("deploy",), ("status", "scale"), _ALL
+    ),
+    ResourceType(
+        "replicasets", "ReplicaSet", "apps", "v1", True, ("rs",), ("status", "scale"), _ALL
+    ),
+    ResourceType(
+        "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale"), _ALL
+    ),
+    ResourceType("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",), _ALL),
+    ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True),
+    ResourceType(
+        "poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("pdb",), ("status",)
+    ),
+    ResourceType(
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        "autoscaling",
+        "v2",
+        True,
+        ("hpa",),
+        ("status",),
+        _ALL,
+    ),
+    ResourceType(
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
+)
+
+BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in TYPES}
+BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}
+
+
+def get(plural: str) -> ResourceType:
+    from spotguard.sim import errors
+
+    try:
+        return BY_PLURAL[plural]
+    except KeyError:
+        raise errors.NotFound(f"the server could not find the requested resource ({plural})") from None
+
+
+def group_versions() -> list[tuple[str, str]]:
+    """(group, version) pairs in a stable order, core first."""
+    seen: list[tuple[str, str]] = []
+    for t in TYPES:
+        if (t.group, t.version) not in seen:
+            seen.append((t.group, t.version))
+    return seen
