@@ -1,0 +1,168 @@
+"""Hand a delivery's notices to the handler as one plan, and say what became of each.
+
+Every transport (Lambda SQS batch, CloudEvents, the local poller, a direct
+Lambda invocation) decodes its payloads into :class:`Delivery` items and calls
+:func:`deliver`. Items that failed to decode are acknowledged here with a log
+line; the rest go to ``handler.handle`` in a single call (a burst of notices is
+one plan), and the answer is one :class:`Result` per item, in order.
+
+Only :attr:`Result.RETRY` asks the sender to deliver again (``batchItemFailures``,
+an HTTP 5xx, a message left on the queue). A handler that raises is a
+transient failure of every notice it was given, never of the undecodable ones.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from spotguard.interruption import events, telemetry
+from spotguard.policy.notices import Notice
+
+log = logging.getLogger("spotguard.interruption")
+
+
+class Result(enum.StrEnum):
+    DONE = "done"  # handled
+    IGNORED = "ignored"  # acknowledged: not in this cluster, nothing to do
+    RETRY = "retry"  # transient failure: deliver again
+    MALFORMED = "malformed"  # acknowledged: cannot be read
+    FOREIGN = "foreign"  # acknowledged: not ours
+
+    @property
+    def acknowledged(self) -> bool:
+        """True when the sender must not deliver this again."""
+        return self is not Result.RETRY
+
+
+class Handler(Protocol):
+    """What the transports need of ``spotguard.interruption.handler.Handler``."""
+
+    def handle(self, notices: Sequence[Notice]) -> Sequence[object]: ...
+
+    def reconcile(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One item of a delivery: a decoded notice, or the reason there is none."""
+
+    key: str  # the SQS message id, the CloudEvent id...: names the item in logs and answers
+    notice: Notice | None = None
+    error: events.EventError | None = None
+
+    @classmethod
+    def decode(cls, key: str, decoder: Callable[[], Notice]) -> Delivery:
+        """Run ``decoder``; an :class:`events.EventError` becomes an acknowledged item."""
+        try:
+            return cls(key=key, notice=decoder())
+        except events.EventError as exc:
+            return cls(key=key, error=exc)
+
+
+def deliver(handler: Handler, items: Sequence[Delivery], *, transport: str) -> list[Result]:
+    """Handle ``items`` as one plan; one :class:`Result` per item, aligned with ``items``."""
+    results: list[Result | None] = [None] * len(items)
+    batch: list[Notice] = []
+    positions: list[int] = []
+    for index, item in enumerate(items):
+        if item.notice is not None:
+            batch.append(item.notice)
+            positions.append(index)
+            continue
+        error = item.error or events.Malformed("nothing to decode")
+        result = Result.FOREIGN if isinstance(error, events.Foreign) else Result.MALFORMED
+        results[index] = result
+        telemetry.NOTICES.labels(kind="unknown", result=result.value).inc()
+        telemetry.ERRORS.labels(transport=transport, error=result.value).inc()
+        level = logging.INFO if result is Result.FOREIGN else logging.WARNING
+        log.log(
+            level,
+            "acknowledged a %s message without handling it: %s",
+            result.value,
+            error.message,
+            extra={"transport": transport, "message_id": item.key, **error.fields()},
+        )
+    if batch:
+        handled = _handle(handler, batch, transport)
+        for notice, position, result in zip(batch, positions, handled, strict=True):
+            results[position] = result
+            telemetry.NOTICES.labels(kind=notice.kind.value, result=result.value).inc()
+            if result is Result.DONE:
+                age = (datetime.now(UTC) - notice.time).total_seconds()
+                telemetry.NOTICE_AGE.labels(kind=notice.kind.value).observe(max(age, 0.0))
+            log.info(
+                "notice %s",
+                result.value,
+                extra={
+                    "transport": transport,
+                    "message_id": items[position].key,
+                    "event_id": notice.event_id,
+                    "kind": notice.kind.value,
+                    "instance_id": notice.instance_id,
+                    "result": result.value,
+                },
+            )
+    return [r if r is not None else Result.RETRY for r in results]
+
+
+def _handle(handler: Handler, batch: list[Notice], transport: str) -> list[Result]:
+    started = time.monotonic()
+    try:
+        outcomes = list(handler.handle(batch))
+    except Exception as exc:
+        telemetry.ERRORS.labels(transport=transport, error="handler").inc()
+        log.exception(
+            "handling %d notice(s) failed; asking for redelivery",
+            len(batch),
+            extra={
+                "transport": transport,
+                "event_ids": [n.event_id for n in batch],
+                "error": type(exc).__name__,
+            },
+        )
+        return [Result.RETRY] * len(batch)
+    finally:
+        telemetry.HANDLE_SECONDS.labels(transport=transport).observe(time.monotonic() - started)
+    if len(outcomes) != len(batch):
+        telemetry.ERRORS.labels(transport=transport, error="handler").inc()
+        log.error(
+            "the handler answered %d outcomes for %d notices; asking for redelivery",
+            len(outcomes),
+            len(batch),
+            extra={"transport": transport, "event_ids": [n.event_id for n in batch]},
+        )
+        return [Result.RETRY] * len(batch)
+    return [_result(outcome) for outcome in outcomes]
+
+
+def _result(outcome: object) -> Result:
+    """Map the handler's ``Outcome`` (a StrEnum: done, ignored, retry) by value."""
+    value = getattr(outcome, "value", outcome)
+    if value == "done":
+        return Result.DONE
+    if value == "ignored":
+        return Result.IGNORED
+    if value != "retry":
+        log.error("unknown handler outcome %r; asking for redelivery", outcome)
+    return Result.RETRY
+
+
+def reconcile(handler: Handler, *, transport: str) -> bool:
+    """Run ``handler.reconcile()``; False (logged) when it failed."""
+    started = time.monotonic()
+    try:
+        handler.reconcile()
+    except Exception as exc:
+        telemetry.ERRORS.labels(transport=transport, error="reconcile").inc()
+        log.exception("reconcile failed", extra={"transport": transport, "error": type(exc).__name__})
+        return False
+    finally:
+        telemetry.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    telemetry.RECONCILES.inc()
+    return True

@@ -1,0 +1,127 @@
+"""SQS messages holding EventBridge events: the Lambda SQS batch and its partial answer.
+
+Lambda hands the function ``{"Records": [record, ...]}`` (see :class:`SQSRecord`)
+and, with ``ReportBatchItemFailures`` on the event source mapping, takes back
+``{"batchItemFailures": [{"itemIdentifier": messageId}, ...]}``: exactly the
+messages to deliver again. Everything else in the batch is deleted from the
+queue, so malformed and foreign messages are acknowledged here (with a log
+line) rather than retried until they reach the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict
+
+from spotguard.interruption import dispatch, events
+
+log = logging.getLogger("spotguard.interruption")
+
+EVENT_SOURCE = "aws:sqs"
+
+
+class SQSMessageAttribute(TypedDict, total=False):
+    stringValue: str
+    binaryValue: str
+    stringListValues: list[str]
+    binaryListValues: list[str]
+    dataType: str
+
+
+class SQSRecordAttributes(TypedDict, total=False):
+    ApproximateReceiveCount: str
+    SentTimestamp: str
+    SenderId: str
+    ApproximateFirstReceiveTimestamp: str
+    AWSTraceHeader: str
+    DeadLetterQueueSourceArn: str
+    MessageGroupId: str
+    MessageDeduplicationId: str
+    SequenceNumber: str
+
+
+class SQSRecord(TypedDict):
+    """One record of a Lambda SQS event, as Lambda sends it."""
+
+    messageId: str
+    receiptHandle: str
+    body: str
+    attributes: SQSRecordAttributes
+    messageAttributes: dict[str, SQSMessageAttribute]
+    md5OfBody: str
+    md5OfMessageAttributes: NotRequired[str | None]
+    eventSource: Literal["aws:sqs"]
+    eventSourceARN: str
+    awsRegion: str
+
+
+class SQSEvent(TypedDict):
+    Records: list[SQSRecord]
+
+
+class BatchItemFailure(TypedDict):
+    itemIdentifier: str
+
+
+class BatchResponse(TypedDict):
+    batchItemFailures: list[BatchItemFailure]
+
+
+def is_batch(event: object) -> bool:
+    """True for a Lambda SQS event: ``Records`` whose items come from ``aws:sqs``."""
+    if not isinstance(event, Mapping):
+        return False
+    records = event.get("Records")
+    if not isinstance(records, list) or not records:
+        return False
+    return all(isinstance(r, Mapping) and (r.get("eventSource") == EVENT_SOURCE or "messageId" in r) for r in records)
+
+
+def decode_record(record: object, index: int = 0) -> dispatch.Delivery:
+    """One Lambda SQS record (its ``body`` an EventBridge event) -> a delivery item."""
+    if not isinstance(record, Mapping):
+        return dispatch.Delivery(
+            key=f"Records[{index}]",
+            error=events.Malformed(f"Records[{index}] is not an object"),
+        )
+    message_id = record.get("messageId")
+    key = message_id if isinstance(message_id, str) and message_id else f"Records[{index}]"
+    body = record.get("body")
+    if not isinstance(body, str):
+        return dispatch.Delivery(key=key, error=events.Malformed(f"SQS message {key} has no string 'body'"))
+    return dispatch.Delivery.decode(key, lambda: events.decode_json(body, what=f"SQS message {key} body"))
+
+
+def decode_message(message: Mapping[str, Any]) -> dispatch.Delivery:
+    """An SQS message as the SQS API returns it (``MessageId``, ``Body``) -> a delivery item."""
+    message_id = message.get("MessageId") or message.get("messageId") or ""
+    key = str(message_id) or "message"
+    body = message.get("Body", message.get("body"))
+    if not isinstance(body, str):
+        return dispatch.Delivery(key=key, error=events.Malformed(f"SQS message {key} has no string 'Body'"))
+    return dispatch.Delivery.decode(key, lambda: events.decode_json(body, what=f"SQS message {key} body"))
+
+
+def handle_batch(event: Mapping[str, Any], handler: dispatch.Handler) -> BatchResponse:
+    """Handle a Lambda SQS event; the answer lists only the messages to deliver again."""
+    records = event.get("Records")
+    if not isinstance(records, list):
+        raise events.Malformed("the Lambda event has no 'Records' list")
+    items = [decode_record(record, index) for index, record in enumerate(records)]
+    results = dispatch.deliver(handler, items, transport="lambda-sqs")
+    failures: list[BatchItemFailure] = []
+    for record, item, result in zip(records, items, results, strict=True):
+        if result.acknowledged:
+            continue
+        # A retried item always decoded, so it has its messageId.
+        failures.append({"itemIdentifier": item.key})
+        receive_count = ""
+        if isinstance(record, Mapping):
+            receive_count = str((record.get("attributes") or {}).get("ApproximateReceiveCount", ""))
+        log.warning(
+            "asking SQS to deliver message %s again",
+            item.key,
+            extra={"message_id": item.key, "receive_count": receive_count},
+        )
+    return {"batchItemFailures": failures}
