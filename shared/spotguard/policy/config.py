@@ -136,6 +136,17 @@ def from_settings(
             problems.append(Problem(field, raw, f"{exc}; using the default"))
     if "label_schemes" in changes and "affinity_label" not in changes:
         changes["affinity_label"] = changes["label_schemes"][0].key
+    schemes = changes.get("label_schemes", config.label_schemes)
+    label = changes.get("affinity_label", config.affinity_label)
+    if label not in {s.key for s in schemes}:
+        problems.append(
+            Problem(
+                "affinity_label",
+                settings.get("affinity_label", label),
+                f"not one of the label schemes; using {schemes[0].key}",
+            )
+        )
+        changes["affinity_label"] = schemes[0].key
     return dataclasses.replace(config, **changes), problems
 
 
