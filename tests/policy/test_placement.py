@@ -1,0 +1,199 @@
+"""Placement: Deployment counting, reservations, StatefulSet ordinals, reinvocation, skips."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from spotguard.policy import capacity, config, floors, placement
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.placement import Placement
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import Kind, Workload
+
+from tests.policy.builders import expr, pod, required
+
+CFG = config.Config()
+NODES = {"od-1": Capacity.ON_DEMAND, "od-2": Capacity.ON_DEMAND, "spot-1": Capacity.SPOT}
+
+
+def workload(kind: Kind = Kind.DEPLOYMENT, replicas: int = 4, **annotations: str) -> Workload:
+    return Workload(kind=kind, namespace="shop", name="web", replicas=replicas, annotations=annotations)
+
+
+def decide(
+    new: PodView,
+    wl: Workload,
+    siblings: list[PodView] | tuple[PodView, ...] = (),
+    reserved: int = 0,
+) -> placement.Decision:
+    return placement.decide(
+        pod=new,
+        workload=wl,
+        floor=floors.floor_for(wl, CFG),
+        siblings=siblings,
+        node_capacity=NODES,
+        reserved_on_demand=reserved,
+    )
+
+
+def labelled(name: str, where: str | None, node_name: str | None = None, **kw: Any) -> PodView:
+    labels = {"app": "web"} | ({"spotguard.io/placement": where} if where else {})
+    return pod(name, node_name=node_name, labels=labels, **kw)
+
+
+@pytest.mark.parametrize(
+    ("siblings", "reserved", "floor", "expected"),
+    [
+        ([], 0, "1", Placement.ON_DEMAND),
+        ([], 1, "1", Placement.SPOT),  # a reservation in flight holds the slot
+        ([labelled("a", None, "od-1")], 0, "1", Placement.SPOT),  # scheduled: by node
+        ([labelled("a", "spot", "od-1")], 0, "1", Placement.SPOT),  # node beats label
+        (
+            [labelled("a", "on-demand", "spot-1")],
+            0,
+            "1",
+            Placement.ON_DEMAND,
+        ),  # on spot despite its label: counts as spot
+        ([labelled("a", "on-demand")], 0, "1", Placement.SPOT),  # pending: by label
+        ([labelled("a", "spot")], 0, "1", Placement.ON_DEMAND),
+        ([labelled("a", None)], 0, "1", Placement.ON_DEMAND),  # pending, unlabelled: not counted
+        ([labelled("a", None, "od-1"), labelled("b", None, "od-2")], 0, "3", Placement.ON_DEMAND),
+        ([labelled("a", None, "od-1"), labelled("b", None, "od-2")], 1, "3", Placement.SPOT),
+        ([labelled("a", None, "od-1"), labelled("b", None, "spot-1")], 0, "2", Placement.ON_DEMAND),
+        ([labelled("a", None, "od-1", phase="Succeeded")], 0, "1", Placement.ON_DEMAND),
+        ([labelled("a", None, "od-1", phase="Failed")], 0, "1", Placement.ON_DEMAND),
+        ([], 0, "0", Placement.SPOT),
+        ([], 0, "100%", Placement.ON_DEMAND),
+        ([labelled(f"p{i}", "on-demand") for i in range(4)], 0, "100%", Placement.SPOT),
+    ],
+)
+def test_deployment_counting(siblings: list[PodView], reserved: int, floor: str, expected: Placement) -> None:
+    wl = workload(**{"spotguard.io/min-on-demand": floor})
+    got = decide(pod("new", labels={"app": "web"}, uid=""), wl, siblings, reserved)
+    assert got.placement is expected
+    assert got.reason
+
+
+def test_terminating_siblings_do_not_count() -> None:
+    raw = labelled("a", None, "od-1")
+    gone = dataclasses.replace(raw, terminating=True)
+    assert decide(pod("new", uid=""), workload(), [gone]).placement is Placement.ON_DEMAND
+
+
+def test_the_pod_itself_is_not_its_own_sibling() -> None:
+    me = labelled("me", None, "od-1")
+    assert decide(dataclasses.replace(me, labels={}), workload(), [me]).placement is (Placement.ON_DEMAND)
+
+
+def test_unknown_capacity_nodes_count_as_mapped_by_the_caller() -> None:
+    wl = workload()
+    sib = labelled("a", None, "mystery")
+    floor = floors.floor_for(wl, CFG)
+    as_unknown = placement.decide(
+        pod=pod("n", uid=""),
+        workload=wl,
+        floor=floor,
+        siblings=[sib],
+        node_capacity={"mystery": Capacity.UNKNOWN},
+    )
+    assert as_unknown.placement is Placement.ON_DEMAND  # unknown: not counted
+    as_configured = placement.decide(
+        pod=pod("n", uid=""),
+        workload=wl,
+        floor=floor,
+        siblings=[sib],
+        node_capacity={"mystery": CFG.node_capacity({})},
+    )
+    assert as_configured.placement is Placement.SPOT
+
+
+@pytest.mark.parametrize(
+    ("replicas", "name", "labels", "expected"),
+    [
+        (5, "db-0", {}, Placement.ON_DEMAND),
+        (5, "db-2", {}, Placement.ON_DEMAND),  # floor 3
+        (5, "db-3", {}, Placement.SPOT),
+        (5, "db-4", {}, Placement.SPOT),
+        (1, "db-0", {}, Placement.ON_DEMAND),
+        (2, "db-1", {}, Placement.ON_DEMAND),  # floor 2 of 2
+        (3, "db-2", {}, Placement.SPOT),
+        (5, "db-x", {"apps.kubernetes.io/pod-index": "4"}, Placement.SPOT),  # label wins
+        (5, "db-4", {"apps.kubernetes.io/pod-index": "1"}, Placement.ON_DEMAND),
+        (5, "db-web-10", {"apps.kubernetes.io/pod-index": "bad"}, Placement.SPOT),
+    ],
+)
+def test_statefulset_by_ordinal(replicas: int, name: str, labels: dict[str, str], expected: Placement) -> None:
+    wl = workload(Kind.STATEFULSET, replicas)
+    # siblings are irrelevant to a StatefulSet: its ordinals decide
+    siblings = [labelled(f"db-{i}", None, "od-1") for i in range(5)]
+    got = decide(pod(name, labels=labels, owner=("StatefulSet", "db")), wl, siblings)
+    assert got.placement is expected
+    assert "ordinal" in got.reason
+
+
+def test_statefulset_without_ordinal_is_left_alone() -> None:
+    got = decide(pod("", owner=("StatefulSet", "db")), workload(Kind.STATEFULSET, 3))
+    assert got.leave_alone
+
+
+@pytest.mark.parametrize("label", ["on-demand", "spot"])
+def test_reinvocation_keeps_the_earlier_decision(label: str) -> None:
+    got = decide(labelled("a", label), workload(**{"spotguard.io/min-on-demand": "0"}), [], 5)
+    assert got.placement is Placement(label)
+    assert "reinvocation" in got.reason
+
+
+def test_opted_out_workload_is_left_alone() -> None:
+    got = decide(pod("a"), workload(**{"spotguard.io/enabled": "false"}))
+    assert got.leave_alone and "opted out" in got.reason
+
+
+def test_placement_of_capacity() -> None:
+    assert Placement.of(Capacity.SPOT) is Placement.SPOT
+    assert Placement.of(Capacity.ON_DEMAND) is Placement.ON_DEMAND
+    assert Placement.of(Capacity.UNKNOWN) is None
+
+
+SCHEME_KEYS = [s.key for s in capacity.DEFAULT_SCHEMES]
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"owner": ("DaemonSet", "agent")}, "owned by a DaemonSet"),
+        ({"owner": ("Job", "batch")}, "owned by a Job"),
+        ({"owner": None}, "bare pod"),
+        ({"annotations": {"kubernetes.io/config.mirror": "abc"}}, "mirror pod"),
+        ({"namespace": "kube-system"}, "excluded"),
+        ({"namespace": "spotguard"}, "excluded"),
+    ],
+)
+def test_skip_reasons(kw: dict[str, Any], reason: str) -> None:
+    got = placement.skip_reason(pod("p", **kw), CFG)
+    assert got is not None and reason in got
+
+
+@pytest.mark.parametrize("key", SCHEME_KEYS)
+def test_pinned_by_node_selector_on_any_scheme(key: str) -> None:
+    got = placement.skip_reason(pod("p", spec={"nodeSelector": {key: "x"}}), CFG)
+    assert got is not None and "pins" in got
+
+
+@pytest.mark.parametrize("key", SCHEME_KEYS)
+@pytest.mark.parametrize("operator", ["In", "NotIn", "Exists", "DoesNotExist"])
+def test_pinned_by_required_affinity_on_any_scheme(key: str, operator: str) -> None:
+    values = ("x",) if operator in ("In", "NotIn") else ()
+    terms = [[expr("topology.kubernetes.io/zone", "In", "a")], [expr(key, operator, *values)]]
+    got = placement.skip_reason(pod("p", spec=required(*terms)), CFG)
+    assert got is not None and "pins" in got
+
+
+def test_preferred_affinity_and_other_keys_do_not_pin() -> None:
+    spec = required([expr("topology.kubernetes.io/zone", "In", "a")]) | {"nodeSelector": {"disk": "ssd"}}
+    spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 1, "preference": {"matchExpressions": [expr(SCHEME_KEYS[1], "In", "spot")]}}
+    ]
+    assert placement.skip_reason(pod("p", spec=spec), CFG) is None
+    assert placement.skip_reason(pod("p", owner=("StatefulSet", "db")), CFG) is None
