@@ -1,0 +1,602 @@
+"""Carry out the interruption plan on the cluster.
+
+``Handler.handle(notices)`` reads the cluster once (nodes, pods, Deployments,
+StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, Namespaces: a
+fixed number of list calls whatever the size of the burst), asks the pure
+:mod:`spotguard.policy.interruption` for one plan for the whole batch, then
+writes it: one taint per doomed node, and per affected Deployment one patch
+(replicas and the ``spotguard.io/surge`` record together), the temporary
+budget where the user has none, the autoscaler's minimum where one scales it,
+and Events. It then scales back the surges that are over. ``reconcile()`` does
+only the last part, on a schedule.
+
+Every write is idempotent or guarded by the object's resourceVersion; a write
+that fails transiently makes the notices it serves ``RETRY`` (what succeeded
+stays, and the next delivery completes the rest, because the plan only asks
+for what the objects do not record yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from spotguard.gateway import kube as kube_mod
+from spotguard.gateway import resources as r
+from spotguard.gateway.errors import AlreadyExists, ApiError, BadRequest, Conflict, Invalid, NotFound
+from spotguard.interruption import finder, metrics, records
+from spotguard.policy import interruption
+from spotguard.policy.config import Config
+from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
+from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.views import NodeView, Owner, PodView
+from spotguard.policy.workloads import Kind, Workload
+
+log = logging.getLogger("spotguard.interruption")
+
+Obj = dict[str, Any]
+CONFLICT_ATTEMPTS = 4
+WORKERS = 16
+# Our budgets with no surge in progress are deleted once this old (a crash between
+# the scale back and the budget's deletion leaves one behind).
+ORPHAN_BUDGET_SECONDS = 60.0
+
+
+class Outcome(enum.StrEnum):
+    DONE = "done"
+    IGNORED = "ignored"
+    RETRY = "retry"
+
+
+@dataclass
+class Snapshot:
+    """One read of the cluster, raw and as the policy sees it."""
+
+    nodes: list[Obj]
+    pods: list[Obj]
+    workloads: dict[str, Obj]  # key -> raw Deployment or StatefulSet
+    budgets: list[Obj]
+    autoscalers: list[Obj]
+    namespaces: dict[str, dict[str, str]]
+    node_views: list[NodeView] = field(default_factory=list)
+    pod_views: list[PodView] = field(default_factory=list)
+    workload_views: list[Workload] = field(default_factory=list)
+    budget_views: list[Budget] = field(default_factory=list)
+    autoscaler_views: list[Autoscaler] = field(default_factory=list)
+    _nodes_by_name: dict[str, Obj] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.node_views = [NodeView.from_json(n) for n in self.nodes]
+        self.pod_views = [_pod_view(p) for p in self.pods]
+        self.workload_views = [Workload.from_json(w) for w in self.workloads.values()]
+        self.budget_views = [Budget.from_json(b) for b in self.budgets]
+        self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
+
+    def node(self, name: str) -> Obj | None:
+        if not self._nodes_by_name:
+            self._nodes_by_name = {str((n.get("metadata") or {}).get("name")): n for n in self.nodes}
+        return self._nodes_by_name.get(name)
+
+
+def _pod_view(raw: Obj) -> PodView:
+    """A PodView with only what the plan reads (20,000 pods: skip requests and tolerations)."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    owner = None
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+            break
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return PodView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid", "")),
+        labels=meta.get("labels") or {},
+        owner=owner,
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass
+class Failures:
+    nodes: set[str] = field(default_factory=set)  # nodes whose notices must be retried
+    count: int = 0
+
+
+class Handler:
+    """The spot-interruption core shared by every transport (see the module docstring)."""
+
+    def __init__(
+        self,
+        kube: kube_mod.Kube,
+        config: Config,
+        ec2: Any = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        workers: int = WORKERS,
+    ) -> None:
+        self.kube = kube
+        self.config = config
+        self.ec2 = ec2
+        self.clock = clock
+        self.workers = workers
+
+    @classmethod
+    def from_environment(cls) -> Handler:
+        """The Kubernetes connection, the configuration and an EC2 client where a region is known."""
+        k = kube_mod.connect()
+        config = _load_config(k)
+        ec2 = None
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            import boto3
+
+            ec2 = boto3.client("ec2", region_name=region)
+        return cls(k, config, ec2)
+
+    # -- the entry points ------------------------------------------------------------------
+
+    def handle(self, notices: Sequence[Notice]) -> list[Outcome]:
+        """One plan for the whole batch; one outcome per notice, in order."""
+        notices = list(notices)
+        if not notices:
+            return []
+        try:
+            snap = self.snapshot()
+        except ApiError as exc:
+            metrics.ERRORS.labels("list").inc()
+            log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
+            return self._count(notices, [Outcome.RETRY] * len(notices))
+
+        resolved, lookup_failed = self._resolve(notices, snap)
+        now = self.clock()
+        plan = self._plan(notices, snap, resolved, now)
+        failures = Failures()
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            list(pool.map(lambda s: self._taint(s, snap, plan, failures), plan.taints))
+            list(pool.map(lambda s: self._surge(s, snap, notices, resolved, failures), plan.surges))
+            new_taints = {t.node for t in plan.taints}
+            for w in plan.warnings:
+                if new_taints & set(w.nodes):
+                    pool.submit(self._warn_quorum, w, snap)
+            surged = {s.workload.key for s in plan.surges}
+            self._finish_all(snap, pool, skip=surged)
+
+        outcomes: list[Outcome] = []
+        for res in plan.notices:
+            if res.verdict is Verdict.FOREIGN:
+                if res.notice.instance_id in lookup_failed:
+                    outcomes.append(Outcome.RETRY)
+                else:
+                    log.info(
+                        "notice for an instance that is not in this cluster: acknowledged",
+                        extra={"event_id": res.notice.event_id, "instance_id": res.notice.instance_id},
+                    )
+                    outcomes.append(Outcome.IGNORED)
+            elif res.verdict is Verdict.IGNORED:
+                log.info(
+                    "notice needs nothing",
+                    extra={"event_id": res.notice.event_id, "node": res.node, "reason": res.reason},
+                )
+                outcomes.append(Outcome.IGNORED)
+            elif res.node in failures.nodes:
+                outcomes.append(Outcome.RETRY)
+            else:
+                outcomes.append(Outcome.DONE)
+        log.info(
+            "plan carried out",
+            extra={
+                "event_ids": _ids(notices),
+                "notices": len(notices),
+                "taints": len(plan.taints),
+                "surges": sum(1 for s in plan.surges if s.added),
+                "warnings": len(plan.warnings),
+                "retry": outcomes.count(Outcome.RETRY),
+                "seconds": round(self.clock() - now, 3),
+            },
+        )
+        return self._count(notices, outcomes)
+
+    def reconcile(self) -> None:
+        """Scale back the surges that are over; delete budgets left behind."""
+        snap = self.snapshot()
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            self._finish_all(snap, pool, skip=set())
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        k = self.kube
+        # Budgets and autoscalers before the workloads: a budget seen here has its
+        # workload's record visible in the later list (see _sweep_budgets).
+        budgets = k.list(r.PODDISRUPTIONBUDGETS)
+        autoscalers = k.list(r.HPAS)
+        namespaces = {
+            str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
+            for ns in k.list(r.NAMESPACES)
+        }
+        workloads: dict[str, Obj] = {}
+        for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET)):
+            for w in k.list(res):
+                w.setdefault("kind", str(kind))
+                meta = w.get("metadata") or {}
+                workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
+        nodes = k.list(r.NODES)
+        pods = k.list(r.PODS)
+        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces)
+
+    def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
+        """instance id -> node for the instances no providerID names (asks EC2 once)."""
+        by_provider = interruption.match_nodes(notices, snap.node_views)
+        unmatched = sorted({n.instance_id for n in notices if n.instance_id not in by_provider})
+        if not unmatched or self.ec2 is None:
+            return {}, set()
+        try:
+            names = finder.private_dns_names(self.ec2, unmatched)
+        except finder.LookupFailed as exc:
+            metrics.ERRORS.labels("ec2").inc()
+            log.warning("could not ask EC2 for the instances' DNS names", extra={"error": str(exc)})
+            return {}, set(unmatched)
+        return finder.by_dns(names, snap.node_views), set()
+
+    def _plan(self, notices: Sequence[Notice], snap: Snapshot, resolved: dict[str, str], now: float) -> Plan:
+        return interruption.plan(
+            notices,
+            nodes=snap.node_views,
+            pods=snap.pod_views,
+            workloads=snap.workload_views,
+            config=self.config,
+            now=now,
+            budgets=snap.budget_views,
+            autoscalers=snap.autoscaler_views,
+            resolved=resolved,
+            namespace_annotations=snap.namespaces,
+        )
+
+    # -- writing: taints -----------------------------------------------------------------
+
+    def _taint(self, step: TaintStep, snap: Snapshot, plan: Plan, failures: Failures) -> None:
+        node = snap.node(step.node)
+        events = plan.node_events.get(step.node, ())
+        try:
+            for _ in range(CONFLICT_ATTEMPTS):
+                if node is None:
+                    return
+                try:
+                    self.kube.patch(r.NODES, step.node, records.taint_patch(node, step))
+                    break
+                except Conflict:
+                    node = self.kube.find(r.NODES, step.node)
+                    if node is not None and interruption.has_interruption_taint(NodeView.from_json(node)):
+                        return
+            else:
+                raise Conflict(409, "Conflict", f"node {step.node} kept changing")
+        except NotFound:
+            return
+        except ApiError as exc:
+            self._failed("taint", exc=exc, failures=failures, nodes=[step.node], event_ids=events)
+            return
+        metrics.TAINTS.inc()
+        reason = next((x.reason for x in plan.notices if x.node == step.node), "")
+        log.info("node tainted", extra={"event_id": step.event_id, "event_ids": list(events), "node": step.node})
+        self.kube.create_event(
+            node,
+            "SpotInterruption" if step.kind is not NoticeKind.REBALANCE else "RebalanceRecommendation",
+            records.taint_message(step, reason),
+            "Warning",
+            best_effort=True,
+        )
+
+    # -- writing: surges -----------------------------------------------------------------
+
+    def _surge(
+        self,
+        step: SurgeStep,
+        snap: Snapshot,
+        notices: Sequence[Notice],
+        resolved: dict[str, str],
+        failures: Failures,
+    ) -> None:
+        wl = step.workload
+        raw = snap.workloads.get(wl.key)
+        batch_nodes = sorted(
+            set(step.record.nodes) & set(interruption.match_nodes(notices, snap.node_views, resolved).values())
+        )
+        try:
+            if raw is None:
+                return
+            if step.added > 0:
+                step, raw = self._write_surge(step, raw, snap, notices, resolved)
+            if step.autoscaler is not None:
+                a = step.autoscaler
+                self.kube.patch(
+                    r.HPAS,
+                    a.name,
+                    {"spec": {"minReplicas": a.min_replicas, "maxReplicas": a.max_replicas}},
+                    wl.namespace,
+                )
+                log.info(
+                    "autoscaler minimum raised for the surge",
+                    extra={
+                        "workload": wl.key,
+                        "hpa": a.name,
+                        "min_replicas": a.min_replicas,
+                        "event_ids": list(step.record.events),
+                    },
+                )
+            if step.budget is not None:
+                try:
+                    self.kube.create(
+                        r.PODDISRUPTIONBUDGETS, records.budget_object(raw, step.budget, step.record), wl.namespace
+                    )
+                    log.info(
+                        "temporary budget created",
+                        extra={
+                            "workload": wl.key,
+                            "budget": step.budget.name,
+                            "min_available": step.budget.min_available,
+                        },
+                    )
+                except AlreadyExists:
+                    pass
+        except NotFound:
+            return  # the workload (or its autoscaler) is gone: nothing to protect
+        except ApiError as exc:
+            self._failed(
+                "surge", exc=exc, failures=failures, nodes=batch_nodes, event_ids=step.record.events, workload=wl.key
+            )
+
+    def _write_surge(
+        self, step: SurgeStep, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
+    ) -> tuple[SurgeStep, Obj]:
+        wl = step.workload
+        for _ in range(CONFLICT_ATTEMPTS):
+            try:
+                self.kube.patch(
+                    r.DEPLOYMENTS, wl.name, records.surge_patch(raw, step.record, step.replicas), wl.namespace
+                )
+                break
+            except Conflict:
+                # Someone else wrote the workload (its controller's status, the user, another
+                # instance of this function): re-read it and plan this workload again.
+                raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
+                raw.setdefault("kind", "Deployment")
+                again = self._replan_one(raw, snap, notices, resolved)
+                if again is None or again.added == 0:
+                    return (again or step), raw
+                step = again
+        else:
+            raise Conflict(409, "Conflict", f"{wl.key} kept changing")
+        now = self.clock()
+        metrics.SURGES.labels("workloads").inc()
+        metrics.SURGES.labels("replicas").inc(step.added)
+        ours = [n for n in notices if n.event_id in step.new_events]
+        for n in ours:
+            metrics.NOTICE_TO_SURGE.observe(max(0.0, now - _epoch(n.time)))
+        log.info(
+            "surge written",
+            extra={
+                "workload": wl.key,
+                "event_ids": list(step.new_events),
+                "from_replicas": wl.replicas,
+                "to_replicas": step.replicas,
+                "nodes": list(step.new_nodes),
+            },
+        )
+        self.kube.create_event(raw, "SpotInterruptionSurge", records.surge_message(step), "Normal", best_effort=True)
+        return step, raw
+
+    def _replan_one(
+        self, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
+    ) -> SurgeStep | None:
+        wl = Workload.from_json(raw)
+        plan = interruption.plan(
+            notices,
+            nodes=snap.node_views,
+            pods=snap.pod_views,
+            workloads=[wl],
+            config=self.config,
+            now=self.clock(),
+            budgets=snap.budget_views,
+            autoscalers=snap.autoscaler_views,
+            resolved=resolved,
+            namespace_annotations=snap.namespaces,
+        )
+        return next((s for s in plan.surges if s.workload.key == wl.key), None)
+
+    def _warn_quorum(self, warning: interruption.QuorumWarning, snap: Snapshot) -> None:
+        raw = snap.workloads.get(warning.workload.key)
+        log.warning("quorum at risk", extra={"workload": warning.workload.key, "nodes": list(warning.nodes)})
+        if raw is not None:
+            self.kube.create_event(raw, "QuorumAtRisk", warning.message, "Warning", best_effort=True)
+
+    # -- scaling back --------------------------------------------------------------------
+
+    def _finish_all(self, snap: Snapshot, pool: ThreadPoolExecutor, skip: set[str]) -> None:
+        done, waiting = interruption.finish(
+            workloads=[w for w in snap.workload_views if w.key not in skip],
+            pods=snap.pod_views,
+            nodes=snap.node_views,
+            now=self.clock(),
+            autoscalers=snap.autoscaler_views,
+        )
+        for w in waiting:
+            log.debug("surge in progress", extra={"workload": w.workload.key, "reason": w.reason})
+        list(pool.map(lambda f: self._finish(f, snap), done))
+        self._sweep_budgets(snap, pool)
+
+    def _finish(self, fin: Finish, snap: Snapshot) -> None:
+        wl = fin.workload
+        raw = snap.workloads.get(wl.key)
+        try:
+            if raw is None:
+                return
+            if fin.hpa_min is not None or fin.hpa_max is not None:
+                spec: Obj = {}
+                if fin.hpa_min is not None:
+                    spec["minReplicas"] = fin.hpa_min
+                if fin.hpa_max is not None:
+                    spec["maxReplicas"] = fin.hpa_max
+                self.kube.patch(r.HPAS, fin.record.hpa, {"spec": spec}, wl.namespace)
+            for _ in range(CONFLICT_ATTEMPTS):
+                keep = None if fin.remove else interruption.finished_record(fin.record)
+                try:
+                    self.kube.patch(
+                        r.DEPLOYMENTS,
+                        wl.name,
+                        records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
+                        wl.namespace,
+                    )
+                    break
+                except Conflict:
+                    raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
+                    raw.setdefault("kind", "Deployment")
+                    again, _ = interruption.finish(
+                        workloads=[Workload.from_json(raw)],
+                        pods=snap.pod_views,
+                        nodes=snap.node_views,
+                        now=self.clock(),
+                    )
+                    if not again:
+                        return
+                    fin = Finish(
+                        again[0].workload,
+                        again[0].record,
+                        again[0].replicas,
+                        None,
+                        None,
+                        again[0].budget,
+                        again[0].reason,
+                        again[0].remove,
+                        again[0].scale,
+                    )
+            else:
+                return  # the next reconcile tries again
+            if fin.budget:
+                with contextlib.suppress(NotFound):
+                    self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
+        except NotFound:
+            return
+        except ApiError as exc:
+            metrics.ERRORS.labels("finish").inc()
+            log.warning("could not scale back yet", extra={"workload": wl.key, "error": str(exc)})
+            return
+        if fin.scale:
+            metrics.SCALE_BACKS.inc()
+            log.info(
+                "surge over: scaled back",
+                extra={
+                    "workload": wl.key,
+                    "event_ids": list(fin.record.events),
+                    "replicas": fin.replicas,
+                    "reason": fin.reason,
+                },
+            )
+            self.kube.create_event(
+                raw,
+                "SpotInterruptionScaledBack",
+                f"scaled back to {fin.replicas} replicas (surge of {fin.record.surge} over: {fin.reason})",
+                "Normal",
+                best_effort=True,
+            )
+
+    def _sweep_budgets(self, snap: Snapshot, pool: ThreadPoolExecutor) -> None:
+        """Delete our budgets whose workload has no surge in progress (left by a crash)."""
+        active = set()
+        for w in snap.workload_views:
+            rec = interruption.SurgeRecord.of(w)
+            if rec is not None and not rec.done and rec.budget:
+                active.add((w.namespace, rec.budget))
+        now = self.clock()
+        for raw, b in zip(snap.budgets, snap.budget_views, strict=True):
+            if not b.ours or (b.namespace, b.name) in active:
+                continue
+            created = _parse_time((raw.get("metadata") or {}).get("creationTimestamp"))
+            if created is not None and now - created < ORPHAN_BUDGET_SECONDS:
+                continue
+            pool.submit(self._delete_budget, b)
+
+    def _delete_budget(self, b: Budget) -> None:
+        try:
+            self.kube.delete(r.PODDISRUPTIONBUDGETS, b.name, b.namespace)
+            log.info("left-over temporary budget deleted", extra={"budget": f"{b.namespace}/{b.name}"})
+        except ApiError:
+            pass
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _failed(
+        self,
+        step: str,
+        *,
+        exc: ApiError,
+        failures: Failures,
+        nodes: Iterable[str],
+        event_ids: Iterable[str],
+        workload: str = "",
+    ) -> None:
+        metrics.ERRORS.labels(step).inc()
+        permanent = isinstance(exc, Invalid | BadRequest)
+        log.warning(
+            "write failed" + ("" if permanent else ": the notices will be retried"),
+            extra={
+                "step": step,
+                "workload": workload,
+                "nodes": list(nodes),
+                "event_ids": list(event_ids),
+                "error": str(exc),
+            },
+        )
+        if not permanent:
+            failures.nodes.update(nodes)
+        failures.count += 1
+
+    def _count(self, notices: Sequence[Notice], outcomes: list[Outcome]) -> list[Outcome]:
+        for n, o in zip(notices, outcomes, strict=True):
+            metrics.NOTICES.labels(str(n.kind), str(o)).inc()
+        return outcomes
+
+
+def _ids(notices: Iterable[Notice]) -> list[str]:
+    out: list[str] = []
+    for n in notices:
+        if n.event_id not in out:
+            out.append(n.event_id)
+    return out[:50]
+
+
+def _epoch(t: datetime) -> float:
+    return t.timestamp()
+
+
+def _parse_time(text: Any) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _load_config(k: kube_mod.Kube) -> Config:
+    """spotguard's settings: the environment, then the spotguard-config ConfigMap."""
+    from spotguard.gateway import settings
+
+    cfg, _problems = settings.load(k)  # settings logs its problems once
+    return cfg
+
+
+__all__ = ["Handler", "Outcome", "Snapshot"]
