@@ -1,0 +1,57 @@
+"""The admission webhook as an AWS Lambda behind a Function URL (payload format 2.0).
+
+Handler: ``lambda_function.lambda_handler``. The Function URL event carries the
+HTTP request (``requestContext.http.method``, ``rawPath``, ``body``,
+``isBase64Encoded``); the answer is ``{"statusCode", "headers", "body"}`` with
+the AdmissionReview response. The context (API connection, caches) lives in
+the module, so a warm execution environment reuses it. The cluster is reached
+with an EKS token when ``SPOTGUARD_EKS_CLUSTER`` is set.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from typing import Any
+
+from spotguard.admission import core, errors, transport
+
+_state: dict[str, core.Context] = {}
+_lock = threading.Lock()
+
+
+def _context() -> core.Context:
+    with _lock:
+        if "ctx" not in _state:
+            from spotguard import logs
+
+            logs.configure()
+            _state["ctx"] = core.context_from_env()
+        return _state["ctx"]
+
+
+def _body(event: dict[str, Any]) -> bytes:
+    raw = event.get("body") or ""
+    if not isinstance(raw, str):
+        raise errors.NotJSON("the event body must be a string")
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.NotJSON("the body is not valid base64") from None
+    return raw.encode("utf-8", "surrogatepass")
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    http = ((event or {}).get("requestContext") or {}).get("http") or {}
+    method = str(http.get("method") or "POST")
+    path = str(event.get("rawPath") or http.get("path") or "/")
+    try:
+        body = _body(event)
+    except errors.WebhookError as exc:
+        status, headers, payload = transport.error_answer(exc)
+    else:
+        status, headers, payload = transport.handle(method, path, body, _context())
+    text = payload.decode("utf-8", "replace")
+    return {"statusCode": status, "headers": headers, "body": text, "isBase64Encoded": False}

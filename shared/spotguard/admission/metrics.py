@@ -1,0 +1,55 @@
+"""Prometheus metrics of the admission function (process-wide, registered once).
+
+* ``spotguard_admission_requests_total{outcome, placement}``: answered reviews;
+  ``outcome`` is ``patched``, ``unchanged`` (already placed), ``skipped`` (not
+  ours), ``failed_open`` (internal error: allowed without a patch) or
+  ``malformed`` (a 4xx answer); ``placement`` is ``on-demand``, ``spot`` or ``none``.
+* ``spotguard_admission_errors_total{kind}``: internal errors by exception class.
+* ``spotguard_admission_duration_seconds``: time to answer one review.
+* ``spotguard_admission_api_calls_total{verb, resource}``: Kubernetes API calls the
+  admission code asked for (the gateway's ``spotguard_kube_requests_total`` also
+  counts every HTTP attempt, retries included).
+* ``spotguard_admission_reservation_conflicts_total``: Lease updates lost to another
+  instance (each is re-read and recomputed).
+
+With several gunicorn workers each worker has its own registry; scrape with one
+worker, or point ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory.
+"""
+
+from __future__ import annotations
+
+import prometheus_client
+
+REQUESTS = prometheus_client.Counter(
+    "spotguard_admission_requests",
+    "AdmissionReview requests answered, by outcome and placement",
+    ["outcome", "placement"],
+)
+ERRORS = prometheus_client.Counter(
+    "spotguard_admission_errors",
+    "Internal errors while admitting a pod (the pod was allowed without a patch)",
+    ["kind"],
+)
+DURATION = prometheus_client.Histogram(
+    "spotguard_admission_duration_seconds",
+    "Time to answer one AdmissionReview",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+API_CALLS = prometheus_client.Counter(
+    "spotguard_admission_api_calls",
+    "Kubernetes API calls made while admitting pods",
+    ["verb", "resource"],
+)
+CONFLICTS = prometheus_client.Counter(
+    "spotguard_admission_reservation_conflicts",
+    "Reservation Lease writes that lost to another instance and were recomputed",
+)
+
+
+def api_call(verb: str, resource: str) -> None:
+    API_CALLS.labels(verb, resource).inc()
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return prometheus_client.generate_latest(), prometheus_client.CONTENT_TYPE_LATEST

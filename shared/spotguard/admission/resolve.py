@@ -1,0 +1,206 @@
+"""From a pod to its workload: Pod -> ReplicaSet -> Deployment, or Pod -> StatefulSet.
+
+Lookups go through the gateway and an in-process TTL cache, so a long-lived
+process (the local server, a Knative instance, a warm Lambda) does not ask
+the API for the same ReplicaSet once per pod:
+
+* a ReplicaSet is cached for ``owner_ttl`` (its owner and selector never change);
+* a Deployment or StatefulSet for ``workload_ttl`` (its replicas and
+  annotations do change; a short TTL bounds how stale a floor can be);
+* a namespace's annotations for ``namespace_ttl`` (the opt-out switch);
+* the node -> capacity map for ``node_ttl``, refreshed early (at most every
+  ``node_refresh`` seconds) when a pod sits on a node the map does not know.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spotguard.admission import metrics
+from spotguard.gateway import kube as kube_mod
+from spotguard.gateway import resources as r
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.config import Config
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import Workload
+
+Obj = dict[str, Any]
+_MISSING = object()
+
+
+class TTLCache:
+    """A small thread-safe map whose entries expire."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, max_entries: int = 10_000) -> None:
+        self._clock = clock
+        self._max = max_entries
+        self._data: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is None:
+                return _MISSING
+            expires, value = hit
+            if expires < self._clock():
+                del self._data[key]
+                return _MISSING
+            return value
+
+    def put(self, key: Any, value: Any, ttl: float) -> None:
+        with self._lock:
+            if len(self._data) >= self._max:
+                now = self._clock()
+                for k in [k for k, (exp, _) in self._data.items() if exp < now]:
+                    del self._data[k]
+                if len(self._data) >= self._max:
+                    self._data.clear()
+            self._data[key] = (self._clock() + ttl, value)
+
+    def pop(self, key: Any) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A pod's workload, the API object behind it (for Events), and its ReplicaSet if any."""
+
+    workload: Workload
+    obj: Obj
+    replicaset: Obj | None = None
+
+    @property
+    def replicaset_uid(self) -> str:
+        return str(((self.replicaset or {}).get("metadata") or {}).get("uid") or "")
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    reason: str
+
+
+class Resolver:
+    def __init__(
+        self,
+        kube: kube_mod.Kube,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        owner_ttl: float = 300.0,
+        workload_ttl: float = 2.0,
+        namespace_ttl: float = 30.0,
+        node_ttl: float = 60.0,
+        node_refresh: float = 5.0,
+    ) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.owner_ttl = owner_ttl
+        self.workload_ttl = workload_ttl
+        self.namespace_ttl = namespace_ttl
+        self.node_ttl = node_ttl
+        self.node_refresh = node_refresh
+        self.cache = TTLCache(clock)
+        self._nodes_lock = threading.Lock()
+        self._nodes: dict[str, Capacity] = {}
+        self._nodes_at = -1e18
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def _get(self, res: r.Resource, name: str, namespace: str | None, ttl: float) -> Obj | None:
+        key = (res.plural, namespace, name)
+        hit = self.cache.get(key)
+        if hit is not _MISSING:
+            return hit  # type: ignore[no-any-return]
+        metrics.api_call("get", res.name)
+        obj = self.kube.find(res, name, namespace)
+        self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
+        return obj
+
+    def forget(self, res: r.Resource, name: str, namespace: str | None) -> None:
+        self.cache.pop((res.plural, namespace, name))
+
+    def namespace_annotations(self, namespace: str) -> Mapping[str, str]:
+        ns = self._get(r.NAMESPACES, namespace, None, self.namespace_ttl)
+        return dict(((ns or {}).get("metadata") or {}).get("annotations") or {})
+
+    def resolve(self, pod: PodView) -> Resolved | Unresolved:
+        owner = pod.owner
+        if owner is None:
+            return Unresolved("bare pod (no controller)")
+        if owner.kind == "StatefulSet":
+            sts = self._get(r.STATEFULSETS, owner.name, pod.namespace, self.workload_ttl)
+            if sts is None or not _uid_matches(sts, owner.uid):
+                return Unresolved(f"StatefulSet {pod.namespace}/{owner.name} not found")
+            return Resolved(Workload.from_json(_typed(sts, "StatefulSet")), sts)
+        if owner.kind != "ReplicaSet":
+            return Unresolved(f"owned by a {owner.kind}")
+        rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
+        if rs is not None and not _uid_matches(rs, owner.uid):
+            # A ReplicaSet deleted and re-created under the same name: read it again.
+            self.forget(r.REPLICASETS, owner.name, pod.namespace)
+            rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
+        if rs is None or not _uid_matches(rs, owner.uid):
+            return Unresolved(f"ReplicaSet {pod.namespace}/{owner.name} not found")
+        dep_ref = _controller(rs)
+        if dep_ref is None or dep_ref.get("kind") != "Deployment":
+            return Unresolved("ReplicaSet without a Deployment")
+        dep = self._get(r.DEPLOYMENTS, str(dep_ref.get("name")), pod.namespace, self.workload_ttl)
+        if dep is None or not _uid_matches(dep, str(dep_ref.get("uid") or "")):
+            return Unresolved(f"Deployment {pod.namespace}/{dep_ref.get('name')} not found")
+        return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, rs)
+
+    def refresh_workload(self, resolved: Resolved) -> Resolved:
+        """Read the Deployment again (its replicas may be newer than the cache)."""
+        w = resolved.workload
+        res = r.DEPLOYMENTS if w.kind.value == "Deployment" else r.STATEFULSETS
+        self.forget(res, w.name, w.namespace)
+        obj = self._get(res, w.name, w.namespace, self.workload_ttl)
+        if obj is None:
+            return resolved
+        return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset)
+
+    # -- nodes -----------------------------------------------------------------------
+
+    def node_capacity(self, config: Config, wanted: Iterable[str] = ()) -> dict[str, Capacity]:
+        """Capacity of every node, from a cached node list (refreshed when a node is new)."""
+        wanted = [n for n in wanted if n]
+        with self._nodes_lock:
+            age = self.clock() - self._nodes_at
+            unknown = any(n not in self._nodes for n in wanted)
+            if age > self.node_ttl or (unknown and age > self.node_refresh):
+                metrics.api_call("list", r.NODES.name)
+                nodes = self.kube.list(r.NODES)
+                self._nodes = {
+                    str((n.get("metadata") or {}).get("name")): config.node_capacity(
+                        (n.get("metadata") or {}).get("labels") or {}
+                    )
+                    for n in nodes
+                }
+                self._nodes_at = self.clock()
+            return dict(self._nodes)
+
+
+def _uid_matches(obj: Mapping[str, Any], uid: str) -> bool:
+    return not uid or str((obj.get("metadata") or {}).get("uid") or "") == uid
+
+
+def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return None
+
+
+def _typed(obj: Obj, kind: str) -> Obj:
+    if obj.get("kind") == kind:
+        return obj
+    return {**obj, "kind": kind, "apiVersion": "apps/v1"}
