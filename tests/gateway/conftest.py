@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from spotguard.gateway import kube
+
 from tests.gateway.fakeapi import FAST, FakeApi, api_client
 
 

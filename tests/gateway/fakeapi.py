@@ -20,8 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from kubernetes import client
-
-from spotguard.gateway import kube, retry
+from spotguard.gateway import retry
 
 
 @dataclass

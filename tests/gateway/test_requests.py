@@ -8,8 +8,9 @@ with ``limit`` and ``continue``; patches carry their content type.
 from __future__ import annotations
 
 import pytest
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
 
-from spotguard.gateway import kube, resources as r
 from tests.gateway.fakeapi import Answer, FakeApi, Request, api_client, status
 
 
