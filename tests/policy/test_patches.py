@@ -1,0 +1,235 @@
+"""The admission patch: exact JSONPatch for typical pods, escaping, merging, idempotence."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import jsonpatch
+import pytest
+from spotguard.policy import capacity, config, patches
+from spotguard.policy.placement import Placement
+from spotguard.policy.tolerations import Toleration
+
+from tests.policy.builders import expr, pod_json, required
+
+CFG = config.Config()
+REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+PREF = "preferredDuringSchedulingIgnoredDuringExecution"
+OD = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+SPOT = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["spot"]}
+ZONE = "topology.kubernetes.io/zone"
+
+
+def apply(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return jsonpatch.apply_patch(pod, ops)  # type: ignore[no-any-return]
+
+
+def build_and_check(
+    pod: dict[str, Any], placement: Placement, cfg: config.Config = CFG
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Build the patch, apply it, and check that patching again is a no-op."""
+    before = copy.deepcopy(pod)
+    ops = patches.build(pod, placement, cfg)
+    assert pod == before, "build must not modify its input"
+    patched = apply(pod, ops)
+    assert patches.build(patched, placement, cfg) == []
+    return ops, patched
+
+
+def test_escape_and_pointer() -> None:
+    assert patches.escape("spotguard.io/placement") == "spotguard.io~1placement"
+    assert patches.escape("a~b/c") == "a~0b~1c"
+    assert patches.pointer("metadata", "labels", "spotguard.io/placement") == (
+        "/metadata/labels/spotguard.io~1placement"
+    )
+    assert patches.pointer("spec", "x", 0, "-") == "/spec/x/0/-"
+
+
+def test_on_demand_plain_pod_exact() -> None:
+    ops, patched = build_and_check(pod_json(labels={"app": "web"}), Placement.ON_DEMAND)
+    assert ops == [
+        {
+            "op": "add",
+            "path": "/spec/affinity",
+            "value": {"nodeAffinity": {REQ: {"nodeSelectorTerms": [{"matchExpressions": [OD]}]}}},
+        },
+        {"op": "add", "path": "/metadata/labels/spotguard.io~1placement", "value": "on-demand"},
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {"controller.kubernetes.io/pod-deletion-cost": "1000"},
+        },
+    ]
+    assert patched["metadata"]["labels"] == {"app": "web", "spotguard.io/placement": "on-demand"}
+
+
+def test_spot_plain_pod_exact() -> None:
+    labels = {"app": "web", "pod-template-hash": "7d9f", "team.example.com/owner": "a~b"}
+    ops, _ = build_and_check(pod_json(labels=labels), Placement.SPOT)
+    selector = {"matchLabels": {"app": "web", "team.example.com/owner": "a~b"}}
+    assert ops == [
+        {
+            "op": "add",
+            "path": "/spec/affinity",
+            "value": {"nodeAffinity": {PREF: [{"weight": 100, "preference": {"matchExpressions": [SPOT]}}]}},
+        },
+        {
+            "op": "add",
+            "path": "/spec/topologySpreadConstraints",
+            "value": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": selector,
+                },
+                {
+                    "maxSkew": 1,
+                    "topologyKey": ZONE,
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": selector,
+                },
+            ],
+        },
+        {"op": "add", "path": "/metadata/labels/spotguard.io~1placement", "value": "spot"},
+    ]
+
+
+def test_user_terms_each_get_the_on_demand_expression() -> None:
+    user_a = [expr(ZONE, "In", "a", "b")]
+    fields = [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]
+    spec = required(user_a)
+    spec["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"].append({"matchFields": fields})
+    spec["affinity"]["nodeAffinity"][PREF] = [
+        {"weight": 5, "preference": {"matchExpressions": [expr("disk", "In", "ssd")]}}
+    ]
+    spec["affinity"]["podAntiAffinity"] = {
+        PREF: [
+            {
+                "weight": 1,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                },
+            }
+        ]
+    }
+    pod = pod_json(spec=spec, annotations={"controller.kubernetes.io/pod-deletion-cost": "7"})
+    ops, patched = build_and_check(pod, Placement.ON_DEMAND)
+    base = "/spec/affinity/nodeAffinity/" + REQ + "/nodeSelectorTerms"
+    assert ops == [
+        {"op": "add", "path": base + "/0/matchExpressions/-", "value": OD},
+        {"op": "add", "path": base + "/1/matchExpressions", "value": [OD]},
+        {"op": "add", "path": "/metadata/labels/spotguard.io~1placement", "value": "on-demand"},
+    ]  # the user's own deletion cost is kept
+    affinity = patched["spec"]["affinity"]
+    assert affinity["nodeAffinity"][REQ]["nodeSelectorTerms"] == [
+        {"matchExpressions": [*user_a, OD]},
+        {"matchFields": fields, "matchExpressions": [OD]},
+    ]
+    assert affinity["nodeAffinity"][PREF] == spec["affinity"]["nodeAffinity"][PREF]
+    assert affinity["podAntiAffinity"] == spec["affinity"]["podAntiAffinity"]
+
+
+def test_empty_term_list_is_replaced() -> None:
+    spec = {"affinity": {"nodeAffinity": {REQ: {"nodeSelectorTerms": []}}}}
+    ops, _ = build_and_check(pod_json(spec=spec), Placement.ON_DEMAND)
+    assert ops[0] == {
+        "op": "replace",
+        "path": "/spec/affinity/nodeAffinity/" + REQ + "/nodeSelectorTerms",
+        "value": [{"matchExpressions": [OD]}],
+    }
+
+
+def test_spot_keeps_user_preferences_tolerations_and_spread() -> None:
+    user_pref = {"weight": 10, "preference": {"matchExpressions": [expr(ZONE, "In", "a")]}}
+    user_tol = {"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}
+    user_spread = {
+        "maxSkew": 2,
+        "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    spec = {
+        "affinity": {"nodeAffinity": {PREF: [user_pref]}},
+        "tolerations": [user_tol],
+        "topologySpreadConstraints": [user_spread],
+    }
+    cfg = dataclasses.replace(CFG, spot_tolerations=(Toleration("capacity", "Equal", "spot", "NoSchedule"),))
+    ops, patched = build_and_check(pod_json(spec=spec), Placement.SPOT, cfg)
+    assert ops[:3] == [
+        {
+            "op": "add",
+            "path": "/spec/affinity/nodeAffinity/" + PREF + "/-",
+            "value": {"weight": 100, "preference": {"matchExpressions": [SPOT]}},
+        },
+        {
+            "op": "add",
+            "path": "/spec/tolerations/-",
+            "value": {"key": "capacity", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+        },
+        {
+            "op": "add",
+            "path": "/spec/topologySpreadConstraints/-",
+            "value": {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+            },
+        },
+    ]
+    assert patched["spec"]["affinity"]["nodeAffinity"][PREF][0] == user_pref
+    assert patched["spec"]["tolerations"][0] == user_tol
+    assert patched["spec"]["topologySpreadConstraints"][0] == user_spread  # zone: the user's
+
+
+def test_configured_toleration_already_present_is_not_repeated() -> None:
+    tol = Toleration("capacity", "Exists", effect="NoSchedule")
+    cfg = dataclasses.replace(CFG, spot_tolerations=(tol,))
+    spec = {"tolerations": [{"key": "capacity", "operator": "Exists", "effect": "NoSchedule"}]}
+    ops, _ = build_and_check(pod_json(spec=spec), Placement.SPOT, cfg)
+    assert not [op for op in ops if "tolerations" in op["path"]]
+
+
+def test_pod_without_labels_or_annotations() -> None:
+    raw = pod_json()
+    del raw["metadata"]["labels"]
+    ops, patched = build_and_check(raw, Placement.SPOT)
+    assert {"op": "add", "path": "/metadata/labels", "value": {"spotguard.io/placement": "spot"}} in ops
+    assert "topologySpreadConstraints" not in patched["spec"]  # nothing to select siblings by
+    ops, patched = build_and_check(raw, Placement.ON_DEMAND)
+    assert patched["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+
+
+def test_changed_placement_label_is_replaced() -> None:
+    raw = pod_json(labels={"app": "web", "spotguard.io/placement": "spot"})
+    ops, _ = build_and_check(raw, Placement.ON_DEMAND)
+    assert {"op": "replace", "path": "/metadata/labels/spotguard.io~1placement", "value": "on-demand"} in ops
+
+
+def test_no_deletion_cost_when_configured_off() -> None:
+    cfg = dataclasses.replace(CFG, on_demand_deletion_cost=0)
+    ops, _ = build_and_check(pod_json(), Placement.ON_DEMAND, cfg)
+    assert not [op for op in ops if "annotations" in op["path"]]
+
+
+def test_spot_only_scheme_uses_does_not_exist_for_on_demand() -> None:
+    gke = capacity.scheme("cloud.google.com/gke-spot", ["true"])
+    cfg = dataclasses.replace(CFG, label_schemes=(gke,), affinity_label=gke.key)
+    ops, _ = build_and_check(pod_json(), Placement.ON_DEMAND, cfg)
+    terms = ops[0]["value"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}]
+    ops, _ = build_and_check(pod_json(), Placement.SPOT, cfg)
+    assert ops[0]["value"]["nodeAffinity"][PREF][0]["preference"]["matchExpressions"] == [
+        {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]}
+    ]
+
+
+@pytest.mark.parametrize("placement", list(Placement))
+def test_spread_keys_configurable(placement: Placement) -> None:
+    cfg = dataclasses.replace(CFG, spread_topology_keys=())
+    _, patched = build_and_check(pod_json(), placement, cfg)
+    assert "topologySpreadConstraints" not in patched["spec"]
