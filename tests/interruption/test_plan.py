@@ -1,0 +1,322 @@
+"""The pure interruption plan: taints, surges, budgets, autoscalers, quorum, scale back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from spotguard.policy import config, floors, interruption
+from spotguard.policy.interruption import Autoscaler, Budget, SurgeRecord, Verdict
+from spotguard.policy.notices import NoticeKind
+from spotguard.policy.tolerations import Taint
+from spotguard.policy.workloads import INTERRUPTION_TAINT
+
+from tests.interruption.cluster_builders import deployment, node, notice, pod, statefulset, with_surge
+
+CFG = config.Config()
+NOW = 1_000_000.0
+
+
+def cluster() -> tuple[list, list, list]:
+    nodes = [node("s1"), node("s2"), node("s3"), node("od1", "on-demand")]
+    web = deployment("web", 4)
+    api = deployment("api", 2)
+    db = statefulset("db", 3)
+    pods = [
+        pod(web, 0, "s1"),
+        pod(web, 1, "s1"),
+        pod(web, 2, "s2"),
+        pod(web, 3, "od1"),
+        pod(api, 0, "s3"),
+        pod(api, 1, "od1"),
+        pod(db, 0, "od1"),
+        pod(db, 1, "s1"),
+        pod(db, 2, "s2"),
+    ]
+    return nodes, pods, [web, api, db]
+
+
+def make_plan(notices, nodes=None, pods=None, workloads=None, **kw):
+    n, p, w = cluster()
+    return interruption.plan(
+        notices,
+        nodes=n if nodes is None else nodes,
+        pods=p if pods is None else pods,
+        workloads=w if workloads is None else workloads,
+        config=kw.pop("config", CFG),
+        now=NOW,
+        **kw,
+    )
+
+
+def by_name(plan):
+    return {s.workload.name: s for s in plan.surges}
+
+
+def test_one_notice_taints_the_node_and_surges_its_deployments() -> None:
+    plan = make_plan([notice("i-s1", "ev-1")])
+    assert [(t.node, t.event_id) for t in plan.taints] == [("s1", "ev-1")]
+    assert plan.taints[0].taint_json() == {"key": INTERRUPTION_TAINT, "value": "ev-1", "effect": "NoSchedule"}
+    surges = by_name(plan)
+    assert set(surges) == {"web"}
+    web = surges["web"]
+    assert (web.added, web.replicas, web.record.replicas, web.record.surge) == (2, 6, 4, 2)
+    assert web.record.nodes == ("s1",) and web.record.events == ("ev-1",)
+    assert web.record.started == NOW
+    assert web.budget == interruption.BudgetStep("spotguard-surge-web", 4)
+    assert plan.notices[0].verdict is Verdict.DOOMED
+
+
+def test_a_burst_is_one_entry_per_node_and_per_workload() -> None:
+    notices = [notice("i-s1", "ev-1"), notice("i-s2", "ev-2"), notice("i-s1", "ev-1"), notice("i-s3", "ev-3")]
+    notices += [notice("i-s2", "ev-2")] * 5
+    plan = make_plan(notices)
+    assert sorted(t.node for t in plan.taints) == ["s1", "s2", "s3"]
+    surges = by_name(plan)
+    assert set(surges) == {"web", "api"}
+    assert surges["web"].added == 3 and surges["web"].replicas == 7
+    assert surges["web"].record.events == ("ev-1", "ev-2")
+    assert surges["api"].added == 1
+    assert len(plan.notices) == len(notices)
+
+
+def test_foreign_and_ignored_notices() -> None:
+    plan = make_plan(
+        [
+            notice("i-elsewhere", "ev-9"),
+            notice("i-s1", "ev-r", NoticeKind.STATE_CHANGE, state="running"),
+        ]
+    )
+    assert [r.verdict for r in plan.notices] == [Verdict.FOREIGN, Verdict.IGNORED]
+    assert plan.foreign == (plan.notices[0].notice,)
+    assert not plan.taints and not plan.surges
+
+
+def test_an_existing_taint_is_not_written_again() -> None:
+    nodes, _pods, _wls = cluster()
+    nodes[0] = node("s1", taints=[{"key": INTERRUPTION_TAINT, "value": "ev-0", "effect": "NoSchedule"}])
+    plan = make_plan([notice("i-s1", "ev-1")], nodes=nodes)
+    assert plan.taints == ()
+    assert by_name(plan)["web"].added == 2  # the surge is still planned (it was not recorded)
+
+
+def test_replay_adds_nothing_and_a_new_node_adds_only_its_pods() -> None:
+    first = make_plan([notice("i-s1", "ev-1")])
+    web = first.surges[0]
+    surged = dataclasses.replace(with_surge(web.workload, web.record.to_json()), replicas=web.replicas)
+    _, _pods, wls = cluster()
+    wls = [surged if w.name == "web" else w for w in wls]
+    replay = make_plan([notice("i-s1", "ev-1")] * 10, workloads=wls)
+    step = by_name(replay)["web"]
+    assert step.added == 0 and not step.write_workload
+    assert step.record == web.record
+
+    later = make_plan([notice("i-s2", "ev-2")], workloads=wls)
+    step = by_name(later)["web"]
+    assert (step.added, step.replicas) == (1, 7)
+    assert (step.record.replicas, step.record.surge) == (4, 3)
+    assert step.record.nodes == ("s1", "s2") and step.record.events == ("ev-1", "ev-2")
+    assert step.record.started == NOW
+
+
+def test_user_budget_means_no_temporary_budget() -> None:
+    users = [Budget("shop", "web-pdb", {"matchLabels": {"app": "web"}})]
+    assert by_name(make_plan([notice("i-s1")], budgets=users))["web"].budget is None
+    other_ns = [Budget("other", "web-pdb", {"matchLabels": {"app": "web"}})]
+    assert by_name(make_plan([notice("i-s1")], budgets=other_ns))["web"].budget is not None
+    exprs = [Budget("shop", "all", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]})]
+    assert by_name(make_plan([notice("i-s1")], budgets=exprs))["web"].budget is None
+
+
+def test_our_budget_is_not_created_twice() -> None:
+    ours = [Budget("shop", "spotguard-surge-web", {"matchLabels": {"app": "web"}}, ours=True)]
+    step = by_name(make_plan([notice("i-s1")], budgets=ours))["web"]
+    assert step.budget is None and step.record.budget == "spotguard-surge-web"
+
+
+def test_budget_min_available_is_the_ready_count() -> None:
+    _nodes, pods, wls = cluster()
+    pods[3] = pod(wls[0], 3, "od1", ready=False)
+    assert by_name(make_plan([notice("i-s1")], pods=pods))["web"].budget.min_available == 3
+
+
+def test_autoscaler_minimum_rises_to_the_surge_and_the_original_is_recorded() -> None:
+    hpa = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=2, max_replicas=5)]
+    step = by_name(make_plan([notice("i-s1")], autoscalers=hpa))["web"]
+    assert step.autoscaler == interruption.AutoscalerStep("web", 6, 6)
+    assert (step.record.hpa, step.record.hpa_min, step.record.hpa_max) == ("web", 2, 5)
+    rec = SurgeRecord.parse(step.record.to_json())
+    assert rec == step.record
+
+
+def test_statefulset_quorum_warning() -> None:
+    plan = make_plan([notice("i-s1"), notice("i-s2", "ev-2")])
+    assert [(w.workload.name, w.doomed, w.floor) for w in plan.warnings] == [("db", 2, 2)]
+    assert "below the quorum floor of 2" in plan.warnings[0].message
+    assert "db" not in by_name(plan)
+    only_one = make_plan([notice("i-s1")])
+    assert only_one.warnings == ()
+
+
+def test_statefulset_counts_pods_on_nodes_tainted_earlier() -> None:
+    nodes, _, _ = cluster()
+    nodes[1] = node("s2", taints=[{"key": INTERRUPTION_TAINT, "value": "ev-0", "effect": "NoSchedule"}])
+    plan = make_plan([notice("i-s1")], nodes=nodes)
+    assert [w.workload.name for w in plan.warnings] == ["db"]
+
+
+@pytest.mark.parametrize(
+    ("action", "taints", "surges", "verdict"),
+    [
+        (config.RebalanceAction.IGNORE, 0, 0, Verdict.IGNORED),
+        (config.RebalanceAction.TAINT, 1, 0, Verdict.TAINT),
+        (config.RebalanceAction.SURGE, 1, 1, Verdict.DOOMED),
+    ],
+)
+def test_rebalance_actions(action, taints, surges, verdict) -> None:
+    cfg = dataclasses.replace(CFG, rebalance_action=action)
+    plan = make_plan([notice("i-s1", "rb-1", NoticeKind.REBALANCE)], config=cfg)
+    assert len(plan.taints) == taints and len(plan.surges) == surges
+    assert plan.notices[0].verdict is verdict
+
+
+@pytest.mark.parametrize("state", ["shutting-down", "terminated", "stopping", "stopped"])
+def test_state_change_to_a_doomed_state_surges(state) -> None:
+    plan = make_plan([notice("i-s1", "sc-1", NoticeKind.STATE_CHANGE, state=state)])
+    assert by_name(plan)["web"].added == 2
+
+
+def test_interruption_names_the_taint_over_a_rebalance() -> None:
+    cfg = dataclasses.replace(CFG, rebalance_action=config.RebalanceAction.SURGE)
+    plan = make_plan([notice("i-s1", "rb-1", NoticeKind.REBALANCE), notice("i-s1", "ev-1")], config=cfg)
+    assert [(t.node, t.event_id, t.kind) for t in plan.taints] == [("s1", "ev-1", NoticeKind.INTERRUPTION)]
+
+
+def test_opted_out_workloads_are_left_alone() -> None:
+    _nodes, _pods, wls = cluster()
+    wls[0] = deployment("web", 4, **{"spotguard.io/enabled": "false"})
+    plan = make_plan([notice("i-s1")], workloads=wls)
+    assert "web" not in by_name(plan)
+    assert any("web" in s for s in plan.skipped)
+
+
+def test_match_by_resolved_dns_name() -> None:
+    nodes = [node("ip-10-0-0-1.ec2.internal", instance="")]
+    nodes = [dataclasses.replace(nodes[0], provider_id="")]
+    plan = interruption.plan(
+        [notice("i-abc")],
+        nodes=nodes,
+        pods=[],
+        workloads=[],
+        config=CFG,
+        now=NOW,
+        resolved={"i-abc": "ip-10-0-0-1.ec2.internal"},
+    )
+    assert plan.notices[0].node == "ip-10-0-0-1.ec2.internal"
+    assert [t.node for t in plan.taints] == ["ip-10-0-0-1.ec2.internal"]
+
+
+def test_surge_raises_the_floor() -> None:
+    web = deployment("web", 6)
+    assert floors.floor_for(web, CFG).on_demand == 1
+    rec = SurgeRecord(replicas=4, surge=2, nodes=("s1",), started=NOW)
+    f = floors.floor_for(with_surge(web, rec.to_json()), CFG)
+    assert (f.on_demand, f.surge, f.source) == (3, 2, "default")
+    done = dataclasses.replace(rec, surge=0, done=True)
+    assert floors.floor_for(with_surge(web, done.to_json()), CFG).on_demand == 1
+    assert floors.floor_for(with_surge(web, "{not json"), CFG).on_demand == 1
+    assert floors.floor_for(with_surge(deployment("w", 2), rec.to_json()), CFG).on_demand == 2  # clamped
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{}", '{"replicas": "x", "surge": 1}', '{"replicas": 1}', "nope"])
+def test_unreadable_records_are_none(text) -> None:
+    assert SurgeRecord.parse(text) is None
+
+
+# --- scaling back ---------------------------------------------------------------
+
+
+def surged_web(nodes=("s1",), surge=2, replicas=6, started=NOW, **kw):
+    rec = SurgeRecord(replicas=replicas - surge, surge=surge, events=("ev-1",), nodes=nodes, started=started, **kw)
+    return with_surge(deployment("web", replicas), rec.to_json())
+
+
+def test_finish_waits_while_doomed_pods_are_ready() -> None:
+    web = surged_web()
+    nodes = [node("s1"), node("od1", "on-demand")]
+    pods = [pod(web, i, "s1") for i in range(2)] + [pod(web, i, "od1") for i in range(2, 6)]
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30)
+    assert done == [] and "still Ready" in waiting[0].reason
+
+
+def test_finish_waits_for_the_replacements() -> None:
+    web = surged_web()
+    nodes = [node("od1", "on-demand")]
+    pods = [pod(web, i, "od1", ready=i < 5) for i in range(2, 6)]
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30)
+    assert done == [] and "3 of 4" in waiting[0].reason
+
+
+def test_finish_scales_back_keeping_the_users_change() -> None:
+    web = surged_web(replicas=9)  # the user scaled 6 -> 9 during the surge (4 + 2 -> 7 + 2)
+    nodes = [node("od1", "on-demand")]
+    pods = [pod(web, i, "od1") for i in range(9)]
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30)
+    assert [(f.replicas, f.remove, f.scale) for f in done] == [(7, True, True)]
+
+
+def test_finish_while_the_node_exists_keeps_a_done_record() -> None:
+    web = surged_web(budget="spotguard-surge-web")
+    nodes = [node("s1"), node("od1", "on-demand")]
+    pods = [pod(web, i, "s1", ready=False) for i in range(2)] + [pod(web, i, "od1") for i in range(2, 6)]
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30)
+    assert [(f.replicas, f.remove, f.budget) for f in done] == [(4, False, "spotguard-surge-web")]
+    kept = interruption.finished_record(done[0].record)
+    assert kept.done and kept.surge == 0 and kept.nodes == ("s1",)
+    # A replay of the same notice on the scaled-back workload does nothing...
+    back = with_surge(deployment("web", 4), kept.to_json())
+    plan = interruption.plan([notice("i-s1")], nodes=nodes, pods=pods, workloads=[back], config=CFG, now=NOW + 40)
+    assert plan.surges[0].added == 0
+    # ...and once the node is gone the done record is removed, without scaling.
+    done, _ = interruption.finish(workloads=[back], pods=[], nodes=[node("od1", "on-demand")], now=NOW + 200)
+    assert [(f.remove, f.scale) for f in done] == [(True, False)]
+
+
+def test_finish_restores_the_autoscaler() -> None:
+    web = surged_web(hpa="web", hpa_min=2, hpa_max=5)
+    hpa = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=6, max_replicas=6)]
+    pods = [pod(web, i, "od1") for i in range(4)]
+    done, _ = interruption.finish(
+        workloads=[web], pods=pods, nodes=[node("od1", "on-demand")], now=NOW + 30, autoscalers=hpa
+    )
+    assert [(f.hpa_min, f.hpa_max) for f in done] == [(2, 5)]
+    user_changed = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=3, max_replicas=10)]
+    done, _ = interruption.finish(
+        workloads=[web], pods=pods, nodes=[node("od1", "on-demand")], now=NOW + 30, autoscalers=user_changed
+    )
+    assert [(f.hpa_min, f.hpa_max) for f in done] == [(None, 5)]
+
+
+def test_an_old_surge_ends_even_with_doomed_pods_ready() -> None:
+    web = surged_web()
+    pods = [pod(web, i, "s1") for i in range(2)]
+    done, _ = interruption.finish(
+        workloads=[web], pods=pods, nodes=[node("s1")], now=NOW + interruption.SURGE_MAX_SECONDS + 1
+    )
+    assert len(done) == 1 and "older" in done[0].reason
+
+
+def test_selector_semantics() -> None:
+    m = interruption.selector_matches
+    assert m({}, {"a": "b"}) and not m(None, {"a": "b"})
+    assert m({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["x"]}]}, {})
+    assert not m({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {})
+    assert m({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"b": "1"})
+    assert not m({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, {"a": "1"})
+
+
+def test_taint_view_is_recognised() -> None:
+    n = node("s1")
+    assert not interruption.has_interruption_taint(n)
+    n = dataclasses.replace(n, taints=(Taint(INTERRUPTION_TAINT, "e", "NoSchedule"),))
+    assert interruption.has_interruption_taint(n)
