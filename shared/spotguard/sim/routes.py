@@ -1,0 +1,444 @@
+"""The REST routes of the simulated API server: a request in, a response out.
+
+Paths follow https://kubernetes.io/docs/reference/using-api/api-concepts/ :
+``/api/v1/namespaces/{ns}/pods/{name}/{subresource}``,
+``/apis/{group}/{version}/...``; verbs map from HTTP methods as kube-apiserver
+maps them (GET one = get, GET a collection = list or watch, POST = create,
+PUT = update, PATCH = patch, DELETE = delete / deletecollection).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from spotguard.sim import discovery, errors, patching, resources, selectors, tables
+
+if TYPE_CHECKING:
+    from spotguard.sim.store import Store, Watcher
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+    user: dict[str, Any]
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    watch: Watcher | None = None
+    watch_timeout: float | None = None
+    watch_kind: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    rtype: resources.ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+    @property
+    def verb_resource(self) -> str:
+        return self.rtype.plural
+
+
+def parse_query(raw: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+
+
+def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(status, orjson.dumps(obj), headers=headers or {})
+
+
+def status_response(exc: errors.StatusError) -> Response:
+    headers = {}
+    if exc.code == 429:
+        headers["Retry-After"] = str(exc.details.get("retryAfterSeconds", 1))
+    return json_response(exc.code, exc.status(), headers)
+
+
+def success(code: int = 200, details: dict[str, Any] | None = None) -> Response:
+    body: dict[str, Any] = {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code,
+    }
+    if details:
+        body["details"] = details
+    return json_response(code, body)
+
+
+def resolve(path: str) -> Target | None:
+    """Map a resource path to its target, or None when it is not a resource path."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    plural = rest[0]
+    rtype = resources.BY_PLURAL.get(plural)
+    if rtype is None or rtype.group != group or rtype.version != version:
+        raise errors.NotFound("the server could not find the requested resource")
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if len(rest) > 3:
+        raise errors.NotFound("the server could not find the requested resource")
+    if sub is not None and sub not in rtype.subresources:
+        raise errors.NotFound("the server could not find the requested resource")
+    if rtype.namespaced and name is not None and namespace is None:
+        raise errors.NotFound("the server could not find the requested resource")
+    if not rtype.namespaced and namespace is not None:
+        raise errors.NotFound("the server could not find the requested resource")
+    return Target(rtype, namespace, name, sub)
+
+
+def verb_of(method: str, target: Target, query: Mapping[str, str]) -> str:
+    if method == "GET":
+        if target.name is None:
+            return "watch" if _true(query.get("watch")) else "list"
+        return "get"
+    return {
+        "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
+    }.get(method, method.lower())
+
+
+def _true(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1", "")
+
+
+def _dry_run(query: Mapping[str, str], body: Mapping[str, Any] | None = None) -> bool:
+    value = query.get("dryRun")
+    if value is not None:
+        if value != "All":
+            raise errors.BadRequest(f'Invalid dryRun value "{value}": valid values are "All"')
+        return True
+    if body and isinstance(body.get("dryRun"), list):
+        return "All" in body["dryRun"]
+    return False
+
+
+def _load(body: bytes, what: str = "request body") -> Any:
+    if not body:
+        raise errors.BadRequest(f"the {what} is empty")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            import yaml
+
+            return yaml.safe_load(body)
+        except Exception as exc:
+            raise errors.BadRequest(f"the {what} is not valid JSON: {exc}") from exc
+
+
+class Api:
+    """Serve REST requests from a Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- entry point -----------------------------------------------------
+    def handle(self, request: Request) -> Response:
+        try:
+            doc: Response | None = discovery.serve(request.path, request.headers.get("accept", ""))
+            if doc is not None:
+                return doc
+            target = resolve(request.path)
+            if target is None:
+                raise errors.NotFound("the server could not find the requested resource")
+            return self._dispatch(request, target)
+        except errors.StatusError as exc:
+            return status_response(exc)
+
+    def _dispatch(self, request: Request, t: Target) -> Response:
+        method = request.method
+        q = request.query
+        if t.subresource == "eviction":
+            if method != "POST":
+                raise errors.MethodNotAllowed("only POST is allowed for pods/eviction")
+            return self._evict(request, t)
+        if t.subresource == "binding":
+            if method != "POST":
+                raise errors.MethodNotAllowed("only POST is allowed for pods/binding")
+            return self._bind(request, t)
+        if t.subresource == "scale":
+            return self._scale(request, t)
+        if method == "GET":
+            if t.name is None:
+                if _true(q.get("watch")):
+                    return self._watch(request, t)
+                return self._list(request, t)
+            raw = self.store.get_raw(t.rtype.plural, t.name, t.namespace)
+            if tables.wants_table(request.headers.get("accept", "")):
+                obj = orjson.loads(raw)
+                return json_response(200, tables.table(t.rtype, [obj], self.store.resource_version,
+                                                       q.get("includeObject")))
+            return Response(200, raw)
+        if method == "POST":
+            if t.name is not None:
+                raise errors.MethodNotAllowed("POST is not allowed on a named object")
+            obj = _load(request.body)
+            if not isinstance(obj, dict):
+                raise errors.BadRequest("the request body must be a JSON object")
+            created = self.store.create(
+                t.rtype.plural, obj, namespace=t.namespace, dry_run=_dry_run(q),
+                user=request.user,
+            )
+            return json_response(201, created)
+        if method == "PUT":
+            if t.name is None:
+                raise errors.MethodNotAllowed("PUT needs an object name")
+            obj = _load(request.body)
+            if not isinstance(obj, dict):
+                raise errors.BadRequest("the request body must be a JSON object")
+            meta = obj.setdefault("metadata", {})
+            if meta.get("name") not in (None, t.name):
+                raise errors.BadRequest(
+                    f"the name of the object ({meta.get('name')}) does not match the name on "
+                    f"the URL ({t.name})"
+                )
+            meta["name"] = t.name
+            updated = self.store.update(
+                t.rtype.plural, obj, dry_run=_dry_run(q), subresource=t.subresource,
+                namespace=t.namespace,
+            )
+            return json_response(200, updated)
+        if method == "PATCH":
+            if t.name is None:
+                raise errors.MethodNotAllowed("PATCH needs an object name")
+            ctype = request.headers.get("content-type", "").split(";")[0].strip()
+            patch_type = patching.CONTENT_TYPES.get(ctype)
+            if patch_type is None:
+                raise errors.UnsupportedMediaType(
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: {', '.join(patching.CONTENT_TYPES)}"
+                )
+            patch = _load(request.body)
+            patched = self.store.patch(
+                t.rtype.plural, t.name, patch, patch_type, namespace=t.namespace,
+                dry_run=_dry_run(q), subresource=t.subresource,
+            )
+            return json_response(200, patched)
+        if method == "DELETE":
+            options = _load(request.body) if request.body.strip() else {}
+            if not isinstance(options, dict):
+                raise errors.BadRequest("DeleteOptions must be a JSON object")
+            grace = q.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+            policy = q.get("propagationPolicy", options.get("propagationPolicy"))
+            if _true(q.get("orphanDependents")) or options.get("orphanDependents") is True:
+                policy = "Orphan"
+            kwargs: dict[str, Any] = {
+                "dry_run": _dry_run(q, options),
+                "grace_period_seconds": int(grace) if grace not in (None, "") else None,
+                "preconditions": options.get("preconditions"),
+                "propagation_policy": policy,
+            }
+            if t.name is None:
+                entries, _ = self.store.list_entries(
+                    t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector")
+                )
+                for entry in entries:
+                    meta = entry.obj["metadata"]
+                    with contextlib.suppress(errors.NotFound):
+                        self.store.delete(t.rtype.plural, meta["name"], meta.get("namespace"),
+                                          **kwargs)
+                return success(200)
+            deleted = self.store.delete(t.rtype.plural, t.name, t.namespace, **kwargs)
+            return json_response(200, deleted)
+        raise errors.MethodNotAllowed(f"the server does not allow this method: {method}")
+
+    # ---- list and watch ---------------------------------------------------
+    def _list(self, request: Request, t: Target) -> Response:
+        q = request.query
+        entries, rv = self.store.list_entries(
+            t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector")
+        )
+        token = q.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token.encode()))
+                after = (str(start["ns"]), str(start["name"]))
+                rv = int(start.get("rv", rv))
+            except Exception:
+                raise errors.BadRequest("continue key is not valid") from None
+            entries = [
+                e for e in entries
+                if (e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"]) > after
+            ]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        limit_text = q.get("limit")
+        if limit_text:
+            try:
+                limit = int(limit_text)
+            except ValueError:
+                raise errors.BadRequest(f"invalid limit {limit_text!r}") from None
+            if 0 < limit < len(entries):
+                last = entries[limit - 1].obj["metadata"]
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps({
+                    "rv": rv, "ns": last.get("namespace", ""), "name": last["name"],
+                }).encode()).decode()
+                meta["remainingItemCount"] = len(entries) - limit
+                entries = entries[:limit]
+        if tables.wants_table(request.headers.get("accept", "")):
+            objs = [e.copy() for e in entries]
+            table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"))
+            table["metadata"].update({k: v for k, v in meta.items() if k != "resourceVersion"})
+            return json_response(200, table)
+        head = orjson.dumps({
+            "kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta,
+        })
+        body = b"".join((head[:-1], b',"items":[', b",".join(e.raw for e in entries), b"]}"))
+        return Response(200, body)
+
+    def _watch(self, request: Request, t: Target) -> Response:
+        q = request.query
+        rv = q.get("resourceVersion")
+        if q.get("sendInitialEvents") == "true":
+            rv = None
+        watcher = self.store.watch(
+            t.rtype.plural, t.namespace, rv, q.get("labelSelector"), q.get("fieldSelector")
+        )
+        timeout = None
+        if q.get("timeoutSeconds"):
+            try:
+                timeout = float(q["timeoutSeconds"])
+            except ValueError:
+                watcher.close()
+                raise errors.BadRequest("invalid timeoutSeconds") from None
+        return Response(200, b"", watch=watcher, watch_timeout=timeout)
+
+    # ---- subresources -----------------------------------------------------
+    def _evict(self, request: Request, t: Target) -> Response:
+        assert t.name is not None and t.namespace is not None
+        body = _load(request.body) if request.body.strip() else {}
+        if not isinstance(body, dict):
+            raise errors.BadRequest("the Eviction must be a JSON object")
+        name = (body.get("metadata") or {}).get("name")
+        if name and name != t.name:
+            raise errors.BadRequest(
+                f"name in URL does not match name in Eviction object: {t.name} != {name}"
+            )
+        if _dry_run(request.query, body.get("deleteOptions") or {}):
+            self.store.get("pods", t.name, t.namespace)
+            return success(201)
+        from spotguard.sim import disruption
+
+        disruption.evict(self.store, t.namespace, t.name, body)
+        return success(201)
+
+    def _bind(self, request: Request, t: Target) -> Response:
+        assert t.name is not None
+        body = _load(request.body)
+        node = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
+        if not node:
+            raise errors.BadRequest("a Binding needs target.name")
+        name = t.name
+
+        def bind(pod: Obj) -> None:
+            spec = pod.setdefault("spec", {})
+            if spec.get("nodeName"):
+                raise errors.Conflict(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
+                    f"already assigned to node \"{spec['nodeName']}\""
+                )
+            if pod["metadata"].get("deletionTimestamp"):
+                raise errors.Conflict(f'pod "{name}" is being deleted, cannot be assigned to a host')
+            spec["nodeName"] = node
+            status = pod.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True",
+                               "lastProbeTime": None,
+                               "lastTransitionTime": self.store.clock.iso()})
+            status["conditions"] = conditions
+
+        if _dry_run(request.query):
+            self.store.get("pods", name, t.namespace)
+            return success(201)
+        self.store.mutate("pods", name, t.namespace, bind)
+        return success(201)
+
+    def _scale(self, request: Request, t: Target) -> Response:
+        assert t.name is not None
+        plural = t.rtype.plural
+        obj = self.store.get(plural, t.name, t.namespace)
+        if request.method == "GET":
+            return json_response(200, to_scale(obj))
+        if request.method not in ("PUT", "PATCH"):
+            raise errors.MethodNotAllowed(f"{request.method} is not allowed on {plural}/scale")
+        current = to_scale(obj)
+        if request.method == "PUT":
+            wanted = _load(request.body)
+        else:
+            ctype = request.headers.get("content-type", "").split(";")[0].strip()
+            patch_type = patching.CONTENT_TYPES.get(ctype)
+            if patch_type is None:
+                raise errors.UnsupportedMediaType(f"unsupported patch type {ctype!r}")
+            wanted = patching.apply(current, _load(request.body), patch_type)
+        if not isinstance(wanted, dict):
+            raise errors.BadRequest("the Scale must be a JSON object")
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid("Scale", t.name, [{
+                "field": "spec.replicas",
+                "message": f"Invalid value: {replicas!r}: must be greater than or equal to 0",
+            }], "autoscaling")
+        rv = (wanted.get("metadata") or {}).get("resourceVersion")
+        if request.method == "PATCH":
+            rv = None if rv == current["metadata"]["resourceVersion"] else rv
+        obj["spec"]["replicas"] = replicas
+        obj["metadata"]["resourceVersion"] = rv or ""
+        updated = self.store.update(plural, obj, dry_run=_dry_run(request.query),
+                                    namespace=t.namespace)
+        return json_response(200, to_scale(updated))
+
+
+def to_scale(obj: Obj) -> Obj:
+    """The autoscaling/v1 Scale of a Deployment, ReplicaSet or StatefulSet."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    selector = selectors.from_dict(spec.get("selector") or {})
+    parts = []
+    for r in selector.requirements:
+        if r.op == "=":
+            parts.append(f"{r.key}={r.values[0]}")
+        elif r.op in ("in", "notin"):
+            parts.append(f"{r.key} {r.op} ({','.join(r.values)})")
+        elif r.op == "exists":
+            parts.append(r.key)
+        elif r.op == "!":
+            parts.append(f"!{r.key}")
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                           "creationTimestamp") if k in meta},
+        "spec": {"replicas": spec.get("replicas", 0)},
+        "status": {"replicas": status.get("replicas", 0), "selector": ",".join(parts)},
+    }

@@ -1,0 +1,229 @@
+"""The simulated API server's HTTP(S) transport: threads, TLS, keep-alive, chunked watches."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from spotguard.sim import errors, faults, routes, tls
+
+log = logging.getLogger(__name__)
+
+ADMIN_TOKEN = "spotguard-sim-admin"
+ADMIN_USER = {
+    "username": "kubernetes-admin",
+    "uid": "spotguard-sim-admin",
+    "groups": ["system:masters", "system:authenticated"],
+}
+
+
+def user_for(authorization: str | None) -> dict[str, Any]:
+    """The userInfo for a bearer token.
+
+    The admin token (and any unknown token) is ``kubernetes-admin``; a token of
+    the form ``system:serviceaccount:<ns>:<name>`` acts as that service account,
+    so tests can play controllers over HTTP.
+    """
+    token = ""
+    if authorization and authorization.lower().startswith("bearer "):
+        token = authorization[7:].strip()
+    if token.startswith("system:serviceaccount:") and token.count(":") == 3:
+        ns = token.split(":")[2]
+        return {
+            "username": token,
+            "uid": f"sim-{token.rsplit(':', 1)[-1]}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}",
+                       "system:authenticated"],
+        }
+    return dict(ADMIN_USER)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ApiServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("api " + format, *args)
+
+    def _serve(self) -> None:
+        path, _, raw_query = self.path.partition("?")
+        path = unquote(path)
+        query = routes.parse_query(raw_query)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        request = routes.Request(
+            method=self.command, path=path, query=query, headers=headers, body=body,
+            user=user_for(headers.get("authorization")),
+        )
+        try:
+            self.server.check_faults(request)
+            response = self.server.api.handle(request)
+        except faults.DropConnection:
+            self.close_connection = True
+            return
+        except errors.StatusError as exc:
+            response = routes.status_response(exc)
+        except Exception as exc:
+            log.exception("api request failed", extra={"method": self.command, "path": self.path})
+            response = routes.status_response(errors.InternalError(f"internal error: {exc}"))
+        if response.watch is not None:
+            self._stream(response)
+            return
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for key, value in response.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    def _stream(self, response: routes.Response) -> None:
+        watcher = response.watch
+        assert watcher is not None
+        self.server.track(watcher)
+        deadline = time.monotonic() + response.watch_timeout if response.watch_timeout else None
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            self.wfile.flush()
+            while not self.server.stopping.is_set():
+                wait = 1.0
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        break
+                item = watcher.next_raw(timeout=wait)
+                if item is None:
+                    if watcher.closed:
+                        break
+                    if self._client_gone():
+                        break
+                    continue
+                event_type, entry = item
+                line = b'{"type":"' + event_type.encode() + b'","object":' + entry.raw + b"}\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            self.close_connection = True
+        finally:
+            watcher.close()
+            self.server.untrack(watcher)
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        if not readable:
+            return False
+        self.close_connection = True
+        return True
+
+    do_GET = _serve
+    do_POST = _serve
+    do_PUT = _serve
+    do_PATCH = _serve
+    do_DELETE = _serve
+    do_HEAD = _serve
+
+
+class ApiServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(
+        self,
+        api: routes.Api,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls_enabled: bool = True,
+        fault_set: faults.Faults | None = None,
+    ) -> None:
+        super().__init__((host, port), Handler)
+        self.api = api
+        self.faults = fault_set or faults.Faults()
+        self.stopping = threading.Event()
+        self._watchers: set[Any] = set()
+        self._lock = threading.Lock()
+        self.cert = tls.self_signed() if tls_enabled else None
+        self._ctx = self.cert.server_context() if self.cert else None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        scheme = "https" if self._ctx else "http"
+        return f"{scheme}://{host!s}:{port}"
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        if self._ctx is not None:
+            # the handshake happens in the handler thread, on first read
+            sock = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def check_faults(self, request: routes.Request) -> None:
+        try:
+            target = routes.resolve(request.path)
+        except errors.StatusError:
+            return
+        if target is None:
+            return
+        verb = routes.verb_of(request.method, target, request.query)
+        self.faults.check(verb, target.rtype.plural)
+
+    def track(self, watcher: Any) -> None:
+        with self._lock:
+            self._watchers.add(watcher)
+
+    def untrack(self, watcher: Any) -> None:
+        with self._lock:
+            self._watchers.discard(watcher)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection error from %s", client_address, exc_info=True)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self._lock:
+            watchers = list(self._watchers)
+        for w in watchers:
+            w.close()
+        self.shutdown()
+        self.server_close()
+
+
+def start(api: routes.Api, port: int = 0, *, tls_enabled: bool = True,
+          fault_set: faults.Faults | None = None) -> tuple[ApiServer, threading.Thread]:
+    """Start serving in a background thread."""
+    server = ApiServer(api, port=port, tls_enabled=tls_enabled, fault_set=fault_set)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                              name="sim-apiserver", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def encode(obj: Any) -> bytes:
+    return orjson.dumps(obj)

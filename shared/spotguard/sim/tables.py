@@ -1,0 +1,128 @@
+"""Server-side printing: meta.k8s.io/v1 Table responses, as ``kubectl get`` asks for.
+
+https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from spotguard.sim import resources
+
+Obj = dict[str, Any]
+
+
+def wants_table(accept: str) -> bool:
+    return "as=Table" in accept
+
+
+def _age(obj: Obj) -> str:
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return "<unknown>"
+    try:
+        then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return "<unknown>"
+    seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def _col(name: str, type_: str = "string", priority: int = 0, fmt: str = "") -> Obj:
+    return {"name": name, "type": type_, "format": fmt, "description": name, "priority": priority}
+
+
+def _pod(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    containers = spec.get("containers") or []
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for s in statuses if s.get("ready"))
+    restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
+    phase = status.get("phase", "Pending")
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        phase = "Terminating"
+    return [f"{ready}/{len(containers)}", phase, restarts, _age(obj),
+            status.get("podIP") or "<none>", spec.get("nodeName") or "<none>"]
+
+
+def _node(obj: Obj) -> list[Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conds if c.get("type") == "Ready"), "Unknown")
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if (obj.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    roles = ",".join(sorted(k.split("/", 1)[1] for k in labels
+                            if k.startswith("node-role.kubernetes.io/"))) or "<none>"
+    version = ((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
+    return [state, roles, _age(obj), version]
+
+
+def _deployment(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), _age(obj)]
+
+
+def _replicaset(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [spec.get("replicas", 0), status.get("replicas", 0), status.get("readyReplicas", 0),
+            _age(obj)]
+
+
+def _statefulset(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}", _age(obj)]
+
+
+def _pdb(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [spec.get("minAvailable", "N/A"), spec.get("maxUnavailable", "N/A"),
+            status.get("disruptionsAllowed", 0), _age(obj)]
+
+
+def _namespace(obj: Obj) -> list[Any]:
+    return [(obj.get("status") or {}).get("phase", "Active"), _age(obj)]
+
+
+COLUMNS: dict[str, tuple[list[Obj], Any]] = {
+    "pods": ([_col("Ready"), _col("Status"), _col("Restarts", "integer"), _col("Age"),
+              _col("IP", priority=1), _col("Node", priority=1)], _pod),
+    "nodes": ([_col("Status"), _col("Roles"), _col("Age"), _col("Version")], _node),
+    "deployments": ([_col("Ready"), _col("Up-to-date", "integer"),
+                     _col("Available", "integer"), _col("Age")], _deployment),
+    "replicasets": ([_col("Desired", "integer"), _col("Current", "integer"),
+                     _col("Ready", "integer"), _col("Age")], _replicaset),
+    "statefulsets": ([_col("Ready"), _col("Age")], _statefulset),
+    "poddisruptionbudgets": ([_col("Min Available"), _col("Max Unavailable"),
+                              _col("Allowed Disruptions", "integer"), _col("Age")], _pdb),
+    "namespaces": ([_col("Status"), _col("Age")], _namespace),
+}
+
+
+def table(rtype: resources.ResourceType, objs: list[Obj], rv: str,
+          include_object: str | None) -> Obj:
+    columns, cells = COLUMNS.get(rtype.plural, ([_col("Age")], lambda o: [_age(o)]))
+    definitions = [_col("Name", fmt="name"), *columns]
+    rows = []
+    for obj in objs:
+        if include_object == "Object":
+            embedded: Obj = obj
+        elif include_object == "None":
+            embedded = {}
+        else:
+            embedded = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                        "metadata": obj.get("metadata") or {}}
+        row: Obj = {"cells": [obj["metadata"]["name"], *cells(obj)]}
+        if embedded:
+            row["object"] = embedded
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+            "columnDefinitions": definitions, "rows": rows}

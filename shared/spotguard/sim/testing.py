@@ -1,0 +1,57 @@
+"""Run a simulated cluster in-process for tests.
+
+    from spotguard.sim import testing
+
+    with testing.running_cluster("infra/scenarios/small.yaml", time_scale=10) as sim:
+        v1 = kubernetes.client.CoreV1Api(sim.api_client())
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from spotguard.sim import cluster as cluster_mod
+from spotguard.sim.cluster import SimCluster
+
+__all__ = ["SimCluster", "running_cluster"]
+
+
+@contextlib.contextmanager
+def running_cluster(
+    scenario: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | None = None,
+    *,
+    time_scale: float = 1.0,
+    controllers: bool = True,
+    drainer: bool = False,
+    ready_delay_seconds: float = 0.0,
+    termination_seconds: float = 1.0,
+    tls: bool = True,
+    port: int = 0,
+) -> Iterator[SimCluster]:
+    """A started cluster (API server, store, controllers) that is stopped on exit."""
+    tmp = tempfile.mkdtemp(prefix="spotguard-sim-")
+    sim = cluster_mod.SimCluster(
+        kubeconfig=Path(tmp) / "kubeconfig",
+        time_scale=time_scale,
+        tls=tls,
+        port=port,
+    )
+    try:
+        sim.start(
+            scenario=scenario,
+            controllers=controllers,
+            drainer=drainer,
+            ready_delay_seconds=ready_delay_seconds,
+            termination_seconds=termination_seconds,
+        )
+        yield sim
+    finally:
+        sim.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
