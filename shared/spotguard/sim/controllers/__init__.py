@@ -1,0 +1,108 @@
+"""The simulated cluster's controllers, kubelet, drainer and scheduler.
+
+``start_all(store, ...)`` starts them in background threads fed by one
+``store.subscribe`` callback; ``Controllers.stop()`` stops them all.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Any
+
+from spotguard.sim.controllers import (
+    base,
+    deployment,
+    drainer,
+    hpa,
+    kubelet,
+    nodes,
+    pdb,
+    replicaset,
+    scheduling,
+    statefulset,
+)
+
+log = logging.getLogger("spotguard.sim.controllers")
+INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
+            "poddisruptionbudgets", "horizontalpodautoscalers")
+CREATE_CONCURRENCY = 32
+
+
+class Controllers:
+    """The running controllers; ``stop()`` stops them and waits for their threads."""
+
+    def __init__(self, store: Any, *, ready_delay_seconds: float = 0.0,
+                 termination_seconds: float = 1.0, drainer_on: bool = False,
+                 scheduler_on: bool = True, node_removal_seconds: float = 1.0,
+                 seed: int | None = 0) -> None:
+        self.store = store
+        self.informer = base.Informer(INFORMED)
+        self.pool = futures.ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="sim-create")
+        self.controllers: list[base.Controller] = [
+            deployment.DeploymentController(store, self.informer),
+            replicaset.ReplicaSetController(store, self.informer, self.pool),
+            statefulset.StatefulSetController(store, self.informer),
+            pdb.DisruptionController(store, self.informer),
+            hpa.HPAController(store, self.informer),
+            kubelet.Kubelet(store, self.informer, ready_delay_seconds=ready_delay_seconds,
+                            termination_seconds=termination_seconds),
+            nodes.NodeLifecycleController(store, self.informer, removal_seconds=node_removal_seconds),
+        ]
+        if drainer_on:
+            self.controllers.append(drainer.Drainer(store, self.informer))
+        self.scheduler = scheduling.SchedulerLoop(store, seed=seed) if scheduler_on else None
+        self._stopped = False
+
+    def _dispatch(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if self._stopped:
+            return
+        self.informer.on_event(event_type, resource, obj)
+        if self.scheduler is not None:
+            self.scheduler.handle(event_type, resource, obj)
+        for c in self.controllers:
+            c.handle(event_type, resource, obj)
+
+    def start(self) -> Controllers:
+        self.store.subscribe(self._dispatch)
+        self.informer.prime(self.store)
+        if self.scheduler is not None:
+            self.scheduler.prime()
+            self.scheduler.start()
+        for c in self.controllers:
+            c.start()
+        return self
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        unsubscribe = getattr(self.store, "unsubscribe", None)
+        if unsubscribe is not None:
+            unsubscribe(self._dispatch)
+        for c in self.controllers:
+            c.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        for c in self.controllers:
+            c.join()
+        if self.scheduler is not None:
+            self.scheduler.join()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Controllers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_all(store: Any, *, ready_delay_seconds: float = 0.0, termination_seconds: float = 1.0,
+              drainer: bool = False, scheduler: bool = True, node_removal_seconds: float = 1.0,
+              seed: int | None = 0) -> Controllers:
+    """Start every controller (and the scheduler unless ``scheduler=False``)."""
+    return Controllers(
+        store, ready_delay_seconds=ready_delay_seconds, termination_seconds=termination_seconds,
+        drainer_on=drainer, scheduler_on=scheduler, node_removal_seconds=node_removal_seconds,
+        seed=seed,
+    ).start()

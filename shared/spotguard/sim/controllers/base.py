@@ -1,0 +1,301 @@
+"""The controller machinery: a client-go style work queue, a shared informer
+cache fed by ``store.subscribe``, and a base class with worker threads and a
+periodic resync. Times are simulated seconds (``store.clock``)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from spotguard.sim import errors
+
+Key = tuple[str, str]
+ObjList = list[dict[str, Any]]
+log = logging.getLogger("spotguard.sim.controllers")
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class WorkQueue:
+    """Deduplicating queue: a key is never processed by two workers at once;
+    a key added while being processed is processed again afterwards."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: deque[Hashable] = deque()
+        self._dirty: set[Hashable] = set()
+        self._processing: set[Hashable] = set()
+        self._delayed: list[tuple[float, int, Hashable]] = []
+        self._seq = itertools.count()
+        self._shutdown = False
+
+    def _add_locked(self, key: Hashable) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._cond.notify()
+
+    def add(self, key: Hashable) -> None:
+        with self._cond:
+            if not self._shutdown:
+                self._add_locked(key)
+
+    def add_after(self, key: Hashable, sim_seconds: float) -> None:
+        if sim_seconds <= 0:
+            self.add(key)
+            return
+        due = time.monotonic() + self._clock.real(sim_seconds)
+        with self._cond:
+            if not self._shutdown:
+                heapq.heappush(self._delayed, (due, next(self._seq), key))
+                self._cond.notify()
+
+    def get(self) -> Hashable | None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._delayed and self._delayed[0][0] <= now:
+                    self._add_locked(heapq.heappop(self._delayed)[2])
+                if self._shutdown:
+                    return None
+                if self._queue:
+                    key = self._queue.popleft()
+                    self._processing.add(key)
+                    self._dirty.discard(key)
+                    return key
+                timeout = self._delayed[0][0] - now if self._delayed else None
+                self._cond.wait(timeout)
+
+    def done(self, key: Hashable) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty and not self._shutdown:
+                self._queue.append(key)
+                self._cond.notify()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+
+class Informer:
+    """A read cache of the store (like client-go's shared informers), with
+    indexes of pods by controller owner uid and by node."""
+
+    def __init__(self, resources: Iterable[str]) -> None:
+        self._lock = threading.Lock()
+        self.objects: dict[str, dict[Key, dict[str, Any]]] = {r: {} for r in resources}
+        self._deleted: dict[str, set[Key]] = {r: set() for r in resources}
+        self._by_owner: dict[str, dict[Key, dict[str, Any]]] = {}
+        self._by_node: dict[str, dict[Key, dict[str, Any]]] = {}
+
+    def prime(self, store: Any) -> None:
+        for resource in self.objects:
+            items, _ = store.list(resource)
+            for obj in items:
+                with self._lock:
+                    key = key_of(obj)
+                    if key not in self.objects[resource] and key not in self._deleted[resource]:
+                        self._put(resource, key, obj)
+
+    def on_event(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource not in self.objects:
+            return
+        key = key_of(obj)
+        with self._lock:
+            old = self.objects[resource].get(key)
+            if event_type == "DELETED":
+                if old is not None:
+                    self._drop(resource, key, old)
+                self._deleted[resource].add(key)
+                return
+            self._deleted[resource].discard(key)
+            if old is not None and _rv(old) > _rv(obj):
+                return
+            self._put(resource, key, obj)
+
+    def _put(self, resource: str, key: Key, obj: dict[str, Any]) -> None:
+        old = self.objects[resource].get(key)
+        if old is not None:
+            self._drop(resource, key, old)
+        self.objects[resource][key] = obj
+        if resource == "pods":
+            uid = controller_uid(obj)
+            if uid:
+                self._by_owner.setdefault(uid, {})[key] = obj
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                self._by_node.setdefault(node, {})[key] = obj
+
+    def _drop(self, resource: str, key: Key, old: dict[str, Any]) -> None:
+        self.objects[resource].pop(key, None)
+        if resource == "pods":
+            uid = controller_uid(old)
+            if uid and uid in self._by_owner:
+                self._by_owner[uid].pop(key, None)
+                if not self._by_owner[uid]:
+                    del self._by_owner[uid]
+            node = (old.get("spec") or {}).get("nodeName")
+            if node and node in self._by_node:
+                self._by_node[node].pop(key, None)
+                if not self._by_node[node]:
+                    del self._by_node[node]
+
+    def get(self, resource: str, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            return self.objects[resource].get(key)
+
+    def list(self, resource: str, namespace: str | None = None) -> ObjList:
+        with self._lock:
+            return [o for k, o in self.objects[resource].items() if namespace is None or k[0] == namespace]
+
+    def pods_owned_by(self, uid: str) -> ObjList:
+        with self._lock:
+            return list(self._by_owner.get(uid, {}).values())
+
+    def pods_on_node(self, node: str) -> ObjList:
+        with self._lock:
+            return list(self._by_node.get(node, {}).values())
+
+
+def controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return None
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    ref = controller_ref(obj)
+    return ref.get("uid") if ref else None
+
+
+def owner_reference(owner: dict[str, Any], kind: str, api_version: str = "apps/v1") -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def service_account_user(name: str) -> dict[str, Any]:
+    """The userInfo kube-controller-manager's controllers act as."""
+    return {
+        "username": f"system:serviceaccount:kube-system:{name}",
+        "uid": f"sim-{name}",
+        "groups": [
+            "system:serviceaccounts",
+            "system:serviceaccounts:kube-system",
+            "system:authenticated",
+        ],
+    }
+
+
+class Controller:
+    """Worker threads draining a work queue of keys, and a periodic resync."""
+
+    name = "controller"
+    primary = ""  # the store resource whose keys this controller syncs
+    workers = 1
+    resync_seconds = 30.0
+
+    def __init__(self, store: Any, informer: Informer) -> None:
+        self.store = store
+        self.clock = store.clock
+        self.informer = informer
+        self.queue = WorkQueue(self.clock)
+        self.log = logging.getLogger(f"spotguard.sim.{self.name}")
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # notifications (called in the writer's thread: must be fast)
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == self.primary:
+            self.queue.add(key_of(obj))
+
+    def resync(self) -> None:
+        for obj in self.informer.list(self.primary) if self.primary else []:
+            self.queue.add(key_of(obj))
+
+    def sync(self, key: Any) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        for i in range(self.workers):
+            self._spawn(self._work, f"{self.name}-{i}")
+        self._spawn(self._resync_loop, f"{self.name}-resync")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=f"sim-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.shutdown()
+
+    def join(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _resync_loop(self) -> None:
+        self.resync()
+        while not self._stop.wait(self.clock.real(self.resync_seconds)):
+            try:
+                self.resync()
+            except Exception:
+                self.log.exception("resync failed")
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self.sync(key)
+            except (errors.Conflict, errors.NotFound, errors.AlreadyExists) as exc:
+                self.log.debug("retrying", extra={"key": str(key), "error": str(exc)})
+                self.queue.add_after(key, 0.5)
+            except errors.StatusError as exc:
+                if not self.stopped:
+                    self.log.warning("sync failed", extra={"key": str(key), "error": str(exc)})
+                self.queue.add_after(key, 1.0)
+            except Exception:
+                if not self.stopped:
+                    self.log.exception("sync failed", extra={"key": str(key)})
+                self.queue.add_after(key, 1.0)
+            finally:
+                self.queue.done(key)

@@ -1,0 +1,125 @@
+"""The kubelets of every node, as far as the API shows them: a bound pod becomes
+Running and Ready ``ready_delay_seconds`` after it is bound; a terminating pod
+is removed after min(deletionGracePeriodSeconds, termination_seconds).
+https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Any
+
+from spotguard.sim import clock as simclock
+from spotguard.sim import errors, scheduler
+from spotguard.sim.controllers import base, pods
+
+
+class Kubelet(base.Controller):
+    name = "kubelet"
+    primary = "pods"
+    workers = 2
+    resync_seconds = 30.0
+
+    def __init__(self, store: Any, informer: base.Informer, *, ready_delay_seconds: float,
+                 termination_seconds: float) -> None:
+        super().__init__(store, informer)
+        self.ready_delay = ready_delay_seconds
+        self.termination = termination_seconds
+        self._ips = itertools.count(1)
+        self._waiting: set[base.Key] = set()
+
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "nodes" and event_type != "DELETED" and scheduler.node_ready(obj):
+            # a node back to Ready: start what waited for it
+            for p in self.informer.pods_on_node(obj["metadata"]["name"]):
+                self.queue.add(base.key_of(p))
+            return
+        if resource != "pods" or event_type == "DELETED":
+            return
+        if not (obj.get("spec") or {}).get("nodeName"):
+            return
+        key = base.key_of(obj)
+        if pods.is_terminating(obj):
+            self.queue.add_after(key, self._removal_delay(obj))
+        elif (obj.get("status") or {}).get("phase") == "Pending" and key not in self._waiting:
+            # bound: start the containers after the delay
+            self._waiting.add(key)
+            self.queue.add_after(key, self.ready_delay)
+
+    def resync(self) -> None:
+        for p in self.informer.list("pods"):
+            if (p.get("spec") or {}).get("nodeName") and (
+                pods.is_terminating(p) or (p.get("status") or {}).get("phase") == "Pending"
+            ):
+                self.queue.add(base.key_of(p))
+
+    def _removal_delay(self, pod: dict[str, Any]) -> float:
+        meta = pod["metadata"]
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        try:
+            deadline = simclock.parse_iso(meta["deletionTimestamp"])
+        except (KeyError, ValueError):
+            return 0.0
+        due = deadline - grace + min(grace, self.termination)
+        return float(due - self.clock.now())
+
+    def sync(self, key: Any) -> None:
+        ns, name = key
+        self._waiting.discard(key)
+        try:
+            pod = self.store.get("pods", name, ns)
+        except errors.NotFound:
+            return
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            return
+        if pods.is_terminating(pod):
+            delay = self._removal_delay(pod)
+            if delay > 0.01:
+                self.queue.add_after(key, delay)
+                return
+            with contextlib.suppress(errors.NotFound):
+                self.store.remove("pods", name, ns)
+            return
+        if (pod.get("status") or {}).get("phase") != "Pending":
+            return
+        node = self.informer.get("nodes", ("", node_name))
+        if node is None or not scheduler.node_ready(node):
+            return
+        self._start(ns, name, node)
+
+    def _start(self, ns: str, name: str, node: dict[str, Any]) -> None:
+        now = self.clock.iso()
+        n = next(self._ips)
+        pod_ip = f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
+        addresses = (node.get("status") or {}).get("addresses") or []
+        host_ip = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"),
+                       "192.168.0.1")
+
+        def edit(pod: dict[str, Any]) -> None:
+            if pods.is_terminating(pod) or (pod.get("status") or {}).get("phase") != "Pending":
+                return
+            status = pod.setdefault("status", {})
+            status.update(phase="Running", hostIP=host_ip, podIP=pod_ip, startTime=now,
+                          podIPs=[{"ip": pod_ip}], hostIPs=[{"ip": host_ip}])
+            for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                         "PodScheduled"):
+                pods.set_condition(pod, kind, "True", now)
+            status["containerStatuses"] = [
+                {
+                    "name": c.get("name", ""),
+                    "image": c.get("image", ""),
+                    "imageID": f"sim://{c.get('image', '')}",
+                    "containerID": f"containerd://{pod['metadata'].get('uid', '')}-{i}",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                    "lastState": {},
+                }
+                for i, c in enumerate((pod.get("spec") or {}).get("containers") or [])
+            ]
+
+        with contextlib.suppress(errors.NotFound):
+            self.store.mutate("pods", name, ns, edit)

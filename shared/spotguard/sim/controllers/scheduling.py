@@ -1,0 +1,200 @@
+"""The scheduling loop (kube-scheduler): binds Pending pods without a node to the
+best node (``spotguard.sim.scheduler``), one pod at a time in queue order; an
+unschedulable pod gets ``PodScheduled=False`` (reason Unschedulable) and waits
+until the cluster changes (a node added or changed, a bound pod gone) or a
+periodic flush, as the scheduling queue's unschedulable pods do.
+https://kubernetes.io/docs/concepts/scheduling-eviction/kube-scheduler/
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from typing import Any
+
+from spotguard.sim import errors, scheduler
+from spotguard.sim.controllers import base, pods
+
+SCHEDULER_NAME = "default-scheduler"
+FLUSH_UNSCHEDULABLE_SECONDS = 30.0
+log = logging.getLogger("spotguard.sim.scheduler")
+
+
+class SchedulerLoop:
+    name = "scheduler"
+
+    def __init__(self, store: Any, *, seed: int | None = 0, percentage: int = 0) -> None:
+        self.store = store
+        self.clock = store.clock
+        self.cache = scheduler.Cache()
+        self.rng = random.Random(seed) if seed is not None else random.Random()
+        self.percentage = percentage
+        self._lock = threading.Lock()  # guards the cache
+        self._cond = threading.Condition()
+        self._active: collections.deque[base.Key] = collections.deque()
+        self._queued: set[base.Key] = set()
+        self._unschedulable: set[base.Key] = set()
+        self._start = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.bound = 0
+
+    # ---- notifications -------------------------------------------------------
+
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "nodes":
+            with self._lock:
+                if event_type == "DELETED":
+                    self.cache.remove_node(obj["metadata"]["name"])
+                else:
+                    self.cache.set_node(obj)
+            if event_type != "DELETED":
+                self._flush_unschedulable()
+            return
+        if resource != "pods":
+            return
+        key = base.key_of(obj)
+        if event_type == "DELETED":
+            with self._lock:
+                was_bound = self.cache.bound(*key) is not None
+                self.cache.remove_pod(*key)
+            with self._cond:
+                self._queued.discard(key)
+                self._unschedulable.discard(key)
+            if was_bound:
+                self._flush_unschedulable()
+            return
+        spec = obj.get("spec") or {}
+        if spec.get("nodeName"):
+            with self._lock:
+                self.cache.set_pod(obj)
+            return
+        if pods.is_terminating(obj) or spec.get("schedulerName", SCHEDULER_NAME) != SCHEDULER_NAME:
+            return
+        if (obj.get("status") or {}).get("phase") not in (None, "Pending"):
+            return
+        with self._cond:
+            if key in self._queued or key in self._unschedulable:
+                return
+            self._queued.add(key)
+            self._active.append(key)
+            self._cond.notify()
+
+    def _flush_unschedulable(self) -> None:
+        with self._cond:
+            if not self._unschedulable:
+                return
+            for key in sorted(self._unschedulable):
+                if key not in self._queued:
+                    self._queued.add(key)
+                    self._active.append(key)
+            self._unschedulable.clear()
+            self._cond.notify()
+
+    def prime(self) -> None:
+        nodes, _ = self.store.list("nodes")
+        for n in nodes:
+            self.handle("ADDED", "nodes", n)
+        items, _ = self.store.list("pods")
+        for p in items:
+            self.handle("ADDED", "pods", p)
+
+    # ---- the loop ------------------------------------------------------------
+
+    def start(self) -> None:
+        for target, name in ((self._run, "sim-scheduler"), (self._periodic, "sim-scheduler-flush")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def join(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _periodic(self) -> None:
+        while not self._stop.wait(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS)):
+            self._flush_unschedulable()
+
+    def _next(self) -> base.Key | None:
+        with self._cond:
+            while not self._active:
+                if self._stop.is_set():
+                    return None
+                self._cond.wait(0.5)
+            if self._stop.is_set():
+                return None
+            key = self._active.popleft()
+            self._queued.discard(key)
+            return key
+
+    def _run(self) -> None:
+        while True:
+            key = self._next()
+            if key is None:
+                return
+            try:
+                self.schedule_one(key)
+            except Exception:
+                if not self._stop.is_set():
+                    log.exception("scheduling failed", extra={"pod": "/".join(key)})
+                    with self._cond:
+                        self._unschedulable.add(key)
+
+    def schedule_one(self, key: base.Key) -> str | None:
+        ns, name = key
+        try:
+            pod = self.store.get("pods", name, ns)
+        except errors.NotFound:
+            return None
+        if (pod.get("spec") or {}).get("nodeName") or pods.is_terminating(pod):
+            return None
+        info = scheduler.PodInfo.from_pod(pod)
+        with self._lock:
+            result = scheduler.schedule(info, self.cache, start=self._start, rng=self.rng,
+                                        percentage=self.percentage)
+            self._start = result.next_start
+            total = len(self.cache.nodes)
+        if result.node is None:
+            self._unschedulable_pod(key, result.message(total))
+            return None
+        node = result.node
+        now = self.clock.iso()
+
+        def bind(obj: dict[str, Any]) -> None:
+            if obj["spec"].get("nodeName"):
+                raise errors.Conflict(f'pod {name} is already assigned to node "{obj["spec"]["nodeName"]}"')
+            obj["spec"]["nodeName"] = node
+            pods.set_condition(obj, "PodScheduled", "True", now)
+
+        try:
+            self.store.mutate("pods", name, ns, bind)
+        except (errors.NotFound, errors.Conflict):
+            return None
+        self.bound += 1
+        return node
+
+    def _unschedulable_pod(self, key: base.Key, message: str) -> None:
+        now = self.clock.iso()
+        with self._cond:
+            self._unschedulable.add(key)
+
+        def edit(obj: dict[str, Any]) -> None:
+            if not obj["spec"].get("nodeName"):
+                pods.set_condition(obj, "PodScheduled", "False", now, reason="Unschedulable",
+                                   message=message)
+
+        try:
+            self.store.mutate("pods", key[1], key[0], edit)
+        except errors.NotFound:
+            with self._cond:
+                self._unschedulable.discard(key)
+        log.debug("pod unschedulable", extra={"pod": "/".join(key), "reason": message})

@@ -1,0 +1,148 @@
+"""StatefulSet controller (pkg/controller/statefulset): pods ``<name>-<ordinal>``
+with stable names; OrderedReady (one at a time, each waiting for its
+predecessors to be Running and Ready; scale down from the highest ordinal, one
+at a time) and Parallel pod management.
+https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from spotguard.sim import errors
+from spotguard.sim.controllers import base, pods
+from spotguard.sim.controllers.replicaset import pod_from_template
+
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+USER = base.service_account_user("statefulset-controller")
+
+
+def ordinal(set_name: str, pod_name: str) -> int | None:
+    prefix = f"{set_name}-"
+    if not pod_name.startswith(prefix):
+        return None
+    rest = pod_name[len(prefix):]
+    return int(rest) if rest.isdigit() else None
+
+
+def running_and_ready(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and pods.is_ready(pod)
+
+
+class StatefulSetController(base.Controller):
+    name = "statefulset-controller"
+    primary = "statefulsets"
+    workers = 2
+
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "statefulsets":
+            self.queue.add(base.key_of(obj))
+        elif resource == "pods":
+            ref = base.controller_ref(obj)
+            if ref and ref.get("kind") == "StatefulSet":
+                self.queue.add((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+
+    def sync(self, key: Any) -> None:
+        ns, name = key
+        try:
+            sts = self.store.get("statefulsets", name, ns)
+        except errors.NotFound:
+            return
+        if not sts["metadata"].get("deletionTimestamp"):
+            self._reconcile(sts)
+        self._update_status(sts)
+
+    def _pods(self, sts: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        out = {}
+        for p in self.informer.pods_owned_by(sts["metadata"]["uid"]):
+            i = ordinal(sts["metadata"]["name"], p["metadata"]["name"])
+            if i is not None:
+                out[i] = p
+        return out
+
+    def _reconcile(self, sts: dict[str, Any]) -> None:
+        spec = sts.get("spec") or {}
+        replicas = int(spec.get("replicas", 1) or 0)
+        start = int((spec.get("ordinals") or {}).get("start") or 0)
+        wanted = range(start, start + replicas)
+        parallel = spec.get("podManagementPolicy") == "Parallel"
+        by_ordinal = self._pods(sts)
+        # pods that failed are deleted and recreated
+        for _, p in sorted(by_ordinal.items()):
+            if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded") and not pods.is_terminating(p):
+                self._delete(sts, p)
+                if not parallel:
+                    return
+        for i in wanted:
+            found = by_ordinal.get(i)
+            if found is None:
+                self._create(sts, i)
+                if not parallel:
+                    return
+                continue
+            if not parallel and (pods.is_terminating(found) or not running_and_ready(found)):
+                return  # OrderedReady: wait for this pod before the next one
+        condemned = sorted((i for i in by_ordinal if i not in wanted), reverse=True)
+        if not condemned:
+            return
+        if not parallel:
+            if any(not running_and_ready(by_ordinal[i]) or pods.is_terminating(by_ordinal[i])
+                   for i in wanted if i in by_ordinal):
+                return
+            top = by_ordinal[condemned[0]]
+            if not pods.is_terminating(top):
+                self._delete(sts, top)
+            return
+        for i in condemned:
+            if not pods.is_terminating(by_ordinal[i]):
+                self._delete(sts, by_ordinal[i])
+
+    def _create(self, sts: dict[str, Any], index: int) -> None:
+        spec = sts.get("spec") or {}
+        pod = pod_from_template(sts, "StatefulSet", spec.get("template") or {})
+        name = f"{sts['metadata']['name']}-{index}"
+        meta = pod["metadata"]
+        del meta["generateName"]
+        meta["name"] = name
+        meta["labels"][POD_NAME_LABEL] = name
+        meta["labels"][POD_INDEX_LABEL] = str(index)
+        pod["spec"]["hostname"] = name
+        if spec.get("serviceName"):
+            pod["spec"]["subdomain"] = spec["serviceName"]
+        self.log.info("creating pod", extra={"statefulset": sts["metadata"]["name"],
+                                             "namespace": meta["namespace"], "pod": name})
+        self.store.create("pods", pod, namespace=meta["namespace"], user=USER)
+
+    def _delete(self, sts: dict[str, Any], pod: dict[str, Any]) -> None:
+        self.log.info("deleting pod", extra={"statefulset": sts["metadata"]["name"],
+                                             "namespace": pod["metadata"]["namespace"],
+                                             "pod": pod["metadata"]["name"]})
+        with contextlib.suppress(errors.NotFound):
+            self.store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"],
+                              preconditions={"uid": pod["metadata"]["uid"]})
+
+    def _update_status(self, sts: dict[str, Any]) -> None:
+        existing = list(self._pods(sts).values())
+        now = self.clock.now()
+        min_ready = float((sts.get("spec") or {}).get("minReadySeconds") or 0)
+        status = {
+            "observedGeneration": sts["metadata"].get("generation", 1),
+            "replicas": len(existing),
+            "readyReplicas": sum(1 for p in existing if pods.is_ready(p)),
+            "currentReplicas": len(existing),
+            "updatedReplicas": len(existing),
+            "availableReplicas": sum(1 for p in existing if pods.is_available(p, min_ready, now)),
+        }
+
+        def edit(obj: dict[str, Any]) -> None:
+            old = obj.get("status") or {}
+            new = {k: v for k, v in status.items() if v or k in ("replicas", "observedGeneration")}
+            for keep in ("currentRevision", "updateRevision", "collisionCount"):
+                if keep in old:
+                    new[keep] = old[keep]
+            obj["status"] = new
+
+        with contextlib.suppress(errors.NotFound):
+            self.store.mutate("statefulsets", sts["metadata"]["name"], sts["metadata"]["namespace"], edit)

@@ -1,0 +1,656 @@
+"""kube-scheduler's default filters and scores, over plain node and pod dicts.
+
+Pure: no threads, no store. The scheduling loop lives in
+``spotguard.sim.controllers.scheduling``; it feeds a :class:`Cache` from store
+notifications, so per-node aggregates (requested resources, pod counts, pods
+matching each topology spread selector) are kept incrementally.
+
+Follows https://kubernetes.io/docs/concepts/scheduling-eviction/ :
+- filters: NodeUnschedulable, TaintToleration (NoSchedule/NoExecute),
+  NodeAffinity (nodeSelector and requiredDuringScheduling...), NodeResourcesFit
+  (requests and the ``pods`` count), PodTopologySpread (DoNotSchedule), and
+  NotReady nodes (upstream taints them node.kubernetes.io/not-ready);
+- scores (upstream default weights): NodeResourcesFit LeastAllocated (1),
+  NodeAffinity preferred terms (2), TaintToleration PreferNoSchedule (3),
+  PodTopologySpread ScheduleAnyway (2), each normalised to 0..100;
+- the number of feasible nodes to find follows percentageOfNodesToScore's
+  adaptive default (50% - nodes/125, at least 5% and 100 nodes), searching from
+  where the previous pod stopped, as kube-scheduler does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.policy import quantities, tolerations
+
+MAX_NODE_SCORE = 100
+DEFAULT_MILLI_CPU_REQUEST = 100  # pkg/scheduler/util/pod_resources.go
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+DEFAULT_MAX_PODS = 110
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE = 5
+WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2}
+HOSTNAME = "kubernetes.io/hostname"
+UNSCHEDULABLE_TAINT = tolerations.Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+Labels = Mapping[str, str]
+
+
+# ---------------------------------------------------------------- selectors
+
+
+def match_requirement(expr: Mapping[str, Any], labels: Labels) -> bool:
+    """One node selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
+    key = expr.get("key", "")
+    op = expr.get("operator", "")
+    values = expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        if key not in labels or len(values) != 1:
+            return False
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def match_node_selector_term(term: Mapping[str, Any], node_name: str, labels: Labels) -> bool:
+    """Expressions and fields of one term are ANDed; an empty term matches nothing."""
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    if not all(match_requirement(e, labels) for e in exprs):
+        return False
+    return all(
+        f.get("key") == "metadata.name" and match_requirement(f, {"metadata.name": node_name})
+        for f in fields
+    )
+
+
+def match_node_selector_terms(terms: Iterable[Mapping[str, Any]], node_name: str, labels: Labels) -> bool:
+    """Terms are ORed."""
+    return any(match_node_selector_term(t, node_name, labels) for t in terms)
+
+
+def match_label_selector(selector: Mapping[str, Any] | None, labels: Labels) -> bool:
+    """A metav1.LabelSelector; ``None`` matches nothing, ``{}`` matches everything."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        op = expr.get("operator")
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+        if not match_requirement(expr, labels):
+            return False
+    return True
+
+
+def selector_key(selector: Mapping[str, Any] | None) -> str:
+    return json.dumps(selector, sort_keys=True)
+
+
+# ---------------------------------------------------------------- nodes and pods
+
+
+def _resources(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    return quantities.parse_resources(raw)
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """The Ready condition; a node that reports no conditions counts as Ready."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return True
+
+
+@dataclass
+class Usage:
+    """What the pods bound to a node request (kept incrementally)."""
+
+    requested: Counter[str] = field(default_factory=Counter)
+    nonzero_cpu: int = 0
+    nonzero_memory: int = 0
+    pods: int = 0
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    labels: dict[str, str]
+    taints: list[tolerations.Taint]
+    allocatable: dict[str, int]
+    unschedulable: bool
+    ready: bool
+    usage: Usage
+
+    @classmethod
+    def from_node(cls, node: Mapping[str, Any], usage: Usage | None = None) -> NodeInfo:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        alloc = _resources(status.get("allocatable") or status.get("capacity"))
+        alloc.setdefault("pods", DEFAULT_MAX_PODS)
+        return cls(
+            name=meta.get("name", ""),
+            labels=dict(meta.get("labels") or {}),
+            taints=[tolerations.Taint.from_json(t) for t in spec.get("taints") or []],
+            allocatable=alloc,
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=node_ready(node),
+            usage=usage or Usage(),
+        )
+
+
+@dataclass
+class Spread:
+    max_skew: int
+    topology_key: str
+    hard: bool
+    selector: dict[str, Any] | None
+    selector_key: str
+    min_domains: int
+    honor_affinity: bool
+    honor_taints: bool
+    self_match: int
+
+
+@dataclass
+class PodInfo:
+    """A pod compiled once for scheduling."""
+
+    namespace: str
+    name: str
+    labels: dict[str, str]
+    requests: dict[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
+    tolerations: list[tolerations.Toleration]
+    node_selector: dict[str, str]
+    required_terms: list[dict[str, Any]] | None
+    preferred: list[tuple[int, dict[str, Any]]]
+    spreads: list[Spread]
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodInfo:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        labels = dict(meta.get("labels") or {})
+        requests = quantities.pod_requests(spec)
+        node_aff = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+        preferred = [
+            (int(p.get("weight") or 0), p.get("preference") or {})
+            for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        ]
+        spreads = []
+        for c in spec.get("topologySpreadConstraints") or []:
+            selector = c.get("labelSelector")
+            keys = [k for k in c.get("matchLabelKeys") or [] if k in labels]
+            if keys:
+                selector = dict(selector or {})
+                selector["matchExpressions"] = list(selector.get("matchExpressions") or []) + [
+                    {"key": k, "operator": "In", "values": [labels[k]]} for k in keys
+                ]
+            spreads.append(
+                Spread(
+                    max_skew=int(c.get("maxSkew") or 1),
+                    topology_key=c.get("topologyKey", ""),
+                    hard=c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule",
+                    selector=selector,
+                    selector_key=selector_key(selector),
+                    min_domains=int(c.get("minDomains") or 1),
+                    honor_affinity=c.get("nodeAffinityPolicy", "Honor") == "Honor",
+                    honor_taints=c.get("nodeTaintsPolicy", "Ignore") == "Honor",
+                    self_match=1 if match_label_selector(selector, labels) else 0,
+                )
+            )
+        return cls(
+            namespace=meta.get("namespace", "default"),
+            name=meta.get("name", ""),
+            labels=labels,
+            requests={k: v for k, v in requests.items() if v > 0},
+            nonzero_cpu=requests.get("cpu") or DEFAULT_MILLI_CPU_REQUEST,
+            nonzero_memory=requests.get("memory") or DEFAULT_MEMORY_REQUEST,
+            tolerations=[tolerations.Toleration.from_json(t) for t in spec.get("tolerations") or []],
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            required_terms=(required or {}).get("nodeSelectorTerms") if required else None,
+            preferred=preferred,
+            spreads=spreads,
+        )
+
+
+# ---------------------------------------------------------------- filters
+# Each returns None when the node passes, else the reason kube-scheduler reports.
+
+
+def filter_ready(pod: PodInfo, node: NodeInfo) -> str | None:
+    return None if node.ready else "node(s) were not ready"
+
+
+def filter_unschedulable(pod: PodInfo, node: NodeInfo) -> str | None:
+    if node.unschedulable and not tolerations.tolerated(UNSCHEDULABLE_TAINT, pod.tolerations):
+        return "node(s) were unschedulable"
+    return None
+
+
+def filter_taints(pod: PodInfo, node: NodeInfo) -> str | None:
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerations.tolerated(
+            taint, pod.tolerations
+        ):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    return None
+
+
+def matches_node_affinity(pod: PodInfo, node: NodeInfo) -> bool:
+    """nodeSelector and required node affinity (both must hold)."""
+    labels = node.labels
+    for k, v in pod.node_selector.items():
+        if labels.get(k) != v:
+            return False
+    if pod.required_terms is not None:
+        return match_node_selector_terms(pod.required_terms, node.name, labels)
+    return True
+
+
+def filter_node_affinity(pod: PodInfo, node: NodeInfo) -> str | None:
+    return None if matches_node_affinity(pod, node) else "node(s) didn't match Pod's node affinity/selector"
+
+
+def filter_resources(pod: PodInfo, node: NodeInfo) -> list[str]:
+    reasons = []
+    usage = node.usage
+    if usage.pods + 1 > node.allocatable.get("pods", 0):
+        reasons.append("Too many pods")
+    for name, want in pod.requests.items():
+        if want > node.allocatable.get(name, 0) - usage.requested.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+# ---------------------------------------------------------------- the cache
+
+
+@dataclass
+class _PodEntry:
+    node: str
+    namespace: str
+    labels: dict[str, str]
+    requests: dict[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
+    terminating: bool
+
+
+class Cache:
+    """Nodes and bound pods with incremental per-node aggregates.
+
+    Not thread-safe: the caller serialises access (the scheduling loop holds a lock).
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.order: list[str] = []
+        self._usage: dict[str, Usage] = {}
+        self._pods: dict[tuple[str, str], _PodEntry] = {}
+        # (namespace, selector key) -> (selector, node -> matching non-terminating pods)
+        self._matches: dict[tuple[str, str], tuple[dict[str, Any] | None, Counter[str]]] = {}
+        self._matches_by_ns: dict[str, list[tuple[str, str]]] = {}
+
+    # nodes
+    def set_node(self, node: Mapping[str, Any]) -> NodeInfo:
+        name = (node.get("metadata") or {}).get("name", "")
+        usage = self._usage.setdefault(name, Usage())
+        info = NodeInfo.from_node(node, usage)
+        if name not in self.nodes:
+            self.order.append(name)
+        self.nodes[name] = info
+        return info
+
+    def remove_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.order.remove(name)
+
+    # pods
+    def bound(self, namespace: str, name: str) -> str | None:
+        entry = self._pods.get((namespace, name))
+        return entry.node if entry else None
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Account a pod bound to a node (idempotent); unbound pods are ignored."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("namespace", "default"), meta.get("name", ""))
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in ("Succeeded", "Failed"):
+            self.remove_pod(*key)
+            return
+        terminating = bool(meta.get("deletionTimestamp"))
+        labels = meta.get("labels") or {}
+        old = self._pods.get(key)
+        if old and old.node == node and old.terminating == terminating and old.labels == labels:
+            return
+        info = PodInfo.from_pod(pod)
+        self.add_assumed(info, node, terminating=terminating)
+
+    def add_assumed(self, pod: PodInfo, node: str, *, terminating: bool = False) -> None:
+        key = (pod.namespace, pod.name)
+        self.remove_pod(*key)
+        entry = _PodEntry(
+            node, pod.namespace, pod.labels, pod.requests, pod.nonzero_cpu, pod.nonzero_memory,
+            terminating,
+        )
+        self._pods[key] = entry
+        usage = self._usage.setdefault(node, Usage())
+        usage.requested.update(entry.requests)
+        usage.nonzero_cpu += entry.nonzero_cpu
+        usage.nonzero_memory += entry.nonzero_memory
+        usage.pods += 1
+        if not terminating:
+            for mkey in self._matches_by_ns.get(pod.namespace, ()):
+                selector, counts = self._matches[mkey]
+                if match_label_selector(selector, entry.labels):
+                    counts[node] += 1
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        entry = self._pods.pop((namespace, name), None)
+        if entry is None:
+            return
+        usage = self._usage[entry.node]
+        usage.requested.subtract(entry.requests)
+        usage.nonzero_cpu -= entry.nonzero_cpu
+        usage.nonzero_memory -= entry.nonzero_memory
+        usage.pods -= 1
+        if not entry.terminating:
+            for mkey in self._matches_by_ns.get(namespace, ()):
+                selector, counts = self._matches[mkey]
+                if match_label_selector(selector, entry.labels):
+                    counts[entry.node] -= 1
+
+    def matching(self, namespace: str, spread: Spread) -> Counter[str]:
+        """Per node, the bound non-terminating pods of ``namespace`` matching the selector."""
+        mkey = (namespace, spread.selector_key)
+        found = self._matches.get(mkey)
+        if found is None:
+            counts: Counter[str] = Counter()
+            for e in self._pods.values():
+                if e.namespace == namespace and not e.terminating and match_label_selector(
+                    spread.selector, e.labels
+                ):
+                    counts[e.node] += 1
+            found = (spread.selector, counts)
+            self._matches[mkey] = found
+            self._matches_by_ns.setdefault(namespace, []).append(mkey)
+        return found[1]
+
+
+# ---------------------------------------------------------------- topology spread
+
+
+def _spread_eligible(pod: PodInfo, spread_list: list[Spread], node: NodeInfo) -> bool:
+    """Whether a node's pods count for the pod's constraints (PreFilter of PodTopologySpread)."""
+    for s in spread_list:
+        if s.topology_key not in node.labels:
+            return False
+    if any(s.honor_affinity for s in spread_list) and not matches_node_affinity(pod, node):
+        return False
+    if any(s.honor_taints for s in spread_list):
+        for taint in node.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not tolerations.tolerated(
+                taint, pod.tolerations
+            ):
+                return False
+    return True
+
+
+@dataclass
+class _SpreadState:
+    spread: Spread
+    domain_counts: dict[str, int]
+    min_match: int
+    weight: float
+
+
+def _spread_states(pod: PodInfo, spreads: list[Spread], cache: Cache) -> list[_SpreadState]:
+    states = []
+    eligible = [n for n in cache.nodes.values() if _spread_eligible(pod, spreads, n)]
+    for s in spreads:
+        counts = cache.matching(pod.namespace, s)
+        domains: dict[str, int] = {}
+        for n in eligible:
+            value = n.labels[s.topology_key]
+            domains[value] = domains.get(value, 0) + counts.get(n.name, 0)
+        if not domains:
+            min_match = 0
+        elif s.hard and len(domains) < s.min_domains:
+            min_match = 0  # fewer domains than minDomains: the global minimum is 0
+        else:
+            min_match = min(domains.values())
+        states.append(_SpreadState(s, domains, min_match, math.log(len(domains) + 2)))
+    return states
+
+
+def filter_spread(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> str | None:
+    for st in states:
+        s = st.spread
+        if not s.hard:
+            continue
+        value = node.labels.get(s.topology_key)
+        if value is None:
+            return "node(s) didn't match pod topology spread constraints (missing required label)"
+        skew = st.domain_counts.get(value, 0) + s.self_match - st.min_match
+        if skew > s.max_skew:
+            return "node(s) didn't match pod topology spread constraints"
+    return None
+
+
+# ---------------------------------------------------------------- scores
+
+
+def _normalize(raw: dict[str, float], reverse: bool = False) -> dict[str, float]:
+    """DefaultNormalizeScore: scale to 0..100 by the maximum (optionally reversed)."""
+    top = max(raw.values(), default=0)
+    if top == 0:
+        return dict.fromkeys(raw, MAX_NODE_SCORE if reverse else 0)
+    out = {}
+    for n, v in raw.items():
+        score = MAX_NODE_SCORE * v / top
+        out[n] = MAX_NODE_SCORE - score if reverse else score
+    return out
+
+
+def score_least_allocated(pod: PodInfo, node: NodeInfo) -> float:
+    """NodeResourcesFit LeastAllocated over cpu and memory (weight 1 each)."""
+    total = 0.0
+    for alloc, used in (
+        (node.allocatable.get("cpu", 0), node.usage.nonzero_cpu + pod.nonzero_cpu),
+        (node.allocatable.get("memory", 0), node.usage.nonzero_memory + pod.nonzero_memory),
+    ):
+        if alloc == 0 or used > alloc:
+            continue
+        total += (alloc - used) * MAX_NODE_SCORE // alloc
+    return total // 2
+
+
+def score_preferred_affinity(pod: PodInfo, node: NodeInfo) -> float:
+    return float(
+        sum(w for w, term in pod.preferred if match_node_selector_term(term, node.name, node.labels))
+    )
+
+
+def score_prefer_no_schedule(pod: PodInfo, node: NodeInfo) -> float:
+    return float(
+        sum(
+            1
+            for t in node.taints
+            if t.effect == "PreferNoSchedule" and not tolerations.tolerated(t, pod.tolerations)
+        )
+    )
+
+
+def score_spread(
+    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache
+) -> dict[str, float]:
+    """PodTopologySpread Score + NormalizeScore for ScheduleAnyway constraints."""
+    soft = [st for st in states if not st.spread.hard]
+    if not soft:
+        return {n.name: 0.0 for n in nodes}
+    raw: dict[str, int] = {}
+    ignored = set()
+    for n in nodes:
+        if any(st.spread.topology_key not in n.labels for st in soft):
+            ignored.add(n.name)
+            continue
+        score = 0.0
+        for st in soft:
+            value = n.labels[st.spread.topology_key]
+            if st.spread.topology_key == HOSTNAME:
+                cnt = cache.matching(pod.namespace, st.spread).get(n.name, 0)
+            else:
+                cnt = st.domain_counts.get(value, 0)
+            score += cnt * st.weight + (st.spread.max_skew - 1)
+        raw[n.name] = round(score)
+    out: dict[str, float] = {}
+    lo = min(raw.values(), default=0)
+    hi = max(raw.values(), default=0)
+    for n in nodes:
+        if n.name in ignored:
+            out[n.name] = 0.0
+        elif hi == 0:
+            out[n.name] = float(MAX_NODE_SCORE)
+        else:
+            out[n.name] = float(MAX_NODE_SCORE * (hi + lo - raw[n.name]) // hi)
+    return out
+
+
+# ---------------------------------------------------------------- one scheduling cycle
+
+
+@dataclass
+class Result:
+    node: str | None
+    feasible: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    next_start: int = 0
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def message(self, total_nodes: int) -> str:
+        parts = sorted(f"{count} {reason}" for reason, count in self.reasons.items())
+        text = f"0/{total_nodes} nodes are available"
+        return text + (": " + ", ".join(parts) + "." if parts else ".")
+
+
+def num_feasible_nodes_to_find(total: int, percentage: int = 0) -> int:
+    """percentageOfNodesToScore (0 = the adaptive default)."""
+    if total < MIN_FEASIBLE_NODES_TO_FIND:
+        return total
+    if percentage <= 0:
+        percentage = max(50 - total // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
+    return max(total * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def filter_node(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> list[str]:
+    """All filters for one node; the reasons it fails (empty when it fits)."""
+    for f in (filter_ready, filter_unschedulable, filter_taints, filter_node_affinity):
+        reason = f(pod, node)
+        if reason:
+            return [reason]
+    reasons = filter_resources(pod, node)
+    if reasons:
+        return reasons
+    reason = filter_spread(pod, node, states)
+    return [reason] if reason else []
+
+
+def schedule(
+    pod: PodInfo,
+    cache: Cache,
+    *,
+    start: int = 0,
+    rng: random.Random | None = None,
+    percentage: int = 0,
+) -> Result:
+    """Pick the best node for ``pod``: filters, then weighted normalised scores."""
+    order = cache.order
+    total = len(order)
+    result = Result(node=None)
+    if total == 0:
+        result.reasons["no nodes available"] = 0
+        return result
+    states = _spread_states(pod, pod.spreads, cache) if pod.spreads else []
+    want = num_feasible_nodes_to_find(total, percentage)
+    feasible: list[NodeInfo] = []
+    processed = 0
+    for i in range(total):
+        node = cache.nodes[order[(start + i) % total]]
+        processed += 1
+        reasons = filter_node(pod, node, states)
+        if reasons:
+            result.reasons.update(reasons)
+            continue
+        feasible.append(node)
+        if len(feasible) >= want:
+            break
+    result.next_start = (start + processed) % total
+    result.feasible = len(feasible)
+    if not feasible:
+        return result
+    if len(feasible) == 1:
+        result.node = feasible[0].name
+        return result
+    scores = combine_scores(pod, feasible, states, cache)
+    result.scores = scores
+    best = max(scores.values())
+    top = [n.name for n in feasible if scores[n.name] == best]
+    result.node = top[0] if rng is None else rng.choice(top)
+    return result
+
+
+def combine_scores(
+    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache
+) -> dict[str, float]:
+    total = {n.name: WEIGHTS["fit"] * score_least_allocated(pod, n) for n in nodes}
+    parts: list[tuple[int, dict[str, float]]] = []
+    if pod.preferred:
+        parts.append(
+            (WEIGHTS["affinity"], _normalize({n.name: score_preferred_affinity(pod, n) for n in nodes}))
+        )
+    if any(t.effect == "PreferNoSchedule" for n in nodes for t in n.taints):
+        parts.append(
+            (
+                WEIGHTS["taint"],
+                _normalize({n.name: score_prefer_no_schedule(pod, n) for n in nodes}, reverse=True),
+            )
+        )
+    else:
+        parts.append((WEIGHTS["taint"], dict.fromkeys(total, float(MAX_NODE_SCORE))))
+    if states:
+        parts.append((WEIGHTS["spread"], score_spread(pod, nodes, states, cache)))
+    for weight, scores in parts:
+        for name, s in scores.items():
+            total[name] += weight * s
+    return total
+
+
+ScheduleFn = Callable[[PodInfo, Cache], Result]
