@@ -414,6 +414,12 @@ class Kube:
         except ApiException as exc:
             code = int(exc.status or 0)
             raise _from_api_exception(exc) from exc
+        except AttributeError as exc:
+            # The client's call_api decodes ``ApiException.body``, which is None when it raised
+            # the exception itself (a TLS failure): the ApiException is the context.
+            if not isinstance(exc.__context__, ApiException):
+                raise
+            raise _from_api_exception(exc.__context__) from exc.__context__
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise _from_transport(exc) from exc
         finally:
