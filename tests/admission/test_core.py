@@ -1,0 +1,319 @@
+"""The admission core against an in-memory gateway: decisions, reservations, failure modes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import dataclasses
+import time
+
+import pytest
+from spotguard.admission import core, errors, metrics
+from spotguard.admission.reservations import ANNOTATION, POD_ANNOTATION, lease_name
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.policy.config import Config
+
+from tests.admission import cluster
+from tests.admission.fakekube import FakeKube
+
+
+@pytest.fixture
+def k() -> FakeKube:
+    fake = FakeKube()
+    cluster.basic_cluster(fake)
+    return fake
+
+
+def make_ctx(k: FakeKube, trust: float = 3.0, **config: object) -> core.Context:
+    return core.Context(dataclasses.replace(Config(), **config), k, "spotguard", trust)  # type: ignore[arg-type]
+
+
+# -- decoding --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ([], errors.WrongType),
+        (
+            {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "x"}},
+            errors.WrongType,
+        ),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}, errors.WrongType),
+        ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, errors.MissingRequest),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}},
+            errors.MissingRequest,
+        ),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}},
+            errors.MissingRequest,
+        ),
+    ],
+)
+def test_a_request_that_is_not_an_admission_review_is_a_webhook_error(k: FakeKube, body: object, error: type) -> None:
+    with pytest.raises(error):
+        core.serve(body, make_ctx(k))
+
+
+def test_a_pod_create_without_an_object_is_a_webhook_error(k: FakeKube) -> None:
+    rev = cluster.review({}, "shop")
+    del rev["request"]["object"]
+    with pytest.raises(errors.MissingObject):
+        core.serve(rev, make_ctx(k))
+
+
+def test_build_response_echoes_the_uid_and_encodes_the_patch() -> None:
+    answer = core.build_response(uid="u-1", patch=[{"op": "add", "path": "/a", "value": 1}], warnings=["w"])
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["response"]["uid"] == "u-1"
+    assert answer["response"]["allowed"] is True
+    assert cluster.patch_of(dict(answer)) == [{"op": "add", "path": "/a", "value": 1}]
+    assert "patch" not in core.build_response(uid="u-2")["response"]
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation"),
+    [
+        ({"group": "apps", "version": "v1", "resource": "deployments"}, "CREATE"),
+        ({"group": "", "version": "v1", "resource": "pods"}, "UPDATE"),
+    ],
+)
+def test_other_resources_and_operations_are_allowed_without_a_patch(
+    k: FakeKube, resource: dict, operation: str
+) -> None:
+    _, rs = cluster.deployment(k, "web", 2)
+    rev = cluster.review(cluster.pod_for(rs), "shop", operation=operation)
+    rev["request"]["resource"] = resource
+    answer = core.serve(rev, make_ctx(k))
+    assert cluster.patch_of(answer) == []
+    assert k.stats.requests == 0
+
+
+# -- floors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replicas", "annotations", "floor"),
+    [
+        (1, {}, 1),
+        (2, {}, 1),
+        (10, {}, 1),
+        (10, {"spotguard.io/min-on-demand": "3"}, 3),
+        (10, {"spotguard.io/min-on-demand": "25%"}, 3),
+        (4, {"spotguard.io/min-on-demand": "0"}, 0),
+    ],
+)
+def test_a_deployment_gets_exactly_its_floor_on_demand(
+    k: FakeKube, replicas: int, annotations: dict, floor: int
+) -> None:
+    _, rs = cluster.deployment(k, "web", replicas, annotations=annotations)
+    ctx = make_ctx(k)
+    for _ in range(replicas):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert cluster.placements(k) == {k2: v for k2, v in {"on-demand": floor, "spot": replicas - floor}.items() if v}
+
+
+@pytest.mark.parametrize(("replicas", "floor"), [(1, 1), (3, 2), (7, 4)])
+def test_a_statefulset_decides_by_ordinal(k: FakeKube, replicas: int, floor: int) -> None:
+    sts = cluster.statefulset(k, "db", replicas)
+    ctx = make_ctx(k)
+    for i in range(replicas):
+        _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(sts, ordinal=i))
+        expected = "on-demand" if i < floor else "spot"
+        assert pod["metadata"]["labels"]["spotguard.io/placement"] == expected
+    assert k.stats.count(resource="leases.coordination.k8s.io") == 0  # no reservation for ordinals
+
+
+def test_the_on_demand_pod_gets_required_affinity_and_the_spot_pod_a_preference(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 2)
+    ctx = make_ctx(k)
+    _, first = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    _, second = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    required = first["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == cluster.CAPACITY
+    assert first["metadata"]["annotations"][POD_ANNOTATION]
+    preferred = second["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred[0]["preference"]["matchExpressions"][0]["values"] == ["spot"]
+    assert {c["topologyKey"] for c in second["spec"]["topologySpreadConstraints"]} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+
+
+# -- idempotency, dry run, opt-out ------------------------------------------------------
+
+
+def test_reinvocation_keeps_the_placement_with_an_empty_patch_and_no_api_call(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 3)
+    ctx = make_ctx(k)
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    before = k.stats.requests
+    again = core.serve(cluster.review(pod, "shop"), ctx)
+    assert cluster.patch_of(again) == []
+    assert k.stats.requests == before
+
+
+def test_dry_run_reserves_nothing_and_writes_nothing(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 3)
+    ctx = make_ctx(k)
+    for _ in range(3):
+        _answer, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs), dry_run=True)
+        assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+    assert k.stats.writes == 0
+    assert k.all(r.LEASES) == []
+
+
+def test_a_namespace_or_workload_that_opts_out_is_left_alone(k: FakeKube) -> None:
+    k.put(r.NAMESPACES, {"metadata": {"name": "quiet", "annotations": {"spotguard.io/enabled": "false"}}})
+    _, rs = cluster.deployment(k, "web", 2, namespace="quiet")
+    _, rs2 = cluster.deployment(k, "off", 2, annotations={"spotguard.io/enabled": "false"})
+    ctx = make_ctx(k)
+    assert cluster.patch_of(cluster.admit_and_create(ctx, k, cluster.pod_for(rs))[0]) == []
+    assert cluster.patch_of(cluster.admit_and_create(ctx, k, cluster.pod_for(rs2))[0]) == []
+
+
+def test_excluded_namespaces_bare_pods_and_daemonset_pods_are_left_alone_without_api_calls(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "dns", 2, namespace="kube-system")
+    ds_pod = cluster.pod_for(rs)
+    ds_pod["metadata"]["ownerReferences"][0]["kind"] = "DaemonSet"
+    bare = cluster.pod_for(rs)
+    bare["metadata"].pop("ownerReferences")
+    ctx = make_ctx(k)
+    for pod in (cluster.pod_for(rs), ds_pod, bare):
+        assert cluster.patch_of(core.serve(cluster.review(pod, pod["metadata"]["namespace"]), ctx)) == []
+    assert k.stats.requests == 0
+
+
+def test_an_invalid_annotation_is_one_warning_event_and_the_default_applies(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 4, annotations={"spotguard.io/min-on-demand": "lots"})
+    ctx = make_ctx(k)
+    for _ in range(4):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert cluster.placements(k) == {"on-demand": 1, "spot": 3}
+    assert len(k.events) == 1
+    assert k.events[0]["type"] == "Warning"
+    assert "lots" in k.events[0]["message"]
+
+
+# -- failing open ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [kube.Transient, kube.Forbidden, kube.TooManyRequests])
+def test_an_unreachable_api_answers_allowed_without_a_patch_and_counts_it(
+    k: FakeKube, error: type[kube.ApiError]
+) -> None:
+    _, rs = cluster.deployment(k, "web", 2)
+    k.fail = error
+    before = metrics.REQUESTS.labels("failed_open", "none")._value.get()
+    answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), make_ctx(k))
+    assert answer["response"]["allowed"] is True
+    assert "patch" not in answer["response"]
+    assert metrics.REQUESTS.labels("failed_open", "none")._value.get() == before + 1
+
+
+def test_no_cluster_connection_fails_open() -> None:
+    ctx = core.Context(Config(), None, connect_error="nothing configured")
+    pod = cluster.pod_for(
+        {"kind": "ReplicaSet", "metadata": {"name": "web-1", "namespace": "shop", "uid": "u"}, "spec": {}}
+    )
+    answer = core.serve(cluster.review(pod, "shop"), ctx)
+    assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+
+
+# -- reservations ------------------------------------------------------------------------
+
+
+def _burst(k: FakeKube, rs: dict, contexts: list[core.Context], n: int, threads: int = 12) -> None:
+    pods = [cluster.pod_for(rs) for _ in range(n)]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        futures = [
+            pool.submit(cluster.admit_and_create, contexts[i % len(contexts)], k, pod) for i, pod in enumerate(pods)
+        ]
+        for f in futures:
+            f.result()
+
+
+@pytest.mark.parametrize(
+    ("annotations", "floor"),
+    [({}, 1), ({"spotguard.io/min-on-demand": "50%"}, 30), ({"spotguard.io/min-on-demand": "7"}, 7)],
+)
+def test_three_instances_admitting_60_pods_at_once_hand_out_exactly_the_floor(annotations: dict, floor: int) -> None:
+    for _ in range(5):
+        k = FakeKube()
+        cluster.basic_cluster(k)
+        _, rs = cluster.deployment(k, "web", 60, annotations=annotations)
+        contexts = [make_ctx(k) for _ in range(3)]  # three processes: separate caches and locks
+        _burst(k, rs, contexts, 60)
+        assert cluster.placements(k) == {"on-demand": floor, "spot": 60 - floor}
+
+
+def test_a_reservation_for_a_pod_never_created_expires() -> None:
+    k = FakeKube()
+    cluster.basic_cluster(k)
+    _, rs = cluster.deployment(k, "web", 3)
+    ctx = make_ctx(k, trust=0.0, reservation_ttl_seconds=1)
+    rev = cluster.review(cluster.pod_for(rs), "shop")
+    assert "on-demand" in str(core.serve(rev, ctx)["response"]["auditAnnotations"])  # never stored
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+    time.sleep(1.1)
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+
+
+def test_a_counted_pod_consumes_its_reservation(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 3)
+    ctx = make_ctx(k, trust=0.0)
+    cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    lease = k.get(r.LEASES, lease_name("shop", rs["metadata"]["name"]), "spotguard")
+    doc = lease["metadata"]["annotations"][ANNOTATION]
+    assert '"pending":{}' in doc and '"on_demand":["web-' in doc
+
+
+def test_scale_down_then_up_keeps_the_floor_and_a_lost_on_demand_pod_is_replaced(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 6, annotations={"spotguard.io/min-on-demand": "2"})
+    ctx = make_ctx(k, trust=0.0)
+    for _ in range(6):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    # Scale down to 3: the ReplicaSet removes spot pods first (pod-deletion-cost).
+    spot = [p for p in k.all(r.PODS, "shop") if p["metadata"]["labels"]["spotguard.io/placement"] == "spot"]
+    for p in spot[:3]:
+        del k.objects[("pods", "shop", p["metadata"]["name"])]
+    for _ in range(3):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert cluster.placements(k) == {"on-demand": 2, "spot": 4}
+    # An on-demand pod disappears: the next new pod takes its slot.
+    gone = next(p for p in k.all(r.PODS, "shop") if p["metadata"]["labels"]["spotguard.io/placement"] == "on-demand")
+    del k.objects[("pods", "shop", gone["metadata"]["name"])]
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+
+
+def test_a_rollout_gives_the_new_replicaset_its_own_floor(k: FakeKube) -> None:
+    _dep, rs_old = cluster.deployment(k, "web", 4)
+    ctx = make_ctx(k)
+    for _ in range(4):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs_old))
+    rs_new = copy.deepcopy(rs_old)
+    rs_new["metadata"].update(name="web-def456", uid="new-uid")
+    rs_new["spec"]["selector"]["matchLabels"]["pod-template-hash"] = "def456"
+    k.put(r.REPLICASETS, rs_new)
+    for p in k.all(r.PODS, "shop"):  # the old ReplicaSet is scaled to zero
+        del k.objects[("pods", "shop", p["metadata"]["name"])]
+    for _ in range(4):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs_new))
+    assert cluster.placements(k) == {"on-demand": 1, "spot": 3}
+
+
+def test_warm_admission_costs_at_most_two_api_requests_per_pod(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 100)
+    ctx = make_ctx(k)
+    cluster.admit_and_create(ctx, k, cluster.pod_for(rs))  # warm the caches
+    k.stats.reset()
+    for _ in range(99):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert k.stats.requests / 99 <= 2
+    assert cluster.placements(k) == {"on-demand": 1, "spot": 99}
