@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -166,3 +167,23 @@ def reconcile(handler: Handler, *, transport: str) -> bool:
         telemetry.RECONCILE_SECONDS.observe(time.monotonic() - started)
     telemetry.RECONCILES.inc()
     return True
+
+
+class Serialized:
+    """A handler shared by several threads (HTTP workers, the poller, the reconcile timer).
+
+    One plan at a time: two plans written at once would each see the cluster
+    without the other's surge.
+    """
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self._lock = threading.Lock()
+
+    def handle(self, notices: Sequence[Notice]) -> Sequence[object]:
+        with self._lock:
+            return self.handler.handle(notices)
+
+    def reconcile(self) -> None:
+        with self._lock:
+            self.handler.reconcile()

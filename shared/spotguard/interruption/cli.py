@@ -1,0 +1,165 @@
+"""Serve the spot-interruption function: the CloudEvents endpoint over HTTP and/or an SQS poller.
+
+  spotguard serve spot-interruption --port 8080 [--kubeconfig FILE]
+  spotguard serve spot-interruption --sqs-queue-url URL [--region R] [--kubeconfig FILE]
+
+With --port, ``POST /`` takes CloudEvents (binary or structured), ``GET /healthz``
+and ``GET /metrics`` answer; with --sqs-queue-url, the queue the EventBridge rules
+feed is long-polled; both may run in one process. Without either, it serves HTTP
+on port 8080. Surges are scaled back by a reconcile every --reconcile-interval
+seconds. SIGTERM and SIGINT stop it cleanly: requests and handlings in progress
+finish first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from spotguard import logs
+from spotguard.interruption import dispatch
+
+log = logging.getLogger("spotguard.interruption")
+
+DEFAULT_PORT = 8080
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, help=f"serve CloudEvents over HTTP on this port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--sqs-queue-url", help="long-poll this SQS queue for EventBridge events")
+    parser.add_argument("--region", help="AWS region (default: $AWS_REGION or $AWS_DEFAULT_REGION)")
+    parser.add_argument(
+        "--endpoint-url", help="AWS endpoint for SQS and EC2 (a local emulator such as moto or LocalStack)"
+    )
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=15.0,
+        help="seconds between reconciles that scale surges back (default 15; 0: never)",
+    )
+    parser.add_argument("--wait-seconds", type=int, default=20, help="SQS long-poll wait, 0 to 20 seconds (default 20)")
+    parser.add_argument(
+        "--visibility-timeout",
+        type=int,
+        help="seconds a received message stays invisible, extended while it is handled (default: the queue's)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.port is not None and not 0 < args.port < 65536:
+        raise logs.UserError(f"--port must be 1 to 65535, not {args.port}")
+    if not 0 <= args.wait_seconds <= 20:
+        raise logs.UserError(f"--wait-seconds must be 0 to 20, not {args.wait_seconds}")
+    if args.reconcile_interval < 0:
+        raise logs.UserError("--reconcile-interval must not be negative")
+    port = args.port if args.port is not None or args.sqs_queue_url else DEFAULT_PORT
+    region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if args.sqs_queue_url and not region:
+        raise logs.UserError("--sqs-queue-url needs an AWS region: --region, $AWS_REGION or $AWS_DEFAULT_REGION")
+
+    handler = dispatch.Serialized(build_handler(args.kubeconfig, region, args.endpoint_url))
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    poller = None
+    if args.sqs_queue_url:
+        import boto3
+
+        from spotguard.interruption.poller import Poller
+
+        client = boto3.client("sqs", region_name=region, endpoint_url=args.endpoint_url)
+        poller = Poller(
+            client,
+            args.sqs_queue_url,
+            handler,
+            wait_seconds=args.wait_seconds,
+            visibility_timeout=args.visibility_timeout,
+        )
+        threads.append(threading.Thread(target=poller.run, name="sqs-poller", daemon=True))
+    if args.reconcile_interval > 0:
+        threads.append(
+            threading.Thread(
+                target=_reconcile_every, args=(handler, args.reconcile_interval, stop), name="reconcile", daemon=True
+            )
+        )
+    for thread in threads:
+        thread.start()
+    try:
+        if port:
+            _serve_http(handler, args.host, port, stop)
+        else:
+            _wait_for_signal(stop)
+    finally:
+        stop.set()
+        if poller is not None:
+            poller.stop()
+        for thread in threads:
+            thread.join()
+    log.info("stopped")
+    return 0
+
+
+def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str | None) -> dispatch.Handler:
+    """The handler for a cluster: its connection, its settings and an EC2 client when a region is known."""
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise logs.UserError(f"--kubeconfig {kubeconfig}: no such file")
+    from spotguard.gateway import kube, settings
+    from spotguard.interruption import handler
+
+    try:
+        k = kube.connect(kubeconfig)
+    except Exception as exc:
+        raise logs.UserError(f"cannot connect to the cluster: {exc}") from exc
+    config, _problems = settings.load(k)  # problems are logged by settings
+    ec2: Any = None
+    if region:
+        import boto3
+
+        ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
+    return handler.Handler(k, config, ec2)
+
+
+def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        dispatch.reconcile(handler, transport="schedule")
+
+
+def _serve_http(handler: dispatch.Handler, host: str, port: int, stop: threading.Event) -> None:
+    import hypercorn.asyncio
+    import hypercorn.config
+
+    from spotguard.interruption import app
+
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 30.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopped.set)
+        log.info("serving CloudEvents", extra={"url": f"http://{host}:{port}/"})
+        await hypercorn.asyncio.serve(app.create_app(handler), config, shutdown_trigger=stopped.wait, mode="wsgi")
+
+    asyncio.run(main())
+
+
+def _wait_for_signal(stop: threading.Event) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("signal received: stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
