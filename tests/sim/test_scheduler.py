@@ -1,0 +1,304 @@
+"""Unit tests of the scheduler's filters and scores (spotguard.sim.scheduler),
+each citing the kube-scheduler documentation it follows."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from spotguard.sim import scheduler
+
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+
+
+def node(name: str, *, cpu: str = "4", memory: str = "8Gi", pods: str = "110", zone: str = "a",
+         labels: dict[str, str] | None = None, taints: list[dict[str, Any]] | None = None,
+         unschedulable: bool = False, ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {HOST: name, ZONE: zone, **(labels or {})}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": pods},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def pod(name: str = "p", *, cpu: str | None = None, memory: str | None = None,
+        labels: dict[str, str] | None = None, ns: str = "default", **spec: Any) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}], **spec},
+    }
+
+
+def cache_of(
+    *nodes: dict[str, Any], bound: list[tuple[dict[str, Any], str]] | None = None
+) -> scheduler.Cache:
+    c = scheduler.Cache()
+    for n in nodes:
+        c.set_node(n)
+    for p, n_name in bound or []:
+        c.set_pod({**p, "spec": {**p["spec"], "nodeName": n_name}})
+    return c
+
+
+def run(p: dict[str, Any], c: scheduler.Cache) -> scheduler.Result:
+    return scheduler.schedule(scheduler.PodInfo.from_pod(p), c)
+
+
+def feasible(p: dict[str, Any], c: scheduler.Cache) -> set[str]:
+    info = scheduler.PodInfo.from_pod(p)
+    states = scheduler._spread_states(info, info.spreads, c) if info.spreads else []
+    return {n.name for n in c.nodes.values() if not scheduler.filter_node(info, n, states)}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/ and
+# https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#how-pods-with-resource-requests-are-scheduled
+def test_resources_fit_counts_requests_of_bound_pods() -> None:
+    c = cache_of(node("n1", cpu="1"), node("n2", cpu="2"),
+                 bound=[(pod("a", cpu="800m"), "n1")])
+    assert feasible(pod(cpu="500m"), c) == {"n2"}
+    result = run(pod(cpu="3"), c)
+    assert result.node is None
+    assert result.message(2) == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+def test_pod_count_is_a_resource() -> None:
+    c = cache_of(node("n1", pods="1"), node("n2", pods="2"), bound=[(pod("a"), "n1")])
+    assert feasible(pod(), c) == {"n2"}
+    assert run(pod(), cache_of(node("x", pods="0"))).message(1) == (
+        "0/1 nodes are available: 1 Too many pods.")
+
+
+def test_removing_a_bound_pod_frees_its_requests() -> None:
+    c = cache_of(node("n1", cpu="1"), bound=[(pod("a", cpu="1"), "n1")])
+    assert feasible(pod(cpu="1"), c) == set()
+    c.remove_pod("default", "a")
+    assert feasible(pod(cpu="1"), c) == {"n1"}
+
+
+# https://kubernetes.io/docs/concepts/architecture/nodes/#manual-node-administration (cordon)
+def test_unschedulable_and_not_ready_nodes_are_filtered() -> None:
+    c = cache_of(node("cordoned", unschedulable=True), node("down", ready=False), node("ok"))
+    assert feasible(pod(), c) == {"ok"}
+    tolerant = pod(tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+                                 "effect": "NoSchedule"}])
+    assert feasible(tolerant, c) == {"cordoned", "ok"}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
+@pytest.mark.parametrize("effect", ["NoSchedule", "NoExecute"])
+def test_untolerated_taints_filter(effect: str) -> None:
+    c = cache_of(node("spot", taints=[{"key": "spot", "value": "true", "effect": effect}]), node("od"))
+    assert feasible(pod(), c) == {"od"}
+    assert run(pod(nodeSelector={HOST: "spot"}), c).reasons[
+        "node(s) had untolerated taint {spot: true}"] == 1
+    equal = pod(tolerations=[{"key": "spot", "operator": "Equal", "value": "true", "effect": effect}])
+    assert feasible(equal, c) == {"spot", "od"}
+    wrong_value = pod(tolerations=[{"key": "spot", "operator": "Equal", "value": "no"}])
+    assert feasible(wrong_value, c) == {"od"}
+    exists = pod(tolerations=[{"operator": "Exists"}])
+    assert feasible(exists, c) == {"spot", "od"}
+
+
+def test_prefer_no_schedule_only_scores() -> None:
+    c = cache_of(node("soft", taints=[{"key": "k", "effect": "PreferNoSchedule"}]), node("plain"))
+    assert feasible(pod(), c) == {"soft", "plain"}
+    assert run(pod(), c).node == "plain"
+    tolerant = pod(tolerations=[{"key": "k", "operator": "Exists"}])
+    scores = run(tolerant, c).scores
+    assert scores["soft"] == scores["plain"]
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodeselector
+def test_node_selector() -> None:
+    c = cache_of(node("n1", labels={"disk": "ssd"}), node("n2", labels={"disk": "hdd"}))
+    assert feasible(pod(nodeSelector={"disk": "ssd"}), c) == {"n1"}
+    assert run(pod(nodeSelector={"disk": "nvme"}), c).message(2) == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#node-affinity
+@pytest.mark.parametrize(("expr", "expected"), [
+    ({"key": "size", "operator": "In", "values": ["2", "3"]}, {"n2", "n3"}),
+    ({"key": "size", "operator": "NotIn", "values": ["2", "3"]}, {"n1", "none"}),
+    ({"key": "size", "operator": "Exists"}, {"n1", "n2", "n3"}),
+    ({"key": "size", "operator": "DoesNotExist"}, {"none"}),
+    ({"key": "size", "operator": "Gt", "values": ["1"]}, {"n2", "n3"}),
+    ({"key": "size", "operator": "Lt", "values": ["3"]}, {"n1", "n2"}),
+])
+def test_required_node_affinity_operators(expr: dict[str, Any], expected: set[str]) -> None:
+    c = cache_of(node("n1", labels={"size": "1"}), node("n2", labels={"size": "2"}),
+                 node("n3", labels={"size": "3"}), node("none"))
+    assert feasible(pod(affinity=required({"matchExpressions": [expr]})), c) == expected
+
+
+def test_terms_are_ored_and_expressions_anded() -> None:
+    c = cache_of(node("a", labels={"x": "1", "y": "1"}), node("b", labels={"x": "1"}),
+                 node("c", labels={"z": "1"}))
+    anded = required({"matchExpressions": [{"key": "x", "operator": "Exists"},
+                                           {"key": "y", "operator": "Exists"}]})
+    assert feasible(pod(affinity=anded), c) == {"a"}
+    ored = required({"matchExpressions": [{"key": "y", "operator": "Exists"}]},
+                    {"matchExpressions": [{"key": "z", "operator": "Exists"}]})
+    assert feasible(pod(affinity=ored), c) == {"a", "c"}
+    # nodeSelector and affinity must both be satisfied
+    both = pod(affinity=ored, nodeSelector={"x": "1"})
+    assert feasible(both, c) == {"a"}
+    # an empty term matches no node
+    assert feasible(pod(affinity=required({})), c) == set()
+
+
+def test_match_fields_metadata_name() -> None:
+    c = cache_of(node("a"), node("b"))
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}
+    assert feasible(pod(affinity=required(term)), c) == {"b"}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#node-affinity-weight
+def test_preferred_node_affinity_weights() -> None:
+    c = cache_of(node("spot", labels={"cap": "spot"}), node("od", labels={"cap": "od"}),
+                 node("gpu", labels={"cap": "od", "gpu": "1"}))
+    prefs = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "cap", "operator": "In",
+                                                            "values": ["spot"]}]}},
+        {"weight": 50, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}},
+    ]}}
+    result = run(pod(affinity=prefs), c)
+    assert result.node == "gpu"
+    assert result.scores["spot"] > result.scores["od"]
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/ (LeastAllocated)
+def test_least_allocated_prefers_emptier_node() -> None:
+    c = cache_of(node("busy"), node("idle"), bound=[(pod("a", cpu="3", memory="6Gi"), "busy")])
+    assert run(pod(cpu="100m"), c).node == "idle"
+    info = scheduler.PodInfo.from_pod(pod(cpu="1", memory="2Gi"))
+    idle = c.nodes["idle"]
+    # (4000-1000)/4000*100 = 75, (8Gi-2Gi)/8Gi*100 = 75 -> 75
+    assert scheduler.score_least_allocated(info, idle) == 75
+
+
+def spread(key: str, skew: int = 1, when: str = "DoNotSchedule", **extra: Any) -> dict[str, Any]:
+    return {"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": when,
+            "labelSelector": {"matchLabels": {"app": "web"}}, **extra}
+
+
+WEB = {"app": "web"}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/
+def test_topology_spread_do_not_schedule_max_skew() -> None:
+    c = cache_of(node("a1", zone="a"), node("a2", zone="a"), node("b1", zone="b"),
+                 bound=[(pod("w1", labels=WEB), "a1"), (pod("w2", labels=WEB), "a2"),
+                        (pod("w3", labels=WEB), "b1")])
+    p = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE)])
+    # zone a has 2, zone b has 1: placing in a gives skew 3-1=2 > 1
+    assert feasible(p, c) == {"b1"}
+    assert run(p, c).node == "b1"
+    relaxed = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE, skew=2)])
+    assert feasible(relaxed, c) == {"a1", "a2", "b1"}
+    # pods of other apps and other namespaces do not count
+    other = pod(labels={"app": "web"}, ns="other", topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(other, c) == {"a1", "a2", "b1"}
+
+
+def test_topology_spread_missing_label_and_min_domains() -> None:
+    unlabeled = node("x")
+    del unlabeled["metadata"]["labels"][ZONE]
+    c = cache_of(node("a1", zone="a"), unlabeled, bound=[(pod("w1", labels=WEB), "a1")])
+    p = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE)])
+    result = run(p, c)
+    assert result.reasons[
+        "node(s) didn't match pod topology spread constraints (missing required label)"] == 1
+    # one domain, skew 1: zone a (1 pod) + 1 - min 1 = 1 <= 1 fits
+    assert feasible(p, c) == {"a1"}
+    # minDomains 2 with only 1 domain: the global minimum is 0, so skew is 2 > 1
+    p_min = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE, minDomains=2)])
+    assert feasible(p_min, c) == set()
+
+
+def test_topology_spread_node_affinity_policy() -> None:
+    c = cache_of(node("a1", zone="a", labels={"pool": "x"}), node("b1", zone="b", labels={"pool": "y"}),
+                 bound=[(pod("w1", labels=WEB), "b1"), (pod("w2", labels=WEB), "b1")])
+    # Honor (default): zone b is not eligible for this pod, so only zone a counts
+    honor = pod(labels=WEB, nodeSelector={"pool": "x"}, topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(honor, c) == {"a1"}
+    # Honor with zone a counted alone: skew 1-0 fits; with Ignore, zone b (0) counts too
+    c2 = cache_of(node("a1", zone="a", labels={"pool": "x"}), node("b1", zone="b", labels={"pool": "y"}),
+                  bound=[(pod("w1", labels=WEB), "a1")])
+    honor2 = pod(labels=WEB, nodeSelector={"pool": "x"}, topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(honor2, c2) == {"a1"}  # only zone a is counted: skew 2-2=0
+    ignore2 = pod(labels=WEB, nodeSelector={"pool": "x"},
+                  topologySpreadConstraints=[spread(ZONE, nodeAffinityPolicy="Ignore")])
+    assert feasible(ignore2, c2) == set()  # zone b (0) counts: skew 2-0=2
+
+
+def test_topology_spread_node_taints_policy() -> None:
+    tainted = node("b1", zone="b", taints=[{"key": "k", "effect": "NoSchedule"}])
+    c = cache_of(node("a1", zone="a"), tainted, bound=[(pod("w1", labels=WEB), "a1")])
+    ignore = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(ignore, c) == set()  # zone b (0 pods) counts; a would be skew 2
+    honor = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE, nodeTaintsPolicy="Honor")])
+    assert feasible(honor, c) == {"a1"}
+
+
+def test_topology_spread_match_label_keys() -> None:
+    c = cache_of(node("a1", zone="a"), node("b1", zone="b"),
+                 bound=[(pod("old1", labels={**WEB, "hash": "old"}), "a1"),
+                        (pod("old2", labels={**WEB, "hash": "old"}), "a1")])
+    plain = pod(labels={**WEB, "hash": "new"}, topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(plain, c) == {"b1"}
+    keyed = pod(labels={**WEB, "hash": "new"},
+                topologySpreadConstraints=[spread(ZONE, matchLabelKeys=["hash"])])
+    assert feasible(keyed, c) == {"a1", "b1"}
+
+
+def test_topology_spread_schedule_anyway_scores() -> None:
+    c = cache_of(node("a1", zone="a"), node("b1", zone="b"),
+                 bound=[(pod("w1", labels=WEB), "a1"), (pod("w2", labels=WEB), "a1")])
+    p = pod(labels=WEB, topologySpreadConstraints=[spread(HOST, when="ScheduleAnyway")])
+    assert feasible(p, c) == {"a1", "b1"}
+    result = run(p, c)
+    assert result.node == "b1"
+    assert result.scores["b1"] > result.scores["a1"]
+
+
+def test_selector_counts_follow_pod_changes() -> None:
+    c = cache_of(node("a1", zone="a"), node("b1", zone="b"))
+    p = pod(labels=WEB, topologySpreadConstraints=[spread(ZONE)])
+    assert feasible(p, c) == {"a1", "b1"}
+    c.set_pod({**pod("w1", labels=WEB), "spec": {"nodeName": "a1", "containers": []}})
+    assert feasible(p, c) == {"b1"}
+    # a terminating pod no longer counts for spreading
+    c.set_pod({**pod("w1", labels=WEB), "spec": {"nodeName": "a1", "containers": []},
+               "metadata": {"name": "w1", "namespace": "default", "labels": WEB,
+                            "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    assert feasible(p, c) == {"a1", "b1"}
+
+
+# https://kubernetes.io/docs/concepts/scheduling-eviction/scheduler-perf-tuning/
+def test_percentage_of_nodes_to_score() -> None:
+    assert scheduler.num_feasible_nodes_to_find(50) == 50
+    assert scheduler.num_feasible_nodes_to_find(1000) == 420
+    assert scheduler.num_feasible_nodes_to_find(5000) == 500
+    assert scheduler.num_feasible_nodes_to_find(200, 10) == 100
+
+
+def test_ties_are_broken_by_the_seeded_rng() -> None:
+    c = cache_of(*(node(f"n{i}") for i in range(8)))
+    info = scheduler.PodInfo.from_pod(pod())
+    a = [scheduler.schedule(info, c, rng=random.Random(7)).node for _ in range(3)]
+    b = [scheduler.schedule(info, c, rng=random.Random(7)).node for _ in range(3)]
+    assert a == b
+    picks = {scheduler.schedule(info, c, rng=random.Random(s)).node for s in range(30)}
+    assert len(picks) > 1
