@@ -86,7 +86,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
-        self.send_header("Cache-Control", "no-cache, private")
+        if "Cache-Control" not in response.headers:
+            self.send_header("Cache-Control", "no-cache, private")
         for key, value in response.headers.items():
             self.send_header(key, value)
         self.end_headers()
