@@ -1,22 +1,298 @@
-"""Mutating admission: call MutatingWebhookConfigurations on CREATE, as kube-apiserver does."""
+"""Mutating admission: call MutatingWebhookConfigurations on CREATE, as kube-apiserver does.
+
+Follows https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/ :
+webhooks run in order (configurations sorted by name, then their webhooks in
+order); each matching webhook gets an AdmissionReview ``admission.k8s.io/v1``
+over HTTPS (``clientConfig.url``, verified against ``caBundle``), within
+``timeoutSeconds``; a JSONPatch response is applied; a denial rejects the
+request; a call error rejects it under ``failurePolicy: Fail`` and is ignored
+under ``Ignore``. With ``reinvocationPolicy: IfNeeded`` a webhook runs again
+(once) when a later webhook changed the object. Webhooks with ``sideEffects``
+other than None/NoneOnDryRun are not called for dry-run requests (the request
+is rejected, as kube-apiserver does).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import logging
+import os
+import ssl
+import tempfile
+import threading
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import jsonpatch
+import orjson
+import requests
+import requests.adapters
+
+from spotguard.sim import errors, resources, selectors
 
 if TYPE_CHECKING:
     from spotguard.sim.store import Store
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+ANONYMOUS = {"username": "system:anonymous", "groups": ["system:unauthenticated"]}
+_sessions = threading.local()
+_ca_files: dict[str, str] = {}
+_ca_lock = threading.Lock()
+
+
+class CallError(Exception):
+    """Calling a webhook failed (connection, TLS, timeout, bad response)."""
+
+
+def _session() -> requests.Session:
+    session: requests.Session | None = getattr(_sessions, "session", None)
+    if session is None:
+        session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=8, pool_maxsize=8, max_retries=0)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        session.trust_env = False
+        _sessions.session = session
+    return session
+
+
+def _ca_file(ca_bundle: str) -> str:
+    """A file holding the PEM of a caBundle (base64 in the configuration), cached."""
+    key = hashlib.sha256(ca_bundle.encode()).hexdigest()
+    with _ca_lock:
+        path = _ca_files.get(key)
+        if path and os.path.exists(path):
+            return path
+        try:
+            pem = base64.b64decode(ca_bundle, validate=True)
+        except (ValueError, TypeError) as exc:
+            raise CallError(f"caBundle is not valid base64: {exc}") from exc
+        try:
+            ssl.create_default_context(cadata=pem.decode())
+        except (ssl.SSLError, ValueError, UnicodeDecodeError) as exc:
+            raise CallError(f"caBundle does not hold a PEM certificate: {exc}") from exc
+        fd, path = tempfile.mkstemp(prefix="spotguard-sim-ca-", suffix=".pem")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+        _ca_files[key] = path
+        return path
+
+
+def _rule_matches(rule: Mapping[str, Any], rtype: resources.ResourceType, operation: str,
+                  namespaced: bool) -> bool:
+    def has(values: Any, value: str) -> bool:
+        return isinstance(values, list) and ("*" in values or value in values)
+
+    if not has(rule.get("operations"), operation):
+        return False
+    if not has(rule.get("apiGroups"), rtype.group):
+        return False
+    if not has(rule.get("apiVersions"), rtype.version):
+        return False
+    wanted = rule.get("resources") or []
+    if not any(r in ("*", "*/*", rtype.plural) for r in wanted):
+        return False
+    scope = rule.get("scope", "*")
+    if scope == "Namespaced" and not namespaced:
+        return False
+    return not (scope == "Cluster" and namespaced)
+
+
+def _webhooks(store: Store) -> list[Obj]:
+    configs, _ = store.list("mutatingwebhookconfigurations")
+    hooks: list[Obj] = []
+    for config in sorted(configs, key=lambda c: c["metadata"]["name"]):
+        for hook in config.get("webhooks") or []:
+            if isinstance(hook, dict):
+                hooks.append({**hook, "_configuration": config["metadata"]["name"]})
+    return hooks
+
+
+def _matches(store: Store, hook: Mapping[str, Any], rtype: resources.ResourceType,
+             obj: Mapping[str, Any], namespace: str) -> bool:
+    if not any(_rule_matches(r, rtype, "CREATE", rtype.namespaced)
+               for r in hook.get("rules") or [] if isinstance(r, dict)):
+        return False
+    object_selector = hook.get("objectSelector")
+    if object_selector and not selectors.from_dict(object_selector).matches(
+        (obj.get("metadata") or {}).get("labels")
+    ):
+        return False
+    ns_selector = hook.get("namespaceSelector")
+    if ns_selector:
+        if rtype.plural == "namespaces":
+            labels = (obj.get("metadata") or {}).get("labels")
+        elif rtype.namespaced:
+            try:
+                labels = store.get("namespaces", namespace)["metadata"].get("labels")
+            except errors.NotFound:
+                labels = {}
+        else:
+            return True  # cluster-scoped objects are never filtered by namespaceSelector
+        if not selectors.from_dict(ns_selector).matches(labels):
+            return False
+    return True
+
+
+def review(rtype: resources.ResourceType, obj: Obj, *, namespace: str,
+           user: Mapping[str, Any], dry_run: bool) -> Obj:
+    """The AdmissionReview request kube-apiserver sends for a CREATE."""
+    gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+    gvr = {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
+    request: Obj = {
+        "uid": str(uuid.uuid4()),
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "name": (obj.get("metadata") or {}).get("name") or "",
+        "operation": "CREATE",
+        "userInfo": dict(user),
+        "object": obj,
+        "oldObject": None,
+        "dryRun": dry_run,
+        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+    }
+    if rtype.namespaced:
+        request["namespace"] = namespace
+    return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
+
+
+def call(hook: Mapping[str, Any], body: Obj) -> Obj:
+    """POST the AdmissionReview to the webhook; the ``response`` part of its answer."""
+    client = hook.get("clientConfig") or {}
+    url = client.get("url")
+    if not url:
+        if client.get("service"):
+            raise CallError(
+                "clientConfig.service is not supported by the simulated cluster (it has no "
+                "service network); use clientConfig.url"
+            )
+        raise CallError("clientConfig has no url")
+    parts = urlsplit(str(url))
+    if parts.scheme != "https":
+        raise CallError(f"webhook URL must use https, got {url!r}")
+    verify: str | bool = True
+    if client.get("caBundle"):
+        verify = _ca_file(str(client["caBundle"]))
+    timeout = float(hook.get("timeoutSeconds") or 10)
+    try:
+        reply = _session().post(
+            str(url),
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            timeout=timeout,
+            verify=verify,
+        )
+    except requests.Timeout as exc:
+        raise CallError(f"failed calling webhook: context deadline exceeded ({exc})") from exc
+    except requests.RequestException as exc:
+        raise CallError(f"failed calling webhook: {exc}") from exc
+    if reply.status_code != 200:
+        raise CallError(f"webhook answered HTTP {reply.status_code}: {reply.text[:200]}")
+    try:
+        answer = orjson.loads(reply.content)
+    except orjson.JSONDecodeError as exc:
+        raise CallError(f"webhook answer is not JSON: {exc}") from exc
+    if not isinstance(answer, dict) or not isinstance(answer.get("response"), dict):
+        raise CallError("webhook answer has no response")
+    if answer.get("apiVersion") != "admission.k8s.io/v1" or answer.get("kind") != "AdmissionReview":
+        raise CallError("webhook answer is not an admission.k8s.io/v1 AdmissionReview")
+    response: Obj = answer["response"]
+    if response.get("uid") != body["request"]["uid"]:
+        raise CallError(
+            f"expected response.uid={body['request']['uid']!r}, got {response.get('uid')!r}"
+        )
+    return response
+
+
+def _apply(obj: Obj, response: Mapping[str, Any]) -> Obj:
+    patch = response.get("patch")
+    if not patch:
+        return obj
+    if response.get("patchType") != "JSONPatch":
+        raise CallError(f"unsupported patchType {response.get('patchType')!r}")
+    try:
+        ops = orjson.loads(base64.b64decode(patch))
+        patched = jsonpatch.JsonPatch(ops).apply(obj, in_place=False)
+    except Exception as exc:
+        raise CallError(f"webhook patch cannot be applied: {exc}") from exc
+    if not isinstance(patched, dict):
+        raise CallError("webhook patch replaced the object with a non-object")
+    return patched
 
 
 def admit_create(
     store: Store,
     resource: str,
-    obj: dict[str, Any],
+    obj: Obj,
     *,
     namespace: str,
     user: Mapping[str, Any] | None,
     dry_run: bool,
-) -> dict[str, Any]:
-    """Return the object after every matching webhook has mutated it (stub: no webhooks)."""
-    return obj
+) -> Obj:
+    """Return the object after every matching webhook has mutated it; raise to reject."""
+    if store.count("mutatingwebhookconfigurations") == 0:
+        return obj
+    rtype = resources.get(resource)
+    hooks = [h for h in _webhooks(store) if _matches(store, h, rtype, obj, namespace)]
+    if not hooks:
+        return obj
+    who = dict(user) if user else dict(ANONYMOUS)
+    current = obj
+    last_change = -1
+    for index, hook in enumerate(hooks):
+        before = current
+        current = _run(hook, rtype, current, namespace=namespace, user=who, dry_run=dry_run)
+        if current != before:
+            last_change = index
+    if last_change > 0:
+        # reinvocationPolicy IfNeeded: once more for earlier webhooks that may want to see
+        # what later ones added (kube-apiserver reinvokes at most once).
+        for hook in hooks[:last_change]:
+            if hook.get("reinvocationPolicy") == "IfNeeded" and _matches(
+                store, hook, rtype, current, namespace
+            ):
+                current = _run(hook, rtype, current, namespace=namespace, user=who, dry_run=dry_run)
+    return current
+
+
+def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj, *, namespace: str,
+         user: Mapping[str, Any], dry_run: bool) -> Obj:
+    name = str(hook.get("name", ""))
+    fail_open = hook.get("failurePolicy", "Fail") == "Ignore"
+    if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+        raise errors.BadRequest(
+            f'admission webhook "{name}" does not support dry run'
+        )
+    body = review(rtype, obj, namespace=namespace, user=user, dry_run=dry_run)
+    try:
+        response = call(hook, body)
+        if not response.get("allowed"):
+            status = response.get("status") or {}
+            code = int(status.get("code") or 400)
+            denied = f'admission webhook "{name}" denied the request'
+            if status.get("message"):
+                denied += f": {status['message']}"
+            elif status.get("reason"):
+                denied += f": {status['reason']}"
+            else:
+                denied += " without explanation"
+            exc = errors.StatusError(denied)
+            exc.code = code if 400 <= code < 600 else 400
+            exc.reason = str(status.get("reason") or "")
+            raise exc
+        return _apply(obj, response)
+    except CallError as exc:
+        if fail_open:
+            log.warning("webhook call failed, ignored (failurePolicy Ignore)",
+                        extra={"webhook": name, "error": str(exc)})
+            return obj
+        raise errors.InternalError(
+            f'Internal error occurred: failed calling webhook "{name}": {exc}'
+        ) from exc

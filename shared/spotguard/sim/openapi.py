@@ -66,10 +66,10 @@ def _convert(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     if "oneOf" in node and all(isinstance(x, dict) and "type" in x for x in node["oneOf"]):
-        types = {t for x in node["oneOf"] for t in _types(x["type"])}
+        one_of = {t for x in node["oneOf"] for t in _types(x["type"])}
         out: dict[str, Any] = {k: _convert(v) for k, v in node.items() if k != "oneOf"}
         out["type"] = "string"
-        if "integer" in types:
+        if "integer" in one_of:
             out["format"] = "int-or-string"
             out["x-kubernetes-int-or-string"] = True
         return out
@@ -149,8 +149,10 @@ def _response(name: str) -> dict[str, Any]:
     return {"description": "OK", "content": {"application/json": {"schema": _ref(name)}}}
 
 
-def _operation(action: str, op_id: str, gvk: dict[str, str], body: str | None, reply: str,
-               params: list[dict[str, Any]], patch: bool = False) -> dict[str, Any]:
+def _operation(  # noqa: PLR0917
+    action: str, op_id: str, gvk: dict[str, str], body: str | None, reply: str,
+    params: list[dict[str, Any]], *, patch: bool = False,
+) -> dict[str, Any]:
     op: dict[str, Any] = {
         "operationId": op_id,
         "parameters": params,
