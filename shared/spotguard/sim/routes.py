@@ -197,8 +197,10 @@ class Api:
             raw = self.store.get_raw(t.rtype.plural, t.name, t.namespace)
             if tables.wants_table(request.headers.get("accept", "")):
                 obj = orjson.loads(raw)
-                return json_response(200, tables.table(t.rtype, [obj], self.store.resource_version,
-                                                       q.get("includeObject")))
+                return json_response(200, tables.table(
+                    t.rtype, [obj], self.store.resource_version, q.get("includeObject"),
+                    self.store.clock.now(),
+                ))
             return Response(200, raw)
         if method == "POST":
             if t.name is not None:
@@ -307,7 +309,8 @@ class Api:
                 entries = entries[:limit]
         if tables.wants_table(request.headers.get("accept", "")):
             objs = [e.copy() for e in entries]
-            table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"))
+            table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"),
+                                 self.store.clock.now())
             table["metadata"].update({k: v for k, v in meta.items() if k != "resourceVersion"})
             return json_response(200, table)
         head = orjson.dumps({

@@ -1,7 +1,32 @@
-"""Scenario files: ordinary Kubernetes YAML (multi-document, or a ``kind: List``)."""
+"""Scenario files: ordinary Kubernetes YAML (multi-document, or a ``kind: List``).
+
+A scenario may also hold ``kind: Generate`` documents (``apiVersion:
+sim.spotguard.io/v1``) that expand at load time into many nodes and workloads,
+so a 1,000-node cluster fits in a few lines:
+
+    apiVersion: sim.spotguard.io/v1
+    kind: Generate
+    metadata: {name: large}
+    nodes:
+    - {count: 700, namePrefix: spot-, capacity: spot, zones: [us-east-1a, us-east-1b],
+       instanceType: m5.xlarge, allocatable: {cpu: "4", memory: 16Gi, pods: "110"}}
+    workloads:
+    - {count: 100, kind: Deployment, namePrefix: web-, namespaces: [shop],
+       replicas: 20, requests: {cpu: 100m, memory: 128Mi}}
+
+Node groups: ``count``, ``namePrefix``, ``capacity`` (spot | on-demand: sets
+``node.kubernetes.io/capacity`` and ``karpenter.sh/capacity-type``), ``zones``
+(round robin; ``topology.kubernetes.io/zone``), ``instanceType``,
+``allocatable``, ``labels``, ``taints``. Each node gets an
+``aws:///<zone>/i-...`` providerID derived from its name. Workload groups:
+``count``, ``kind`` (Deployment | StatefulSet), ``namePrefix``, ``namespaces``
+(round robin; created when missing), ``replicas``, ``requests``, ``labels``,
+``annotations``, ``pdb`` (a PodDisruptionBudget spec without selector).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -11,9 +36,12 @@ import yaml
 
 from spotguard.logs import UserError
 
+GENERATE_API = "sim.spotguard.io/v1"
+Obj = dict[str, Any]
 
-def load(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The objects of a scenario: a path to YAML, or a list of dicts."""
+
+def load(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[Obj]:
+    """The objects of a scenario: a path to YAML, or an iterable of dicts."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
@@ -28,17 +56,130 @@ def load(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[d
     return flatten(list(source), "scenario")
 
 
-def flatten(docs: list[Any], where: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def flatten(docs: list[Any], where: str) -> list[Obj]:
+    out: list[Obj] = []
     for index, doc in enumerate(docs):
         if doc is None:
             continue
         if not isinstance(doc, Mapping):
             raise UserError(f"{where}: document {index + 1} is not a mapping")
+        if doc.get("kind") == "Generate" and doc.get("apiVersion") == GENERATE_API:
+            out.extend(generate(doc, f"{where}: document {index + 1}"))
+            continue
         if str(doc.get("kind", "")).endswith("List") and "items" in doc:
             out.extend(flatten(list(doc.get("items") or []), where))
             continue
         if not doc.get("kind") or not doc.get("apiVersion"):
             raise UserError(f"{where}: document {index + 1} has no kind or apiVersion")
         out.append(dict(doc))
+    return _with_namespaces(out)
+
+
+def _with_namespaces(objs: list[Obj]) -> list[Obj]:
+    """Add Namespace objects for namespaces used but not declared (kube-system and co exist)."""
+    declared = {o["metadata"]["name"] for o in objs if o.get("kind") == "Namespace"}
+    used = []
+    for o in objs:
+        ns = (o.get("metadata") or {}).get("namespace")
+        if ns and ns not in declared and ns not in used:
+            used.append(ns)
+    builtin = {"default", "kube-system", "kube-public", "kube-node-lease"}
+    extra = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+             for ns in used if ns not in builtin]
+    return extra + objs
+
+
+def instance_id(name: str) -> str:
+    return "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
+def _int(group: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = group.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UserError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def generate(doc: Mapping[str, Any], where: str) -> list[Obj]:
+    out: list[Obj] = []
+    for gi, group in enumerate(doc.get("nodes") or []):
+        here = f"{where}: nodes[{gi}]"
+        if not isinstance(group, Mapping):
+            raise UserError(f"{here} is not a mapping")
+        count = _int(group, "count", here)
+        prefix = str(group.get("namePrefix") or f"node-{gi}-")
+        capacity = str(group.get("capacity", "on-demand"))
+        if capacity not in ("spot", "on-demand"):
+            raise UserError(f"{here}: capacity must be spot or on-demand, got {capacity!r}")
+        zones = list(group.get("zones") or ["us-east-1a"])
+        instance_type = str(group.get("instanceType", "m5.xlarge"))
+        allocatable = dict(group.get("allocatable") or {"cpu": "4", "memory": "16Gi",
+                                                          "pods": "110"})
+        for i in range(count):
+            name = f"{prefix}{i:04d}"
+            zone = str(zones[i % len(zones)])
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "topology.kubernetes.io/zone": zone,
+                "topology.kubernetes.io/region": zone[:-1],
+                "node.kubernetes.io/instance-type": instance_type,
+                "node.kubernetes.io/capacity": capacity,
+                "karpenter.sh/capacity-type": capacity,
+                **{str(k): str(v) for k, v in (group.get("labels") or {}).items()},
+            }
+            node: Obj = {
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"providerID": f"aws:///{zone}/{instance_id(name)}"},
+                "status": {"capacity": dict(allocatable), "allocatable": dict(allocatable)},
+            }
+            if group.get("taints"):
+                node["spec"]["taints"] = list(group["taints"])
+            out.append(node)
+    for gi, group in enumerate(doc.get("workloads") or []):
+        here = f"{where}: workloads[{gi}]"
+        if not isinstance(group, Mapping):
+            raise UserError(f"{here} is not a mapping")
+        count = _int(group, "count", here)
+        kind = str(group.get("kind", "Deployment"))
+        if kind not in ("Deployment", "StatefulSet"):
+            raise UserError(f"{here}: kind must be Deployment or StatefulSet, got {kind!r}")
+        prefix = str(group.get("namePrefix") or f"app-{gi}-")
+        namespaces = list(group.get("namespaces") or ["default"])
+        replicas = _int(group, "replicas", here, 1)
+        requests = dict(group.get("requests") or {"cpu": "100m", "memory": "128Mi"})
+        for i in range(count):
+            name = f"{prefix}{i:04d}"
+            ns = str(namespaces[i % len(namespaces)])
+            labels = {"app": name, **{str(k): str(v) for k, v in (group.get("labels") or {}).items()}}
+            workload: Obj = {
+                "apiVersion": "apps/v1", "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": dict(labels)},
+                        "spec": {"containers": [{
+                            "name": "app", "image": str(group.get("image", "nginx:1.27")),
+                            "resources": {"requests": dict(requests)},
+                        }]},
+                    },
+                },
+            }
+            if group.get("annotations"):
+                workload["metadata"]["annotations"] = {
+                    str(k): str(v) for k, v in group["annotations"].items()
+                }
+            if kind == "StatefulSet":
+                workload["spec"]["serviceName"] = name
+            out.append(workload)
+            if group.get("pdb"):
+                out.append({
+                    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {**dict(group["pdb"]), "selector": {"matchLabels": {"app": name}}},
+                })
     return out

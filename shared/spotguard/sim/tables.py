@@ -17,6 +17,9 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
+_now: list[float] = [0.0]
+
+
 def _age(obj: Obj) -> str:
     created = (obj.get("metadata") or {}).get("creationTimestamp")
     if not created:
@@ -25,7 +28,7 @@ def _age(obj: Obj) -> str:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
         return "<unknown>"
-    seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    seconds = int((_now[0] or datetime.datetime.now(datetime.UTC).timestamp()) - then.timestamp())
     if seconds < 120:
         return f"{max(seconds, 0)}s"
     if seconds < 7200:
@@ -108,7 +111,9 @@ COLUMNS: dict[str, tuple[list[Obj], Any]] = {
 
 
 def table(rtype: resources.ResourceType, objs: list[Obj], rv: str,
-          include_object: str | None) -> Obj:
+          include_object: str | None, now: float = 0.0) -> Obj:
+    """A Table of ``objs``; ages are computed at ``now`` (simulated epoch seconds)."""
+    _now[0] = now
     columns, cells = COLUMNS.get(rtype.plural, ([_col("Age")], lambda o: [_age(o)]))
     definitions = [_col("Name", fmt="name"), *columns]
     rows = []
