@@ -1,0 +1,100 @@
+"""End to end on the simulated cluster: every spot node gets its notice at once and is
+reclaimed two minutes later; pods take 30 s to start; the time scale makes it seconds.
+
+Run twice: with nobody draining (the nodes just vanish at the deadline), and with
+the simulated cluster's drainer evicting every pod at the notice, as
+aws-node-termination-handler does.
+"""
+
+from __future__ import annotations
+
+import pytest
+from spotguard.policy.workloads import SURGE
+from spotguard.sim import testing
+
+from tests.interruption import e2e_harness as h
+from tests.interruption import sim_scenario
+
+TIME_SCALE = 20.0
+READY_DELAY = 30.0
+RECLAIM_AFTER = 120.0
+
+
+def ready_pods(store) -> int:
+    return sum(1 for p in store.list("pods")[0] if h.is_ready(p))
+
+
+@pytest.mark.parametrize("drainer", [False, True], ids=["nobody-drains", "drainer-at-notice"])
+def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
+    with (
+        testing.running_cluster(
+            sim_scenario.mixed_nodes(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY, drainer=drainer
+        ) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        workloads = sim_scenario.mixed_workloads()
+        store.apply_objects(workloads)
+        count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
+        h.wait_until(lambda: len(h.floors_of(store)) == count, 5, "the workloads")
+        before = h.floors_of(store)
+        total = sum(replicas for replicas, _ in before.values())
+        h.wait_until(lambda: ready_pods(store) == total, 30, "every pod Ready")
+        watcher = h.Watcher()
+        watcher.start(store)
+        spot = sorted(
+            n["metadata"]["name"]
+            for n in store.list("nodes")[0]
+            if n["metadata"]["labels"][sim_scenario.CAPACITY] == "spot"
+        )
+        on_spot = {h.workload_key(p) for p in store.list("pods")[0] if p["spec"].get("nodeName") in spot}
+        handler = h.handler_for(sim)
+        watcher.arm(spot)
+        h.deliver(handler, h.notices_for(sim, spot))
+        sim.reclaim(spot, after_seconds=RECLAIM_AFTER)
+
+        # What the handler wrote, at once.
+        nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
+        for name in spot:
+            taints = nodes[name]["spec"].get("taints") or []
+            assert {"key": "spotguard.io/interruption", "value": f"itn-{name}", "effect": "NoSchedule"} in taints
+        deployments = {f"Deployment/shop/{d['metadata']['name']}": d for d in store.list("deployments")[0]}
+        surged = {k for k, d in deployments.items() if SURGE in (d["metadata"].get("annotations") or {})}
+        assert surged == {k for k in on_spot if k and k.startswith("Deployment/")}
+        budgets = {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]}
+        assert "spotguard-surge-web" not in budgets  # the user has a budget on web
+        assert {f"spotguard-surge-{k.rsplit('/', 1)[1]}" for k in surged if not k.endswith("/web")} <= budgets
+        if "Deployment/shop/api" in surged:
+            hpa = store.get("horizontalpodautoscalers", "api", "shop")
+            assert hpa["spec"]["minReplicas"] == deployments["Deployment/shop/api"]["spec"]["replicas"] > 3
+
+        # Reconcile on a schedule until the nodes are gone and every workload is back.
+        def settled() -> bool:
+            handler.reconcile()
+            names = {n["metadata"]["name"] for n in store.list("nodes")[0]}
+            if names & set(spot):
+                return False
+            for d in store.list("deployments")[0]:
+                if SURGE in (d["metadata"].get("annotations") or {}):
+                    return False
+            now = h.floors_of(store)
+            if any(now[k][0] != before[k][0] for k in before):
+                return False
+            return ready_pods(store) == total
+
+        h.wait_until(settled, (RECLAIM_AFTER + 4 * READY_DELAY) / TIME_SCALE + 20, "the surge to end", step=0.25)
+
+        # Never below the floor, never none; StatefulSets keep their quorum.
+        for key, (_replicas, floor) in before.items():
+            assert watcher.lowest[key] >= max(floor, 1), (key, watcher.lowest[key], floor)
+        # The surge replacements were Ready before the nodes went.
+        assert set(watcher.at_node_loss) == set(spot) or drainer
+        for node, counts in watcher.at_node_loss.items():
+            for key, (replicas, _) in before.items():
+                if key.startswith("Deployment/"):
+                    assert counts.get(key, 0) >= replicas, (node, key, counts.get(key), replicas)
+        # Back where the user left them; nothing of spotguard's left behind.
+        assert {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]} == {"web"}
+        assert store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"] == 3
+        events = [e for e in store.list("events")[0] if e.get("reason", "").startswith("SpotInterruption")]
+        assert {e["involvedObject"]["kind"] for e in events} >= {"Node", "Deployment"}
