@@ -216,18 +216,18 @@ def test_patch_types(cluster: Cluster) -> None:
     assert [c.name for c in out.spec.template.spec.containers] == ["app"]
     status, body = raw(cluster, "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/patchme",
                        {"metadata": {"labels": {"merged": "yes", "app": None}}},
-                       "application/merge-patch+json")
+                       content_type="application/merge-patch+json")
     assert status == 200 and body["metadata"]["labels"] == {"merged": "yes"}
     status, body = raw(cluster, "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/patchme",
                        [{"op": "replace", "path": "/spec/replicas", "value": 3},
                         {"op": "add", "path": "/metadata/annotations", "value": {"x": "y"}}],
-                       "application/json-patch+json")
+                       content_type="application/json-patch+json")
     assert status == 200 and body["spec"]["replicas"] == 3
     assert body["metadata"]["annotations"] == {"x": "y"}
     assert body["metadata"]["generation"] >= 2
     status, body = raw(cluster, "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/patchme",
                        [{"op": "test", "path": "/spec/replicas", "value": 99}],
-                       "application/json-patch+json")
+                       content_type="application/json-patch+json")
     assert status == 422
 
 
@@ -273,12 +273,12 @@ def test_status_subresource_separates_spec_and_status(cluster: Cluster) -> None:
     cluster.apps.create_namespaced_deployment(ns, deployment_manifest("st", replicas=0))
     status, body = raw(cluster, "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/st/status",
                        {"status": {"observedGeneration": 42}, "spec": {"replicas": 7}},
-                       "application/merge-patch+json")
+                       content_type="application/merge-patch+json")
     assert status == 200
     assert body["status"]["observedGeneration"] == 42 and body["spec"]["replicas"] == 0
     status, body = raw(cluster, "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/st",
                        {"status": {"observedGeneration": 1}, "spec": {"replicas": 0}},
-                       "application/merge-patch+json")
+                       content_type="application/merge-patch+json")
     assert body["status"].get("observedGeneration") != 1
 
 
