@@ -64,6 +64,7 @@ class Watcher:
     doomed: set[str] = field(default_factory=set)
     at_node_loss: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> key -> ready elsewhere
     armed: bool = False
+    created: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> placement labels
 
     def start(self, store: Any) -> None:
         pods, _ = store.list("pods")
@@ -95,6 +96,8 @@ class Watcher:
         if key is None:
             return
         uid = pod["metadata"]["uid"]
+        if self.armed and event_type == "ADDED":
+            self.created[key].append((pod["metadata"].get("labels") or {}).get("spotguard.io/placement", ""))
         if event_type != "DELETED" and is_ready(pod):
             self.ready[key][uid] = (pod.get("spec") or {}).get("nodeName", "")
         else:
@@ -186,6 +189,11 @@ def admission_webhook(sim: Any, workdir: str | os.PathLike[str]) -> Iterator[str
     paths = certs.make(workdir, ["localhost"], ["127.0.0.1"])
     sim.store.apply_objects([sim_scenario.namespace("spotguard")])
     ctx = core.Context(config.Config(), kube.Kube(sim.api_client()))
+    # The admission caches the workload for 2 s of real time; the simulated cluster runs
+    # time_scale times faster, so scale its caches the same way (else 2 s spans 40 s here).
+    scale = max(1.0, float(sim.clock.time_scale))
+    ctx.resolver.workload_ttl /= scale
+    ctx.resolver.node_ttl /= scale
     server = make_server(
         "127.0.0.1", 0, admission_app.create_app(ctx), threaded=True, ssl_context=(str(paths.cert), str(paths.key))
     )

@@ -123,6 +123,7 @@ def mixed_workloads() -> list[Obj]:
         deployment("cart", 4, **{"spotguard.io/min-on-demand": "50%"}),
         deployment("single", 1),
         deployment("lonely", 1),
+        deployment("solo", 1, **{"spotguard.io/min-on-demand": "0"}),  # a single replica on spot
         deployment("worker", 8),
         statefulset("db", 3),
         statefulset("queue", 5),

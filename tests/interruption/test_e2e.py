@@ -8,6 +8,8 @@ aws-node-termination-handler does.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import testing
@@ -64,6 +66,8 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         budgets = {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]}
         assert "spotguard-surge-web" not in budgets  # the user has a budget on web
         assert {f"spotguard-surge-{k.rsplit('/', 1)[1]}" for k in surged if not k.endswith("/web")} <= budgets
+        records = {k: json.loads(deployments[k]["metadata"]["annotations"][SURGE]) for k in surged}
+        assert "Deployment/shop/solo" in surged  # a single replica on spot
         if "Deployment/shop/api" in surged:
             hpa = store.get("horizontalpodautoscalers", "api", "shop")
             assert hpa["spec"]["minReplicas"] == deployments["Deployment/shop/api"]["spec"]["replicas"] > 3
@@ -93,6 +97,9 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
             for key, (replicas, _) in before.items():
                 if key.startswith("Deployment/"):
                     assert counts.get(key, 0) >= replicas, (node, key, counts.get(key), replicas)
+        # The surge replicas were placed on on-demand (their floor rose by the surge).
+        for key, record in records.items():
+            assert watcher.created[key][: record["surge"]] == ["on-demand"] * record["surge"], key
         # Back where the user left them; nothing of spotguard's left behind.
         assert {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]} == {"web"}
         assert store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"] == 3
