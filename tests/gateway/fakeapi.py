@@ -167,6 +167,5 @@ def api_client(url: str, ca: str | None = None, token: str | None = None) -> cli
     if ca:
         configuration.ssl_ca_cert = ca
     if token:
-        configuration.api_key = {"authorization": token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.api_key = {"BearerToken": f"Bearer {token}", "authorization": f"Bearer {token}"}
     return client.ApiClient(configuration)

@@ -95,8 +95,11 @@ class TokenSource:
 
     def hook(self, configuration: client.Configuration) -> None:
         """A ``refresh_api_key_hook``: the client calls it before each request."""
-        configuration.api_key["authorization"] = self.get()
-        configuration.api_key_prefix["authorization"] = "Bearer"
+        # kubernetes >= 36 reads "BearerToken", older clients "authorization"; neither gets a
+        # prefix added, so the value carries "Bearer ".
+        value = f"Bearer {self.get()}"
+        configuration.api_key["BearerToken"] = value
+        configuration.api_key["authorization"] = value
 
 
 def configuration(env: Mapping[str, str] | None = None) -> client.Configuration:
@@ -105,17 +108,18 @@ def configuration(env: Mapping[str, str] | None = None) -> client.Configuration:
     cluster = env.get("SPOTGUARD_EKS_CLUSTER", "").strip()
     if not cluster:
         raise UserError("SPOTGUARD_EKS_CLUSTER is not set")
-    session = _session(env)
     endpoint = env.get("SPOTGUARD_EKS_ENDPOINT", "").strip()
     ca_b64 = env.get("SPOTGUARD_EKS_CA", "").strip()
-    if not endpoint or not ca_b64:
+    ca_pem = _pem(ca_b64, "SPOTGUARD_EKS_CA") if ca_b64 else b""
+    session = _session(env)
+    if not endpoint or not ca_pem:
         found_endpoint, found_ca = describe_cluster(session, cluster)
         endpoint = endpoint or found_endpoint
-        ca_b64 = ca_b64 or found_ca
+        ca_pem = ca_pem or _pem(found_ca, f"the CA DescribeCluster returned for {cluster!r}")
     source = TokenSource(cluster, sts_client(session))
     conf = client.Configuration()
     conf.host = endpoint.rstrip("/")
-    conf.ssl_ca_cert = _write_ca(ca_b64)
+    conf.ssl_ca_cert = _write_ca(ca_pem)
     conf.refresh_api_key_hook = source.hook
     source.hook(conf)
     return conf
@@ -138,13 +142,17 @@ def describe_cluster(session: boto3.session.Session, cluster: str) -> tuple[str,
     return endpoint, ca
 
 
-def _write_ca(ca_b64: str) -> str:
+def _pem(ca_b64: str, what: str) -> bytes:
     try:
         pem = base64.b64decode(ca_b64, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise UserError("SPOTGUARD_EKS_CA is not base64 (give certificateAuthority.data as is)") from exc
+        raise UserError(f"{what} is not base64 (give certificateAuthority.data as is)") from exc
     if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise UserError("SPOTGUARD_EKS_CA does not hold a PEM certificate")
+        raise UserError(f"{what} does not hold a PEM certificate")
+    return pem
+
+
+def _write_ca(pem: bytes) -> str:
     handle, path = tempfile.mkstemp(prefix="spotguard-eks-ca-", suffix=".crt")
     with os.fdopen(handle, "wb") as out:
         out.write(pem)
