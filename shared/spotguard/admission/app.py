@@ -7,18 +7,29 @@ a cap (:data:`transport.MAX_BODY`) and every error is a JSON answer.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import flask
 from werkzeug.exceptions import HTTPException
 
 from spotguard.admission import core, errors, transport
 
+DRAIN_LIMIT = 16 * 1024 * 1024
+
+
+def _drain(stream: Any, length: int) -> None:
+    left = min(length, DRAIN_LIMIT)
+    while left > 0:
+        chunk = stream.read(min(left, 65536))
+        if not chunk:
+            return
+        left -= len(chunk)
+
 
 def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flask:
     """``context`` may be a factory: it is then called once, on the first request
     (after gunicorn forks its workers, so each worker has its own connection)."""
     app = flask.Flask("spotguard.admission")
-    app.config["MAX_CONTENT_LENGTH"] = transport.MAX_BODY
     state: dict[str, core.Context] = {}
 
     def ctx() -> core.Context:
@@ -36,7 +47,9 @@ def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flas
         if request.method == "POST":
             length = request.content_length
             if length is not None and length > transport.MAX_BODY:
-                return respond(*transport.error_answer(errors.BodyTooLarge(f"the body is {length} bytes")))
+                _drain(request.stream, length)  # so the client reads our answer, not a reset
+                status, headers, body = transport.error_answer(errors.BodyTooLarge(f"the body is {length} bytes"))
+                return respond(status, {**headers, "Connection": "close"}, body)
             body = request.stream.read(transport.MAX_BODY + 1)
         else:
             body = b""
