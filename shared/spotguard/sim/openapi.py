@@ -287,3 +287,50 @@ def serve(path: str, accept: str) -> routes.Response:
         return routes.Response(200, body, headers={"Cache-Control": "public, immutable"})
     # /openapi/v2 is served as protobuf by kube-apiserver; kubectl uses v3 when present.
     raise errors.NotFound("the server could not find the requested resource")
+
+
+def _resolve(schema: Any) -> dict[str, Any]:
+    seen = 0
+    while isinstance(schema, dict) and "$ref" in schema and seen < 50:
+        schema = _schemas().get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+        seen += 1
+    if isinstance(schema, dict) and "allOf" in schema and len(schema["allOf"]) == 1:
+        return _resolve(schema["allOf"][0])
+    return schema if isinstance(schema, dict) else {}
+
+
+def unknown_fields(rtype: resources.ResourceType, obj: Any) -> list[str]:
+    """Fields of ``obj`` (an object, or a merge patch) that the type's schema does not have.
+
+    This is the ``fieldValidation=Strict`` check kubectl asks for:
+    https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation
+    """
+    try:
+        root = _schemas()[_def_for(rtype.group, rtype.version, rtype.kind)]
+    except (errors.StatusError, KeyError):
+        return []
+    found: list[str] = []
+
+    def walk(value: Any, schema: Any, path: str) -> None:
+        schema = _resolve(schema)
+        if not schema or schema.get("x-kubernetes-preserve-unknown-fields"):
+            return
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            for key, item in value.items():
+                if key.startswith("$"):
+                    continue  # strategic merge patch directives
+                where = f"{path}.{key}" if path else key
+                if props is not None and key in props:
+                    walk(item, props[key], where)
+                elif isinstance(extra, dict):
+                    walk(item, extra, where)
+                elif props is not None or extra is False:
+                    found.append(where)
+        elif isinstance(value, list) and "items" in schema:
+            for index, item in enumerate(value):
+                walk(item, schema["items"], f"{path}[{index}]")
+
+    walk(obj, root, "")
+    return found

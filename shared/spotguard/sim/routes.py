@@ -143,6 +143,21 @@ def _dry_run(query: Mapping[str, str], body: Mapping[str, Any] | None = None) ->
     return False
 
 
+def _strict(rtype: resources.ResourceType, query: Mapping[str, str], body: Any) -> None:
+    """fieldValidation=Strict: unknown fields are a 400, as kube-apiserver answers."""
+    if query.get("fieldValidation") != "Strict" or not isinstance(body, dict):
+        return
+    from spotguard.sim import openapi
+
+    unknown = openapi.unknown_fields(rtype, body)
+    if unknown:
+        raise errors.BadRequest(
+            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+            + "strict decoding error: "
+            + ", ".join(f'unknown field "{u}"' for u in unknown)
+        )
+
+
 def _load(body: bytes, what: str = "request body") -> Any:
     if not body:
         raise errors.BadRequest(f"the {what} is empty")
@@ -208,6 +223,7 @@ class Api:
             obj = _load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
+            _strict(t.rtype, q, obj)
             created = self.store.create(
                 t.rtype.plural, obj, namespace=t.namespace, dry_run=_dry_run(q),
                 user=request.user,
@@ -219,6 +235,7 @@ class Api:
             obj = _load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
+            _strict(t.rtype, q, obj)
             meta = obj.setdefault("metadata", {})
             if meta.get("name") not in (None, t.name):
                 raise errors.BadRequest(
@@ -242,6 +259,8 @@ class Api:
                     f"include: {', '.join(patching.CONTENT_TYPES)}"
                 )
             patch = _load(request.body)
+            if patch_type in ("merge", "strategic"):
+                _strict(t.rtype, q, patch)
             patched = self.store.patch(
                 t.rtype.plural, t.name, patch, patch_type, namespace=t.namespace,
                 dry_run=_dry_run(q), subresource=t.subresource,
