@@ -47,7 +47,8 @@ def kubectl(sim: testing.SimCluster) -> Kubectl:
     def run(*args: str, check: bool = True, stdin: str | None = None
             ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([binary, "--kubeconfig", sim.kubeconfig, *args],
-                                capture_output=True, text=True, input=stdin, timeout=60)
+                                check=False, capture_output=True, text=True, input=stdin,
+                                timeout=60)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
         return result
