@@ -51,9 +51,7 @@ def run(p: dict[str, Any], c: scheduler.Cache) -> scheduler.Result:
 
 
 def feasible(p: dict[str, Any], c: scheduler.Cache) -> set[str]:
-    info = scheduler.PodInfo.from_pod(p)
-    states = scheduler._spread_states(info, info.spreads, c) if info.spreads else []
-    return {n.name for n in c.nodes.values() if not scheduler.filter_node(info, n, states)}
+    return scheduler.feasible_nodes(scheduler.PodInfo.from_pod(p), c)
 
 
 # https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/ and

@@ -24,7 +24,7 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +143,9 @@ class NodeInfo:
     unschedulable: bool
     ready: bool
     usage: Usage
+    alloc_cpu: int = 0
+    alloc_memory: int = 0
+    alloc_pods: int = 0
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any], usage: Usage | None = None) -> NodeInfo:
@@ -159,6 +162,9 @@ class NodeInfo:
             unschedulable=bool(spec.get("unschedulable")),
             ready=node_ready(node),
             usage=usage or Usage(),
+            alloc_cpu=alloc.get("cpu", 0),
+            alloc_memory=alloc.get("memory", 0),
+            alloc_pods=alloc["pods"],
         )
 
 
@@ -190,6 +196,7 @@ class PodInfo:
     required_terms: list[dict[str, Any]] | None
     preferred: list[tuple[int, dict[str, Any]]]
     spreads: list[Spread]
+    signature: str = ""  # what the static filters and scores depend on
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodInfo:
@@ -237,6 +244,15 @@ class PodInfo:
             required_terms=(required or {}).get("nodeSelectorTerms") if required else None,
             preferred=preferred,
             spreads=spreads,
+            signature=json.dumps(
+                [
+                    spec.get("nodeSelector"),
+                    node_aff,
+                    spec.get("tolerations"),
+                    [(x.topology_key, x.honor_affinity, x.honor_taints) for x in spreads],
+                ],
+                sort_keys=True,
+            ),
         )
 
 
@@ -317,6 +333,18 @@ class Cache:
         # (namespace, selector key) -> (selector, node -> matching non-terminating pods)
         self._matches: dict[tuple[str, str], tuple[dict[str, Any] | None, Counter[str]]] = {}
         self._matches_by_ns: dict[str, list[tuple[str, str]]] = {}
+        self._plans: dict[str, _Plan] = {}
+
+    def plan(self, pod: PodInfo) -> _Plan:
+        """The static part of scheduling ``pod`` (filters and scores that depend only on
+        the nodes and the pod's shape), cached until a node changes."""
+        found = self._plans.get(pod.signature)
+        if found is None:
+            found = _make_plan(pod, [self.nodes[n] for n in self.order])
+            if len(self._plans) > 10_000:
+                self._plans.clear()
+            self._plans[pod.signature] = found
+        return found
 
     # nodes
     def set_node(self, node: Mapping[str, Any]) -> NodeInfo:
@@ -326,11 +354,13 @@ class Cache:
         if name not in self.nodes:
             self.order.append(name)
         self.nodes[name] = info
+        self._plans.clear()
         return info
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self.order.remove(name)
+            self._plans.clear()
 
     # pods
     def bound(self, namespace: str, name: str) -> str | None:
@@ -432,15 +462,19 @@ class _SpreadState:
     weight: float
 
 
-def _spread_states(pod: PodInfo, spreads: list[Spread], cache: Cache) -> list[_SpreadState]:
+def _spread_states(pod: PodInfo, cache: Cache, plan: _Plan | None = None) -> list[_SpreadState]:
+    """Per constraint, matching pods per topology domain among eligible nodes."""
+    plan = plan or cache.plan(pod)
+    eligible = plan.eligible
     states = []
-    eligible = [n for n in cache.nodes.values() if _spread_eligible(pod, spreads, n)]
-    for s in spreads:
-        counts = cache.matching(pod.namespace, s)
-        domains: dict[str, int] = {}
-        for n in eligible:
-            value = n.labels[s.topology_key]
-            domains[value] = domains.get(value, 0) + counts.get(n.name, 0)
+    for idx, s in enumerate(pod.spreads):
+        key = s.topology_key
+        domains = dict.fromkeys(plan.domains[idx], 0)
+        for node_name, cnt in cache.matching(pod.namespace, s).items():
+            if cnt:
+                node = eligible.get(node_name)
+                if node is not None:
+                    domains[node.labels[key]] += cnt
         if not domains:
             min_match = 0
         elif s.hard and len(domains) < s.min_domains:
@@ -518,19 +552,23 @@ def score_spread(
         return {n.name: 0.0 for n in nodes}
     raw: dict[str, int] = {}
     ignored = set()
+    per_node = [
+        (st, cache.matching(pod.namespace, st.spread) if st.spread.topology_key == HOSTNAME else None)
+        for st in soft
+    ]
     for n in nodes:
-        if any(st.spread.topology_key not in n.labels for st in soft):
-            ignored.add(n.name)
-            continue
+        labels = n.labels
         score = 0.0
-        for st in soft:
-            value = n.labels[st.spread.topology_key]
-            if st.spread.topology_key == HOSTNAME:
-                cnt = cache.matching(pod.namespace, st.spread).get(n.name, 0)
-            else:
-                cnt = st.domain_counts.get(value, 0)
+        for st, counts in per_node:
+            key = st.spread.topology_key
+            value = labels.get(key)
+            if value is None:
+                ignored.add(n.name)
+                break
+            cnt = counts.get(n.name, 0) if counts is not None else st.domain_counts.get(value, 0)
             score += cnt * st.weight + (st.spread.max_skew - 1)
-        raw[n.name] = round(score)
+        else:
+            raw[n.name] = round(score)
     out: dict[str, float] = {}
     lo = min(raw.values(), default=0)
     hi = max(raw.values(), default=0)
@@ -572,15 +610,62 @@ def num_feasible_nodes_to_find(total: int, percentage: int = 0) -> int:
 
 def filter_node(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> list[str]:
     """All filters for one node; the reasons it fails (empty when it fits)."""
-    for f in (filter_ready, filter_unschedulable, filter_taints, filter_node_affinity):
-        reason = f(pod, node)
-        if reason:
-            return [reason]
+    reason = _static_reason(pod, node)
+    if reason:
+        return [reason]
     reasons = filter_resources(pod, node)
     if reasons:
         return reasons
     reason = filter_spread(pod, node, states)
     return [reason] if reason else []
+
+
+def _static_reason(pod: PodInfo, node: NodeInfo) -> str | None:
+    for f in (filter_ready, filter_unschedulable, filter_taints, filter_node_affinity):
+        reason = f(pod, node)
+        if reason:
+            return reason
+    return None
+
+
+@dataclass
+class _Plan:
+    nodes: list[NodeInfo]  # nodes passing the static filters, in cache order
+    reasons: Counter[str]  # why the others fail
+    affinity: dict[str, float] | None  # raw preferred node affinity scores
+    taints: dict[str, float] | None  # untolerated PreferNoSchedule taints
+    eligible: dict[str, NodeInfo]  # nodes counted for topology spreading
+    domains: list[set[str]]  # per constraint, the domains among eligible nodes
+
+
+def _make_plan(pod: PodInfo, nodes: list[NodeInfo]) -> _Plan:
+    passing: list[NodeInfo] = []
+    reasons: Counter[str] = Counter()
+    for node in nodes:
+        reason = _static_reason(pod, node)
+        if reason:
+            reasons[reason] += 1
+        else:
+            passing.append(node)
+    affinity = {n.name: score_preferred_affinity(pod, n) for n in passing} if pod.preferred else None
+    taints = None
+    if any(t.effect == "PreferNoSchedule" for n in passing for t in n.taints):
+        taints = {n.name: score_prefer_no_schedule(pod, n) for n in passing}
+    eligible: dict[str, NodeInfo] = {}
+    domains: list[set[str]] = [set() for _ in pod.spreads]
+    if pod.spreads:
+        for n in nodes:
+            if _spread_eligible(pod, pod.spreads, n):
+                eligible[n.name] = n
+                for i, sp in enumerate(pod.spreads):
+                    domains[i].add(n.labels[sp.topology_key])
+    return _Plan(passing, reasons, affinity, taints, eligible, domains)
+
+
+def feasible_nodes(pod: PodInfo, cache: Cache) -> set[str]:
+    """Every node passing all filters (for tests and diagnostics)."""
+    states = _spread_states(pod, cache) if pod.spreads else []
+    return {n.name for n in cache.nodes.values() if not filter_node(pod, n, states)}
 
 
 def schedule(
@@ -592,65 +677,90 @@ def schedule(
     percentage: int = 0,
 ) -> Result:
     """Pick the best node for ``pod``: filters, then weighted normalised scores."""
-    order = cache.order
-    total = len(order)
+    total = len(cache.order)
     result = Result(node=None)
     if total == 0:
-        result.reasons["no nodes available"] = 0
         return result
-    states = _spread_states(pod, pod.spreads, cache) if pod.spreads else []
+    plan = cache.plan(pod)
+    result.reasons.update(plan.reasons)
+    states = _spread_states(pod, cache, plan) if pod.spreads else []
+    hard = [st for st in states if st.spread.hard]
     want = num_feasible_nodes_to_find(total, percentage)
+    nodes = plan.nodes
+    n = len(nodes)
     feasible: list[NodeInfo] = []
+    requests = [(k, v) for k, v in pod.requests.items() if k not in ("cpu", "memory")]
+    want_cpu = pod.requests.get("cpu", 0)
+    want_mem = pod.requests.get("memory", 0)
     processed = 0
-    for i in range(total):
-        node = cache.nodes[order[(start + i) % total]]
+    for i in range(n):
+        node = nodes[(start + i) % n]
         processed += 1
-        reasons = filter_node(pod, node, states)
-        if reasons:
-            result.reasons.update(reasons)
+        usage = node.usage
+        used = usage.requested
+        fits = (
+            usage.pods < node.alloc_pods
+            and want_cpu <= node.alloc_cpu - used.get("cpu", 0)
+            and want_mem <= node.alloc_memory - used.get("memory", 0)
+        )
+        if fits:
+            alloc = node.allocatable
+            for k, v in requests:
+                if v > alloc.get(k, 0) - used.get(k, 0):
+                    fits = False
+                    break
+        if not fits:
+            result.reasons.update(filter_resources(pod, node))
             continue
+        if hard:
+            reason = filter_spread(pod, node, hard)
+            if reason:
+                result.reasons[reason] += 1
+                continue
         feasible.append(node)
         if len(feasible) >= want:
             break
-    result.next_start = (start + processed) % total
+    result.next_start = (start + processed) % n if n else 0
     result.feasible = len(feasible)
     if not feasible:
         return result
     if len(feasible) == 1:
         result.node = feasible[0].name
         return result
-    scores = combine_scores(pod, feasible, states, cache)
+    scores = combine_scores(pod, feasible, states, cache, plan)
     result.scores = scores
     best = max(scores.values())
-    top = [n.name for n in feasible if scores[n.name] == best]
+    top = [nd.name for nd in feasible if scores[nd.name] == best]
     result.node = top[0] if rng is None else rng.choice(top)
     return result
 
 
 def combine_scores(
-    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache
+    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache,
+    plan: _Plan | None = None,
 ) -> dict[str, float]:
-    total = {n.name: WEIGHTS["fit"] * score_least_allocated(pod, n) for n in nodes}
-    parts: list[tuple[int, dict[str, float]]] = []
-    if pod.preferred:
-        parts.append(
-            (WEIGHTS["affinity"], _normalize({n.name: score_preferred_affinity(pod, n) for n in nodes}))
-        )
-    if any(t.effect == "PreferNoSchedule" for n in nodes for t in n.taints):
-        parts.append(
-            (
-                WEIGHTS["taint"],
-                _normalize({n.name: score_prefer_no_schedule(pod, n) for n in nodes}, reverse=True),
-            )
-        )
-    else:
-        parts.append((WEIGHTS["taint"], dict.fromkeys(total, float(MAX_NODE_SCORE))))
-    if states:
-        parts.append((WEIGHTS["spread"], score_spread(pod, nodes, states, cache)))
-    for weight, scores in parts:
-        for name, s in scores.items():
-            total[name] += weight * s
+    """Weighted sum of the normalised scores of the feasible nodes."""
+    plan = plan or cache.plan(pod)
+    total: dict[str, float] = {}
+    pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory
+    fit = WEIGHTS["fit"]
+    base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
+    for nd in nodes:  # NodeResourcesFit LeastAllocated, inlined for speed
+        usage = nd.usage
+        alloc, used = nd.alloc_cpu, usage.nonzero_cpu + pod_cpu
+        cpu = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
+        alloc, used = nd.alloc_memory, usage.nonzero_memory + pod_mem
+        mem = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
+        total[nd.name] = fit * ((cpu + mem) // 2) + base
+    if plan.affinity is not None:
+        raw = {nd.name: plan.affinity[nd.name] for nd in nodes}
+        for name, v in _normalize(raw).items():
+            total[name] += WEIGHTS["affinity"] * v
+    if plan.taints is not None:
+        raw = {nd.name: plan.taints[nd.name] for nd in nodes}
+        for name, v in _normalize(raw, reverse=True).items():
+            total[name] += WEIGHTS["taint"] * v
+    if any(not st.spread.hard for st in states):
+        for name, v in score_spread(pod, nodes, states, cache).items():
+            total[name] += WEIGHTS["spread"] * v
     return total
-
-
-ScheduleFn = Callable[[PodInfo, Cache], Result]

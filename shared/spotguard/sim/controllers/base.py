@@ -16,6 +16,7 @@ from typing import Any
 from spotguard.sim import errors
 
 Key = tuple[str, str]
+COALESCE_SECONDS = 0.05  # real seconds over which dependent events are batched
 ObjList = list[dict[str, Any]]
 log = logging.getLogger("spotguard.sim.controllers")
 
@@ -45,6 +46,7 @@ class WorkQueue:
         self._delayed: list[tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self._shutdown = False
+        self._coalescing: set[Hashable] = set()
 
     def _add_locked(self, key: Hashable) -> None:
         if key in self._dirty:
@@ -69,12 +71,24 @@ class WorkQueue:
                 heapq.heappush(self._delayed, (due, next(self._seq), key))
                 self._cond.notify()
 
+    def add_coalesced(self, key: Hashable, real_seconds: float = COALESCE_SECONDS) -> None:
+        """Add ``key`` after a short real-time window, once however often it is called
+        meanwhile: a burst of pod events becomes one sync of their owner."""
+        with self._cond:
+            if self._shutdown or key in self._coalescing or key in self._dirty:
+                return
+            self._coalescing.add(key)
+            heapq.heappush(self._delayed, (time.monotonic() + real_seconds, next(self._seq), key))
+            self._cond.notify()
+
     def get(self) -> Hashable | None:
         with self._cond:
             while True:
                 now = time.monotonic()
                 while self._delayed and self._delayed[0][0] <= now:
-                    self._add_locked(heapq.heappop(self._delayed)[2])
+                    key = heapq.heappop(self._delayed)[2]
+                    self._coalescing.discard(key)
+                    self._add_locked(key)
                 if self._shutdown:
                     return None
                 if self._queue:

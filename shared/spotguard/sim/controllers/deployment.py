@@ -90,7 +90,7 @@ class DeploymentController(base.Controller):
         elif resource == "replicasets":
             ref = base.controller_ref(obj)
             if ref and ref.get("kind") == "Deployment":
-                self.queue.add((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+                self.queue.add_coalesced((obj["metadata"].get("namespace", ""), ref.get("name", "")))
 
     def _replicasets(self, deploy: dict[str, Any]) -> list[dict[str, Any]]:
         ns = deploy["metadata"].get("namespace", "default")

@@ -29,7 +29,7 @@ class DisruptionController(base.Controller):
         ns = obj["metadata"].get("namespace", "")
         for pdb in self.informer.list("poddisruptionbudgets", ns):
             if resource != "pods" or disruption.pdb_selects(pdb, obj):
-                self.queue.add(base.key_of(pdb))
+                self.queue.add_coalesced(base.key_of(pdb), 0.01)
 
     def _scale_of(self, ns: str, ref: dict[str, Any]) -> tuple[str, int] | None:
         kind, name = ref.get("kind"), ref.get("name", "")

@@ -78,7 +78,7 @@ class ReplicaSetController(base.Controller):
         elif resource == "pods":
             ref = base.controller_ref(obj)
             if ref and ref.get("kind") == "ReplicaSet":
-                self.queue.add((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+                self.queue.add_coalesced((obj["metadata"].get("namespace", ""), ref.get("name", "")))
 
     def sync(self, key: Any) -> None:
         ns, name = key

@@ -175,9 +175,14 @@ class SchedulerLoop:
             obj["spec"]["nodeName"] = node
             pods.set_condition(obj, "PodScheduled", "True", now)
 
+        with self._lock:
+            self.cache.add_assumed(info, node)  # assume, as kube-scheduler does, before binding
         try:
             self.store.mutate("pods", name, ns, bind)
         except (errors.NotFound, errors.Conflict):
+            with self._lock:
+                if self.cache.bound(ns, name) == node:
+                    self.cache.remove_pod(ns, name)
             return None
         self.bound += 1
         return node

@@ -42,7 +42,7 @@ class StatefulSetController(base.Controller):
         elif resource == "pods":
             ref = base.controller_ref(obj)
             if ref and ref.get("kind") == "StatefulSet":
-                self.queue.add((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+                self.queue.add_coalesced((obj["metadata"].get("namespace", ""), ref.get("name", "")))
 
     def sync(self, key: Any) -> None:
         ns, name = key

@@ -1,0 +1,245 @@
+"""Benchmark the simulated cluster: 1,000 nodes, 20,000 pods.
+
+Creates Deployments over HTTPS with the official client, then measures how fast
+pods are created (by the ReplicaSet controller, through admission), scheduled
+and Ready; then lists all pods over HTTPS with the official client, raw
+(``_preload_content=False`` + json) and deserialised into models.
+``--webhook`` adds a MutatingWebhookConfiguration that calls a local HTTPS
+webhook (allowing with a small JSONPatch) for every pod.
+
+Prints ONE JSON line at the end:
+``{"nodes", "pods", "pods_per_second", "created_per_second", "scheduled_per_second",
+"ready_per_second", "list_pods_seconds", "list_pods_deserialized_seconds", ...}``.
+
+    .venv/bin/python bench/sim.py [--nodes 1000] [--pods 20000] [--webhook]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.server
+import json
+import logging
+import ssl
+import sys
+import threading
+import time
+from typing import Any
+
+import kubernetes
+
+from spotguard.sim import testing, tls
+
+
+class Counters:
+    """Counts pod transitions from store notifications (no polling of the store)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.created = 0
+        self.scheduled: set[str] = set()
+        self.ready: set[str] = set()
+        self.times: dict[str, float] = {}
+
+    def __call__(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource != "pods" or event_type == "DELETED":
+            return
+        name = obj["metadata"]["name"]
+        now = time.monotonic()
+        with self.lock:
+            if event_type == "ADDED":
+                self.created += 1
+                self.times["created"] = now
+            if obj["spec"].get("nodeName") and name not in self.scheduled:
+                self.scheduled.add(name)
+                self.times["scheduled"] = now
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (obj.get("status") or {}).get("conditions") or [])
+            if ready and name not in self.ready:
+                self.ready.add(name)
+                self.times["ready"] = now
+
+
+def node(i: int) -> dict[str, Any]:
+    spot = i % 4 != 0
+    zone = "abc"[i % 3]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"node-{i:04d}",
+            "labels": {
+                "kubernetes.io/hostname": f"node-{i:04d}",
+                "topology.kubernetes.io/zone": f"us-east-1{zone}",
+                "node.kubernetes.io/capacity": "spot" if spot else "on-demand",
+            },
+        },
+        "spec": {"providerID": f"aws:///us-east-1{zone}/i-{i:017x}"},
+        "status": {
+            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def deployment(i: int, replicas: int) -> dict[str, Any]:
+    app = f"app-{i:03d}"
+    template_spec: dict[str, Any] = {
+        "containers": [{"name": "web", "image": "nginx:1.27",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
+    }
+    if i % 2 == 0:  # half of the workloads spread softly over zones
+        template_spec["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": app}},
+        }]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app, "namespace": "bench"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": template_spec},
+        },
+    }
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    calls = 0
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        patch = [{"op": "add", "path": "/metadata/annotations",
+                  "value": {"bench.spotguard.io/admitted": "true"}}]
+        body = json.dumps({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
+                         "patch": base64.b64encode(json.dumps(patch).encode()).decode()},
+        }).encode()
+        type(self).calls += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def start_webhook() -> tuple[http.server.ThreadingHTTPServer, dict[str, Any]]:
+    cert = tls.self_signed()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    server.daemon_threads = True
+    ctx: ssl.SSLContext = cert.server_context()
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "bench"},
+        "webhooks": [{
+            "name": "bench.spotguard.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+            "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/mutate",
+                             "caBundle": base64.b64encode(cert.cert_pem).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods"]}],
+        }],
+    }
+    return server, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--replicas", type=int, default=100, help="pods per Deployment")
+    parser.add_argument("--webhook", action="store_true", help="admit every pod through an HTTPS webhook")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    deployments = max(1, args.pods // args.replicas)
+    result: dict[str, Any] = {"nodes": args.nodes, "pods": deployments * args.replicas,
+                              "deployments": deployments, "webhook": args.webhook}
+    hook = None
+    with testing.running_cluster() as sim:
+        store = sim.store
+        for i in range(args.nodes):
+            store.create("nodes", node(i))
+        store.create("namespaces", {"metadata": {"name": "bench"}})
+        if args.webhook:
+            hook, config = start_webhook()
+            store.create("mutatingwebhookconfigurations", config)
+        counters = Counters()
+        store.subscribe(counters)
+        api = sim.api_client()
+        apps = kubernetes.client.AppsV1Api(api)
+        core = kubernetes.client.CoreV1Api(api)
+        total = result["pods"]
+        start = time.monotonic()
+        for i in range(deployments):
+            apps.create_namespaced_deployment("bench", deployment(i, args.replicas))
+        result["create_deployments_seconds"] = round(time.monotonic() - start, 3)
+        last_report = start
+        while len(counters.ready) < total:
+            now = time.monotonic()
+            if now - start > args.timeout:
+                result["error"] = "timed out"
+                break
+            if now - last_report >= 10:
+                last_report = now
+                print(f"# {now - start:6.1f}s created={counters.created} "
+                      f"scheduled={len(counters.scheduled)} ready={len(counters.ready)}",
+                      file=sys.stderr, flush=True)
+            time.sleep(0.2)
+        times = counters.times
+
+        def rate(n: int, key: str) -> float:
+            return round(n / max(times.get(key, start) - start, 1e-9), 1)
+
+        result["created_per_second"] = rate(counters.created, "created")
+        result["scheduled_per_second"] = rate(len(counters.scheduled), "scheduled")
+        result["ready_per_second"] = rate(len(counters.ready), "ready")
+        result["pods_per_second"] = result["ready_per_second"]
+        result["all_ready_seconds"] = round(times.get("ready", start) - start, 2)
+        if hook is not None:
+            result["webhook_calls"] = _Hook.calls
+        store.unsubscribe(counters)
+
+        # list 20,000 pods over HTTPS with the official client
+        t0 = time.monotonic()
+        raw = core.list_pod_for_all_namespaces(_preload_content=False)
+        items = json.loads(raw.data)["items"]
+        result["list_pods_seconds"] = round(time.monotonic() - t0, 3)
+        result["listed_pods"] = len(items)
+        t0 = time.monotonic()
+        raw = core.list_namespaced_pod("bench", _preload_content=False)
+        json.loads(raw.data)
+        result["list_namespaced_pods_seconds"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        typed = core.list_pod_for_all_namespaces()
+        result["list_pods_deserialized_seconds"] = round(time.monotonic() - t0, 3)
+        result["listed_pods_deserialized"] = len(typed.items)
+        t0 = time.monotonic()
+        nodes = core.list_node(_preload_content=False)
+        result["list_nodes_seconds"] = round(time.monotonic() - t0, 3)
+        result["listed_nodes"] = len(json.loads(nodes.data)["items"])
+        stats = sim.controllers.scheduler
+        result["bound_by_scheduler"] = stats.bound if stats is not None else 0
+    if hook is not None:
+        hook.shutdown()
+    print(json.dumps(result), flush=True)
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
