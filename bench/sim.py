@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 import kubernetes
-
 from spotguard.sim import testing, tls
 
 

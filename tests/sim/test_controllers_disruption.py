@@ -11,8 +11,8 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
-
 from spotguard.sim import testing
+
 from tests.sim import controller_helpers as h
 
 SCALE = 50.0

@@ -15,11 +15,11 @@ from typing import Any
 
 import kubernetes
 import pytest
-
 from spotguard.sim import testing, tls
 from spotguard.sim.controllers import deployment as deployment_ctl
 from spotguard.sim.controllers import pods as pod_util
 from spotguard.sim.controllers import replicaset as replicaset_ctl
+
 from tests.sim import controller_helpers as h
 
 SCALE = 50.0
