@@ -451,6 +451,11 @@ class Handler:
                 if fin.hpa_max is not None:
                     spec["maxReplicas"] = fin.hpa_max
                 self.kube.patch(r.HPAS, fin.record.hpa, {"spec": spec}, wl.namespace)
+            # The budget goes before the record: a failure here leaves the record, and the
+            # next reconcile finishes again (a record removed first would orphan the budget).
+            if fin.budget:
+                with contextlib.suppress(NotFound):
+                    self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
             for _ in range(CONFLICT_ATTEMPTS):
                 keep = None if fin.remove else interruption.finished_record(fin.record)
                 try:
@@ -485,9 +490,6 @@ class Handler:
                     )
             else:
                 return  # the next reconcile tries again
-            if fin.budget:
-                with contextlib.suppress(NotFound):
-                    self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
         except NotFound:
             return
         except ApiError as exc:
