@@ -1,0 +1,64 @@
+"""The scheduling loop in the running simulated cluster: binding, the
+Unschedulable condition, and retries when the cluster changes.
+https://kubernetes.io/docs/concepts/scheduling-eviction/kube-scheduler/ and
+https://kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness/ (PodScheduled)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes
+from spotguard.sim import testing
+
+from tests.sim import controller_helpers as h
+
+SCALE = 50.0
+
+
+def scheduled_condition(sim: Any, name: str) -> dict[str, Any] | None:
+    pod = sim.store.get("pods", name, "default")
+    return next((c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
+
+
+def test_unschedulable_pod_waits_and_is_retried_when_a_node_joins() -> None:
+    with testing.running_cluster(time_scale=SCALE) as sim:
+        sim.store.create("nodes", h.node("small", cpu="1"))
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+        core.create_namespaced_pod("default", {"metadata": {"name": "big"}, "spec": {
+            "containers": [{"name": "c", "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": "2"}}}]}})
+        cond = h.wait_for(lambda: scheduled_condition(sim, "big"), what="condition")
+        assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+        assert cond["message"] == "0/1 nodes are available: 1 Insufficient cpu."
+        assert core.read_namespaced_pod("big", "default").status.phase == "Pending"
+        sim.store.create("nodes", h.node("large", cpu="8"))
+        h.wait_for(lambda: sim.store.get("pods", "big", "default")["spec"].get("nodeName") == "large",
+                   what="bound to the new node")
+        h.wait_for(lambda: (scheduled_condition(sim, "big") or {}).get("status") == "True",
+                   what="PodScheduled=True")
+
+
+def test_cordon_taints_and_affinity_in_the_running_cluster() -> None:
+    with testing.running_cluster(time_scale=SCALE) as sim:
+        sim.store.create("nodes", h.node("spot", labels={"node.kubernetes.io/capacity": "spot"},
+                                         taints=[{"key": "spot", "value": "true", "effect": "NoSchedule"}]))
+        sim.store.create("nodes", h.node("od", labels={"node.kubernetes.io/capacity": "on-demand"}))
+        sim.store.create("nodes", h.node("od-cordoned",
+                                         labels={"node.kubernetes.io/capacity": "on-demand"}))
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+        core.patch_node("od-cordoned", {"spec": {"unschedulable": True}})
+        spot_pod = {"metadata": {"name": "s"}, "spec": {
+            "containers": [{"name": "c", "image": "nginx:1.27"}],
+            "tolerations": [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [
+                    {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["spot"]}]}}]}}}}
+        core.create_namespaced_pod("default", spot_pod)
+        for i in range(3):
+            core.create_namespaced_pod("default", {"metadata": {"name": f"plain-{i}"}, "spec": {
+                "containers": [{"name": "c", "image": "nginx:1.27"}]}})
+        h.wait_for(lambda: all(p["spec"].get("nodeName") for p in sim.store.list("pods", "default")[0]),
+                   what="all bound")
+        nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in sim.store.list("pods", "default")[0]}
+        assert nodes["s"] == "spot"
+        assert {nodes[f"plain-{i}"] for i in range(3)} == {"od"}
