@@ -12,9 +12,7 @@ CFG = config.Config()
 
 
 def wl(kind: Kind, replicas: int, namespace: str = "shop", **annotations: str) -> Workload:
-    return Workload(
-        kind=kind, namespace=namespace, name="w", replicas=replicas, annotations=annotations
-    )
+    return Workload(kind=kind, namespace=namespace, name="w", replicas=replicas, annotations=annotations)
 
 
 @pytest.mark.parametrize(
@@ -55,9 +53,7 @@ def test_default_floor_table(kind: Kind, replicas: int, expected: int) -> None:
     ],
 )
 def test_annotation_forms(value: str, replicas: int, expected: int) -> None:
-    got = floors.floor_for(
-        wl(Kind.DEPLOYMENT, replicas, **{"spotguard.io/min-on-demand": value}), CFG
-    )
+    got = floors.floor_for(wl(Kind.DEPLOYMENT, replicas, **{"spotguard.io/min-on-demand": value}), CFG)
     assert (got.on_demand, got.source, got.problems) == (expected, "annotation", ())
 
 

@@ -11,8 +11,21 @@ import pytest
 POLICY = Path(__file__).resolve().parents[2] / "shared" / "spotguard" / "policy"
 # Standard-library modules that do I/O or reach the network are not allowed either.
 FORBIDDEN_STDLIB = {
-    "socket", "http", "urllib", "ssl", "subprocess", "asyncio", "threading",
-    "os", "io", "pathlib", "shutil", "tempfile", "time", "random", "logging",
+    "socket",
+    "http",
+    "urllib",
+    "ssl",
+    "subprocess",
+    "asyncio",
+    "threading",
+    "os",
+    "io",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "time",
+    "random",
+    "logging",
 }
 
 
@@ -41,9 +54,7 @@ def test_policy_imports_only_stdlib_and_itself(path: Path) -> None:
         if module.startswith("spotguard."):
             assert module.startswith("spotguard.policy"), f"{path.name} imports {module}"
             continue
-        assert top in sys.stdlib_module_names or top == "__future__", (
-            f"{path.name} imports third-party {module}"
-        )
+        assert top in sys.stdlib_module_names or top == "__future__", f"{path.name} imports third-party {module}"
         assert top not in FORBIDDEN_STDLIB, f"{path.name} imports {module}, which does I/O"
 
 
