@@ -153,8 +153,12 @@ class Moto:
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Moto]:
+    import os
+
     from moto.server import ThreadedMotoServer
 
+    # The EC2 backend loads every public AMI when it starts (seconds); no test needs them.
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -207,7 +211,7 @@ def node(name: str, capacity: str, instance: str, zone: str = "us-east-2a") -> d
     }
 
 
-def deployment(name: str, replicas: int, namespace: str = "shop", capacity: str = "spot") -> dict[str, Any]:
+def deployment(name: str, replicas: int, node_name: str, namespace: str = "shop") -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -218,8 +222,8 @@ def deployment(name: str, replicas: int, namespace: str = "shop", capacity: str 
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
-                    # Pinned to one capacity so the test knows where the pods run.
-                    "nodeSelector": {"node.kubernetes.io/capacity": capacity},
+                    # Pinned to one node so the test knows where the pods run.
+                    "nodeSelector": {"kubernetes.io/hostname": node_name},
                     "containers": [{"name": name, "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}],
                 },
             },
@@ -228,13 +232,13 @@ def deployment(name: str, replicas: int, namespace: str = "shop", capacity: str 
 
 
 def scenario() -> list[dict[str, Any]]:
-    """Two spot nodes (the AWS samples' instances) with a Deployment on each, one on-demand node."""
+    """Two spot nodes (the AWS samples' instances), one on-demand node; two replicas of web on spot-a."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}},
         node("spot-a", "spot", SPOT_INSTANCE, "us-east-2a"),
         node("spot-b", "spot", NTH_INSTANCE, "us-east-2b"),
         node("od-a", "on-demand", ON_DEMAND_INSTANCE, "us-east-2a"),
-        deployment("web", 2),
+        deployment("web", 2, "spot-a"),
     ]
 
 
