@@ -60,12 +60,16 @@ def load(streams: Iterable[tuple[str, str]]) -> Iterator[tuple[str, Any]]:
                 yield where, doc
 
 
-def check(objects: Iterable[tuple[str, Any]], version: str) -> tuple[int, int, list[str], list[str]]:
-    """Return (validated, knative, skipped, problems)."""
+def check(
+    objects: Iterable[tuple[str, Any]], version: str, per_file: dict[str, int] | None = None
+) -> tuple[int, int, list[str], list[str]]:
+    """Return (validated, knative, skipped, problems); count valid objects per file in per_file."""
     validated = knative = 0
     skipped: list[str] = []
     problems: list[str] = []
+    per_file = {} if per_file is None else per_file
     for where, obj in objects:
+        per_file.setdefault(where, 0)
         if not isinstance(obj, dict) or not obj.get("apiVersion") or not obj.get("kind"):
             problems.append(f"{where}: not a Kubernetes object (apiVersion and kind are required)")
             continue
@@ -93,6 +97,7 @@ def check(objects: Iterable[tuple[str, Any]], version: str) -> tuple[int, int, l
                 problems.append(f"{where}: {label}: {type(exc).__name__}: {exc}")
             else:
                 validated += 1
+                per_file[where] += 1
     return validated, knative, skipped, problems
 
 
@@ -115,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     except yaml.YAMLError as exc:
         print(f"kubernetes-validate: FAIL {args.name}: cannot parse YAML: {exc}", file=sys.stderr)
         return 1
-    validated, knative, skipped, problems = check(objects, args.kubernetes_version)
+    per_file: dict[str, int] = {}
+    validated, knative, skipped, problems = check(objects, args.kubernetes_version, per_file)
+    if len(per_file) > 1:
+        for where, count in per_file.items():
+            print(f"kubernetes-validate: {where}: {count} objects valid")
     for problem in problems:
         print(f"kubernetes-validate: FAIL {problem}", file=sys.stderr)
     for item in skipped:
