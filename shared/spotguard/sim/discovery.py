@@ -74,6 +74,9 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
             if kind is not None:
                 sub_entry.update({"group": kind[0], "version": kind[1], "kind": kind[2]})
             out.append(sub_entry)
+    if gv == "v1":
+        out.append({"name": "bindings", "singularName": "binding", "namespaced": True,
+                    "kind": "Binding", "verbs": ["create"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 
 

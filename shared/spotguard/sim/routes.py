@@ -102,6 +102,9 @@ def resolve(path: str) -> Target | None:
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
     plural = rest[0]
+    if plural == "bindings" and group == "" and namespace and len(rest) == 1:
+        # the legacy Binding resource: POST a Binding named after the pod
+        return Target(resources.BY_PLURAL["pods"], namespace, None, "binding")
     rtype = resources.BY_PLURAL.get(plural)
     if rtype is None or rtype.group != group or rtype.version != version:
         raise errors.NotFound("the server could not find the requested resource")
@@ -375,12 +378,15 @@ class Api:
         return success(201)
 
     def _bind(self, request: Request, t: Target) -> Response:
-        assert t.name is not None
         body = _load(request.body)
-        node = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            raise errors.BadRequest("a Binding must be a JSON object")
+        node = (body.get("target") or {}).get("name")
         if not node:
             raise errors.BadRequest("a Binding needs target.name")
-        name = t.name
+        name = t.name or (body.get("metadata") or {}).get("name")
+        if not name:
+            raise errors.BadRequest("a Binding needs metadata.name (the pod)")
 
         def bind(pod: Obj) -> None:
             spec = pod.setdefault("spec", {})

@@ -184,7 +184,7 @@ class Watcher:
 class Store:
     """Thread-safe in-memory store of Kubernetes objects (see SIM_STORE.md)."""
 
-    def __init__(self, clock: clock_mod.Clock | None = None) -> None:
+    def __init__(self, clock: clock_mod.Clock | None = None, *, history: int = HISTORY) -> None:
         self.clock = clock or clock_mod.Clock()
         self.lock = threading.RLock()
         self._rv = 1
@@ -194,7 +194,7 @@ class Store:
         }
         self._pods_by_node: dict[str, dict[tuple[str, str], Entry]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
-        self._history: collections.deque[Event] = collections.deque(maxlen=HISTORY)
+        self._history: collections.deque[Event] = collections.deque(maxlen=history)
         self._watchers: list[Watcher] = []
         self._subscribers: list[Callback] = []
         self._local = threading.local()
