@@ -329,3 +329,19 @@ def test_pdb_and_hpa_round_trip(cluster: Cluster) -> None:
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"},
                  "minReplicas": 2, "maxReplicas": 5}})
     assert hpa_api.read_namespaced_horizontal_pod_autoscaler("h", ns).spec.max_replicas == 5
+
+
+def test_eviction_without_a_budget_deletes_the_pod(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/"""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_manifest("evictme", nodeSelector={"no": "node"}))
+    cluster.core.create_namespaced_pod_eviction("evictme", ns, {
+        "apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": "evictme", "namespace": ns}})
+    with pytest.raises(ApiException) as info:
+        cluster.core.read_namespaced_pod("evictme", ns)
+    assert info.value.status == 404
+    with pytest.raises(ApiException) as info:
+        cluster.core.create_namespaced_pod_eviction("evictme", ns, {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evictme"}})
+    assert info.value.status == 404

@@ -174,3 +174,13 @@ def test_delete(kubectl: Kubectl, sim: testing.SimCluster) -> None:
     sim.store.create("configmaps", {"metadata": {"name": "bye"}}, namespace="default")
     assert 'configmap "bye" deleted' in kubectl("delete", "configmap", "bye").stdout
     assert kubectl("get", "configmap", "bye", check=False).returncode != 0
+
+
+def test_rollout_status_and_wait_use_watch_list(kubectl: Kubectl, sim: testing.SimCluster) -> None:
+    """https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists
+    (sendInitialEvents=true ends the initial events with a k8s.io/initial-events-end bookmark)"""
+    sim.store.create("deployments", deployment_manifest("rolled", replicas=2), namespace="default")
+    out = kubectl("rollout", "status", "deployment/rolled", "--timeout=20s").stdout
+    assert 'deployment "rolled" successfully rolled out' in out
+    out = kubectl("wait", "--for=condition=Ready", "pod", "-l", "app=rolled", "--timeout=20s").stdout
+    assert out.count("condition met") == 2

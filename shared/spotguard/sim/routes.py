@@ -344,10 +344,12 @@ class Api:
     def _watch(self, request: Request, t: Target) -> Response:
         q = request.query
         rv = q.get("resourceVersion")
-        if q.get("sendInitialEvents") == "true":
+        initial = q.get("sendInitialEvents") == "true"
+        if initial:
             rv = None
         watcher = self.store.watch(
-            t.rtype.plural, t.namespace, rv, q.get("labelSelector"), q.get("fieldSelector")
+            t.rtype.plural, t.namespace, rv, q.get("labelSelector"), q.get("fieldSelector"),
+            initial_events_end=initial,
         )
         timeout = None
         if q.get("timeoutSeconds"):

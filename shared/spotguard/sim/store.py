@@ -315,15 +315,26 @@ class Store:
         resource_version: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        initial_events_end: bool = False,
     ) -> Watcher:
-        """Events after ``resource_version``; with none (or "0"), ADDED for every object first."""
+        """Events after ``resource_version``; with none (or "0"), ADDED for every object first.
+
+        ``initial_events_end`` (a watch with ``sendInitialEvents=true``) follows the
+        initial ADDED events with a BOOKMARK annotated ``k8s.io/initial-events-end``.
+        """
         predicate = selectors.object_filter(label_selector, field_selector, resource)
-        resources.get(resource)
+        rtype = resources.get(resource)
         watcher = Watcher(self, resource, namespace or None, predicate)
         with self.lock:
             if resource_version in (None, "", "0"):
                 for entry in self._select(resource, namespace, label_selector, field_selector):
                     watcher._queue.put(("ADDED", entry))
+                if initial_events_end:
+                    mark = {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": {
+                        "resourceVersion": str(self._rv),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}}
+                    watcher._queue.put(("BOOKMARK", Entry(mark, self._rv)))
             else:
                 try:
                     since = int(str(resource_version))
