@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from typing import Any
 
 import jsonpatch
@@ -32,8 +33,17 @@ K8S_VERSION = "1.35"
 REQ = gen.REQ
 PREF = gen.PREF
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Sized so that tests/policy runs in well under a minute; SPOTGUARD_HYPOTHESIS_SCALE=20
+# multiplies every budget for a longer search.
+SCALE = max(1, int(os.environ.get("SPOTGUARD_HYPOTHESIS_SCALE", "1")))
+
+
+def budget(examples: int) -> settings:
+    return settings(max_examples=examples * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+FAST = budget(60)
+SLOW = budget(40)
 
 
 def _validate(obj: dict[str, Any]) -> None:
@@ -171,7 +181,7 @@ def test_reservations_bound_concurrent_on_demand_slots(wl: Any, batch: int, held
 BOUNDS = st.tuples(st.sampled_from([0, 1, 1, 2, 3, 10]), st.sampled_from([0, 1, 1, 2, 3, 10]))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@budget(80)
 @given(data=st.data(), bounds=BOUNDS, cfg=gen.configs())
 def test_rebalance_never_breaks_a_floor_or_overfills_a_spot_node(
     data: st.DataObject, bounds: tuple[int, int], cfg: config.Config
@@ -182,7 +192,7 @@ def test_rebalance_never_breaks_a_floor_or_overfills_a_spot_node(
     check_rebalance(cfg, *data.draw(gen.clusters(cfg)))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@budget(80)
 @given(data=st.data(), bounds=BOUNDS)
 def test_rebalance_in_tight_clusters(data: st.DataObject, bounds: tuple[int, int]) -> None:
     cfg = dataclasses.replace(
