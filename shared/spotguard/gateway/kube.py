@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import urllib3
@@ -81,6 +81,13 @@ Query = list[tuple[str, str]]
 Patch = Obj | list[Obj]
 
 log = logging.getLogger(__name__)
+
+try:  # orjson parses a 20,000-pod list two to three times faster than json
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - orjson is in requirements.txt
+    _loads = json.loads
 
 
 def connect(kubeconfig: str | None = None, *, policy: retry.Policy | None = None) -> Kube:
@@ -427,7 +434,7 @@ class Kube:
         if not raw:
             return {}
         try:
-            decoded = json.loads(raw)
+            decoded = _loads(raw)
         except ValueError as exc:
             raise Transient(code, "BadResponse", f"answer is not JSON: {raw[:120]!r}") from exc
         if not isinstance(decoded, dict):
