@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import logging
 import select
@@ -54,6 +55,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track_connection(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track_connection(self.connection, add=False)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api " + format, *args)
@@ -168,6 +176,7 @@ class ApiServer(http.server.ThreadingHTTPServer):
         self.faults = fault_set or faults.Faults()
         self.stopping = threading.Event()
         self._watchers: set[Any] = set()
+        self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.cert = tls.self_signed() if tls_enabled else None
         self._ctx = self.cert.server_context() if self.cert else None
@@ -195,6 +204,13 @@ class ApiServer(http.server.ThreadingHTTPServer):
         verb = routes.verb_of(request.method, target, request.query)
         self.faults.check(verb, target.rtype.plural)
 
+    def track_connection(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
     def track(self, watcher: Any) -> None:
         with self._lock:
             self._watchers.add(watcher)
@@ -214,6 +230,11 @@ class ApiServer(http.server.ThreadingHTTPServer):
             w.close()
         self.shutdown()
         self.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:  # idle keep-alive connections would outlive the server
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 def start(api: routes.Api, port: int = 0, *, tls_enabled: bool = True,
