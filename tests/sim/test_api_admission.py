@@ -362,3 +362,37 @@ def test_concurrent_creates_all_go_through_the_webhook(
     assert all(p.metadata.labels == {"admitted": "yes"} for p in pods)
     assert len(webhook.calls("/many")) == count
     assert count / elapsed > 30, f"only {count / elapsed:.0f} admitted creates a second"
+
+
+def test_a_deployment_of_50_gets_every_pod_through_the_webhook_and_the_scheduler(
+    webhook: Webhook,
+) -> None:
+    """The ReplicaSet controller's concurrent creates each pass the webhook (with the
+    controller's userInfo), then the scheduler binds them:
+    https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/"""
+    webhook.behaviours["/fifty"] = add_label("spotguard.io/placement", "spot")
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"},
+              "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}}
+             for i in range(3)]
+    with testing.running_cluster(nodes, time_scale=10.0) as cluster:
+        api = kubernetes.client.AdmissionregistrationV1Api(cluster.api_client())
+        configure(api, "fifty", hook(webhook, "fifty.example.com", "/fifty"))
+        apps = kubernetes.client.AppsV1Api(cluster.api_client())
+        apps.create_namespaced_deployment("default", {
+            "metadata": {"name": "fifty"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "fifty"}},
+                     "template": {"metadata": {"labels": {"app": "fifty"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}},
+        })
+        apps.patch_namespaced_deployment_scale("fifty", "default", {"spec": {"replicas": 50}})
+        deadline = time.monotonic() + 30
+        while True:
+            pods, _ = cluster.store.list("pods", "default", "app=fifty")
+            if len(pods) == 50 and all(p["spec"].get("nodeName") for p in pods):
+                break
+            assert time.monotonic() < deadline, f"{len(pods)} pods after 30s"
+            time.sleep(0.1)
+        assert all(p["metadata"]["labels"].get("spotguard.io/placement") == "spot" for p in pods)
+        users = {c["request"]["userInfo"]["username"] for c in webhook.calls("/fifty")}
+        assert users == {"system:serviceaccount:kube-system:replicaset-controller"}
+        assert len(webhook.calls("/fifty")) >= 50

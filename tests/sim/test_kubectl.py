@@ -184,3 +184,53 @@ def test_rollout_status_and_wait_use_watch_list(kubectl: Kubectl, sim: testing.S
     assert 'deployment "rolled" successfully rolled out' in out
     out = kubectl("wait", "--for=condition=Ready", "pod", "-l", "app=rolled", "--timeout=20s").stdout
     assert out.count("condition met") == 2
+
+
+def test_spotguard_sim_serve_with_kubectl(tmp_path: Path) -> None:
+    """`spotguard sim serve` writes a kubeconfig once ready; kubectl and the kubernetes
+    client's load_kube_config accept it; SIGTERM stops it cleanly."""
+    import os
+    import signal
+    import sys
+
+    import kubernetes
+
+    kubeconfig = tmp_path / "sim.kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotguard.cli", "sim", "serve", "--kubeconfig", str(kubeconfig),
+         "--scenario", str(Path(__file__).resolve().parents[2] / "infra/scenarios/small.yaml"),
+         "--time-scale", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "shared")},
+    )
+    try:
+        wait_for(kubeconfig.exists, timeout=30, what="the kubeconfig")
+        result = subprocess.run([kubectl_path(), "--kubeconfig", str(kubeconfig), "get", "nodes",
+                                 "-o", "name"], capture_output=True, text=True, check=True,
+                                timeout=30)
+        assert len(result.stdout.split()) == 7
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=str(kubeconfig),
+                                           client_configuration=config)
+        with kubernetes.client.ApiClient(config) as client:
+            pods = wait_for(lambda: [p for p in kubernetes.client.CoreV1Api(client)
+                                     .list_namespaced_pod("shop").items
+                                     if p.spec.node_name], what="scheduled pods")
+            assert pods
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert '"msg": "simulated cluster serving"' in stderr
+
+
+def test_spotguard_sim_serve_rejects_a_missing_scenario(tmp_path: Path) -> None:
+    """Bad input gets a clear error (exit 2), not a traceback."""
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "spotguard.cli", "sim", "serve", "--kubeconfig",
+         str(tmp_path / "k"), "--scenario", str(tmp_path / "nope.yaml")],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "scenario file not found" in result.stderr and "Traceback" not in result.stderr
