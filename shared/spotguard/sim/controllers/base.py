@@ -26,7 +26,7 @@ def key_of(obj: dict[str, Any]) -> Key:
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
-def _rv(obj: dict[str, Any]) -> int:
+def rv_of(obj: dict[str, Any]) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
@@ -123,7 +123,7 @@ class Informer:
     def __init__(self, resources: Iterable[str]) -> None:
         self._lock = threading.Lock()
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {r: {} for r in resources}
-        self._deleted: dict[str, set[Key]] = {r: set() for r in resources}
+        self._deleted: dict[str, dict[Key, int]] = {r: {} for r in resources}  # tombstones
         self._by_owner: dict[str, dict[Key, dict[str, Any]]] = {}
         self._by_node: dict[str, dict[Key, dict[str, Any]]] = {}
 
@@ -137,19 +137,26 @@ class Informer:
                         self._put(resource, key, obj)
 
     def on_event(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        """Apply a notification; notifications from concurrent writers may arrive out of
+        order, so an older resourceVersion never replaces a newer state (nor revives a
+        deleted object)."""
         if resource not in self.objects:
             return
         key = key_of(obj)
+        rv = rv_of(obj)
         with self._lock:
             old = self.objects[resource].get(key)
+            if old is not None and rv_of(old) > rv:
+                return
+            gone = self._deleted[resource].get(key)
+            if gone is not None and gone >= rv:
+                return
             if event_type == "DELETED":
                 if old is not None:
                     self._drop(resource, key, old)
-                self._deleted[resource].add(key)
+                self._deleted[resource][key] = rv
                 return
-            self._deleted[resource].discard(key)
-            if old is not None and _rv(old) > _rv(obj):
-                return
+            self._deleted[resource].pop(key, None)
             self._put(resource, key, obj)
 
     def _put(self, resource: str, key: Key, obj: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ class SchedulerLoop:
         self._active: collections.deque[base.Key] = collections.deque()
         self._queued: set[base.Key] = set()
         self._unschedulable: set[base.Key] = set()
+        self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
         self._start = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -57,6 +58,12 @@ class SchedulerLoop:
         if resource != "pods":
             return
         key = base.key_of(obj)
+        rv = base.rv_of(obj)
+        with self._cond:
+            # notifications of concurrent writers may arrive out of order
+            if rv < self._seen.get(key, 0):
+                return
+            self._seen[key] = rv
         if event_type == "DELETED":
             with self._lock:
                 was_bound = self.cache.bound(*key) is not None
