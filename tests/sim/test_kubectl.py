@@ -234,3 +234,18 @@ def test_spotguard_sim_serve_rejects_a_missing_scenario(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "scenario file not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_get_watch_prints_table_rows(kubectl: Kubectl, sim: testing.SimCluster) -> None:
+    """https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables
+    (kubectl get -w asks for Table watch events)"""
+    import threading
+
+    sim.store.create("namespaces", {"metadata": {"name": "watched"}})
+    threading.Timer(0.8, lambda: sim.store.create(
+        "configmaps", {"metadata": {"name": "appears"}}, namespace="watched")).start()
+    result = kubectl("get", "configmaps", "-n", "watched", "-w", "--request-timeout=3s",
+                     check=False)
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows and rows[0][0] == "NAME"
+    assert any(r and r[0] == "appears" for r in rows), result.stdout

@@ -13,7 +13,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -48,7 +48,8 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
     watch: Watcher | None = None
     watch_timeout: float | None = None
-    watch_kind: tuple[str, str] | None = None
+    # turns a watched object's JSON into what is sent (a one-row Table for kubectl get -w)
+    watch_transform: Callable[[bytes], bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -358,7 +359,16 @@ class Api:
             except ValueError:
                 watcher.close()
                 raise errors.BadRequest("invalid timeoutSeconds") from None
-        return Response(200, b"", watch=watcher, watch_timeout=timeout)
+        transform = None
+        if tables.wants_table(request.headers.get("accept", "")):
+            clock, rtype, include = self.store.clock, t.rtype, q.get("includeObject")
+
+            def transform(raw: bytes) -> bytes:
+                obj = orjson.loads(raw)
+                rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+                return orjson.dumps(tables.table(rtype, [obj], rv, include, clock.now()))
+
+        return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform)
 
     # ---- subresources -----------------------------------------------------
     def _evict(self, request: Request, t: Target) -> Response:

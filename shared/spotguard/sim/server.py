@@ -128,7 +128,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         break
                     continue
                 event_type, entry = item
-                line = b'{"type":"' + event_type.encode() + b'","object":' + entry.raw + b"}\n"
+                body = entry.raw
+                if response.watch_transform is not None and event_type != "BOOKMARK":
+                    body = response.watch_transform(body)
+                line = b'{"type":"' + event_type.encode() + b'","object":' + body + b"}\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
