@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         checked += 1
         if item.kind == "trust":
-            failures, notes = check_trust(policy), []
+            failures, notes = check_trust(policy), list[str]()
             how = "trust policy rules"
         else:
             failures, notes = check_parliament(policy)
