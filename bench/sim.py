@@ -21,6 +21,7 @@ import base64
 import http.server
 import json
 import logging
+import os
 import ssl
 import sys
 import threading
@@ -157,6 +158,16 @@ def start_webhook() -> tuple[http.server.ThreadingHTTPServer, dict[str, Any]]:
     return server, config
 
 
+def calibrate() -> float:
+    """Seconds a fixed pure-Python loop takes here (about 0.1 s on an idle modern core):
+    the numbers above scale with it."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(2_000_000):
+        total += i
+    return round(time.perf_counter() - start, 3)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -168,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     deployments = max(1, args.pods // args.replicas)
     result: dict[str, Any] = {"nodes": args.nodes, "pods": deployments * args.replicas,
-                              "deployments": deployments, "webhook": args.webhook}
+                              "deployments": deployments, "webhook": args.webhook,
+                              "calibration_loop_seconds": calibrate(),
+                              "load_average": round(os.getloadavg()[0], 2)}
     hook = None
     with testing.running_cluster() as sim:
         store = sim.store
@@ -236,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         result["bound_by_scheduler"] = stats.bound if stats is not None else 0
     if hook is not None:
         hook.shutdown()
+    result["load_average_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result), flush=True)
     return 0 if "error" not in result else 1
 

@@ -62,3 +62,19 @@ def test_cordon_taints_and_affinity_in_the_running_cluster() -> None:
         nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in sim.store.list("pods", "default")[0]}
         assert nodes["s"] == "spot"
         assert {nodes[f"plain-{i}"] for i in range(3)} == {"od"}
+
+
+def test_stop_ends_every_controller_thread() -> None:
+    import threading
+
+    from spotguard.sim import clock, controllers, store
+
+    s = store.Store(clock.Clock(time_scale=SCALE))
+    s.create("nodes", h.node("n1"))
+    running = controllers.start_all(s, drainer=True)
+    s.create("pods", {"metadata": {"name": "p", "namespace": "default"},
+                      "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}})
+    h.wait_for(lambda: h.is_ready(s.get("pods", "p", "default")), what="ready")
+    running.stop()
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("sim-") and t.is_alive()]
+    assert alive == []

@@ -307,7 +307,8 @@ class DeploymentController(base.Controller):
             "updatedReplicas": updated,
             "readyReplicas": ready,
             "availableReplicas": available,
-            "unavailableReplicas": max(0, total - available) if total else max(0, replicas - available),
+            # calculateStatus: the ReplicaSets' desired replicas minus the available ones
+            "unavailableReplicas": max(0, sum(_spec_replicas(rs) for rs in rses) - available),
         }
         now = self.clock.iso()
         is_available = available >= replicas - unavailable
