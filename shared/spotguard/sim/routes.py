@@ -100,7 +100,9 @@ def resolve(path: str) -> Target | None:
     if not rest:
         return None
     namespace: str | None = None
-    if rest[0] == "namespaces" and len(rest) >= 3:
+    if rest[0] == "namespaces" and len(rest) >= 3 and (
+        rest[2] in resources.BY_PLURAL or rest[2] == "bindings"
+    ):
         namespace, rest = rest[1], rest[2:]
     plural = rest[0]
     if plural == "bindings" and group == "" and namespace and len(rest) == 1:

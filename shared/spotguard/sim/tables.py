@@ -95,7 +95,36 @@ def _namespace(obj: Obj) -> list[Any]:
     return [(obj.get("status") or {}).get("phase", "Active"), _age(obj)]
 
 
+def _event(obj: Obj) -> list[Any]:
+    involved = obj.get("involvedObject") or {}
+    return [_age(obj), obj.get("type", ""), obj.get("reason", ""),
+            f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+            obj.get("message", "")]
+
+
+def _configmap(obj: Obj) -> list[Any]:
+    return [len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), _age(obj)]
+
+
+def _lease(obj: Obj) -> list[Any]:
+    return [(obj.get("spec") or {}).get("holderIdentity") or "", _age(obj)]
+
+
+def _hpa(obj: Obj) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    return [f"{ref.get('kind', '')}/{ref.get('name', '')}", spec.get("minReplicas", 1),
+            spec.get("maxReplicas", 0), status.get("currentReplicas", 0), _age(obj)]
+
+
 COLUMNS: dict[str, tuple[list[Obj], Any]] = {
+    "events": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"),
+                _col("Message")], _event),
+    "configmaps": ([_col("Data", "integer"), _col("Age")], _configmap),
+    "leases": ([_col("Holder"), _col("Age")], _lease),
+    "horizontalpodautoscalers": ([_col("Reference"), _col("MinPods", "integer"),
+                                  _col("MaxPods", "integer"), _col("Replicas", "integer"),
+                                  _col("Age")], _hpa),
     "pods": ([_col("Ready"), _col("Status"), _col("Restarts", "integer"), _col("Age"),
               _col("IP", priority=1), _col("Node", priority=1)], _pod),
     "nodes": ([_col("Status"), _col("Roles"), _col("Age"), _col("Version")], _node),
