@@ -43,8 +43,12 @@ from spotguard.policy.workloads import Kind, Workload
 log = logging.getLogger("spotguard.interruption")
 
 Obj = dict[str, Any]
+Event = tuple[Obj, str, str, str]  # involved object, reason, message, type
 CONFLICT_ATTEMPTS = 4
 WORKERS = 16
+# The snapshot reads every pod at once: bigger pages than the gateway's default (500)
+# mean fewer round trips; kube-apiserver serves 5,000 a page without trouble.
+LIST_PAGE = 5000
 # Our budgets with no surge in progress are deleted once this old (a crash between
 # the scale back and the budget's deletion leaves one behind).
 ORPHAN_BUDGET_SECONDS = 60.0
@@ -111,6 +115,18 @@ def _pod_view(raw: Obj) -> PodView:
 
 
 @dataclass
+class Batch:
+    """One handling: the notices, what was read, the plan, and what went wrong."""
+
+    notices: Sequence[Notice]
+    snap: Snapshot
+    resolved: dict[str, str]
+    plan: Plan
+    failures: Failures
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass
 class Failures:
     nodes: set[str] = field(default_factory=set)  # nodes whose notices must be retried
     count: int = 0
@@ -133,6 +149,7 @@ class Handler:
         self.ec2 = ec2
         self.clock = clock
         self.workers = workers
+        self.last_timings: dict[str, float] = {}  # seconds of the last handle(), by phase
 
     @classmethod
     def from_environment(cls) -> Handler:
@@ -154,26 +171,44 @@ class Handler:
         notices = list(notices)
         if not notices:
             return []
+        started = time.perf_counter()
         try:
             snap = self.snapshot()
         except ApiError as exc:
             metrics.ERRORS.labels("list").inc()
             log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
             return self._count(notices, [Outcome.RETRY] * len(notices))
+        read = time.perf_counter()
 
         resolved, lookup_failed = self._resolve(notices, snap)
         now = self.clock()
         plan = self._plan(notices, snap, resolved, now)
-        failures = Failures()
+        planned = time.perf_counter()
+        batch = Batch(notices, snap, resolved, plan, Failures())
+        failures, events = batch.failures, batch.events
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            list(pool.map(lambda s: self._taint(s, snap, plan, failures), plan.taints))
-            list(pool.map(lambda s: self._surge(s, snap, notices, resolved, failures), plan.surges))
+            # Taints first (queued first), then the surges; Events after both: they are
+            # best effort, and must not delay a surge.
+            taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
+            surges = [pool.submit(self._surge, s, batch) for s in plan.surges]
+            for f in (*taints, *surges):
+                f.result()
+            written = time.perf_counter()
             new_taints = {t.node for t in plan.taints}
             for w in plan.warnings:
                 if new_taints & set(w.nodes):
                     pool.submit(self._warn_quorum, w, snap)
+            list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), events))
+            told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
             self._finish_all(snap, pool, skip=surged)
+        self.last_timings = {
+            "read": read - started,
+            "plan": planned - read,
+            "surges_written": written - started,
+            "events": told - written,
+            "total": time.perf_counter() - started,
+        }
 
         outcomes: list[Outcome] = []
         for res in plan.notices:
@@ -219,7 +254,12 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        k = self.kube
+        k = kube_mod.Kube(
+            self.kube.api_client,
+            policy=self.kube.policy,
+            counter=self.kube.stats,
+            page_limit=max(self.kube.page_limit, LIST_PAGE),
+        )
         # Budgets and autoscalers before the workloads: a budget seen here has its
         # workload's record visible in the later list (see _sweep_budgets).
         budgets = k.list(r.PODDISRUPTIONBUDGETS)
@@ -268,7 +308,8 @@ class Handler:
 
     # -- writing: taints -----------------------------------------------------------------
 
-    def _taint(self, step: TaintStep, snap: Snapshot, plan: Plan, failures: Failures) -> None:
+    def _taint(self, step: TaintStep, batch: Batch) -> None:
+        snap, plan, failures, events_out = batch.snap, batch.plan, batch.failures, batch.events
         node = snap.node(step.node)
         events = plan.node_events.get(step.node, ())
         try:
@@ -292,34 +333,27 @@ class Handler:
         metrics.TAINTS.inc()
         reason = next((x.reason for x in plan.notices if x.node == step.node), "")
         log.info("node tainted", extra={"event_id": step.event_id, "event_ids": list(events), "node": step.node})
-        self.kube.create_event(
-            node,
-            "SpotInterruption" if step.kind is not NoticeKind.REBALANCE else "RebalanceRecommendation",
-            records.taint_message(step, reason),
-            "Warning",
-            best_effort=True,
+        events_out.append(
+            (
+                node,
+                "SpotInterruption" if step.kind is not NoticeKind.REBALANCE else "RebalanceRecommendation",
+                records.taint_message(step, reason),
+                "Warning",
+            )
         )
 
     # -- writing: surges -----------------------------------------------------------------
 
-    def _surge(
-        self,
-        step: SurgeStep,
-        snap: Snapshot,
-        notices: Sequence[Notice],
-        resolved: dict[str, str],
-        failures: Failures,
-    ) -> None:
+    def _surge(self, step: SurgeStep, batch: Batch) -> None:
+        snap, failures = batch.snap, batch.failures
         wl = step.workload
         raw = snap.workloads.get(wl.key)
-        batch_nodes = sorted(
-            set(step.record.nodes) & set(interruption.match_nodes(notices, snap.node_views, resolved).values())
-        )
+        batch_nodes = sorted(set(step.record.nodes) & set(batch.plan.node_events))
         try:
             if raw is None:
                 return
             if step.added > 0:
-                step, raw = self._write_surge(step, raw, snap, notices, resolved)
+                step, raw = self._write_surge(step, raw, batch)
             if step.autoscaler is not None:
                 a = step.autoscaler
                 self.kube.patch(
@@ -359,9 +393,8 @@ class Handler:
                 "surge", exc=exc, failures=failures, nodes=batch_nodes, event_ids=step.record.events, workload=wl.key
             )
 
-    def _write_surge(
-        self, step: SurgeStep, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
-    ) -> tuple[SurgeStep, Obj]:
+    def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep, Obj]:
+        snap, notices, resolved, events_out = batch.snap, batch.notices, batch.resolved, batch.events
         wl = step.workload
         for _ in range(CONFLICT_ATTEMPTS):
             try:
@@ -396,7 +429,7 @@ class Handler:
                 "nodes": list(step.new_nodes),
             },
         )
-        self.kube.create_event(raw, "SpotInterruptionSurge", records.surge_message(step), "Normal", best_effort=True)
+        events_out.append((raw, "SpotInterruptionSurge", records.surge_message(step), "Normal"))
         return step, raw
 
     def _replan_one(

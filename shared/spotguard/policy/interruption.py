@@ -416,6 +416,10 @@ def plan(
     warnings: list[QuorumWarning] = []
     skipped: list[str] = []
     ns_ann = namespace_annotations or {}
+    budgets_by_ns: dict[str, list[Budget]] = defaultdict(list)
+    for b in budgets:
+        budgets_by_ns[b.namespace].append(b)
+    hpa_by_target = {(a.namespace, a.target_kind, a.target_name): a for a in autoscalers}
     for key in sorted(on_doomed):
         wl = wl_by_key[key]
         floor = floors.floor_for(wl, config, ns_ann.get(wl.namespace))
@@ -438,8 +442,8 @@ def plan(
                 per_node=per_node,
                 doomed=doomed,
                 wl_pods=pods_by_key[key],
-                budgets=budgets,
-                autoscalers=autoscalers,
+                budgets=budgets_by_ns.get(wl.namespace, []),
+                autoscalers=[a] if (a := hpa_by_target.get((wl.namespace, str(wl.kind), wl.name))) else [],
                 now=now,
             )
         )
@@ -461,11 +465,14 @@ def _tainted(node: NodeView | None) -> bool:
 
 def user_budgets(workload_pods: Sequence[PodView], budgets: Sequence[Budget]) -> list[Budget]:
     """The budgets not made by spotguard that select any of the pods."""
+    label_sets: dict[tuple[str, frozenset[tuple[str, str]]], Mapping[str, str]] = {}
+    for p in workload_pods:
+        label_sets.setdefault((p.namespace, frozenset(p.labels.items())), p.labels)
     out = []
     for b in budgets:
         if b.ours:
             continue
-        if any(p.namespace == b.namespace and selector_matches(b.selector, p.labels) for p in workload_pods):
+        if any(ns == b.namespace and selector_matches(b.selector, labels) for (ns, _), labels in label_sets.items()):
             out.append(b)
     return out
 

@@ -1,0 +1,316 @@
+"""Benchmark the spot-interruption handler: 500 notices at once on a large simulated cluster.
+
+The simulated cluster (1,000 nodes, 2,000 workloads, 20,000 pods by default) is
+served over HTTPS by this process, loaded in its steady state: every pod bound
+and Ready, on-demand floors on on-demand nodes, the rest spread over spot
+nodes; half of the Deployments carry a PodDisruptionBudget of their own, one
+in ten an HorizontalPodAutoscaler. The controllers are off (nothing reacts
+to the writes, so only the handler is measured). The handler runs in a child
+process (its own core, as it would in its own Lambda or pod), receives every
+notice in one delivery and carries out one plan.
+
+``seconds`` is the time from the first message received to the last surge
+written (the end of ``handle()``: every taint, surge, budget, autoscaler and
+Event written); ``api_writes`` is counted by the gateway (``Kube.stats``).
+
+Prints ONE JSON line at the end::
+
+    {"notices": 500, "nodes": 1000, "workloads": 2000, "pods": 20000, "seconds": ...,
+     "api_writes": ..., "affected_workloads": ..., "write_budget": ..., ...}
+
+    .venv/bin/python bench/interruption.py [--nodes 1000] [--workloads 2000] [--pods 20000] [--notices 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+Obj = dict[str, Any]
+CAPACITY = "node.kubernetes.io/capacity"
+NAMESPACES = 20
+
+
+def instance_id(i: int) -> str:
+    return f"i-{i:017x}"
+
+
+def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int]]:
+    """The cluster's objects, the spot node names, and what it holds."""
+    rnd = random.Random(args.seed)
+    n_od = max(1, round(args.nodes * (1 - args.spot_fraction)))
+    nodes = []
+    for i in range(args.nodes):
+        cap = "on-demand" if i < n_od else "spot"
+        name = f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal"
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {CAPACITY: cap, "kubernetes.io/hostname": name}},
+                "spec": {"providerID": f"aws:///us-east-1{'abc'[i % 3]}/{instance_id(i)}"},
+                "status": {
+                    "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"},
+                    "capacity": {"cpu": "64", "memory": "256Gi", "pods": "250"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+    on_demand = [n["metadata"]["name"] for n in nodes[:n_od]]
+    spot = [n["metadata"]["name"] for n in nodes[n_od:]]
+
+    # Replica counts that add up to the pod count.
+    replicas = [1 + rnd.randrange(2 * args.pods // args.workloads - 1) for _ in range(args.workloads)]
+    diff = args.pods - sum(replicas)
+    i = 0
+    while diff:
+        step = 1 if diff > 0 else -1
+        if replicas[i % len(replicas)] + step >= 1:
+            replicas[i % len(replicas)] += step
+            diff -= step
+        i += 1
+
+    objs: list[Obj] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{n}"}} for n in range(NAMESPACES)
+    ]
+    objs += nodes
+    counts = {"deployments": 0, "statefulsets": 0, "user_budgets": 0, "autoscalers": 0}
+    for w, n in enumerate(replicas):
+        ns = f"ns-{w % NAMESPACES}"
+        sts = w % 10 == 9
+        name = f"{'db' if sts else 'app'}-{w}"
+        kind = "StatefulSet" if sts else "Deployment"
+        uid = f"00000000-0000-4000-8000-{w:012x}"
+        spec: Obj = {
+            "replicas": n,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "pause"}]},
+            },
+        }
+        if sts:
+            spec["serviceName"] = name
+        objs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "uid": uid},
+                "spec": spec,
+            }
+        )
+        counts["statefulsets" if sts else "deployments"] += 1
+        floor = (n // 2 + 1 if n >= 2 else 1) if sts else 1
+        h = f"{w:010x}"[-10:]
+        for p in range(n):
+            node = rnd.choice(on_demand) if p < floor else rnd.choice(spot)
+            if sts:
+                pod_name, owner = f"{name}-{p}", {"kind": "StatefulSet", "name": name}
+                labels = {"app": name, "apps.kubernetes.io/pod-index": str(p)}
+            else:
+                pod_name, owner = f"{name}-{h}-{p:05d}", {"kind": "ReplicaSet", "name": f"{name}-{h}"}
+                labels = {"app": name, "pod-template-hash": h}
+            labels["spotguard.io/placement"] = "on-demand" if p < floor else "spot"
+            objs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": ns,
+                        "labels": labels,
+                        "ownerReferences": [{"apiVersion": "apps/v1", **owner, "uid": f"{uid}", "controller": True}],
+                    },
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]},
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+                    },
+                }
+            )
+        if not sts and w % 2 == 0:
+            objs.append(
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
+                }
+            )
+            counts["user_budgets"] += 1
+        if not sts and w % 10 == 1:
+            objs.append(
+                {
+                    "apiVersion": "autoscaling/v2",
+                    "kind": "HorizontalPodAutoscaler",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {
+                        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                        "minReplicas": n,
+                        "maxReplicas": n * 2,
+                    },
+                }
+            )
+            counts["autoscalers"] += 1
+    return objs, spot, counts
+
+
+def child(args: argparse.Namespace) -> int:
+    """Run the handler against the served cluster: one delivery of every notice."""
+    from spotguard.gateway import kube
+    from spotguard.interruption.handler import Handler, Outcome
+    from spotguard.policy.config import Config
+    from spotguard.policy.notices import Notice, NoticeKind
+
+    logging.basicConfig(level=logging.WARNING)
+    raw = json.loads(Path(args.notices_file).read_text())
+    k = kube.connect(args.kubeconfig)
+    handler = Handler(k, Config(), workers=args.workers)
+    started = time.perf_counter()  # the first message received
+    notices = [
+        Notice(
+            event_id=n["id"],
+            kind=NoticeKind.INTERRUPTION,
+            instance_id=n["instance"],
+            time=datetime.now(UTC),
+            action="terminate",
+        )
+        for n in raw
+    ]
+    outcomes = handler.handle(notices)
+    total = time.perf_counter() - started
+    timings = handler.last_timings
+    # The last surge written: every taint, scale, budget and autoscaler write done (the
+    # Events, best effort, are written after them).
+    seconds = timings["surges_written"] + (timings["read"] * 0)  # read is included in surges_written
+    out = {
+        "seconds": round(seconds, 3),
+        "seconds_with_events": round(total, 3),
+        "read_seconds": round(timings["read"], 3),
+        "plan_seconds": round(timings["plan"], 3),
+        "outcomes": {o.value: outcomes.count(o) for o in Outcome},
+        "api_requests": k.stats.requests,
+        "api_writes": k.stats.writes,
+        "lists": k.stats.count("list"),
+        "taint_writes": k.stats.count("patch", "nodes"),
+        "workload_writes": k.stats.count("patch", "deployments.apps"),
+        "budget_writes": k.stats.count("create", "poddisruptionbudgets.policy"),
+        "autoscaler_writes": k.stats.count("patch", "horizontalpodautoscalers.autoscaling"),
+        "event_writes": k.stats.count("create", "events"),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--workloads", type=int, default=2000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--notices", type=int, default=500)
+    parser.add_argument("--spot-fraction", type=float, default=0.7)
+    parser.add_argument("--workers", type=int, default=16, help="the handler's write threads")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    parser.add_argument("--notices-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    if args.pods < args.workloads:
+        parser.error("--pods must be at least --workloads")
+
+    from spotguard.sim import testing
+
+    logging.basicConfig(level=logging.WARNING)
+    t = time.perf_counter()
+    objs, spot, counts = build(args)
+    rnd = random.Random(args.seed + 1)
+    doomed = rnd.sample(spot, min(args.notices, len(spot)))
+    by_name = {n["metadata"]["name"]: n for n in objs if n["kind"] == "Node"}
+    notices = [
+        {"id": f"bench-{i:04d}", "instance": by_name[name]["spec"]["providerID"].rsplit("/", 1)[1]}
+        for i, name in enumerate(doomed)
+    ]
+    doomed_set = set(doomed)
+    affected: set[tuple[str, str]] = set()
+    kinds: dict[str, int] = {"Deployment": 0, "StatefulSet": 0}
+    for o in objs:
+        if o["kind"] == "Pod" and o["spec"]["nodeName"] in doomed_set:
+            ref = o["metadata"]["ownerReferences"][0]
+            key = (
+                o["metadata"]["namespace"],
+                ref["name"].rsplit("-", 1)[0] if ref["kind"] == "ReplicaSet" else ref["name"],
+            )
+            if key not in affected:
+                affected.add(key)
+                kinds["Deployment" if ref["kind"] == "ReplicaSet" else "StatefulSet"] += 1
+    with testing.running_cluster(controllers=False) as sim:
+        sim.store.apply_objects(objs)
+        del objs, by_name
+        # The simulated API server shares this process: keep the loaded objects out of the
+        # cyclic garbage collector's way (a full collection over 20,000 pods stalls every request).
+        gc.collect()
+        gc.freeze()
+        load_seconds = time.perf_counter() - t
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "notices.json"
+            path.write_text(json.dumps(notices))
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "--kubeconfig",
+                    sim.kubeconfig,
+                    "--notices-file",
+                    str(path),
+                    "--workers",
+                    str(args.workers),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+            return proc.returncode
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        surged = sum(
+            1
+            for d in sim.store.list("deployments")[0]
+            if "spotguard.io/surge" in (d["metadata"].get("annotations") or {})
+        )
+    line = {
+        "notices": len(notices),
+        "nodes": args.nodes,
+        "workloads": args.workloads,
+        "pods": args.pods,
+        "seconds": result["seconds"],
+        "api_writes": result["api_writes"],
+        "doomed_nodes": len(doomed),
+        "affected_workloads": len(affected),
+        "affected_deployments": kinds["Deployment"],
+        "affected_statefulsets": kinds["StatefulSet"],
+        "surged_deployments": surged,
+        "write_budget": len(doomed) + 3 * len(affected),
+        **{k: v for k, v in result.items() if k not in ("seconds", "api_writes")},
+        **counts,
+        "load_seconds": round(load_seconds, 1),
+    }
+    print(json.dumps(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

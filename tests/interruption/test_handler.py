@@ -1,0 +1,313 @@
+"""The handler against the simulated cluster's API (real HTTPS, the official client).
+
+The controllers are off: these tests set the pods' state themselves, so every
+step (surge, scale back) is decided by the handler alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from spotguard.gateway import kube, retry
+from spotguard.gateway import resources as r
+from spotguard.interruption.handler import Handler, Outcome
+from spotguard.policy import config
+from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.workloads import SURGE
+from spotguard.sim import testing
+
+from tests.interruption import sim_scenario as sc
+
+Obj = dict[str, Any]
+
+
+def pod(owner: Obj, index: int, node: str, ready: bool = True) -> Obj:
+    name = owner["metadata"]["name"]
+    ns = owner["metadata"]["namespace"]
+    if owner["kind"] == "Deployment":
+        ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-5d4f8", "uid": "rs", "controller": True}
+        labels = {"app": name, "pod-template-hash": "5d4f8"}
+        pod_name = f"{name}-5d4f8-{index:05d}"
+    else:
+        ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": "sts", "controller": True}
+        labels = {"app": name}
+        pod_name = f"{name}-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "ownerReferences": [ref]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+class Cluster:
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+        self.store = sim.store
+        self.kube = kube.Kube(sim.api_client())
+        self.now = sim.clock.now
+
+    def handler(self, **kw: Any) -> Handler:
+        return Handler(self.kube, kw.pop("config", config.Config()), clock=kw.pop("clock", self.now), **kw)
+
+    def notice(self, node: str, kind: NoticeKind = NoticeKind.INTERRUPTION, state: str = "", event: str = "") -> Notice:
+        return Notice(
+            event_id=event or f"{kind}-{node}",
+            kind=kind,
+            instance_id=sc.instance_id(node),
+            time=datetime.fromtimestamp(self.now(), UTC),
+            state=state,
+        )
+
+    def deployment(self, name: str) -> Obj:
+        return self.store.get("deployments", name, "shop")
+
+    def record(self, name: str) -> Obj | None:
+        raw = (self.deployment(name)["metadata"].get("annotations") or {}).get(SURGE)
+        return json.loads(raw) if raw else None
+
+    def taints(self, node: str) -> list[Obj]:
+        return [
+            t for t in self.store.get("nodes", node)["spec"].get("taints") or [] if t["key"].startswith("spotguard")
+        ]
+
+    def set_ready(self, pod_name: str, ready: bool) -> None:
+        def edit(p: Obj) -> None:
+            p["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+
+        self.store.mutate("pods", pod_name, "shop", edit)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    web = sc.deployment("web", 3)
+    single = sc.deployment("single", 1, **{"spotguard.io/min-on-demand": "0"})
+    db = sc.statefulset("db", 3)
+    objs = [sc.namespace("shop"), sc.node("od-0", "on-demand"), sc.node("spot-0", "spot"), sc.node("spot-1", "spot")]
+    objs += [web, single, db, sc.hpa("single", "single", 1, 1)]
+    objs += [pod(web, 0, "od-0"), pod(web, 1, "spot-0"), pod(web, 2, "spot-1"), pod(single, 0, "spot-0")]
+    objs += [pod(db, 0, "od-0"), pod(db, 1, "spot-0"), pod(db, 2, "spot-1")]
+    with testing.running_cluster(objs, controllers=False) as sim:
+        yield Cluster(sim)
+
+
+def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster) -> None:
+    c = cluster
+    h = c.handler()
+    notices = [
+        c.notice("spot-0"),
+        Notice("ev-x", NoticeKind.INTERRUPTION, "i-0123456789abcdef0", datetime.now(UTC)),  # another cluster's
+        c.notice("spot-0", NoticeKind.STATE_CHANGE, state="running"),
+        c.notice("spot-0"),  # a duplicate in the same batch
+    ]
+    assert h.handle(notices) == [Outcome.DONE, Outcome.IGNORED, Outcome.IGNORED, Outcome.DONE]
+    assert c.taints("spot-0") == [
+        {"key": "spotguard.io/interruption", "value": "interruption-spot-0", "effect": "NoSchedule"}
+    ]
+    assert c.taints("spot-1") == []
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    assert c.deployment("single")["spec"]["replicas"] == 2
+    web = c.record("web")
+    assert (web["replicas"], web["surge"], web["nodes"], web["events"]) == (3, 1, ["spot-0"], ["interruption-spot-0"])
+    # The temporary budget holds the Ready count; the autoscaler keeps the surge.
+    pdb = c.store.get("poddisruptionbudgets", "spotguard-surge-web", "shop")
+    assert pdb["spec"] == {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}
+    assert pdb["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "spotguard"}
+    assert pdb["metadata"]["ownerReferences"][0]["name"] == "web"
+    hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 2)
+    assert c.record("single")["hpa"] == {"name": "single", "minReplicas": 1, "maxReplicas": 1}
+    # Writes: one taint, a patch per workload, a budget each, the autoscaler, Events.
+    assert c.kube.stats.count("patch", "nodes") == 1
+    assert c.kube.stats.count("patch", "deployments.apps") == 2
+    assert c.kube.stats.count("list") == 7
+    reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in c.store.list("events")[0]}
+    assert {("Node", "SpotInterruption"), ("Deployment", "SpotInterruptionSurge")} <= reasons
+
+    # Replayed: nothing is written again.
+    writes = c.kube.stats.writes
+    assert h.handle(notices[:1] * 10) == [Outcome.DONE] * 10
+    assert c.kube.stats.writes == writes
+
+
+def test_quorum_warning_for_a_statefulset(cluster: Cluster) -> None:
+    c = cluster
+    assert c.handler().handle([c.notice("spot-0"), c.notice("spot-1")]) == [Outcome.DONE] * 2
+    warnings = [e for e in c.store.list("events")[0] if e["reason"] == "QuorumAtRisk"]
+    assert [w["involvedObject"]["name"] for w in warnings] == ["db"]
+    assert "below the quorum floor of 2" in warnings[0]["message"]
+    assert c.store.get("statefulsets", "db", "shop")["spec"]["replicas"] == 3  # no surge
+
+
+def test_a_user_budget_gets_no_second_budget(cluster: Cluster) -> None:
+    c = cluster
+    c.store.apply_objects([sc.pdb("web-pdb", "web", minAvailable=2)])
+    c.handler().handle([c.notice("spot-0")])
+    names = {b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]}
+    assert names == {"web-pdb", "spotguard-surge-single"}
+    assert "budget" not in c.record("web")
+
+
+def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Cluster) -> None:
+    c = cluster
+    h = c.handler()
+    h.handle([c.notice("spot-0")])
+    # While it runs, the user scales web from 3 to 5 (4 + 1 surge -> 6).
+    c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 6}}, "shop")
+    h.reconcile()
+    assert c.record("web") is not None  # the doomed pods are still Ready
+    # The replacements come up on on-demand; the doomed pods go not Ready (the node is going).
+    new = [pod(c.deployment("web"), i, "od-0") for i in range(10, 13)]
+    new += [pod(c.deployment("single"), 10, "od-0")]
+    c.store.apply_objects(new)
+    c.set_ready("web-5d4f8-00001", False)
+    c.set_ready("single-5d4f8-00000", False)
+    h.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 5
+    assert c.deployment("single")["spec"]["replicas"] == 1
+    # spot-0 still exists: a finished record stays (surge 0), so a replay changes nothing.
+    web = c.record("web")
+    assert web["done"] is True and web["surge"] == 0
+    hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)
+    assert [b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]] == []
+    writes = c.kube.stats.writes
+    h.handle([c.notice("spot-0")])
+    assert c.kube.stats.writes == writes
+    assert c.deployment("web")["spec"]["replicas"] == 5
+    # The node goes (a state change says so): the record is removed.
+    c.store.remove("nodes", "spot-0")
+    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
+        c.store.remove("pods", p, "shop")
+    assert h.handle([c.notice("spot-0", NoticeKind.STATE_CHANGE, state="terminated")]) == [Outcome.IGNORED]
+    assert c.record("web") is None and c.record("single") is None
+    assert c.deployment("web")["spec"]["replicas"] == 5
+
+
+def test_state_change_before_the_warning(cluster: Cluster) -> None:
+    c = cluster
+    h = c.handler()
+    assert h.handle([c.notice("spot-1", NoticeKind.STATE_CHANGE, state="shutting-down")]) == [Outcome.DONE]
+    assert c.record("web")["surge"] == 1
+    assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
+    assert c.record("web")["surge"] == 1
+    assert c.deployment("web")["spec"]["replicas"] == 4
+
+
+@pytest.mark.parametrize(
+    ("action", "taints", "replicas", "outcome"),
+    [("ignore", 0, 3, Outcome.IGNORED), ("taint", 1, 3, Outcome.DONE), ("surge", 1, 4, Outcome.DONE)],
+)
+def test_rebalance_recommendation(cluster: Cluster, action: str, taints: int, replicas: int, outcome: Outcome) -> None:
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction(action))
+    assert c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)]) == [outcome]
+    assert len(c.taints("spot-0")) == taints
+    assert c.deployment("web")["spec"]["replicas"] == replicas
+    reasons = {e["reason"] for e in c.store.list("events")[0]}
+    assert ("RebalanceRecommendation" in reasons) == bool(taints)
+    # Never a drain: every pod is still there.
+    assert len(c.store.list("pods")[0]) == 7
+
+
+def test_transient_failures_retry_only_what_failed(cluster: Cluster) -> None:
+    c = cluster
+    h = c.handler()
+    c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    out = h.handle([c.notice("spot-0"), c.notice("spot-1", NoticeKind.REBALANCE)])
+    assert out == [Outcome.RETRY, Outcome.DONE]  # the rebalance only taints
+    assert len(c.taints("spot-0")) == 1  # what succeeded stays
+    c.sim.faults.clear()
+    c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=409)
+    assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # a conflict that never clears
+    c.sim.faults.clear()
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert c.record("web")["surge"] == 1 and c.deployment("web")["spec"]["replicas"] == 4
+    c.sim.faults.set(verb="list", resource="*", error_rate=1.0, status=500)
+    quick = Handler(c.kube.with_policy(retry.Policy(attempts=2, deadline=2.0, base_delay=0.01)), config.Config())
+    assert quick.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # the cluster cannot be read
+
+
+def test_a_conflict_is_replanned(cluster: Cluster) -> None:
+    c = cluster
+    h = c.handler()
+    snapshot = h.snapshot()
+    # Someone scales web between the read and the write: the patch answers 409 (stale
+    # resourceVersion); the handler reads it again and surges from the new count.
+    c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, "shop")
+    h.snapshot = lambda: snapshot  # type: ignore[method-assign]
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert c.deployment("web")["spec"]["replicas"] == 6
+    assert c.record("web")["replicas"] == 5
+
+
+def test_left_over_budgets_are_deleted(cluster: Cluster) -> None:
+    c = cluster
+    c.store.apply_objects(
+        [
+            {
+                **sc.pdb("spotguard-surge-web", "web", minAvailable=3),
+                "metadata": {
+                    "name": "spotguard-surge-web",
+                    "namespace": "shop",
+                    "labels": {"app.kubernetes.io/managed-by": "spotguard"},
+                },
+            },
+            sc.pdb("spotguard-surge-users-own", "web", minAvailable=1),  # not labelled: the user's
+        ]
+    )
+    c.handler().reconcile()  # too young to be a leftover
+    assert len(c.store.list("poddisruptionbudgets")[0]) == 2
+    c.handler(clock=lambda: c.now() + 300).reconcile()
+    assert [b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]] == ["spotguard-surge-users-own"]
+
+
+def test_instance_found_by_its_private_dns_name(cluster: Cluster, moto_server: Any) -> None:
+    c = cluster
+    ec2 = moto_server.client("ec2")
+    image = ec2.describe_images()["Images"] or []
+    ami = image[0]["ImageId"] if image else "ami-12c6146b"
+    instance = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro")["Instances"][0]
+    dns = instance["PrivateDnsName"]
+    node = sc.node(dns, "spot")
+    node["spec"]["providerID"] = ""  # a node whose providerID says nothing
+    c.store.apply_objects([node, pod(c.deployment("web"), 7, dns)])
+    h = c.handler(ec2=ec2)
+    n = Notice("ev-dns", NoticeKind.INTERRUPTION, instance["InstanceId"], datetime.now(UTC))
+    foreign = Notice("ev-other", NoticeKind.INTERRUPTION, "i-00000000000000000", datetime.now(UTC))
+    assert h.handle([n, foreign]) == [Outcome.DONE, Outcome.IGNORED]
+    assert c.taints(dns) == [{"key": "spotguard.io/interruption", "value": "ev-dns", "effect": "NoSchedule"}]
+    assert c.record("web")["nodes"] == [dns]
+
+
+def test_ec2_unreachable_retries_the_unmatched(cluster: Cluster) -> None:
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    c = cluster
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=BotoConfig(retries={"max_attempts": 1}, connect_timeout=1),
+    )
+    n = Notice("ev-u", NoticeKind.INTERRUPTION, "i-0fffffffffffffff0", datetime.now(UTC))
+    assert c.handler(ec2=ec2).handle([n, c.notice("spot-0")]) == [Outcome.RETRY, Outcome.DONE]
+
+
+def test_from_environment(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", cluster.sim.kubeconfig)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("SPOTGUARD_REBALANCE_ACTION", "surge")
+    h = Handler.from_environment()
+    assert h.ec2 is not None and h.ec2.meta.region_name == "eu-west-1"
+    assert h.config.rebalance_action is config.RebalanceAction.SURGE
+    assert h.handle([cluster.notice("spot-0", NoticeKind.REBALANCE)]) == [Outcome.DONE]
+    assert cluster.deployment("web")["spec"]["replicas"] == 4
