@@ -37,4 +37,6 @@ def _handler() -> dispatch.Handler:
 
 
 def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
-    return awslambda.handle(event, _handler())
+    # Built on first use: a batch of malformed or foreign messages is acknowledged
+    # even while the cluster is unreachable; notices are then retried.
+    return awslambda.handle(event, dispatch.Lazy(_handler))

@@ -8,6 +8,7 @@ would, with the real handler on the simulated cluster and EC2 on moto.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,3 +168,37 @@ def test_lambda_function_direct_event_and_schedule(cluster: tuple[Any, kube.Kube
     assert interruption_taint(api.get(resources.NODES, "spot-b")) == event["id"]
     assert module.lambda_handler(sample("eventbridge-scheduled-event.json"), None) == {"result": "reconciled"}
     assert module.lambda_handler({"spotguard": "reconcile"}, None) == {"result": "reconciled"}
+
+
+def test_lambda_function_with_the_cluster_unreachable(
+    aws_env: Moto, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # GIVEN a kubeconfig whose API server is a closed port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "gone", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    batch = {
+        "Records": [
+            record(json.dumps(sample("ec2-spot-instance-interruption-warning.json")), "m-notice"),
+            record("Hello from SQS!", "m-text"),
+        ]
+    }
+    # WHEN Lambda calls the function, THEN the notice comes back, the text message does not
+    answer = lambda_function().lambda_handler(batch, None)
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "m-notice"}]}
+    # AND a batch without notices never needs the cluster
+    assert lambda_function().lambda_handler({"Records": [batch["Records"][1]]}, None) == {"batchItemFailures": []}

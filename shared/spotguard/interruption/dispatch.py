@@ -187,3 +187,21 @@ class Serialized:
     def reconcile(self) -> None:
         with self._lock:
             self.handler.reconcile()
+
+
+class Lazy:
+    """A handler built on first use, so that a delivery holding no notice never needs the cluster.
+
+    Building it may fail (the API server or the EKS token unreachable): then the
+    notices of that delivery are retried like any transient failure, and the next
+    delivery tries again.
+    """
+
+    def __init__(self, build: Callable[[], Handler]) -> None:
+        self._build = build
+
+    def handle(self, notices: Sequence[Notice]) -> Sequence[object]:
+        return self._build().handle(notices)
+
+    def reconcile(self) -> None:
+        self._build().reconcile()
