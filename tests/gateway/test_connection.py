@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from spotguard import certs
 from spotguard.gateway import connection, kube
 from spotguard.gateway import resources as r
 from spotguard.logs import UserError
@@ -89,10 +90,28 @@ def test_a_missing_or_broken_kubeconfig(tmp_path: Path) -> None:
         connection.api_client(str(broken))
 
 
+def test_in_cluster_uses_the_service_account_over_verified_tls(tmp_path: Path) -> None:
+    served = certs.make(tmp_path / "tls", ["kubernetes.default.svc"], ["127.0.0.1"])
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("pod-token")
+    (account / "ca.crt").write_bytes(served.ca_cert.read_bytes())
+    server = FakeApi(tls=(served.cert, served.key))
+    try:
+        server.on("GET", "/api/v1/nodes/n", Answer(body={"kind": "Node"}))
+        port = server.url.rsplit(":", 1)[1]
+        env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port, "HOME": str(tmp_path)}
+        # in-cluster wins over a kubeconfig in the home directory
+        (tmp_path / ".kube").mkdir()
+        write_kubeconfig(tmp_path / ".kube" / "config", "http://127.0.0.1:1", "wrong")
+        k = kube.Kube(connection.api_client(None, env=env, service_account_dir=str(account)))
+        assert k.get(r.NODES, "n")["kind"] == "Node"
+        assert server.requests[-1].headers["authorization"].lower() == "bearer pod-token"
+    finally:
+        server.close()
+
+
 def test_in_cluster_without_a_service_account_is_a_clear_error(tmp_path: Path) -> None:
-    # KUBERNETES_SERVICE_HOST says "in a pod", but this machine has no service account token.
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1", "HOME": str(tmp_path)}
-    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
-        pytest.fail("this test expects a machine without a service account token")
     with pytest.raises(UserError, match="in-cluster"):
-        connection.api_client(None, env=env)
+        connection.api_client(None, env=env, service_account_dir=str(tmp_path / "none"))

@@ -21,23 +21,24 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kubernetes import client, config
+from kubernetes.config import incluster_config
 
 from spotguard.logs import UserError
 
 POOL_MAXSIZE = 32
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
-def api_client(kubeconfig: str | None = None, env: Mapping[str, str] | None = None) -> client.ApiClient:
+def api_client(
+    kubeconfig: str | None = None,
+    env: Mapping[str, str] | None = None,
+    service_account_dir: str = SERVICE_ACCOUNT_DIR,
+) -> client.ApiClient:
     env = os.environ if env is None else env
     if kubeconfig:
         return _from_kubeconfig(kubeconfig, env.get("SPOTGUARD_KUBE_CONTEXT") or None)
     if env.get("KUBERNETES_SERVICE_HOST"):
-        configuration = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException as exc:
-            raise UserError(f"in-cluster configuration failed: {exc}") from exc
-        return _client(configuration)
+        return _client(_in_cluster(env, Path(service_account_dir)))
     for candidate in _kubeconfig_candidates(env):
         if candidate.is_file():
             return _from_kubeconfig(str(candidate), env.get("SPOTGUARD_KUBE_CONTEXT") or None)
@@ -50,6 +51,21 @@ def api_client(kubeconfig: str | None = None, env: Mapping[str, str] | None = No
         "--kubeconfig, or set SPOTGUARD_EKS_CLUSTER (with SPOTGUARD_EKS_ENDPOINT and "
         "SPOTGUARD_EKS_CA, or AWS credentials allowed to call eks:DescribeCluster)"
     )
+
+
+def _in_cluster(env: Mapping[str, str], account: Path) -> client.Configuration:
+    """The pod's service account; the client re-reads the (rotated) token file every minute."""
+    configuration = client.Configuration()
+    loader = incluster_config.InClusterConfigLoader(
+        token_filename=str(account / "token"),
+        cert_filename=str(account / "ca.crt"),
+        environ=env,
+    )
+    try:
+        loader.load_and_set(configuration)
+    except config.ConfigException as exc:
+        raise UserError(f"in-cluster configuration failed ({account}): {exc}") from exc
+    return configuration
 
 
 def _kubeconfig_candidates(env: Mapping[str, str]) -> list[Path]:
