@@ -552,23 +552,36 @@ def score_spread(
         return {n.name: 0.0 for n in nodes}
     raw: dict[str, int] = {}
     ignored = set()
-    per_node = [
-        (st, cache.matching(pod.namespace, st.spread) if st.spread.topology_key == HOSTNAME else None)
-        for st in soft
-    ]
-    for n in nodes:
-        labels = n.labels
-        score = 0.0
-        for st, counts in per_node:
-            key = st.spread.topology_key
-            value = labels.get(key)
+    if len(soft) == 1 and soft[0].spread.topology_key != HOSTNAME:
+        # one constraint on a wide domain (zone): the score depends on the domain only
+        st = soft[0]
+        key = st.spread.topology_key
+        extra = st.spread.max_skew - 1
+        by_domain = {v: round(c * st.weight + extra) for v, c in st.domain_counts.items()}
+        zero = round(extra)
+        for n in nodes:
+            value = n.labels.get(key)
             if value is None:
                 ignored.add(n.name)
-                break
-            cnt = counts.get(n.name, 0) if counts is not None else st.domain_counts.get(value, 0)
-            score += cnt * st.weight + (st.spread.max_skew - 1)
-        else:
-            raw[n.name] = round(score)
+            else:
+                raw[n.name] = by_domain.get(value, zero)
+    else:
+        per_node = [
+            (x, cache.matching(pod.namespace, x.spread) if x.spread.topology_key == HOSTNAME else None)
+            for x in soft
+        ]
+        for n in nodes:
+            labels = n.labels
+            score = 0.0
+            for x, counts in per_node:
+                value = labels.get(x.spread.topology_key)
+                if value is None:
+                    ignored.add(n.name)
+                    break
+                cnt = counts.get(n.name, 0) if counts is not None else x.domain_counts.get(value, 0)
+                score += cnt * x.weight + (x.spread.max_skew - 1)
+            else:
+                raw[n.name] = round(score)
     out: dict[str, float] = {}
     lo = min(raw.values(), default=0)
     hi = max(raw.values(), default=0)
@@ -741,26 +754,37 @@ def combine_scores(
 ) -> dict[str, float]:
     """Weighted sum of the normalised scores of the feasible nodes."""
     plan = plan or cache.plan(pod)
-    total: dict[str, float] = {}
-    pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory
     fit = WEIGHTS["fit"]
     base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
+    pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory
+    totals: list[float] = []
     for nd in nodes:  # NodeResourcesFit LeastAllocated, inlined for speed
         usage = nd.usage
         alloc, used = nd.alloc_cpu, usage.nonzero_cpu + pod_cpu
         cpu = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
         alloc, used = nd.alloc_memory, usage.nonzero_memory + pod_mem
         mem = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
-        total[nd.name] = fit * ((cpu + mem) // 2) + base
+        totals.append(fit * ((cpu + mem) // 2) + base)
     if plan.affinity is not None:
-        raw = {nd.name: plan.affinity[nd.name] for nd in nodes}
-        for name, v in _normalize(raw).items():
-            total[name] += WEIGHTS["affinity"] * v
+        _add_normalized(totals, [plan.affinity[nd.name] for nd in nodes], WEIGHTS["affinity"])
     if plan.taints is not None:
-        raw = {nd.name: plan.taints[nd.name] for nd in nodes}
-        for name, v in _normalize(raw, reverse=True).items():
-            total[name] += WEIGHTS["taint"] * v
+        _add_normalized(totals, [plan.taints[nd.name] for nd in nodes], WEIGHTS["taint"],
+                        reverse=True)
     if any(not st.spread.hard for st in states):
-        for name, v in score_spread(pod, nodes, states, cache).items():
-            total[name] += WEIGHTS["spread"] * v
-    return total
+        spread = score_spread(pod, nodes, states, cache)
+        w = WEIGHTS["spread"]
+        totals = [t + w * spread[nd.name] for t, nd in zip(totals, nodes, strict=True)]
+    return {nd.name: t for nd, t in zip(nodes, totals, strict=True)}
+
+
+def _add_normalized(totals: list[float], raw: list[float], weight: int, reverse: bool = False) -> None:
+    """DefaultNormalizeScore (scale by the maximum, optionally reversed), weighted, in place."""
+    top = max(raw, default=0)
+    for i, v in enumerate(raw):
+        if top == 0:
+            score = MAX_NODE_SCORE if reverse else 0
+        else:
+            score = MAX_NODE_SCORE * v / top
+            if reverse:
+                score = MAX_NODE_SCORE - score
+        totals[i] += weight * score

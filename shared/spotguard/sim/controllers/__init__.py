@@ -26,7 +26,7 @@ from spotguard.sim.controllers import (
 log = logging.getLogger("spotguard.sim.controllers")
 INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
             "poddisruptionbudgets", "horizontalpodautoscalers")
-CREATE_CONCURRENCY = 32
+CREATE_CONCURRENCY = 8  # concurrent pod creations (webhook calls); more only starve the GIL
 
 
 class Controllers:

@@ -16,6 +16,7 @@ from typing import Any
 from spotguard.sim import errors
 
 Key = tuple[str, str]
+MIN_RESYNC_REAL_SECONDS = 1.0  # a safety net; events and timers do the real work
 COALESCE_SECONDS = 0.05  # real seconds over which dependent events are batched
 ObjList = list[dict[str, Any]]
 log = logging.getLogger("spotguard.sim.controllers")
@@ -294,7 +295,8 @@ class Controller:
 
     def _resync_loop(self) -> None:
         self.resync()
-        while not self._stop.wait(self.clock.real(self.resync_seconds)):
+        interval = max(self.clock.real(self.resync_seconds), MIN_RESYNC_REAL_SECONDS)
+        while not self._stop.wait(interval):
             try:
                 self.resync()
             except Exception:

@@ -128,7 +128,8 @@ class SchedulerLoop:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _periodic(self) -> None:
-        while not self._stop.wait(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS)):
+        interval = max(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS), base.MIN_RESYNC_REAL_SECONDS)
+        while not self._stop.wait(interval):
             self._flush_unschedulable()
 
     def _next(self) -> base.Key | None:
