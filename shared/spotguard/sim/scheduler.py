@@ -782,7 +782,7 @@ def _add_normalized(totals: list[float], raw: list[float], weight: int, reverse:
     top = max(raw, default=0)
     for i, v in enumerate(raw):
         if top == 0:
-            score = MAX_NODE_SCORE if reverse else 0
+            score: float = MAX_NODE_SCORE if reverse else 0
         else:
             score = MAX_NODE_SCORE * v / top
             if reverse:
