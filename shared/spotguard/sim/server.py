@@ -245,7 +245,7 @@ def start(api: routes.Api, port: int = 0, *, tls_enabled: bool = True,
     """Start serving in a background thread."""
     server = ApiServer(api, port=port, tls_enabled=tls_enabled, fault_set=fault_set)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                              name="sim-apiserver", daemon=True)
+                              name="spotguard-apiserver", daemon=True)
     thread.start()
     return server, thread
 
