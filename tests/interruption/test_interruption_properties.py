@@ -104,7 +104,7 @@ def apply(plan, nodes, workloads, budgets, autoscalers):
     return nodes, new_wls, budgets, autoscalers
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(clusters())
 def test_one_taint_per_doomed_node_and_one_entry_per_workload(c) -> None:
     nodes, _pods, _workloads, _budgets, _autoscalers, notices = c
@@ -126,7 +126,7 @@ def test_one_taint_per_doomed_node_and_one_entry_per_workload(c) -> None:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(clusters())
 def test_the_surge_covers_every_doomed_pod_and_keeps_the_floor(c) -> None:
     nodes, pods, _workloads, budgets, _autoscalers, _notices = c
@@ -152,7 +152,7 @@ def test_the_surge_covers_every_doomed_pod_and_keeps_the_floor(c) -> None:
             assert not any(b.selector == {"matchLabels": {"app": s.workload.name}} for b in budgets)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(clusters(), st.randoms(use_true_random=False))
 def test_replay_is_idempotent_and_order_does_not_matter(c, rnd) -> None:
     nodes, pods, workloads, budgets, autoscalers, notices = c

@@ -260,22 +260,26 @@ class Handler:
             counter=self.kube.stats,
             page_limit=max(self.kube.page_limit, LIST_PAGE),
         )
-        # Budgets and autoscalers before the workloads: a budget seen here has its
-        # workload's record visible in the later list (see _sweep_budgets).
-        budgets = k.list(r.PODDISRUPTIONBUDGETS)
-        autoscalers = k.list(r.HPAS)
-        namespaces = {
-            str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
-            for ns in k.list(r.NAMESPACES)
-        }
-        workloads: dict[str, Obj] = {}
-        for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET)):
-            for w in k.list(res):
-                w.setdefault("kind", str(kind))
-                meta = w.get("metadata") or {}
-                workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-        nodes = k.list(r.NODES)
-        pods = k.list(r.PODS)
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            # The big lists run beside the small ones. Budgets and autoscalers are read
+            # before the workloads: a budget seen here has its workload's record visible in
+            # the later list (see _sweep_budgets).
+            pods_f = pool.submit(k.list, r.PODS)
+            nodes_f = pool.submit(k.list, r.NODES)
+            budgets = k.list(r.PODDISRUPTIONBUDGETS)
+            autoscalers = k.list(r.HPAS)
+            namespaces = {
+                str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
+                for ns in k.list(r.NAMESPACES)
+            }
+            workloads: dict[str, Obj] = {}
+            for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET)):
+                for w in k.list(res):
+                    w.setdefault("kind", str(kind))
+                    meta = w.get("metadata") or {}
+                    workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
+            nodes = nodes_f.result()
+            pods = pods_f.result()
         return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
