@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep Kubernetes workloads serving while running as many replicas as possible on spot.",
     )
     parser.add_argument("--version", action="version", version=f"spotguard {__version__}")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    parser.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default $SPOTGUARD_LOG_LEVEL, else INFO)"
+    )
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve one of the functions locally")
     serve_sub = serve.add_subparsers(title="functions", metavar="FUNCTION")

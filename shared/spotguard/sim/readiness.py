@@ -1,0 +1,104 @@
+"""Track Ready pods per workload on the simulated cluster, after every change.
+
+:class:`Tracker` subscribes to the simulated store, so a dip between two polls is
+still seen: for every workload it keeps the Ready pods now, the lowest count
+since it was armed, and the Ready count away from the doomed nodes at the moment
+each doomed node went. The demo and the end-to-end tests read it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+def workload_key(pod: Obj) -> str | None:
+    """``Deployment/ns/name`` or ``StatefulSet/ns/name`` of a pod, from its controller reference."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace")
+    for ref in meta.get("ownerReferences") or []:
+        if not ref.get("controller"):
+            continue
+        if ref.get("kind") == "StatefulSet":
+            return f"StatefulSet/{ns}/{ref['name']}"
+        if ref.get("kind") == "ReplicaSet":
+            h = (meta.get("labels") or {}).get("pod-template-hash", "")
+            name = ref["name"][: -len(h) - 1] if h and ref["name"].endswith("-" + h) else ref["name"]
+            return f"Deployment/{ns}/{name}"
+    return None
+
+
+def is_ready(obj: Obj) -> bool:
+    """A pod (not terminating) or a node whose Ready condition is True."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+@dataclass
+class Tracker:
+    """Ready pods per workload after every store change."""
+
+    ready: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))  # key -> uid -> node
+    lowest: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    doomed: set[str] = field(default_factory=set)
+    at_node_loss: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> key -> ready elsewhere
+    armed: bool = False
+    created: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> placement labels
+
+    def start(self, store: Any) -> None:
+        pods, _ = store.list("pods")
+        with self.lock:
+            for p in pods:
+                self._pod("ADDED", p)
+        store.subscribe(self.on_change)
+
+    def arm(self, doomed: Sequence[str]) -> None:
+        """Start recording lows, new pods' placements and the state at each doomed node's loss."""
+        with self.lock:
+            self.doomed = set(doomed)
+            self.lowest = {k: len(v) for k, v in self.ready.items()}
+            self.armed = True
+
+    def on_change(self, event_type: str, resource: str, obj: Obj) -> None:
+        with self.lock:
+            if resource == "pods":
+                self._pod(event_type, obj)
+            elif resource == "nodes" and self.armed:
+                name = (obj.get("metadata") or {}).get("name")
+                going = event_type == "DELETED" or not is_ready({"status": obj.get("status") or {}})
+                if name in self.doomed and going and name not in self.at_node_loss:
+                    self.at_node_loss[name] = {
+                        k: sum(1 for n in v.values() if n not in self.doomed) for k, v in self.ready.items()
+                    }
+
+    def _pod(self, event_type: str, pod: Obj) -> None:
+        key = workload_key(pod)
+        if key is None:
+            return
+        uid = pod["metadata"]["uid"]
+        if self.armed and event_type == "ADDED":
+            self.created[key].append((pod["metadata"].get("labels") or {}).get("spotguard.io/placement", ""))
+        if event_type != "DELETED" and is_ready(pod):
+            self.ready[key][uid] = (pod.get("spec") or {}).get("nodeName", "")
+        else:
+            self.ready[key].pop(uid, None)
+        if self.armed:
+            self.lowest[key] = min(self.lowest.get(key, 10**9), len(self.ready[key]))
+
+    def count(self, key: str) -> int:
+        with self.lock:
+            return len(self.ready[key])
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return {k: len(v) for k, v in self.ready.items()}
