@@ -396,3 +396,46 @@ def test_a_deployment_of_50_gets_every_pod_through_the_webhook_and_the_scheduler
         users = {c["request"]["userInfo"]["username"] for c in webhook.calls("/fifty")}
         assert users == {"system:serviceaccount:kube-system:replicaset-controller"}
         assert len(webhook.calls("/fifty")) >= 50
+
+
+MATCH_OWNED = {
+    "name": "controlled-by-replicaset-or-statefulset",
+    "expression": "has(object.metadata.ownerReferences) && "
+                  "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && "
+                  "(r.kind == 'ReplicaSet' || r.kind == 'StatefulSet'))",
+}
+
+
+def test_match_conditions_filter_calls(core: kubernetes.client.CoreV1Api, webhook: Webhook,
+                                       admission: Any) -> None:
+    """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions"""
+    configure(admission, "cel", hook(webhook, "cel.example.com", "/cel",
+                                     matchConditions=[MATCH_OWNED]))
+    core.create_namespaced_pod("default", pod_manifest("bare"))
+    assert webhook.calls("/cel") == []
+    owned = pod_manifest("owned")
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                             "name": "rs", "uid": "u-1", "controller": True}]
+    core.create_namespaced_pod("default", owned)
+    assert [c["request"]["object"]["metadata"]["name"] for c in webhook.calls("/cel")] == ["owned"]
+
+
+@pytest.mark.parametrize(("policy", "created"), [("Ignore", True), ("Fail", False)])
+def test_match_condition_errors_follow_the_failure_policy(
+    core: kubernetes.client.CoreV1Api, webhook: Webhook, admission: Any, policy: str,
+    created: bool,
+) -> None:
+    """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
+    (an evaluation error: Fail rejects the request, Ignore skips the webhook)"""
+    path = f"/celerr-{policy}"
+    configure(admission, f"celerr-{policy.lower()}", hook(
+        webhook, "celerr.example.com", path, failurePolicy=policy,
+        matchConditions=[{"name": "missing", "expression": "object.spec.nothing == 'x'"}]))
+    name = f"celerr-{policy.lower()}"
+    if created:
+        core.create_namespaced_pod("default", pod_manifest(name))
+    else:
+        with pytest.raises(ApiException) as info:
+            core.create_namespaced_pod("default", pod_manifest(name))
+        assert "matchCondition 'missing'" in json.loads(info.value.body)["message"]
+    assert webhook.calls(path) == []

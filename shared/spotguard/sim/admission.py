@@ -211,6 +211,32 @@ def call(hook: Mapping[str, Any], body: Obj) -> Obj:
     return response
 
 
+def _conditions_match(hook: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Evaluate the webhook's CEL ``matchConditions``: all true means call it.
+
+    An evaluation error is a call error (failurePolicy decides), as kube-apiserver does.
+    """
+    conditions = hook.get("matchConditions") or []
+    if not conditions:
+        return True
+    from spotguard.sim import cel
+
+    env = {"object": request.get("object"), "oldObject": request.get("oldObject"),
+           "request": dict(request)}
+    for condition in conditions:
+        name = condition.get("name", "") if isinstance(condition, dict) else ""
+        expression = str(condition.get("expression", "")) if isinstance(condition, dict) else ""
+        try:
+            result = cel.evaluate(expression, env)
+        except cel.CelError as exc:
+            raise CallError(f"matchCondition {name!r} could not be evaluated: {exc}") from exc
+        if result is not True:
+            if result is not False:
+                raise CallError(f"matchCondition {name!r} did not evaluate to a bool")
+            return False
+    return True
+
+
 def _apply(obj: Obj, response: Mapping[str, Any]) -> Obj:
     patch = response.get("patch")
     if not patch:
@@ -272,6 +298,8 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj, *, na
         )
     body = review(rtype, obj, namespace=namespace, user=user, dry_run=dry_run)
     try:
+        if not _conditions_match(hook, body["request"]):
+            return obj
         response = call(hook, body)
         if not response.get("allowed"):
             status = response.get("status") or {}
