@@ -187,7 +187,15 @@ def child(args: argparse.Namespace) -> int:
         )
         for n in raw
     ]
-    outcomes = handler.handle(notices)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        outcomes = profile.runcall(handler.handle, notices)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    else:
+        outcomes = handler.handle(notices)
     total = time.perf_counter() - started
     timings = handler.last_timings
     # The last surge written: every taint, scale, budget and autoscaler write done (the
@@ -222,6 +230,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=16, help="the handler's write threads")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="profile the handler (cProfile, on stderr)")
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     parser.add_argument("--notices-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -277,13 +286,15 @@ def main() -> int:
                     str(path),
                     "--workers",
                     str(args.workers),
+                    *(["--profile"] if args.profile else []),
                 ],
                 capture_output=True,
                 text=True,
                 check=False,
             )
-        if proc.returncode != 0:
+        if proc.returncode != 0 or args.profile:
             sys.stderr.write(proc.stderr)
+        if proc.returncode != 0:
             return proc.returncode
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         surged = sum(
