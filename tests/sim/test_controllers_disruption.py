@@ -20,7 +20,10 @@ SCALE = 50.0
 
 @pytest.fixture
 def sim() -> Iterator[Any]:
-    with testing.running_cluster(time_scale=SCALE, termination_seconds=1.0) as cluster:
+    # replacements take 20 simulated seconds to be Ready, so a budget stays spent
+    # long enough for the test to see it
+    with testing.running_cluster(time_scale=SCALE, termination_seconds=1.0,
+                                 ready_delay_seconds=20.0) as cluster:
         for i in range(3):
             cluster.store.create("nodes", h.node(f"n{i}", zone="abc"[i]))
         yield cluster

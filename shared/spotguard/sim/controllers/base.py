@@ -127,6 +127,7 @@ class Informer:
         self._deleted: dict[str, dict[Key, int]] = {r: {} for r in resources}  # tombstones
         self._by_owner: dict[str, dict[Key, dict[str, Any]]] = {}
         self._by_node: dict[str, dict[Key, dict[str, Any]]] = {}
+        self._by_ns: dict[tuple[str, str], dict[Key, dict[str, Any]]] = {}
 
     def prime(self, store: Any) -> None:
         for resource in self.objects:
@@ -165,6 +166,7 @@ class Informer:
         if old is not None:
             self._drop(resource, key, old)
         self.objects[resource][key] = obj
+        self._by_ns.setdefault((resource, key[0]), {})[key] = obj
         if resource == "pods":
             uid = controller_uid(obj)
             if uid:
@@ -175,6 +177,11 @@ class Informer:
 
     def _drop(self, resource: str, key: Key, old: dict[str, Any]) -> None:
         self.objects[resource].pop(key, None)
+        in_ns = self._by_ns.get((resource, key[0]))
+        if in_ns is not None:
+            in_ns.pop(key, None)
+            if not in_ns:
+                del self._by_ns[(resource, key[0])]
         if resource == "pods":
             uid = controller_uid(old)
             if uid and uid in self._by_owner:
@@ -193,7 +200,9 @@ class Informer:
 
     def list(self, resource: str, namespace: str | None = None) -> ObjList:
         with self._lock:
-            return [o for k, o in self.objects[resource].items() if namespace is None or k[0] == namespace]
+            if namespace is None:
+                return list(self.objects[resource].values())
+            return list(self._by_ns.get((resource, namespace), {}).values())
 
     def pods_owned_by(self, uid: str) -> ObjList:
         with self._lock:
