@@ -45,6 +45,43 @@ def running(
     threads: int = 8,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
+    with running_many(1, tls, workdir, kubeconfig=kubeconfig, workers=workers, threads=threads, env=env) as many:
+        yield many[0]
+
+
+@contextlib.contextmanager
+def running_many(
+    count: int,
+    tls: certs.Paths,
+    workdir: Path,
+    *,
+    kubeconfig: str | None = None,
+    workers: int = 1,
+    threads: int = 8,
+    env: dict[str, str] | None = None,
+) -> Iterator[list[Server]]:
+    """``count`` separate server processes, started at once."""
+    started: list[Server] = []
+    try:
+        for _ in range(count):
+            started.append(_start(tls, workdir, kubeconfig=kubeconfig, workers=workers, threads=threads, env=env))
+        for server in started:
+            _wait(server)
+        yield started
+    finally:
+        for server in started:
+            server.process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown
+        for server in started:
+            try:
+                server.process.wait(10)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+                server.process.wait()
+
+
+def _start(
+    tls: certs.Paths, workdir: Path, *, kubeconfig: str | None, workers: int, threads: int, env: dict[str, str] | None
+) -> Server:
     port = free_port()
     args = [sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "serve", "admission"]
     args += ["--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
@@ -57,25 +94,19 @@ def running(
     log = workdir / f"server-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=environment)
-    url = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited: {log.read_text()[-2000:]}")
-            try:
-                if requests.get(url + "/healthz", verify=str(tls.ca_cert), timeout=1).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield Server(url, str(tls.ca_cert), process, log)
-    finally:
-        process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown
+    return Server(f"https://127.0.0.1:{port}", str(tls.ca_cert), process, log)
+
+
+def _wait(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited: {server.log.read_text()[-2000:]}")
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            if requests.get(server.url + "/healthz", verify=server.ca, timeout=1).ok:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server did not start: {server.log.read_text()[-2000:]}")
+        time.sleep(0.1)

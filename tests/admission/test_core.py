@@ -26,7 +26,7 @@ def k() -> FakeKube:
 
 
 def make_ctx(k: FakeKube, trust: float = 3.0, **config: object) -> core.Context:
-    return core.Context(dataclasses.replace(Config(), **config), k, "spotguard", trust)  # type: ignore[arg-type]
+    return core.Context(dataclasses.replace(Config(), **config), k, "spotguard", trust_seconds=trust)  # type: ignore[arg-type]
 
 
 # -- decoding --------------------------------------------------------------------------
@@ -317,3 +317,20 @@ def test_warm_admission_costs_at_most_two_api_requests_per_pod(k: FakeKube) -> N
         cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     assert k.stats.requests / 99 <= 2
     assert cluster.placements(k) == {"on-demand": 1, "spot": 99}
+
+
+def test_a_reservation_whose_pod_came_and_went_between_two_counts_is_dropped() -> None:
+    # GIVEN on-demand reservations whose pods were created and deleted before any count saw them
+    k = FakeKube()
+    cluster.basic_cluster(k)
+    _, rs = cluster.deployment(k, "web", 4, annotations={"spotguard.io/min-on-demand": "2"})
+    ctx = core.Context(Config(), k, trust_seconds=0.2, pending_grace=0.3)
+    for _ in range(2):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    for p in k.all(r.PODS, "shop"):
+        del k.objects[("pods", "shop", p["metadata"]["name"])]
+    time.sleep(0.4)
+    # WHEN new pods come
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    # THEN they take the slots again
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"

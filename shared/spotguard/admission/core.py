@@ -97,8 +97,10 @@ class Context:
         config: Config | Callable[[], Config],
         kube: kube_mod.Kube | None,
         namespace: str = DEFAULT_NAMESPACE,
+        *,
         trust_seconds: float = 3.0,
         connect_error: str = "",
+        pending_grace: float = 5.0,
     ) -> None:
         self._config = config
         self.kube = kube
@@ -107,7 +109,9 @@ class Context:
         self.events = EventReporter(kube)
         if kube is not None:
             self.resolver = Resolver(kube)
-            self.reservations = Reservations(kube, self.resolver, namespace, trust_seconds=trust_seconds)
+            self.reservations = Reservations(
+                kube, self.resolver, namespace, trust_seconds=trust_seconds, pending_grace=pending_grace
+            )
 
     @property
     def config(self) -> Config:
@@ -131,6 +135,7 @@ def context_from_env(
     env = dict(os.environ if env is None else env)
     namespace = env.get("SPOTGUARD_NAMESPACE") or DEFAULT_NAMESPACE
     trust = float(env.get("SPOTGUARD_ADMISSION_TRUST_SECONDS") or 3.0)
+    grace = float(env.get("SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS") or 5.0)
     try:
         k = (connect or kube_mod.connect)(kubeconfig or env.get("SPOTGUARD_KUBECONFIG") or None)
         k = k.with_policy(API_POLICY)
@@ -139,9 +144,9 @@ def context_from_env(
         config, problems = config_mod.from_env(env)
         for p in problems:
             log.warning("invalid setting; using the default", extra={"problem": str(p)})
-        return Context(config, None, namespace, trust, connect_error=str(exc))
+        return Context(config, None, namespace, trust_seconds=trust, connect_error=str(exc))
     loader = settings.Loader(k, env)
-    return Context(lambda: loader.get()[0], k, namespace, trust)
+    return Context(lambda: loader.get()[0], k, namespace, trust_seconds=trust, pending_grace=grace)
 
 
 # -- decoding ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ that name would be too long) carries, in the annotation
     {"v": 1,
      "checked": 1764107000.25,           # wall-clock time of the last pod count
      "on_demand": ["web-7c9f-abcde"],    # active pods counted on on-demand then
-     "pending": {"<request uid>": 1764107030.25}}   # token -> expiry
+     "pending": {"<request uid>": [1764107000.1, 1764107030.1]}}  # token -> [made, expires]
 
 and ``spotguard.io/replicaset-uid`` (a ReplicaSet re-created under the same
 name starts from scratch). ``spec.holderIdentity``, ``renewTime`` and
@@ -32,7 +32,12 @@ name starts from scratch). ``spec.holderIdentity``, ``renewTime`` and
   annotation. A pending token is consumed when a later count lists a pod
   carrying it (it is then counted as a pod), or it expires after
   ``reservation_ttl_seconds`` (a pod that was never created: another webhook
-  denied it, a quota refused it).
+  denied it, a quota refused it). A count also drops a token older than
+  ``pending_grace`` seconds (default 5) whose pod it does not see: that pod was
+  created and deleted again between two counts (a quick scale up and down), or
+  never created. A pod is stored milliseconds after its admission answer, so
+  a live reservation is never that old unless the API server is very slow (then
+  at worst one extra replica lands on on-demand).
 * Counting lists the ReplicaSet's pods (its selector, then ownerReference uid)
   and classifies each by its node's capacity once scheduled, else by its
   ``spotguard.io/placement`` label (``placement.placement_of``). The Lease is
@@ -100,13 +105,13 @@ class Busy(Exception):
 class State:
     checked: float = 0.0
     on_demand: list[str] = field(default_factory=list)
-    pending: dict[str, float] = field(default_factory=dict)
+    pending: dict[str, tuple[float, float]] = field(default_factory=dict)  # token -> (made, expires)
 
     def held(self, now: float) -> int:
-        return len(self.on_demand) + sum(1 for exp in self.pending.values() if exp > now)
+        return len(self.on_demand) + sum(1 for _, exp in self.pending.values() if exp > now)
 
     def to_json(self, now: float) -> str:
-        pending = {t: round(e, 3) for t, e in self.pending.items() if e > now}
+        pending = {t: [round(m, 3), round(e, 3)] for t, (m, e) in self.pending.items() if e > now}
         return json.dumps(
             {"v": 1, "checked": round(self.checked, 3), "on_demand": sorted(self.on_demand), "pending": pending},
             separators=(",", ":"),
@@ -124,7 +129,7 @@ class State:
             return cls(
                 checked=float(doc.get("checked") or 0.0),
                 on_demand=[str(n) for n in doc.get("on_demand") or []],
-                pending={str(t): float(e) for t, e in (doc.get("pending") or {}).items()},
+                pending={str(t): _pending(v) for t, v in (doc.get("pending") or {}).items()},
             )
         except (ValueError, TypeError, AttributeError):
             log.warning("unreadable reservation lease; recounting", extra={"lease": _name_of(lease)})
@@ -136,6 +141,13 @@ class Claim:
     decision: Decision
     held: int
     token: str | None = None  # set when an on-demand slot was recorded under this token
+
+
+def _pending(value: Any) -> tuple[float, float]:
+    if isinstance(value, (int, float)):
+        return float(value), float(value)
+    made, expires = value
+    return float(made), float(expires)
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -161,6 +173,7 @@ class Reservations:
         namespace: str,
         *,
         trust_seconds: float = 3.0,
+        pending_grace: float = 5.0,
         deadline: float = 2.0,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -168,6 +181,7 @@ class Reservations:
         self.resolver = resolver
         self.namespace = namespace
         self.trust_seconds = trust_seconds
+        self.pending_grace = pending_grace
         self.deadline = deadline
         self.wall = wall
         self._leases: dict[str, Obj | None] = {}  # rs uid -> last Lease seen (None: none exists)
@@ -232,7 +246,7 @@ class Reservations:
                     return Claim(decision, held)
                 if dry_run:
                     return Claim(decision, held)
-                state.pending[token] = now + config.reservation_ttl_seconds
+                state.pending[token] = (now, now + config.reservation_ttl_seconds)
                 try:
                     self._write(name, lease=lease, state=state, rs=rs, config=config, now=now)
                     return Claim(decision, held, token)
@@ -255,7 +269,11 @@ class Reservations:
         capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
         seen = {p.annotations.get(POD_ANNOTATION) for p in mine}
         on_demand = [p.name for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND]
-        pending = {t: e for t, e in previous.pending.items() if e > now and t not in seen}
+        pending = {
+            t: (made, expires)
+            for t, (made, expires) in previous.pending.items()
+            if expires > now and t not in seen and now - made <= self.pending_grace
+        }
         return State(checked=now, on_demand=on_demand, pending=pending)
 
     def _write(
