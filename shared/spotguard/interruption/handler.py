@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -172,17 +173,17 @@ class Handler:
         if not notices:
             return []
         started = time.perf_counter()
-        try:
-            snap = self.snapshot()
-        except ApiError as exc:
-            metrics.ERRORS.labels("list").inc()
-            log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
-            return self._count(notices, [Outcome.RETRY] * len(notices))
-        read = time.perf_counter()
-
-        resolved, lookup_failed = self._resolve(notices, snap)
-        now = self.clock()
-        plan = self._plan(notices, snap, resolved, now)
+        with _gc_paused():
+            try:
+                snap = self.snapshot()
+            except ApiError as exc:
+                metrics.ERRORS.labels("list").inc()
+                log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
+                return self._count(notices, [Outcome.RETRY] * len(notices))
+            read = time.perf_counter()
+            resolved, lookup_failed = self._resolve(notices, snap)
+            now = self.clock()
+            plan = self._plan(notices, snap, resolved, now)
         planned = time.perf_counter()
         batch = Batch(notices, snap, resolved, plan, Failures())
         failures, events = batch.failures, batch.events
@@ -247,7 +248,8 @@ class Handler:
 
     def reconcile(self) -> None:
         """Scale back the surges that are over; delete budgets left behind."""
-        snap = self.snapshot()
+        with _gc_paused():
+            snap = self.snapshot()
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             self._finish_all(snap, pool, skip=set())
 
@@ -607,6 +609,22 @@ class Handler:
         for n, o in zip(notices, outcomes, strict=True):
             metrics.NOTICES.labels(str(n.kind), str(o)).inc()
         return outcomes
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a snapshot of the cluster is read and planned.
+
+    Reading 20,000 pods allocates millions of objects; each allocation burst would trigger
+    full collections over all of them. Reference counting still frees what is dropped.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _ids(notices: Iterable[Notice]) -> list[str]:
