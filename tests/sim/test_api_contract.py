@@ -345,3 +345,12 @@ def test_eviction_without_a_budget_deletes_the_pod(cluster: Cluster) -> None:
         cluster.core.create_namespaced_pod_eviction("evictme", ns, {
             "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evictme"}})
     assert info.value.status == 404
+
+
+def test_create_ignores_the_status_a_client_sends(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/concepts/overview/working-with-objects/#object-spec-and-status
+    (status is written by the system, through the status subresource)"""
+    pod = pod_manifest("claims-running", nodeSelector={"no": "node"})
+    pod["status"] = {"phase": "Running"}
+    created = cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    assert created.status.phase == "Pending"

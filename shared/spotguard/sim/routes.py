@@ -230,6 +230,9 @@ class Api:
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
             _strict(t.rtype, q, obj)
+            if t.rtype.has_status and t.rtype.plural != "nodes":
+                # kube-apiserver's PrepareForCreate drops the status a client sends
+                obj.pop("status", None)
             created = self.store.create(
                 t.rtype.plural, obj, namespace=t.namespace, dry_run=_dry_run(q),
                 user=request.user,
