@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,6 +107,9 @@ def test_serves_cloudevents_polls_sqs_and_stops_on_sigterm(served: dict[str, Any
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert 'spotguard_interruption_notices_received_total{kind="interruption",result="done"} 2.0' in metrics
     assert "spotguard_interruption_reconciles_total" in metrics
+    assert "spotguard_interruption_notice_age_seconds_bucket" in metrics
+    # (the handler's own metrics are served too: the time from notice to surge)
+    assert re.search(r"^spotguard_interruption_notice_to_surge_seconds_count [1-9]", metrics, re.MULTILINE)
     # WHEN it is sent SIGTERM, THEN it stops cleanly and soon
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
