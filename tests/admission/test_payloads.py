@@ -74,6 +74,44 @@ def fake_cluster() -> FakeKube:
     return k
 
 
+def captured_cluster() -> FakeKube:
+    """The owners of the payloads captured from the simulated cluster (captured-owners.json)."""
+    k = FakeKube()
+    cluster.basic_cluster(k)
+    for obj in json.loads((PAYLOADS / "captured-owners.json").read_text()):
+        k.put(
+            r.DEPLOYMENTS
+            if obj["kind"] == "Deployment"
+            else r.REPLICASETS
+            if obj["kind"] == "ReplicaSet"
+            else r.STATEFULSETS,
+            obj,
+        )
+    return k
+
+
+CAPTURED = [
+    # captured from the simulated cluster's API server calling a recording webhook
+    ("captured-deployment-pod", "on-demand"),
+    ("captured-deployment-pod-dry-run", "on-demand"),
+    ("captured-statefulset-pod-0", "on-demand"),
+    ("captured-statefulset-pod-1", "on-demand"),  # 2 replicas: floor 2 // 2 + 1 = 2
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), CAPTURED)
+def test_captured_payload(name: str, expected: str) -> None:
+    k = captured_cluster()
+    review = load(name)
+    answer = core.serve(copy.deepcopy(review), core.Context(Config(), k))
+    assert answer["response"]["uid"] == review["request"]["uid"]
+    patched = jsonpatch.apply_patch(review["request"]["object"], cluster.patch_of(answer))
+    assert patched["metadata"]["labels"]["spotguard.io/placement"] == expected
+    validate_pod(patched)
+    if review["request"].get("dryRun"):
+        assert k.stats.writes == 0
+
+
 def fill_on_demand_slot(k: FakeKube) -> None:
     pod = load("deployment-pod")["request"]["object"]
     pod["metadata"]["name"] = "web-5d8f7c9b4-aaaaa"
