@@ -354,3 +354,16 @@ def test_create_ignores_the_status_a_client_sends(cluster: Cluster) -> None:
     pod["status"] = {"phase": "Running"}
     created = cluster.core.create_namespaced_pod(cluster.namespace, pod)
     assert created.status.phase == "Pending"
+
+
+def test_delete_answers_a_success_status_or_the_pod(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/reference/using-api/api-concepts/ (DELETE returns a
+    Status for objects removed at once; pods return the deleted object)"""
+    ns = cluster.namespace
+    cm = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "del"}})
+    status, body = raw(cluster, "DELETE", f"/api/v1/namespaces/{ns}/configmaps/del")
+    assert status == 200 and body["kind"] == "Status" and body["status"] == "Success"
+    assert body["details"]["name"] == "del" and body["details"]["uid"] == cm.metadata.uid
+    cluster.core.create_namespaced_pod(ns, pod_manifest("delpod", nodeSelector={"no": "node"}))
+    status, body = raw(cluster, "DELETE", f"/api/v1/namespaces/{ns}/pods/delpod")
+    assert status == 200 and body["kind"] == "Pod"

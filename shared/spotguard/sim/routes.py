@@ -300,7 +300,11 @@ class Api:
                                           **kwargs)
                 return success(200)
             deleted = self.store.delete(t.rtype.plural, t.name, t.namespace, **kwargs)
-            return json_response(200, deleted)
+            meta = deleted.get("metadata") or {}
+            if t.rtype.plural == "pods" or meta.get("deletionTimestamp"):
+                return json_response(200, deleted)  # pods return the object (ReturnDeletedObject)
+            return success(200, {"name": t.name, "group": t.rtype.group,
+                                 "kind": t.rtype.plural, "uid": meta.get("uid", "")})
         raise errors.MethodNotAllowed(f"the server does not allow this method: {method}")
 
     # ---- list and watch ---------------------------------------------------
