@@ -416,9 +416,7 @@ def plan(
     warnings: list[QuorumWarning] = []
     skipped: list[str] = []
     ns_ann = namespace_annotations or {}
-    budgets_by_ns: dict[str, list[Budget]] = defaultdict(list)
-    for b in budgets:
-        budgets_by_ns[b.namespace].append(b)
+    budget_index = BudgetIndex(budgets)
     hpa_by_target = {(a.namespace, a.target_kind, a.target_name): a for a in autoscalers}
     for key in sorted(on_doomed):
         wl = wl_by_key[key]
@@ -442,7 +440,7 @@ def plan(
                 per_node=per_node,
                 doomed=doomed,
                 wl_pods=pods_by_key[key],
-                budgets=budgets_by_ns.get(wl.namespace, []),
+                budgets=budget_index,
                 autoscalers=[a] if (a := hpa_by_target.get((wl.namespace, str(wl.kind), wl.name))) else [],
                 now=now,
             )
@@ -463,17 +461,42 @@ def _tainted(node: NodeView | None) -> bool:
     return node is not None and has_interruption_taint(node)
 
 
-def user_budgets(workload_pods: Sequence[PodView], budgets: Sequence[Budget]) -> list[Budget]:
+class BudgetIndex:
+    """Budgets by namespace, and by the first label of a plain ``matchLabels`` selector."""
+
+    def __init__(self, budgets: Iterable[Budget]) -> None:
+        self.by_label: dict[tuple[str, str, str], list[Budget]] = defaultdict(list)
+        self.other: dict[str, list[Budget]] = defaultdict(list)  # expressions, empty selectors
+        self.ours: dict[str, list[Budget]] = defaultdict(list)
+        for b in budgets:
+            if b.ours:
+                self.ours[b.namespace].append(b)
+                continue
+            labels = (b.selector or {}).get("matchLabels") or {}
+            if b.selector is not None and labels and not b.selector.get("matchExpressions"):
+                key = min(labels)
+                self.by_label[(b.namespace, key, str(labels[key]))].append(b)
+            else:
+                self.other[b.namespace].append(b)
+
+    def candidates(self, namespace: str, labels: Mapping[str, str]) -> list[Budget]:
+        out = list(self.other.get(namespace, ()))
+        for k, v in labels.items():
+            out.extend(self.by_label.get((namespace, k, v), ()))
+        return out
+
+
+def user_budgets(workload_pods: Sequence[PodView], budgets: Sequence[Budget] | BudgetIndex) -> list[Budget]:
     """The budgets not made by spotguard that select any of the pods."""
+    index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
     label_sets: dict[tuple[str, frozenset[tuple[str, str]]], Mapping[str, str]] = {}
     for p in workload_pods:
         label_sets.setdefault((p.namespace, frozenset(p.labels.items())), p.labels)
-    out = []
-    for b in budgets:
-        if b.ours:
-            continue
-        if any(ns == b.namespace and selector_matches(b.selector, labels) for (ns, _), labels in label_sets.items()):
-            out.append(b)
+    out: list[Budget] = []
+    for (ns, _), labels in label_sets.items():
+        for b in index.candidates(ns, labels):
+            if b not in out and selector_matches(b.selector, labels):
+                out.append(b)
     return out
 
 
@@ -495,7 +518,7 @@ def _surge_step(
     per_node: Mapping[str, int],
     doomed: Mapping[str, Sequence[Notice]],
     wl_pods: Sequence[PodView],
-    budgets: Sequence[Budget],
+    budgets: Sequence[Budget] | BudgetIndex,
     autoscalers: Sequence[Autoscaler],
     now: float,
 ) -> SurgeStep:
@@ -516,8 +539,9 @@ def _surge_step(
                 new_events.append(notice.event_id)
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
-    own_budgets = [b for b in budgets if b.ours and b.namespace == wl.namespace]
-    users = user_budgets(wl_pods, budgets)
+    index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
+    own_budgets = index.ours.get(wl.namespace, [])
+    users = user_budgets(wl_pods, index)
 
     if existing is None:
         original = wl.replicas
@@ -565,7 +589,8 @@ def _surge_step(
         hpa_max=hpa_max,
         budget=name,
     )
-    doomed_pods = sum(1 for p in wl_pods if p.active and p.node_name in set(record.nodes))
+    record_nodes = set(record.nodes)
+    doomed_pods = sum(1 for p in wl_pods if p.active and p.node_name in record_nodes)
     return SurgeStep(
         workload=wl,
         record=record,
