@@ -1,14 +1,10 @@
-"""Serve the spot-interruption function: the CloudEvents endpoint over HTTP and/or an SQS poller.
+"""Serve the spot-interruption function: CloudEvents over HTTP (--port) and/or an SQS poller (--sqs-queue-url).
 
-  spotguard serve spot-interruption --port 8080 [--kubeconfig FILE]
-  spotguard serve spot-interruption --sqs-queue-url URL [--region R] [--kubeconfig FILE]
-
-With --port, ``POST /`` takes CloudEvents (binary or structured), ``GET /healthz``
-and ``GET /metrics`` answer; with --sqs-queue-url, the queue the EventBridge rules
-feed is long-polled; both may run in one process. Without either, it serves HTTP
-on port 8080. Surges are scaled back by a reconcile every --reconcile-interval
-seconds. SIGTERM and SIGINT stop it cleanly: requests and handlings in progress
-finish first.
+With --port, POST / takes CloudEvents in binary or structured mode, and GET /healthz
+and GET /metrics answer. With --sqs-queue-url, the queue the EventBridge rules feed
+is long-polled. Both may run in one process; without either, it serves HTTP on
+port 8080. A reconcile every --reconcile-interval seconds scales surges back.
+SIGTERM and SIGINT stop it cleanly: requests and handlings in progress finish first.
 """
 
 from __future__ import annotations
