@@ -161,7 +161,11 @@ def decode(payload: object, what: str = "event") -> Notice:
             **context,
         )
     if not isinstance(source, str) or not isinstance(detail_type, str):
-        raise Malformed(f"{what}: 'source' and 'detail-type' must be strings", **context)
+        raise Malformed(
+            f"{what}: 'source' and 'detail-type' must both be strings "
+            f"(source {source!r}, detail-type {detail_type!r})",
+            **context,
+        )
     if source != SOURCE:
         raise Foreign(f"{what} is from source {source!r}, not {SOURCE!r}", **context)
     kind = DETAIL_TYPES.get(detail_type)
