@@ -85,7 +85,8 @@ def test_an_unknown_instance_action_is_still_an_interruption() -> None:
         ({"detail": {"instance-id": 42}}, "'detail.instance-id' is missing or not a string"),
         ({"detail": {"instance-id": "web-1"}}, "is not an EC2 instance id"),
         ({"detail": {"instance-id": "i-1234567890abcdef0", "instance-action": 3}}, "instance-action' is not"),
-        ({"source": 7}, "must be strings"),
+        ({"source": 7}, "must both be strings (source 7"),
+        ({"detail-type": None}, "detail-type None"),
     ],
 )
 def test_malformed_events_say_what_is_wrong(change: dict[str, Any], message: str) -> None:
