@@ -162,8 +162,7 @@ def decode(payload: object, what: str = "event") -> Notice:
         )
     if not isinstance(source, str) or not isinstance(detail_type, str):
         raise Malformed(
-            f"{what}: 'source' and 'detail-type' must both be strings "
-            f"(source {source!r}, detail-type {detail_type!r})",
+            f"{what}: 'source' and 'detail-type' must both be strings (source {source!r}, detail-type {detail_type!r})",
             **context,
         )
     if source != SOURCE:
