@@ -200,6 +200,13 @@ class Api:
     def _dispatch(self, request: Request, t: Target) -> Response:
         method = request.method
         q = request.query
+        ctype = request.headers.get("content-type", "")
+        if request.body and ("protobuf" in ctype or "cbor" in ctype):
+            raise errors.UnsupportedMediaType(
+                f"the simulated cluster speaks JSON only, not {ctype.split(';')[0]} (kubectl's "
+                "imperative `create <kind>` generators send protobuf: use `kubectl apply -f` or "
+                "`kubectl create -f`)"
+            )
         if t.subresource == "eviction":
             if method != "POST":
                 raise errors.MethodNotAllowed("only POST is allowed for pods/eviction")
