@@ -123,8 +123,8 @@ def test_run_stops_cleanly(moto_server: Moto) -> None:
     assert visible(client, url) == []
 
 
-def test_errors_talking_to_sqs_are_survived(moto_server: Moto) -> None:
-    # A queue that does not exist: every receive fails; run() keeps trying until stopped.
+def test_errors_talking_to_sqs_are_survived(moto_server: Moto, caplog: pytest.LogCaptureFixture) -> None:
+    # A queue that does not exist: every receive fails; run() logs, pauses, keeps trying until stopped.
     client = moto_server.client("sqs")
     url = f"{moto_server.url}/123456789012/{unique('missing')}"
     poller = Poller(client, url, RecordingHandler(), wait_seconds=0, visibility_timeout=5)
@@ -134,6 +134,8 @@ def test_errors_talking_to_sqs_are_survived(moto_server: Moto) -> None:
     poller.stop()
     thread.join(timeout=5)
     assert not thread.is_alive()
+    failures = [r for r in caplog.records if r.getMessage() == "SQS poll failed; trying again"]
+    assert failures and failures[0].error == "QueueDoesNotExist"  # type: ignore[attr-defined]
 
 
 def test_settings_are_checked() -> None:
