@@ -43,8 +43,8 @@ PING = "dev.knative.sources.ping"
 SQS_BODY_TYPES = frozenset(
     {
         "dev.knative.eventing.aws-sqs",  # Knative eventing-integrations (IntegrationSource aws.sqs)
-        "dev.knative.connector.event.aws-sqs",  # its name in Knative 1.16
-        "dev.knative.eventing.aws.sqs",
+        "dev.knative.connector.event.aws-sqs",  # its name in earlier releases (late 2024)
+        "dev.knative.eventing.aws.sqs",  # the spelling eventing-integrations' sink tests send
     }
 )
 SQS_MESSAGE_TYPES = frozenset({"com.amazon.sqs.message"})
