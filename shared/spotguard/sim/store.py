@@ -868,8 +868,10 @@ class Store:
             for plural, bucket in self._data.items():
                 for item in list(bucket.get(name, {})):
                     if item in bucket.get(name, {}):
-                        self._remove_locked(plural, name, item, "Orphan")
-        if propagation_policy == "Orphan":
+                        self._remove_locked(plural, name, item, "_namespace")
+        if propagation_policy == "_namespace":
+            self._dependents.pop(uid, None)  # the namespace's objects all go
+        elif propagation_policy == "Orphan":
             self._orphan(uid)
         else:
             self._cascade(uid)
