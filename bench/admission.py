@@ -1,0 +1,346 @@
+"""Benchmark the admission webhook over HTTPS on loopback.
+
+1. API cost: the simulated cluster calls the webhook (a ``spotguard serve
+   admission`` server process, gunicorn + TLS) for every pod of a 100-replica
+   Deployment; the Kubernetes API requests the webhook made are read from the
+   gateway's ``spotguard_kube_requests_total`` on its /metrics, before and
+   after. A 10-replica Deployment first warms the per-process caches
+   (namespace, nodes, configuration), so the figure is per pod once warm
+   (the new ReplicaSet's own lookups and Lease included).
+2. Latency: AdmissionReviews for pods of that Deployment (floor met: the
+   common case) against the webhook, and the same bodies against a no-op
+   endpoint (a Flask app answering ``allowed`` under the same gunicorn
+   configuration and TLS), interleaved in blocks; p50/p99 and the p99 ratio.
+3. Throughput: concurrent clients against the webhook for a few seconds.
+
+Prints one JSON line at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "shared"))
+sys.path.insert(0, str(ROOT))
+
+from spotguard import certs  # noqa: E402
+from spotguard.admission import core, server  # noqa: E402
+from spotguard.gateway import kube  # noqa: E402
+from spotguard.gateway import resources as r  # noqa: E402
+from spotguard.sim import testing  # noqa: E402
+
+NS = "shop"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def noop_app() -> Any:
+    import flask
+
+    app = flask.Flask("noop")
+
+    @app.post("/mutate")
+    def mutate() -> Any:
+        review = json.loads(flask.request.get_data())
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True},
+        }
+        return flask.Response(json.dumps(body), mimetype="application/json")
+
+    @app.get("/healthz")
+    def healthz() -> str:
+        return "ok"
+
+    return app
+
+
+class NoopServer(server.Server):
+    def load(self) -> Any:
+        return noop_app()
+
+
+def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, workers: int, threads: int) -> None:
+    os.environ["SPOTGUARD_NAMESPACE"] = "spotguard"
+    options = server.options(
+        host="127.0.0.1", port=port, certfile=str(tls.cert), keyfile=str(tls.key), workers=workers, threads=threads
+    )
+    factory = lambda: core.context_from_env(dict(os.environ), kubeconfig)  # noqa: E731
+    (NoopServer if kind == "noop" else server.Server)(factory, options).run()
+
+
+def start(
+    kind: str, tls: certs.Paths, kubeconfig: str, workers: int, threads: int
+) -> tuple[multiprocessing.Process, str]:
+    port = free_port()
+    process = multiprocessing.get_context("spawn").Process(
+        target=serve, args=(kind, port, tls, kubeconfig, workers, threads), daemon=True
+    )
+    process.start()
+    url = f"https://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if requests.get(url + "/healthz", verify=str(tls.ca_cert), timeout=1).ok:
+                return process, url
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{kind} server did not start")
+        time.sleep(0.1)
+
+
+def kube_requests(url: str, ca: str) -> float:
+    text = requests.get(url + "/metrics", verify=ca, timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("spotguard_kube_requests_total{")
+    )
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def scenario() -> list[dict[str, Any]]:
+    def node(name: str, capacity: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "topology.kubernetes.io/zone": "us-east-1a",
+                    "node.kubernetes.io/capacity": capacity,
+                },
+            },
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "250"},
+                "capacity": {"cpu": "32", "memory": "128Gi", "pods": "250"},
+            },
+        }
+
+    return (
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in (NS, "spotguard")]
+        + [node(f"od-{i}", "on-demand") for i in range(2)]
+        + [node(f"spot-{i}", "spot") for i in range(4)]
+    )
+
+
+def wait_pods(k: kube.Kube, app: str, n: int, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = k.list(r.PODS, NS, label_selector=f"app={app}")
+        if len(pods) == n and all("spotguard.io/placement" in p["metadata"].get("labels", {}) for p in pods):
+            return pods
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{app}: {len(pods)} of {n} pods admitted")
+        time.sleep(0.1)
+
+
+def review_body(rs: dict[str, Any]) -> bytes:
+    meta = rs["metadata"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": meta["name"] + "-",
+            "namespace": NS,
+            "labels": dict(rs["spec"]["selector"]["matchLabels"]),
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m"}}}]},
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": NS,
+            "operation": "CREATE",
+            "object": pod,
+            "dryRun": False,
+        },
+    }
+    return json.dumps(review).encode()
+
+
+def timed_posts(session: requests.Session, url: str, body: bytes, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        started = time.perf_counter()
+        response = session.post(
+            url + "/mutate", data=body, headers={"Content-Type": "application/json"}, timeout=10, verify=session.verify
+        )
+        out.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200 or not response.json()["response"]["allowed"]:
+            raise RuntimeError(f"bad answer {response.status_code}: {response.text[:200]}")
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="latency samples per endpoint")
+    parser.add_argument("--seconds", type=float, default=3.0, help="throughput run length")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients for throughput")
+    parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="spotguard-bench-"))
+    tls = certs.make(workdir / "tls", ["localhost"], ips=["127.0.0.1"])
+    ca = str(tls.ca_cert)
+    results: dict[str, Any] = {}
+    with testing.running_cluster(scenario(), termination_seconds=0.2) as sim:
+        k = kube.Kube(sim.api_client())
+        hook, hook_url = start("webhook", tls, sim.kubeconfig, 1, args.threads)
+        noop, noop_url = start("noop", tls, sim.kubeconfig, 1, args.threads)
+        try:
+            k.create(
+                r.MUTATINGWEBHOOKCONFIGURATIONS,
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "MutatingWebhookConfiguration",
+                    "metadata": {"name": "spotguard-admission"},
+                    "webhooks": [
+                        {
+                            "name": "pods.admission.spotguard.io",
+                            "admissionReviewVersions": ["v1"],
+                            "sideEffects": "NoneOnDryRun",
+                            "failurePolicy": "Ignore",
+                            "timeoutSeconds": 3,
+                            "reinvocationPolicy": "IfNeeded",
+                            "clientConfig": {
+                                "url": hook_url + "/mutate",
+                                "caBundle": base64.b64encode(tls.ca_cert.read_bytes()).decode(),
+                            },
+                            "rules": [
+                                {
+                                    "operations": ["CREATE"],
+                                    "apiGroups": [""],
+                                    "apiVersions": ["v1"],
+                                    "resources": ["pods"],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+            # 1. API requests per admitted pod (after a warm-up Deployment).
+            k.create(r.DEPLOYMENTS, deployment("warmup", 10), NS)
+            wait_pods(k, "warmup", 10)
+            before = kube_requests(hook_url, ca)
+            k.create(r.DEPLOYMENTS, deployment("web", 100), NS)
+            pods = wait_pods(k, "web", 100)
+            time.sleep(0.5)
+            used = kube_requests(hook_url, ca) - before
+            on_demand = sum(1 for p in pods if p["metadata"]["labels"]["spotguard.io/placement"] == "on-demand")
+            results["api_requests_per_pod"] = round(used / 100, 3)
+            results["api_requests_100_pods"] = int(used)
+            results["on_demand_of_100"] = on_demand
+
+            # 2. Latency, webhook vs no-op, interleaved blocks on kept-alive connections.
+            rs = next(x for x in k.list(r.REPLICASETS, NS) if x["metadata"]["name"].startswith("web-"))
+            body = review_body(rs)
+            sessions = {}
+            for name in ("webhook", "noop"):
+                s = requests.Session()
+                s.verify = ca
+                sessions[name] = s
+            urls = {"webhook": hook_url, "noop": noop_url}
+            samples: dict[str, list[float]] = {"webhook": [], "noop": []}
+            for name in samples:
+                timed_posts(sessions[name], urls[name], body, 100)  # warm
+            block = 100
+            for _ in range(max(1, args.requests // block)):
+                for name in samples:
+                    samples[name] += timed_posts(sessions[name], urls[name], body, block)
+            results["p50_ms"] = round(statistics.median(samples["webhook"]), 3)
+            results["p99_ms"] = round(percentile(samples["webhook"], 99), 3)
+            results["noop_p50_ms"] = round(statistics.median(samples["noop"]), 3)
+            results["noop_p99_ms"] = round(percentile(samples["noop"], 99), 3)
+            results["p99_ratio"] = round(results["p99_ms"] / results["noop_p99_ms"], 3)
+
+            # 3. Throughput with concurrent clients.
+            stop = time.monotonic() + args.seconds
+            counts = [0] * args.clients
+
+            def client(i: int) -> None:
+                s = requests.Session()
+                s.verify = ca
+                while time.monotonic() < stop:
+                    timed_posts(s, hook_url, body, 1)
+                    counts[i] += 1
+
+            started = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
+                list(pool.map(client, range(args.clients)))
+            results["throughput_rps"] = round(sum(counts) / (time.monotonic() - started), 1)
+            results["latency_samples"] = len(samples["webhook"])
+            results["load_average"] = round(os.getloadavg()[0], 2)
+        finally:
+            for p in (hook, noop):
+                p.terminate()
+                p.join(10)
+    print(json.dumps(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
