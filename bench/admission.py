@@ -81,7 +81,8 @@ class NoopServer(server.Server):
         return noop_app()
 
 
-def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, workers: int, threads: int) -> None:
+def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, sizes: tuple[int, int]) -> None:
+    workers, threads = sizes
     os.environ["SPOTGUARD_NAMESPACE"] = "spotguard"
     options = server.options(
         host="127.0.0.1", port=port, certfile=str(tls.cert), keyfile=str(tls.key), workers=workers, threads=threads
@@ -95,7 +96,7 @@ def start(
 ) -> tuple[multiprocessing.Process, str]:
     port = free_port()
     process = multiprocessing.get_context("spawn").Process(
-        target=serve, args=(kind, port, tls, kubeconfig, workers, threads), daemon=True
+        target=serve, args=(kind, port, tls, kubeconfig, (workers, threads)), daemon=True
     )
     process.start()
     url = f"https://127.0.0.1:{port}"
@@ -232,7 +233,7 @@ def timed_posts(session: requests.Session, url: str, body: bytes, n: int) -> lis
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def main() -> int:
