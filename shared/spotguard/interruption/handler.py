@@ -39,7 +39,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.views import NodeView, Owner, PodView
-from spotguard.policy.workloads import Kind, Workload
+from spotguard.policy.workloads import SURGE, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -248,10 +248,19 @@ class Handler:
 
     def reconcile(self) -> None:
         """Scale back the surges that are over; delete budgets left behind."""
+        if not self._anything_to_reconcile():
+            return
         with _gc_paused():
             snap = self.snapshot()
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             self._finish_all(snap, pool, skip=set())
+
+    def _anything_to_reconcile(self) -> bool:
+        """A cheap look (two lists) before reading every pod: a surge record, or a budget of ours."""
+        for d in self.kube.list(r.DEPLOYMENTS):
+            if SURGE in ((d.get("metadata") or {}).get("annotations") or {}):
+                return True
+        return any(Budget.from_json(b).ours for b in self.kube.list(r.PODDISRUPTIONBUDGETS))
 
     # -- reading ---------------------------------------------------------------------------
 
