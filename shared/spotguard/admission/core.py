@@ -282,8 +282,8 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
 
     token: str | None = None
-    if workload.kind is Kind.STATEFULSET:
-        decision = decide(0)
+    if workload.kind is Kind.STATEFULSET or floor.on_demand == 0:
+        decision = decide(0)  # by ordinal, or nothing to reserve
     else:
         claim = ctx.reservations.claim(
             resolved=resolved,
