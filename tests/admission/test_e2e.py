@@ -324,3 +324,22 @@ def test_dry_run_creates_nothing_and_reserves_nothing(env: Env) -> None:
 def test_the_servers_stayed_up(env: Env) -> None:
     for s in env.servers:
         assert s.process.poll() is None
+
+
+@pytest.mark.parametrize(
+    "fault", [{"status": 500, "error_rate": 1.0}, {"timeout": True, "hold_seconds": 4.0, "error_rate": 1.0}]
+)
+def test_an_unreachable_api_lets_pods_in_unchanged_within_the_webhook_timeout(env: Env, fault: dict[str, Any]) -> None:
+    name = f"outage-{len(fault)}"
+    env.sim.faults.set(verb="*", resource="leases", **fault)
+    try:
+        started = time.monotonic()
+        env.k.create(r.DEPLOYMENTS, deployment(name, 3), NS)
+        wait_for(lambda: len(live_pods(env, name)) == 3, what="pods admitted unchanged")
+        assert time.monotonic() - started < 3 * 3  # each admission answered within its 3 s timeout
+        assert all("spotguard.io/placement" not in p["metadata"].get("labels", {}) for p in live_pods(env, name))
+    finally:
+        env.sim.faults.clear()
+    # the API is back: the next workload is placed again
+    env.k.create(r.DEPLOYMENTS, deployment(name + "-after", 2), NS)
+    assert counts(env, name + "-after", 2) == (1, 1)
