@@ -92,7 +92,7 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         for key, (_replicas, floor) in before.items():
             assert watcher.lowest[key] >= max(floor, 1), (key, watcher.lowest[key], floor)
         # The surge replacements were Ready before the nodes went.
-        assert set(watcher.at_node_loss) == set(spot) or drainer
+        assert set(watcher.at_node_loss) == set(spot)
         for node, counts in watcher.at_node_loss.items():
             for key, (replicas, _) in before.items():
                 if key.startswith("Deployment/"):
