@@ -17,10 +17,7 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
-_now: list[float] = [0.0]
-
-
-def _age(obj: Obj) -> str:
+def _age(obj: Obj, now: float) -> str:
     created = (obj.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return "<unknown>"
@@ -28,7 +25,7 @@ def _age(obj: Obj) -> str:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
         return "<unknown>"
-    seconds = int((_now[0] or datetime.datetime.now(datetime.UTC).timestamp()) - then.timestamp())
+    seconds = int((now or datetime.datetime.now(datetime.UTC).timestamp()) - then.timestamp())
     if seconds < 120:
         return f"{max(seconds, 0)}s"
     if seconds < 7200:
@@ -42,7 +39,7 @@ def _col(name: str, type_: str = "string", priority: int = 0, fmt: str = "") -> 
     return {"name": name, "type": type_, "format": fmt, "description": name, "priority": priority}
 
 
-def _pod(obj: Obj) -> list[Any]:
+def _pod(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     containers = spec.get("containers") or []
     statuses = status.get("containerStatuses") or []
@@ -51,11 +48,11 @@ def _pod(obj: Obj) -> list[Any]:
     phase = status.get("phase", "Pending")
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         phase = "Terminating"
-    return [f"{ready}/{len(containers)}", phase, restarts, _age(obj),
+    return [f"{ready}/{len(containers)}", phase, restarts, _age(obj, now),
             status.get("podIP") or "<none>", spec.get("nodeName") or "<none>"]
 
 
-def _node(obj: Obj) -> list[Any]:
+def _node(obj: Obj, now: float) -> list[Any]:
     conds = (obj.get("status") or {}).get("conditions") or []
     ready = next((c.get("status") for c in conds if c.get("type") == "Ready"), "Unknown")
     state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
@@ -65,56 +62,56 @@ def _node(obj: Obj) -> list[Any]:
     roles = ",".join(sorted(k.split("/", 1)[1] for k in labels
                             if k.startswith("node-role.kubernetes.io/"))) or "<none>"
     version = ((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-    return [state, roles, _age(obj), version]
+    return [state, roles, _age(obj, now), version]
 
 
-def _deployment(obj: Obj) -> list[Any]:
+def _deployment(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
-            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), _age(obj)]
+            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), _age(obj, now)]
 
 
-def _replicaset(obj: Obj) -> list[Any]:
+def _replicaset(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return [spec.get("replicas", 0), status.get("replicas", 0), status.get("readyReplicas", 0),
-            _age(obj)]
+            _age(obj, now)]
 
 
-def _statefulset(obj: Obj) -> list[Any]:
+def _statefulset(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}", _age(obj)]
+    return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}", _age(obj, now)]
 
 
-def _pdb(obj: Obj) -> list[Any]:
+def _pdb(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return [spec.get("minAvailable", "N/A"), spec.get("maxUnavailable", "N/A"),
-            status.get("disruptionsAllowed", 0), _age(obj)]
+            status.get("disruptionsAllowed", 0), _age(obj, now)]
 
 
-def _namespace(obj: Obj) -> list[Any]:
-    return [(obj.get("status") or {}).get("phase", "Active"), _age(obj)]
+def _namespace(obj: Obj, now: float) -> list[Any]:
+    return [(obj.get("status") or {}).get("phase", "Active"), _age(obj, now)]
 
 
-def _event(obj: Obj) -> list[Any]:
+def _event(obj: Obj, now: float) -> list[Any]:
     involved = obj.get("involvedObject") or {}
-    return [_age(obj), obj.get("type", ""), obj.get("reason", ""),
+    return [_age(obj, now), obj.get("type", ""), obj.get("reason", ""),
             f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
             obj.get("message", "")]
 
 
-def _configmap(obj: Obj) -> list[Any]:
-    return [len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), _age(obj)]
+def _configmap(obj: Obj, now: float) -> list[Any]:
+    return [len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), _age(obj, now)]
 
 
-def _lease(obj: Obj) -> list[Any]:
-    return [(obj.get("spec") or {}).get("holderIdentity") or "", _age(obj)]
+def _lease(obj: Obj, now: float) -> list[Any]:
+    return [(obj.get("spec") or {}).get("holderIdentity") or "", _age(obj, now)]
 
 
-def _hpa(obj: Obj) -> list[Any]:
+def _hpa(obj: Obj, now: float) -> list[Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     ref = spec.get("scaleTargetRef") or {}
     return [f"{ref.get('kind', '')}/{ref.get('name', '')}", spec.get("minReplicas", 1),
-            spec.get("maxReplicas", 0), status.get("currentReplicas", 0), _age(obj)]
+            spec.get("maxReplicas", 0), status.get("currentReplicas", 0), _age(obj, now)]
 
 
 COLUMNS: dict[str, tuple[list[Obj], Any]] = {
@@ -142,8 +139,7 @@ COLUMNS: dict[str, tuple[list[Obj], Any]] = {
 def table(rtype: resources.ResourceType, objs: list[Obj], rv: str,
           include_object: str | None, now: float = 0.0) -> Obj:
     """A Table of ``objs``; ages are computed at ``now`` (simulated epoch seconds)."""
-    _now[0] = now
-    columns, cells = COLUMNS.get(rtype.plural, ([_col("Age")], lambda o: [_age(o)]))
+    columns, cells = COLUMNS.get(rtype.plural, ([_col("Age")], lambda o, t: [_age(o, t)]))
     definitions = [_col("Name", fmt="name"), *columns]
     rows = []
     for obj in objs:
@@ -154,7 +150,7 @@ def table(rtype: resources.ResourceType, objs: list[Obj], rv: str,
         else:
             embedded = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                         "metadata": obj.get("metadata") or {}}
-        row: Obj = {"cells": [obj["metadata"]["name"], *cells(obj)]}
+        row: Obj = {"cells": [obj["metadata"]["name"], *cells(obj, now)]}
         if embedded:
             row["object"] = embedded
         rows.append(row)
