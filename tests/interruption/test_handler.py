@@ -311,3 +311,31 @@ def test_from_environment(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> 
     assert h.config.rebalance_action is config.RebalanceAction.SURGE
     assert h.handle([cluster.notice("spot-0", NoticeKind.REBALANCE)]) == [Outcome.DONE]
     assert cluster.deployment("web")["spec"]["replicas"] == 4
+
+
+def test_metrics_count_notices_surges_and_the_time_to_surge(cluster: Cluster) -> None:
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (
+        value("spotguard_interruption_notices_total", kind="interruption", outcome="done"),
+        value("spotguard_interruption_notices_total", kind="interruption", outcome="ignored"),
+        value("spotguard_interruption_surges_total", unit="workloads"),
+        value("spotguard_interruption_surges_total", unit="replicas"),
+        value("spotguard_interruption_notice_to_surge_seconds_count"),
+        value("spotguard_interruption_taints_total"),
+    )
+    c = cluster
+    foreign = Notice("ev-f", NoticeKind.INTERRUPTION, "i-0aaaaaaaaaaaaaaaa", datetime.now(UTC))
+    c.handler().handle([c.notice("spot-0"), foreign])
+    after = (
+        value("spotguard_interruption_notices_total", kind="interruption", outcome="done"),
+        value("spotguard_interruption_notices_total", kind="interruption", outcome="ignored"),
+        value("spotguard_interruption_surges_total", unit="workloads"),
+        value("spotguard_interruption_surges_total", unit="replicas"),
+        value("spotguard_interruption_notice_to_surge_seconds_count"),
+        value("spotguard_interruption_taints_total"),
+    )
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 2, 2, 2, 1]
