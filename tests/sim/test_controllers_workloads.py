@@ -363,3 +363,20 @@ def test_statefulset_parallel(sim: Any) -> None:
     assert created == [0, 0, 0]  # all launched without waiting for readiness
     names = sorted(p["metadata"]["name"] for p in h.pods_of(sim.store, "cache"))
     assert names == ["cache-0", "cache-1", "cache-2"]
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#min-ready-seconds
+def test_min_ready_seconds_delays_availability(sim: Any) -> None:
+    body = h.deployment("slow", 2)
+    body["spec"]["minReadySeconds"] = 30
+    api = apps(sim)
+    api.create_namespaced_deployment("default", body)
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "slow")) == 2, what="2 ready")
+    ready_at = sim.clock.now()
+    h.wait_for(lambda: api.read_namespaced_deployment("slow", "default").status.ready_replicas == 2,
+               what="status shows 2 ready")
+    d = api.read_namespaced_deployment("slow", "default")
+    assert d.status.available_replicas in (None, 0)
+    h.wait_for(lambda: api.read_namespaced_deployment("slow", "default").status.available_replicas == 2,
+               timeout=10, what="available")
+    assert sim.clock.now() - ready_at >= 25
