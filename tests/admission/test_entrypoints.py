@@ -207,3 +207,14 @@ def test_lambda_handler_bad_input_is_a_4xx(lambda_module: ModuleType) -> None:
     assert result["statusCode"] == 400 and json.loads(result["body"])["reason"] == "WrongType"
     health = lambda_module.lambda_handler(function_url_event(b"", method="GET", path="/healthz"), None)
     assert health["statusCode"] == 200
+
+
+def test_the_knative_project_keeps_one_instance_warm_and_uses_the_python_runtime() -> None:
+    import yaml
+
+    func = yaml.safe_load((FUNCTION_DIR / "func.yaml").read_text())
+    assert func["runtime"] == "python"
+    assert func["deploy"]["options"]["scale"]["min"] >= 1  # a webhook must not cold-start
+    assert func["deploy"]["healthEndpoints"] == {"liveness": "/health/liveness", "readiness": "/health/readiness"}
+    pyproject = (FUNCTION_DIR / "pyproject.toml").read_text()
+    assert "func-python==0.8.1" in pyproject
