@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "shared"))
@@ -43,7 +45,6 @@ from spotguard import certs  # noqa: E402
 from spotguard.admission import core, server  # noqa: E402
 from spotguard.gateway import kube  # noqa: E402
 from spotguard.gateway import resources as r  # noqa: E402
-from spotguard.sim import testing  # noqa: E402
 
 NS = "shop"
 
@@ -110,6 +111,26 @@ def start(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{kind} server did not start")
         time.sleep(0.1)
+
+
+def start_sim(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    scenario_file = workdir / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump_all(scenario()))
+    kubeconfig = workdir / "kubeconfig"
+    command = [sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "sim", "serve"]
+    command += ["--kubeconfig", str(kubeconfig), "--scenario", str(scenario_file)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        if kubeconfig.exists():
+            try:
+                kube.connect(str(kubeconfig)).list(r.NAMESPACES)
+                return process, str(kubeconfig)
+            except Exception:
+                pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the simulated cluster did not start")
+        time.sleep(0.2)
 
 
 def kube_requests(url: str, ca: str) -> float:
@@ -248,97 +269,103 @@ def main() -> int:
     tls = certs.make(workdir / "tls", ["localhost"], ips=["127.0.0.1"])
     ca = str(tls.ca_cert)
     results: dict[str, Any] = {}
-    with testing.running_cluster(scenario(), termination_seconds=0.2) as sim:
-        k = kube.Kube(sim.api_client())
-        hook, hook_url = start("webhook", tls, sim.kubeconfig, 1, args.threads)
-        noop, noop_url = start("noop", tls, sim.kubeconfig, 1, args.threads)
-        try:
-            k.create(
-                r.MUTATINGWEBHOOKCONFIGURATIONS,
-                {
-                    "apiVersion": "admissionregistration.k8s.io/v1",
-                    "kind": "MutatingWebhookConfiguration",
-                    "metadata": {"name": "spotguard-admission"},
-                    "webhooks": [
-                        {
-                            "name": "pods.admission.spotguard.io",
-                            "admissionReviewVersions": ["v1"],
-                            "sideEffects": "NoneOnDryRun",
-                            "failurePolicy": "Ignore",
-                            "timeoutSeconds": 3,
-                            "reinvocationPolicy": "IfNeeded",
-                            "clientConfig": {
-                                "url": hook_url + "/mutate",
-                                "caBundle": base64.b64encode(tls.ca_cert.read_bytes()).decode(),
-                            },
-                            "rules": [
-                                {
-                                    "operations": ["CREATE"],
-                                    "apiGroups": [""],
-                                    "apiVersions": ["v1"],
-                                    "resources": ["pods"],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            )
-            # 1. API requests per admitted pod (after a warm-up Deployment).
-            k.create(r.DEPLOYMENTS, deployment("warmup", 10), NS)
-            wait_pods(k, "warmup", 10)
-            before = kube_requests(hook_url, ca)
-            k.create(r.DEPLOYMENTS, deployment("web", 100), NS)
-            pods = wait_pods(k, "web", 100)
-            time.sleep(0.5)
-            used = kube_requests(hook_url, ca) - before
-            on_demand = sum(1 for p in pods if p["metadata"]["labels"]["spotguard.io/placement"] == "on-demand")
-            results["api_requests_per_pod"] = round(used / 100, 3)
-            results["api_requests_100_pods"] = int(used)
-            results["on_demand_of_100"] = on_demand
+    # The simulated cluster runs in its own process, so this client does not share a GIL with it.
+    sim, kubeconfig = start_sim(workdir)
+    k = kube.connect(kubeconfig)
+    servers: list[multiprocessing.Process] = []
+    try:
+        hook, hook_url = start("webhook", tls, kubeconfig, 1, args.threads)
+        servers.append(hook)
+        noop, noop_url = start("noop", tls, kubeconfig, 1, args.threads)
+        servers.append(noop)
+        k.create(
+            r.MUTATINGWEBHOOKCONFIGURATIONS,
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "spotguard-admission"},
+                "webhooks": [
+                    {
+                        "name": "pods.admission.spotguard.io",
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "NoneOnDryRun",
+                        "failurePolicy": "Ignore",
+                        "timeoutSeconds": 3,
+                        "reinvocationPolicy": "IfNeeded",
+                        "clientConfig": {
+                            "url": hook_url + "/mutate",
+                            "caBundle": base64.b64encode(tls.ca_cert.read_bytes()).decode(),
+                        },
+                        "rules": [
+                            {
+                                "operations": ["CREATE"],
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "resources": ["pods"],
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        # 1. API requests per admitted pod (after a warm-up Deployment).
+        k.create(r.DEPLOYMENTS, deployment("warmup", 10), NS)
+        wait_pods(k, "warmup", 10)
+        before = kube_requests(hook_url, ca)
+        k.create(r.DEPLOYMENTS, deployment("web", 100), NS)
+        pods = wait_pods(k, "web", 100)
+        time.sleep(0.5)
+        used = kube_requests(hook_url, ca) - before
+        on_demand = sum(1 for p in pods if p["metadata"]["labels"]["spotguard.io/placement"] == "on-demand")
+        results["api_requests_per_pod"] = round(used / 100, 3)
+        results["api_requests_100_pods"] = int(used)
+        results["on_demand_of_100"] = on_demand
 
-            # 2. Latency, webhook vs no-op, interleaved blocks on kept-alive connections.
-            rs = next(x for x in k.list(r.REPLICASETS, NS) if x["metadata"]["name"].startswith("web-"))
-            body = review_body(rs)
-            sessions = {}
-            for name in ("webhook", "noop"):
-                s = requests.Session()
-                s.verify = ca
-                sessions[name] = s
-            urls = {"webhook": hook_url, "noop": noop_url}
-            samples: dict[str, list[float]] = {"webhook": [], "noop": []}
+        # 2. Latency, webhook vs no-op, interleaved blocks on kept-alive connections.
+        rs = next(x for x in k.list(r.REPLICASETS, NS) if x["metadata"]["name"].startswith("web-"))
+        body = review_body(rs)
+        sessions = {}
+        for name in ("webhook", "noop"):
+            s = requests.Session()
+            s.verify = ca
+            sessions[name] = s
+        urls = {"webhook": hook_url, "noop": noop_url}
+        samples: dict[str, list[float]] = {"webhook": [], "noop": []}
+        for name in samples:
+            timed_posts(sessions[name], urls[name], body, 100)  # warm
+        block = 100
+        for _ in range(max(1, args.requests // block)):
             for name in samples:
-                timed_posts(sessions[name], urls[name], body, 100)  # warm
-            block = 100
-            for _ in range(max(1, args.requests // block)):
-                for name in samples:
-                    samples[name] += timed_posts(sessions[name], urls[name], body, block)
-            results["p50_ms"] = round(statistics.median(samples["webhook"]), 3)
-            results["p99_ms"] = round(percentile(samples["webhook"], 99), 3)
-            results["noop_p50_ms"] = round(statistics.median(samples["noop"]), 3)
-            results["noop_p99_ms"] = round(percentile(samples["noop"], 99), 3)
-            results["p99_ratio"] = round(results["p99_ms"] / results["noop_p99_ms"], 3)
+                samples[name] += timed_posts(sessions[name], urls[name], body, block)
+        results["p50_ms"] = round(statistics.median(samples["webhook"]), 3)
+        results["p99_ms"] = round(percentile(samples["webhook"], 99), 3)
+        results["noop_p50_ms"] = round(statistics.median(samples["noop"]), 3)
+        results["noop_p99_ms"] = round(percentile(samples["noop"], 99), 3)
+        results["p99_ratio"] = round(results["p99_ms"] / results["noop_p99_ms"], 3)
 
-            # 3. Throughput with concurrent clients.
-            stop = time.monotonic() + args.seconds
-            counts = [0] * args.clients
+        # 3. Throughput with concurrent clients.
+        stop = time.monotonic() + args.seconds
+        counts = [0] * args.clients
 
-            def client(i: int) -> None:
-                s = requests.Session()
-                s.verify = ca
-                while time.monotonic() < stop:
-                    timed_posts(s, hook_url, body, 1)
-                    counts[i] += 1
+        def client(i: int) -> None:
+            s = requests.Session()
+            s.verify = ca
+            while time.monotonic() < stop:
+                timed_posts(s, hook_url, body, 1)
+                counts[i] += 1
 
-            started = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
-                list(pool.map(client, range(args.clients)))
-            results["throughput_rps"] = round(sum(counts) / (time.monotonic() - started), 1)
-            results["latency_samples"] = len(samples["webhook"])
-            results["load_average"] = round(os.getloadavg()[0], 2)
-        finally:
-            for p in (hook, noop):
-                p.terminate()
-                p.join(10)
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
+            list(pool.map(client, range(args.clients)))
+        results["throughput_rps"] = round(sum(counts) / (time.monotonic() - started), 1)
+        results["latency_samples"] = len(samples["webhook"])
+        results["load_average"] = round(os.getloadavg()[0], 2)
+    finally:
+        for p in servers:
+            p.terminate()
+            p.join(10)
+        sim.terminate()
+        sim.wait(10)
     print(json.dumps(results), flush=True)
     return 0
 
