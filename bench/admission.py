@@ -92,9 +92,7 @@ def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, sizes: tuple[
     (NoopServer if kind == "noop" else server.Server)(factory, options).run()
 
 
-def start(
-    kind: str, tls: certs.Paths, kubeconfig: str, workers: int, threads: int
-) -> tuple[multiprocessing.Process, str]:
+def start(kind: str, tls: certs.Paths, kubeconfig: str, workers: int, threads: int) -> tuple[Any, str]:
     port = free_port()
     process = multiprocessing.get_context("spawn").Process(
         target=serve, args=(kind, port, tls, kubeconfig, (workers, threads)), daemon=True
@@ -272,7 +270,7 @@ def main() -> int:
     # The simulated cluster runs in its own process, so this client does not share a GIL with it.
     sim, kubeconfig = start_sim(workdir)
     k = kube.connect(kubeconfig)
-    servers: list[multiprocessing.Process] = []
+    servers: list[Any] = []
     try:
         hook, hook_url = start("webhook", tls, kubeconfig, 1, args.threads)
         servers.append(hook)
