@@ -275,7 +275,8 @@ def test_a_wrong_ca_bundle_fails_tls_verification(
 def test_service_references_are_refused_clearly(
     core: kubernetes.client.CoreV1Api, webhook: Webhook, admission: Any,
 ) -> None:
-    """The simulated cluster has no service network: clientConfig.service is an error."""
+    """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#service-reference
+    The simulated cluster has no service network: clientConfig.service is a clear error."""
     svc = hook(webhook, "svc.example.com", "/svc")
     svc["clientConfig"] = {"service": {"namespace": "x", "name": "y", "path": "/svc"},
                            "caBundle": webhook.ca_bundle}
@@ -348,7 +349,8 @@ def test_dry_run_is_sent_and_side_effect_webhooks_refuse_it(
 def test_concurrent_creates_all_go_through_the_webhook(
     sim: testing.SimCluster, webhook: Webhook, admission: Any,
 ) -> None:
-    """Many pods created at once (as a ReplicaSet does) are each admitted."""
+    """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#webhook-request-and-response
+    Many pods created at once (as a ReplicaSet does) are each admitted."""
     webhook.behaviours["/many"] = add_label("admitted", "yes")
     configure(admission, "many", hook(webhook, "many.example.com", "/many"))
     core = kubernetes.client.CoreV1Api(sim.api_client())

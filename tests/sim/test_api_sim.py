@@ -44,7 +44,9 @@ def session(sim: testing.SimCluster, tmp: Path) -> requests.Session:
 
 def test_faults_fail_a_share_of_requests_with_a_status(sim: testing.SimCluster,
                                                        core: kubernetes.client.CoreV1Api) -> None:
-    """Fault injection: errors per verb and resource, as Kubernetes Status objects."""
+    """Fault injection: errors per verb and resource, as Kubernetes Status objects
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#api-verbs and
+    https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/status/)."""
     sim.faults.set(verb="list", resource="pods", error_rate=1.0, status=500)
     with pytest.raises(ApiException) as info:
         core.list_namespaced_pod("default")
