@@ -9,7 +9,12 @@ webhook (allowing with a small JSONPatch) for every pod.
 
 Prints ONE JSON line at the end:
 ``{"nodes", "pods", "pods_per_second", "created_per_second", "scheduled_per_second",
-"ready_per_second", "list_pods_seconds", "list_pods_deserialized_seconds", ...}``.
+"ready_per_second", "list_pods_seconds", "list_pods_deserialized_seconds", ...}``:
+``list_pods_http_seconds`` is the request alone (``_preload_content=False``),
+``list_pods_seconds`` adds ``json.loads``, ``list_pods_orjson_seconds`` is the request
+plus ``orjson.loads``, ``list_pods_deserialized_seconds`` the client's model objects.
+``calibration_loop_seconds`` (a fixed pure-Python loop, about 0.1 s on an idle core)
+and ``load_average`` tell how busy the machine was.
 
     .venv/bin/python bench/sim.py [--nodes 1000] [--pods 20000] [--webhook]
 """
@@ -174,6 +179,14 @@ items = json.loads(data)["items"]
 out["list_pods_seconds"] = round(time.monotonic() - t0, 3)
 out["listed_pods"] = len(items)
 out["list_pods_bytes"] = len(data)
+try:
+    import orjson
+    t0 = time.monotonic()
+    data = core.list_pod_for_all_namespaces(_preload_content=False).data
+    orjson.loads(data)
+    out["list_pods_orjson_seconds"] = round(time.monotonic() - t0, 3)
+except ImportError:
+    pass
 t0 = time.monotonic()
 json.loads(core.list_namespaced_pod("bench", _preload_content=False).data)
 out["list_namespaced_pods_seconds"] = round(time.monotonic() - t0, 3)
