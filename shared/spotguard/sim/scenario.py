@@ -133,7 +133,11 @@ def generate(doc: Mapping[str, Any], where: str) -> list[Obj]:
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels},
                 "spec": {"providerID": f"aws:///{zone}/{instance_id(name)}"},
-                "status": {"capacity": dict(allocatable), "allocatable": dict(allocatable)},
+                "status": {"capacity": dict(allocatable), "allocatable": dict(allocatable),
+                           "nodeInfo": {"kubeletVersion": "v1.35.0",
+                                        "containerRuntimeVersion": "containerd://2.1.4",
+                                        "osImage": "Amazon Linux 2023",
+                                        "operatingSystem": "linux", "architecture": "amd64"}},
             }
             if group.get("taints"):
                 node["spec"]["taints"] = list(group["taints"])
