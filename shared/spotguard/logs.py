@@ -37,12 +37,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of each record (it may be replaced)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def configure(level: str | None = None) -> None:
     """Log JSON lines to stderr at ``level`` (or $SPOTGUARD_LOG_LEVEL, default INFO)."""
     name = (level or os.environ.get("SPOTGUARD_LOG_LEVEL") or "INFO").upper()
     root = logging.getLogger()
     if not any(getattr(h, "_spotguard", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = StderrHandler()
         handler.setFormatter(JsonFormatter())
         handler._spotguard = True  # type: ignore[attr-defined]
         root.addHandler(handler)
