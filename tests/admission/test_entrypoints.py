@@ -216,5 +216,7 @@ def test_the_knative_project_keeps_one_instance_warm_and_uses_the_python_runtime
     assert func["runtime"] == "python"
     assert func["deploy"]["options"]["scale"]["min"] >= 1  # a webhook must not cold-start
     assert func["deploy"]["healthEndpoints"] == {"liveness": "/health/liveness", "readiness": "/health/readiness"}
+    # only the API server calls it: never exposed outside the cluster
+    assert {"key": "networking.knative.dev/visibility", "value": "cluster-local"} in func["deploy"]["labels"]
     pyproject = (FUNCTION_DIR / "pyproject.toml").read_text()
     assert "func-python==0.8.1" in pyproject
