@@ -1,9 +1,9 @@
 """Drive the interruption handler against the simulated cluster and watch what the workloads go through.
 
-:class:`Watcher` subscribes to the simulated store and keeps, for every workload,
-the number of Ready pods after every change (so a dip between two polls is
-seen), the lowest it fell to, and the Ready count away from the doomed nodes at
-the moment each doomed node goes.
+``Watcher`` (:class:`spotguard.sim.readiness.Tracker`) subscribes to the simulated
+store and keeps, for every workload, the number of Ready pods after every change
+(so a dip between two polls is seen), the lowest it fell to, and the Ready count
+away from the doomed nodes at the moment each doomed node goes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,95 +22,17 @@ from spotguard.interruption.handler import Handler, Outcome
 from spotguard.policy import config, floors
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import Workload
+from spotguard.sim import readiness
 
 from tests.interruption import sim_scenario
 
 Obj = dict[str, Any]
 
 
-def workload_key(pod: Obj) -> str | None:
-    meta = pod.get("metadata") or {}
-    ns = meta.get("namespace")
-    for ref in meta.get("ownerReferences") or []:
-        if not ref.get("controller"):
-            continue
-        if ref.get("kind") == "StatefulSet":
-            return f"StatefulSet/{ns}/{ref['name']}"
-        if ref.get("kind") == "ReplicaSet":
-            h = (meta.get("labels") or {}).get("pod-template-hash", "")
-            name = ref["name"][: -len(h) - 1] if h and ref["name"].endswith("-" + h) else ref["name"]
-            return f"Deployment/{ns}/{name}"
-    return None
-
-
-def is_ready(pod: Obj) -> bool:
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
-@dataclass
-class Watcher:
-    """Ready pods per workload after every store change."""
-
-    ready: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))  # key -> uid -> node
-    lowest: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    doomed: set[str] = field(default_factory=set)
-    at_node_loss: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> key -> ready elsewhere
-    armed: bool = False
-    created: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> placement labels
-
-    def start(self, store: Any) -> None:
-        pods, _ = store.list("pods")
-        with self.lock:
-            for p in pods:
-                self._pod("ADDED", p)
-        store.subscribe(self.on_change)
-
-    def arm(self, doomed: Sequence[str]) -> None:
-        with self.lock:
-            self.doomed = set(doomed)
-            self.lowest = {k: len(v) for k, v in self.ready.items()}
-            self.armed = True
-
-    def on_change(self, event_type: str, resource: str, obj: Obj) -> None:
-        with self.lock:
-            if resource == "pods":
-                self._pod(event_type, obj)
-            elif resource == "nodes" and self.armed:
-                name = (obj.get("metadata") or {}).get("name")
-                going = event_type == "DELETED" or not is_ready(_as_pod(obj))
-                if name in self.doomed and going and name not in self.at_node_loss:
-                    self.at_node_loss[name] = {
-                        k: sum(1 for n in v.values() if n not in self.doomed) for k, v in self.ready.items()
-                    }
-
-    def _pod(self, event_type: str, pod: Obj) -> None:
-        key = workload_key(pod)
-        if key is None:
-            return
-        uid = pod["metadata"]["uid"]
-        if self.armed and event_type == "ADDED":
-            self.created[key].append((pod["metadata"].get("labels") or {}).get("spotguard.io/placement", ""))
-        if event_type != "DELETED" and is_ready(pod):
-            self.ready[key][uid] = (pod.get("spec") or {}).get("nodeName", "")
-        else:
-            self.ready[key].pop(uid, None)
-        if self.armed:
-            self.lowest[key] = min(self.lowest.get(key, 10**9), len(self.ready[key]))
-
-    def count(self, key: str) -> int:
-        with self.lock:
-            return len(self.ready[key])
-
-
-def _as_pod(node: Obj) -> Obj:
-    # A node's Ready condition, read the way is_ready reads a pod's.
-    return {"metadata": {}, "status": node.get("status") or {}}
+# The readiness tracker lives in the package: the demo uses it too.
+Watcher = readiness.Tracker
+workload_key = readiness.workload_key
+is_ready = readiness.is_ready
 
 
 def wait_until(what: Callable[[], bool], timeout: float, message: str, step: float = 0.05) -> None:
