@@ -317,35 +317,39 @@ class Api:
     # ---- list and watch ---------------------------------------------------
     def _list(self, request: Request, t: Target) -> Response:
         q = request.query
-        entries, rv = self.store.list_entries(
-            t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector")
-        )
-        token = q.get("continue")
-        if token:
-            try:
-                start = json.loads(base64.urlsafe_b64decode(token.encode()))
-                after = (str(start["ns"]), str(start["name"]))
-                rv = int(start.get("rv", rv))
-            except Exception:
-                raise errors.BadRequest("continue key is not valid") from None
-            entries = [
-                e for e in entries
-                if (e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"]) > after
-            ]
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        limit = 0
         limit_text = q.get("limit")
         if limit_text:
             try:
                 limit = int(limit_text)
             except ValueError:
                 raise errors.BadRequest(f"invalid limit {limit_text!r}") from None
-            if 0 < limit < len(entries):
-                last = entries[limit - 1].obj["metadata"]
-                meta["continue"] = base64.urlsafe_b64encode(json.dumps({
-                    "rv": rv, "ns": last.get("namespace", ""), "name": last["name"],
-                }).encode()).decode()
-                meta["remainingItemCount"] = len(entries) - limit
-                entries = entries[:limit]
+        after: tuple[str, str] | None = None
+        token_rv: int | None = None
+        token = q.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token.encode()))
+                after = (str(start["ns"]), str(start["name"]))
+                token_rv = int(start["rv"]) if "rv" in start else None
+            except Exception:
+                raise errors.BadRequest("continue key is not valid") from None
+        # one page from the sorted key index: O(log n + limit), not a sorted copy of all
+        page = self.store.list_page(
+            t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector"),
+            after=after, limit=limit,
+        )
+        entries = page.entries
+        # every page of a list carries the first page's resourceVersion, as upstream
+        rv = token_rv if token_rv is not None else page.resource_version
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if page.more:
+            last = entries[-1].obj["metadata"]
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps({
+                "rv": rv, "ns": last.get("namespace", ""), "name": last["name"],
+            }).encode()).decode()
+            if page.remaining is not None:
+                meta["remainingItemCount"] = page.remaining
         if tables.wants_table(request.headers.get("accept", "")):
             objs = [e.copy() for e in entries]
             table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"),

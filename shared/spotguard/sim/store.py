@@ -7,6 +7,7 @@ object is serialised once (``Entry.raw``) so reads hand out fresh copies with
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import gc
@@ -18,7 +19,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -32,6 +33,7 @@ Callback = Callable[[str, str, Obj], None]
 ObjList = list[Obj]
 EntryList = list["Entry"]
 Pending = list[tuple[str, str, "Entry"]]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 HISTORY = 100_000  # watch events kept for resuming watches
 _GEN_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -69,6 +71,23 @@ def no_gc() -> Iterator[None]:
             _gc_paused[0] -= 1
             if _gc_paused[0] == 0:
                 gc.enable()
+
+
+_MAX_NAME = "\U0010ffff"  # sorts after every object name
+
+
+def _key(entry: Entry) -> Key:
+    meta = entry.obj["metadata"]
+    return (meta.get("namespace") or "", meta["name"])
+
+
+class Page(NamedTuple):
+    """One page of a list: the entries, the store's resourceVersion, and what is left."""
+
+    entries: EntryList
+    resource_version: int
+    more: bool  # a continue token is due
+    remaining: int | None  # remainingItemCount (None with selectors, as upstream)
 
 
 class Entry:
@@ -192,6 +211,9 @@ class Store:
         self._data: dict[str, dict[str, dict[str, Entry]]] = {
             t.plural: {} for t in resources.TYPES
         }
+        # resource -> every (namespace, name) in order: lists and list pages walk it
+        # instead of sorting the collection on each request
+        self._keys: dict[str, list[Key]] = {t.plural: [] for t in resources.TYPES}
         self._pods_by_node: dict[str, dict[tuple[str, str], Entry]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
@@ -270,12 +292,70 @@ class Store:
             else:
                 candidates = [names[n] for n in sorted(names)]
         else:
-            candidates = [
-                bucket[ns][n] for ns in sorted(bucket) for n in sorted(bucket[ns])
-            ]
+            candidates = [bucket[ns][n] for ns, n in self._keys[resource]]
         if predicate is None:
             return list(candidates)
         return [e for e in candidates if predicate(e.obj)]
+
+    def list_page(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        *,
+        after: Key | None = None,
+        limit: int = 0,
+    ) -> Page:
+        """One page of a list, in (namespace, name) order, for ``limit``/``continue``.
+
+        The entries after the key ``after`` (the last key of the previous page), at most
+        ``limit`` of them (all when ``limit`` <= 0). A page costs O(log n + its size) on
+        the sorted key index, so paging through a collection costs about one full list,
+        as with kube-apiserver over etcd (not a re-filtered, re-sorted copy per page).
+        Like the continue pages of the rest of the sim (and unlike etcd), a later page
+        shows the store as it is now, not as it was at the first page's resourceVersion.
+        """
+        with self.lock:
+            rv = self._rv
+            bucket = self._bucket(resource)
+            fields = selectors.parse_fields(field_selector, resource)
+            selected = bool(label_selector or field_selector)
+            node = fields.equals("spec.nodeName") if resource == "pods" else None
+            if node or fields.equals("metadata.name") is not None:
+                # small candidate sets: select them, then skip to the continue key
+                found = self._select(resource, namespace, label_selector, field_selector)
+                if after is not None:
+                    found = [e for e in found if _key(e) > after]
+                more = 0 < limit < len(found)
+                return Page(found[:limit] if more else found, rv, more, None)
+            predicate = selectors.object_filter(label_selector, field_selector, resource)
+            ns_field = fields.equals("metadata.namespace")
+            if ns_field is not None:
+                if namespace and namespace != ns_field:
+                    return Page([], rv, False, None)
+                namespace = ns_field
+            keys = self._keys[resource]
+            lo, hi = 0, len(keys)
+            if namespace and resources.get(resource).namespaced:
+                lo = bisect.bisect_left(keys, (namespace,))
+                hi = bisect.bisect_left(keys, (namespace, _MAX_NAME), lo)
+            if after is not None:
+                lo = max(lo, bisect.bisect_right(keys, after))
+            want = limit + 1 if limit > 0 else hi - lo
+            page: EntryList = []
+            i = lo
+            while i < hi and len(page) < want:
+                ns, name = keys[i]
+                entry = bucket[ns][name]
+                if predicate is None or predicate(entry.obj):
+                    page.append(entry)
+                i += 1
+            more = 0 < limit < len(page)
+            if not more:
+                return Page(page, rv, False, None)
+            # i is one past the extra entry; upstream counts the rest only when unfiltered
+            return Page(page[:limit], rv, True, None if selected else hi - i + 1)
 
     def list(
         self,
@@ -414,14 +494,21 @@ class Store:
         entry = Entry(obj, rv)
         name = obj["metadata"]["name"]
         bucket = self._data[resource]
+        keys = self._keys[resource]
         if type_ == "DELETED":
             names = bucket.get(ns)
             if names is not None:
-                names.pop(name, None)
+                if names.pop(name, None) is not None:
+                    at = bisect.bisect_left(keys, (ns, name))
+                    if at < len(keys) and keys[at] == (ns, name):
+                        del keys[at]
                 if not names:
                     bucket.pop(ns, None)
         else:
-            bucket.setdefault(ns, {})[name] = entry
+            names = bucket.setdefault(ns, {})
+            if name not in names:
+                bisect.insort(keys, (ns, name))
+            names[name] = entry
         self._index(resource, ns, name, old, None if type_ == "DELETED" else entry)
         event = Event(type_, resource, ns, entry, old)
         self._history.append(event)
