@@ -21,13 +21,16 @@ and every answer is a plain ``dict``. Failures raise the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gc
 import json
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -74,6 +77,7 @@ PATCH_TYPES: dict[str, str] = {
     "strategic": "application/strategic-merge-patch+json",
 }
 PAGE_LIMIT = 500
+GC_PAUSE_BYTES = 1 << 20  # parse bodies larger than this with the garbage collector paused
 POOL_MAXSIZE = 32
 Obj = dict[str, Any]
 Items = list[Obj]
@@ -88,6 +92,40 @@ try:  # orjson parses a 20,000-pod list two to three times faster than json
     _loads: Callable[[bytes], Any] = orjson.loads
 except ImportError:  # pragma: no cover - orjson is in requirements.txt
     _loads = json.loads
+
+
+class _GcState:
+    lock = threading.Lock()
+    pauses = 0  # threads inside gc_paused()
+    was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector, then restore it as it was.
+
+    Parsing a big JSON answer (20,000 pods are about 24 MB and millions of dicts, lists
+    and strings) allocates objects so fast that the collector runs over and over, and
+    each older-generation pass walks every object still alive: the parse itself and
+    all the pages already kept. That walking, not orjson, was most of a big list's
+    time. JSON trees hold no reference cycles, so the collector has nothing to find in
+    them; reference counting frees them. The pause is process-wide (``gc.disable``),
+    counted across threads, and the collector is re-enabled only if it was enabled
+    when the first pause began (a caller that disabled it keeps it disabled).
+    """
+    state = _GcState
+    with state.lock:
+        if state.pauses == 0:
+            state.was_enabled = gc.isenabled()
+            gc.disable()
+        state.pauses += 1
+    try:
+        yield
+    finally:
+        with state.lock:
+            state.pauses -= 1
+            if state.pauses == 0 and state.was_enabled:
+                gc.enable()
 
 
 def connect(kubeconfig: str | None = None, *, policy: retry.Policy | None = None) -> Kube:
@@ -154,6 +192,14 @@ class Kube:
             base.append(("labelSelector", label_selector))
         if field_selector:
             base.append(("fieldSelector", field_selector))
+        # The pages pile up in one result, so the collector is paused for the whole list
+        # (waits for the server included), not page by page: re-enabled between pages, it
+        # walks the pages kept so far again and again (0.58 s instead of 0.40 s for 20,000
+        # pods in pages of 500 from the simulated cluster).
+        with gc_paused():
+            return self._list_pages(res, path, base)
+
+    def _list_pages(self, res: Resource, path: str, base: Query) -> tuple[Items, str]:
         for restart in range(3):
             items: Items = []
             version = ""
@@ -434,7 +480,11 @@ class Kube:
         if not raw:
             return {}
         try:
-            decoded = _loads(raw)
+            if len(raw) > GC_PAUSE_BYTES:
+                with gc_paused():
+                    decoded = _loads(raw)
+            else:
+                decoded = _loads(raw)
         except ValueError as exc:
             raise Transient(code, "BadResponse", f"answer is not JSON: {raw[:120]!r}") from exc
         if not isinstance(decoded, dict):
