@@ -2,7 +2,7 @@
 
 The demo runs on the built-in simulated cluster, with the real parts around it:
 the admission webhook served by gunicorn over HTTPS (a separate process,
-registered with the cluster through ``infra/kubernetes/base/webhook.yaml``) places
+registered with the cluster as ``infra/kubernetes/base/webhook.yaml`` says) places
 every pod, and the spot-interruption handler answers EC2 interruption notices
 for all spot nodes at once. The simulated cloud reclaims the nodes two minutes
 later; pods take ``--ready-delay`` seconds to start. A time scale makes the
@@ -30,9 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from spotguard import certs
+from spotguard.admission import registration
 from spotguard.logs import UserError
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors
@@ -45,7 +44,6 @@ from spotguard.sim import scenario as scenario_mod
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SCENARIO = ROOT / "infra" / "scenarios" / "small.yaml"
-WEBHOOK_MANIFEST = ROOT / "infra" / "kubernetes" / "base" / "webhook.yaml"
 INFRA_KINDS = {"Node", "Namespace"}
 
 
@@ -122,7 +120,7 @@ def admission_server(sim: Any, workdir: Path) -> Iterator[str]:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         wait_until(lambda: _healthy(f"https://localhost:{port}/healthz", context, proc), 30, "the webhook to start")
         url = f"https://localhost:{port}/mutate"
-        sim.store.apply_objects([webhook_configuration(url, paths.ca_bundle)])
+        sim.store.apply_objects([registration.webhook_configuration(url, paths.ca_bundle)])
         yield url
     finally:
         proc.terminate()
@@ -141,14 +139,6 @@ def _healthy(url: str, context: ssl.SSLContext, proc: subprocess.Popen[bytes]) -
             return bool(r.status == 200)
     except OSError:
         return False
-
-
-def webhook_configuration(url: str, ca_bundle: str) -> Obj:
-    """The shipped MutatingWebhookConfiguration, pointed at a URL instead of a Service."""
-    manifest: Obj = yaml.safe_load(WEBHOOK_MANIFEST.read_text())
-    for hook in manifest["webhooks"]:
-        hook["clientConfig"] = {"url": url, "caBundle": ca_bundle}
-    return manifest
 
 
 def wait_until(what: Callable[[], bool], timeout: float, message: str, step: float = 0.1) -> None:

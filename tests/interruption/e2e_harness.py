@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from spotguard.admission import registration
 from spotguard.gateway import kube
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.policy import config, floors
@@ -120,27 +121,10 @@ def admission_webhook(sim: Any, workdir: str | os.PathLike[str]) -> Iterator[str
     thread = threading.Thread(target=server.serve_forever, name="admission-webhook", daemon=True)
     thread.start()
     url = f"https://127.0.0.1:{server.server_port}/mutate"
+    # The shipped webhook configuration; a longer timeout for a loaded test machine.
     sim.store.create(
         "mutatingwebhookconfigurations",
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "spotguard"},
-            "webhooks": [
-                {
-                    "name": "pods.spotguard.io",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "NoneOnDryRun",
-                    "failurePolicy": "Ignore",
-                    "timeoutSeconds": 5,
-                    "reinvocationPolicy": "IfNeeded",
-                    "clientConfig": {"url": url, "caBundle": paths.ca_bundle},
-                    "rules": [
-                        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
-                    ],
-                }
-            ],
-        },
+        registration.webhook_configuration(url, paths.ca_bundle, timeoutSeconds=5),
     )
     try:
         yield url
