@@ -272,6 +272,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if resolved.workload.replicas < 1:
         # Cached while it was scaled to zero; a pod being created means it has grown.
         resolved = ctx.resolver.refresh_workload(resolved)
+    elif _beyond_ordinals(resolved, view):
+        # The StatefulSet was scaled since it was cached: read it again.
+        metrics.STALE.inc()
+        resolved = ctx.resolver.refresh_workload(resolved)
     workload = resolved.workload
     floor = floors.floor_for(workload, config, ns_annotations, replicas=max(workload.replicas, 1))
     ctx.events.report(resolved, floor.problems)
@@ -280,6 +284,19 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
 
     def decide(held: int) -> placement.Decision:
         return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
+
+    def refresh() -> tuple[int, Callable[[int], placement.Decision]]:
+        """The Deployment read again (bypassing the cache) and the decision on its floor."""
+        metrics.STALE.inc()
+        again = ctx.resolver.refresh_workload(resolved)
+        w = again.workload
+        f = floors.floor_for(w, config, ns_annotations, replicas=max(w.replicas, 1))
+        ctx.events.report(again, f.problems)
+        log.info(
+            "workload changed since it was cached; deciding on the new floor",
+            extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
+        )
+        return w.replicas, lambda held: placement.decide(pod=view, workload=w, floor=f, reserved_on_demand=held)
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET or floor.on_demand == 0:
@@ -292,12 +309,25 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             config=config,
             decide=decide,
             dry_run=bool(request.get("dryRun")),
+            replicas=workload.replicas,
+            refresh=None if resolved.fresh else refresh,
         )
         decision, token = claim.decision, claim.token
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
     ops = placement_patch(pod, decision.placement, config, token)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _beyond_ordinals(resolved: Resolved, pod: PodView) -> bool:
+    """A StatefulSet pod whose ordinal is past the cached replicas (its set was scaled since)."""
+    if resolved.fresh or resolved.workload.kind is not Kind.STATEFULSET:
+        return False
+    ordinal = pod.ordinal
+    if ordinal is None:
+        return False
+    start = ((resolved.obj.get("spec") or {}).get("ordinals") or {}).get("start") or 0
+    return isinstance(start, int) and ordinal >= start + resolved.workload.replicas
 
 
 def serve(review: Any, ctx: Context) -> reviews.ResponseReview:

@@ -11,6 +11,8 @@
   counts every HTTP attempt, retries included).
 * ``spotguard_admission_reservation_conflicts_total``: Lease updates lost to another
   instance (each is re-read and recomputed).
+* ``spotguard_admission_stale_workloads_total``: workloads read again because the
+  pod being admitted showed the cached copy was older than it (a surge or a scale).
 
 With several gunicorn workers each worker has its own registry; scrape with one
 worker, or point ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory.
@@ -43,6 +45,11 @@ API_CALLS = prometheus_client.Counter(
 CONFLICTS = prometheus_client.Counter(
     "spotguard_admission_reservation_conflicts",
     "Reservation Lease writes that lost to another instance and were recomputed",
+)
+
+STALE = prometheus_client.Counter(
+    "spotguard_admission_stale_workloads",
+    "Workloads read again because the pod showed the cached copy was older than it",
 )
 
 

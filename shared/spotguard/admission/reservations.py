@@ -19,6 +19,7 @@ that name would be too long) carries, in the annotation
 
     {"v": 1,
      "checked": 1764107000.25,           # wall-clock time of the last pod count
+     "pods": 4,                          # active pods of the ReplicaSet counted then
      "on_demand": ["web-7c9f-abcde"],    # active pods counted on on-demand then
      "pending": {"<request uid>": [1764107000.1, 1764107030.1]}}  # token -> [made, expires]
 
@@ -52,6 +53,25 @@ name starts from scratch). ``spec.holderIdentity``, ``renewTime`` and
   copy costs no API request at all; an on-demand decision on a stale copy loses
   its conditional write and re-reads. Within a process, decisions for one
   ReplicaSet are serialised by a lock, so the processes only race each other.
+
+A stale workload: the Deployment is cached for 2 s (``Resolver``), and a
+change that creates pods (the interruption handler's surge: ``spec.replicas``
+and ``spotguard.io/surge`` in one patch; a scale under a percentage floor)
+can land inside that window. Its pods must see the new floor. Every process
+knows a lower bound of the ReplicaSet's pods: ``pods`` at the last count, plus
+the unexpired reservations (pods admitted on-demand since, by any process),
+plus the spot admissions this process made since that count. When that bound
+plus the pod being admitted exceeds the cached ``spec.replicas``, the pod
+belongs to a scale the cache has not seen: ``claim`` calls ``refresh`` (one
+GET of the Deployment, bypassing the cache) and decides on the new floor. If
+the fresh replicas still do not cover it, the bound is too high (pods deleted
+since the count) and the ReplicaSet is counted again at once, so the rule
+does not fire again for every pod. A burst that only creates the pods of the
+cached scale never trips it: the common case costs no extra request. Known
+limit: with several webhook processes, the spot admissions of the others are
+not in the bound (they write nothing), so a surge inside the cache window right
+after a burst those processes shared can be decided on the old floor until
+one process's bound trips (or the cache expires, 2 s at most).
 
 API cost per admitted pod, warm: 0 requests for a spot pod while the count is
 trusted, 1 write for an on-demand pod (plus a GET after a lost race), and a GET
@@ -106,14 +126,28 @@ class State:
     checked: float = 0.0
     on_demand: list[str] = field(default_factory=list)
     pending: dict[str, tuple[float, float]] = field(default_factory=dict)  # token -> (made, expires)
+    pods: int = 0  # active pods at the count (0 in a Lease written before this field existed)
 
     def held(self, now: float) -> int:
-        return len(self.on_demand) + sum(1 for _, exp in self.pending.values() if exp > now)
+        return len(self.on_demand) + self.reserved(now)
+
+    def reserved(self, now: float) -> int:
+        return sum(1 for _, exp in self.pending.values() if exp > now)
+
+    def known_pods(self, now: float) -> int:
+        """A lower bound of the ReplicaSet's pods: those counted, plus reservations not counted yet."""
+        return max(self.pods, len(self.on_demand)) + self.reserved(now)
 
     def to_json(self, now: float) -> str:
         pending = {t: [round(m, 3), round(e, 3)] for t, (m, e) in self.pending.items() if e > now}
         return json.dumps(
-            {"v": 1, "checked": round(self.checked, 3), "on_demand": sorted(self.on_demand), "pending": pending},
+            {
+                "v": 1,
+                "checked": round(self.checked, 3),
+                "pods": self.pods,
+                "on_demand": sorted(self.on_demand),
+                "pending": pending,
+            },
             separators=(",", ":"),
         )
 
@@ -128,6 +162,7 @@ class State:
             doc = json.loads(annotations.get(ANNOTATION) or "{}")
             return cls(
                 checked=float(doc.get("checked") or 0.0),
+                pods=max(0, int(doc.get("pods") or 0)),
                 on_demand=[str(n) for n in doc.get("on_demand") or []],
                 pending={str(t): _pending(v) for t, v in (doc.get("pending") or {}).items()},
             )
@@ -141,6 +176,12 @@ class Claim:
     decision: Decision
     held: int
     token: str | None = None  # set when an on-demand slot was recorded under this token
+    refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
+
+
+# ``refresh()`` reads the workload again, bypassing the cache, and returns its
+# replicas and the decision function for its new floor.
+Refresh = Callable[[], tuple[int, Callable[[int], Decision]]]
 
 
 def _pending(value: Any) -> tuple[float, float]:
@@ -185,6 +226,7 @@ class Reservations:
         self.deadline = deadline
         self.wall = wall
         self._leases: dict[str, Obj | None] = {}  # rs uid -> last Lease seen (None: none exists)
+        self._spot: dict[str, tuple[float, int]] = {}  # rs uid -> (count it follows, spot admissions since)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -195,6 +237,7 @@ class Reservations:
                 if len(self._locks) > 10_000:
                     self._locks.clear()
                     self._leases.clear()
+                    self._spot.clear()
                 lock = self._locks[key] = threading.Lock()
             return lock
 
@@ -211,14 +254,22 @@ class Reservations:
         config: Config,
         decide: Callable[[int], Decision],
         dry_run: bool = False,
+        replicas: int | None = None,
+        refresh: Refresh | None = None,
     ) -> Claim:
-        """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``."""
+        """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
+
+        ``replicas`` is the workload's ``spec.replicas`` that ``decide`` assumes; when
+        this pod would take the ReplicaSet past it, ``refresh()`` gives the fresh
+        replicas and decision function (see the module docstring).
+        """
         rs = resolved.replicaset or {}
         meta = rs.get("metadata") or {}
         rs_uid, rs_name, rs_ns = str(meta.get("uid") or ""), str(meta.get("name")), str(meta.get("namespace"))
         name = lease_name(rs_ns, rs_name)
         started = time.monotonic()
         attempt = 0
+        refreshed = False
         with self._lock(rs_uid):
             while True:
                 attempt += 1
@@ -236,26 +287,46 @@ class Reservations:
                 if now - state.checked > self.trust_seconds:
                     state = self._count(state, rs, config, now)
                     counted = True
+                if replicas is not None and refresh is not None and self._beyond(state, rs_uid, now, replicas):
+                    replicas, decide = refresh()
+                    refresh = None
+                    refreshed = True
+                    if not counted and self._beyond(state, rs_uid, now, replicas):
+                        # The bound counts pods deleted since the count: count again now.
+                        state = self._count(state, rs, config, now)
+                        counted = True
                 held = state.held(now)
                 decision = decide(held)
                 if decision.placement is not Placement.ON_DEMAND:
+                    if not dry_run and decision.placement is Placement.SPOT:
+                        self._note_spot(rs_uid, state.checked)
                     if counted and not dry_run:
                         self._write(name, lease=lease, state=state, rs=rs, config=config, now=now, best_effort=True)
                     elif not cached and lease is not None:
                         self._leases[rs_uid] = lease
-                    return Claim(decision, held)
+                    return Claim(decision, held, refreshed=refreshed)
                 if dry_run:
-                    return Claim(decision, held)
+                    return Claim(decision, held, refreshed=refreshed)
                 state.pending[token] = (now, now + config.reservation_ttl_seconds)
                 try:
                     self._write(name, lease=lease, state=state, rs=rs, config=config, now=now)
-                    return Claim(decision, held, token)
+                    return Claim(decision, held, token, refreshed)
                 except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
                     metrics.CONFLICTS.inc()
                     self._leases.pop(rs_uid, None)
                     if time.monotonic() - started > self.deadline:
                         raise Busy(f"lease {self.namespace}/{name} busy after {attempt} tries") from exc
                     time.sleep(random.uniform(0.0, min(0.05, 0.005 * attempt)))
+
+    def _beyond(self, state: State, rs_uid: str, now: float, replicas: int) -> bool:
+        """Whether this pod would take the ReplicaSet past ``replicas`` by what is known of its pods."""
+        at, spot = self._spot.get(rs_uid, (state.checked, 0))
+        known = state.known_pods(now) + (spot if at == state.checked else 0)
+        return known + 1 > replicas
+
+    def _note_spot(self, rs_uid: str, checked: float) -> None:
+        at, spot = self._spot.get(rs_uid, (checked, 0))
+        self._spot[rs_uid] = (checked, spot + 1 if at == checked else 1)
 
     def _count(self, previous: State, rs: Mapping[str, Any], config: Config, now: float) -> State:
         meta = rs.get("metadata") or {}
@@ -274,7 +345,8 @@ class Reservations:
             for t, (made, expires) in previous.pending.items()
             if expires > now and t not in seen and now - made <= self.pending_grace
         }
-        return State(checked=now, on_demand=on_demand, pending=pending)
+        pods_now = sum(1 for p in mine if p.active)
+        return State(checked=now, on_demand=on_demand, pending=pending, pods=pods_now)
 
     def _write(
         self,

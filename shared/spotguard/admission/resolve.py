@@ -10,6 +10,25 @@ the API for the same ReplicaSet once per pod:
 * a namespace's annotations for ``namespace_ttl`` (the opt-out switch);
 * the node -> capacity map for ``node_ttl``, refreshed early (at most every
   ``node_refresh`` seconds) when a pod sits on a node the map does not know.
+
+A cached workload can be older than a change that creates pods: the
+spot-interruption handler's surge (``spec.replicas`` and the
+``spotguard.io/surge`` record in one patch) or a scale, within ``workload_ttl``
+of the last admission. The pods of that change must not be decided on the
+old floor, so the cache is bypassed (:meth:`Resolver.refresh_workload`) when
+the pod itself is evidence that the cached copy is older than it:
+
+* a workload cached at 0 replicas (a pod is being created, so it has grown);
+* a StatefulSet pod whose ordinal is at or beyond the cached replica count;
+* a Deployment pod that would make the ReplicaSet hold more pods than the
+  cached ``spec.replicas``: the pods known to the reservation Lease (the last
+  count, the reservations since, and this process's own spot admissions since)
+  plus this pod. :meth:`Reservations.claim
+  <spotguard.admission.reservations.Reservations.claim>` applies this rule.
+
+``Resolved.fresh`` says the workload was read from the API during this
+resolve (then there is nothing to bypass). A burst that creates the pods of
+the cached scale never trips the rule, so the common case costs nothing more.
 """
 
 from __future__ import annotations
@@ -78,6 +97,7 @@ class Resolved:
     workload: Workload
     obj: Obj
     replicaset: Obj | None = None
+    fresh: bool = False  # the workload was read from the API for this pod (not from the cache)
 
     @property
     def replicaset_uid(self) -> str:
@@ -116,14 +136,18 @@ class Resolver:
     # -- lookups ---------------------------------------------------------------------
 
     def _get(self, res: r.Resource, name: str, namespace: str | None, ttl: float) -> Obj | None:
+        return self._lookup(res, name, namespace, ttl)[0]
+
+    def _lookup(self, res: r.Resource, name: str, namespace: str | None, ttl: float) -> tuple[Obj | None, bool]:
+        """The object (None: not found) and whether it was read from the API just now."""
         key = (res.plural, namespace, name)
         hit = self.cache.get(key)
         if hit is not _MISSING:
-            return hit  # type: ignore[no-any-return]
+            return hit, False
         metrics.api_call("get", res.name)
         obj = self.kube.find(res, name, namespace)
         self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
-        return obj
+        return obj, True
 
     def forget(self, res: r.Resource, name: str, namespace: str | None) -> None:
         self.cache.pop((res.plural, namespace, name))
@@ -137,10 +161,10 @@ class Resolver:
         if owner is None:
             return Unresolved("bare pod (no controller)")
         if owner.kind == "StatefulSet":
-            sts = self._get(r.STATEFULSETS, owner.name, pod.namespace, self.workload_ttl)
+            sts, fresh = self._lookup(r.STATEFULSETS, owner.name, pod.namespace, self.workload_ttl)
             if sts is None or not _uid_matches(sts, owner.uid):
                 return Unresolved(f"StatefulSet {pod.namespace}/{owner.name} not found")
-            return Resolved(Workload.from_json(_typed(sts, "StatefulSet")), sts)
+            return Resolved(Workload.from_json(_typed(sts, "StatefulSet")), sts, fresh=fresh)
         if owner.kind != "ReplicaSet":
             return Unresolved(f"owned by a {owner.kind}")
         rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
@@ -153,20 +177,22 @@ class Resolver:
         dep_ref = _controller(rs)
         if dep_ref is None or dep_ref.get("kind") != "Deployment":
             return Unresolved("ReplicaSet without a Deployment")
-        dep = self._get(r.DEPLOYMENTS, str(dep_ref.get("name")), pod.namespace, self.workload_ttl)
+        dep, fresh = self._lookup(r.DEPLOYMENTS, str(dep_ref.get("name")), pod.namespace, self.workload_ttl)
         if dep is None or not _uid_matches(dep, str(dep_ref.get("uid") or "")):
             return Unresolved(f"Deployment {pod.namespace}/{dep_ref.get('name')} not found")
-        return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, rs)
+        return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, rs, fresh)
 
     def refresh_workload(self, resolved: Resolved) -> Resolved:
-        """Read the Deployment again (its replicas may be newer than the cache)."""
+        """Read the workload again, bypassing the cache (its replicas may be newer)."""
+        if resolved.fresh:
+            return resolved
         w = resolved.workload
         res = r.DEPLOYMENTS if w.kind.value == "Deployment" else r.STATEFULSETS
         self.forget(res, w.name, w.namespace)
         obj = self._get(res, w.name, w.namespace, self.workload_ttl)
-        if obj is None:
+        if obj is None or not _uid_matches(obj, w.uid or ""):
             return resolved
-        return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset)
+        return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset, True)
 
     # -- nodes -----------------------------------------------------------------------
 
