@@ -64,14 +64,20 @@ plus the spot admissions this process made since that count. When that bound
 plus the pod being admitted exceeds the cached ``spec.replicas``, the pod
 belongs to a scale the cache has not seen: ``claim`` calls ``refresh`` (one
 GET of the Deployment, bypassing the cache) and decides on the new floor. If
-the fresh replicas still do not cover it, the bound is too high (pods deleted
-since the count) and the ReplicaSet is counted again at once, so the rule
-does not fire again for every pod. A burst that only creates the pods of the
-cached scale never trips it: the common case costs no extra request. Known
-limit: with several webhook processes, the spot admissions of the others are
-not in the bound (they write nothing), so a surge inside the cache window right
-after a burst those processes shared can be decided on the old floor until
-one process's bound trips (or the cache expires, 2 s at most).
+the fresh replicas still do not cover it, the bound is too high: pods deleted
+since the count (replacements), or admitted and never created (a later
+webhook or a quota refused them). Then the rule is held off for that
+ReplicaSet for ``stale_hold`` seconds (0.5), and the ReplicaSet is counted
+again unless its count is younger than that, so such pods cost at most a GET
+and a LIST per ReplicaSet per ``stale_hold``, not one per pod. A burst that
+only creates the pods of the cached scale never trips the rule: the common
+case costs no extra request. Known limits: a surge landing within
+``stale_hold`` after such a refuted re-read is decided on the cached floor
+(until the hold ends or the cache expires); and with several webhook
+processes, the spot admissions of the others are not in the bound (they write
+nothing), so a surge inside the cache window right after a burst those
+processes shared can be decided on the old floor until one process's bound
+trips (or the cache expires, 2 s at most).
 
 API cost per admitted pod, warm: 0 requests for a spot pod while the count is
 trusted, 1 write for an on-demand pod (plus a GET after a lost race), and a GET
@@ -217,6 +223,7 @@ class Reservations:
         pending_grace: float = 5.0,
         deadline: float = 2.0,
         wall: Callable[[], float] = time.time,
+        stale_hold: float = 0.5,
     ) -> None:
         self.kube = kube
         self.resolver = resolver
@@ -227,6 +234,8 @@ class Reservations:
         self.wall = wall
         self._leases: dict[str, Obj | None] = {}  # rs uid -> last Lease seen (None: none exists)
         self._spot: dict[str, tuple[float, int]] = {}  # rs uid -> (count it follows, spot admissions since)
+        self._refuted: dict[str, float] = {}  # rs uid -> when a re-read last showed no newer scale
+        self.stale_hold = stale_hold
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -238,6 +247,7 @@ class Reservations:
                     self._locks.clear()
                     self._leases.clear()
                     self._spot.clear()
+                    self._refuted.clear()
                 lock = self._locks[key] = threading.Lock()
             return lock
 
@@ -287,14 +297,23 @@ class Reservations:
                 if now - state.checked > self.trust_seconds:
                     state = self._count(state, rs, config, now)
                     counted = True
-                if replicas is not None and refresh is not None and self._beyond(state, rs_uid, now, replicas):
+                if (
+                    replicas is not None
+                    and refresh is not None
+                    and self._beyond(state, rs_uid, now, replicas)
+                    and time.monotonic() - self._refuted.get(rs_uid, -1e18) > self.stale_hold
+                ):
                     replicas, decide = refresh()
                     refresh = None
                     refreshed = True
-                    if not counted and self._beyond(state, rs_uid, now, replicas):
-                        # The bound counts pods deleted since the count: count again now.
-                        state = self._count(state, rs, config, now)
-                        counted = True
+                    if self._beyond(state, rs_uid, now, replicas):
+                        # The fresh workload does not cover the pods known either: the bound
+                        # holds pods deleted since the count (or pods never created). Hold
+                        # the rule off for a moment, and count again unless just counted.
+                        self._refuted[rs_uid] = time.monotonic()
+                        if not counted and now - state.checked > self.stale_hold and not dry_run:
+                            state = self._count(state, rs, config, now)
+                            counted = True
                 held = state.held(now)
                 decision = decide(held)
                 if decision.placement is not Placement.ON_DEMAND:
