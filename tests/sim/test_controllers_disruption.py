@@ -118,6 +118,32 @@ def test_eviction_allowed_then_refused_with_429(sim: Any) -> None:
     evict(sim, names[1])
 
 
+# https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/ and
+# pkg/registry/core/pod/storage/eviction.go: a dry run checks the budget, spends nothing
+def test_dry_run_eviction_checks_the_budget_and_changes_nothing(sim: Any) -> None:
+    start_web(sim, 3)
+    sim.store.create("poddisruptionbudgets", pdb("budget", "web", minAvailable=2))
+    h.wait_for(lambda: status_of(sim, "budget").get("disruptionsAllowed") == 1, what="1 allowed")
+    names = sorted(p["metadata"]["name"] for p in h.ready_pods(sim.store, "web"))
+    core = kubernetes.client.CoreV1Api(sim.api_client())
+
+    def dry_evict(name: str) -> None:
+        core.create_namespaced_pod_eviction(
+            name, "default",
+            kubernetes.client.V1Eviction(metadata=kubernetes.client.V1ObjectMeta(name=name, namespace="default")),
+            dry_run="All",
+        )
+
+    dry_evict(names[0])  # allowed: the budget has one disruption to spare
+    assert status_of(sim, "budget")["disruptionsAllowed"] == 1  # not spent
+    assert not sim.store.get("pods", names[0], "default")["metadata"].get("deletionTimestamp")
+    evict(sim, names[0])  # the real one spends it
+    with pytest.raises(ApiException) as err:
+        dry_evict(names[1])
+    assert err.value.status == 429
+    assert not sim.store.get("pods", names[1], "default")["metadata"].get("deletionTimestamp")
+
+
 def test_concurrent_evictions_cannot_both_use_the_last_disruption(sim: Any) -> None:
     start_web(sim, 4)
     sim.store.create("poddisruptionbudgets", pdb("budget", "web", maxUnavailable=1))

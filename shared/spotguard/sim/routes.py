@@ -402,8 +402,9 @@ class Api:
                 f"name in URL does not match name in Eviction object: {t.name} != {name}"
             )
         if _dry_run(request.query, body.get("deleteOptions") or {}):
-            self.store.get("pods", t.name, t.namespace)
-            return success(201)
+            # As kube-apiserver: a dry-run eviction still checks the budgets (429 when
+            # one would break) but neither spends a disruption nor deletes the pod.
+            body = {**body, "deleteOptions": {**(body.get("deleteOptions") or {}), "dryRun": ["All"]}}
         from spotguard.sim import disruption
 
         disruption.evict(self.store, t.namespace, t.name, body)
