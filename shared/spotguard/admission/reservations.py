@@ -67,11 +67,12 @@ GET of the Deployment, bypassing the cache) and decides on the new floor. If
 the fresh replicas still do not cover it, the bound is too high: pods deleted
 since the count (replacements), or admitted and never created (a later
 webhook or a quota refused them). Then the rule is held off for that
-ReplicaSet for ``stale_hold`` seconds (0.5), and the ReplicaSet is counted
-again unless its count is younger than that, so such pods cost at most a GET
-and a LIST per ReplicaSet per ``stale_hold``, not one per pod. A burst that
-only creates the pods of the cached scale never trips the rule: the common
-case costs no extra request. Known limits: a surge landing within
+ReplicaSet for ``stale_hold`` seconds (0.5), so such pods cost at most one GET
+per ReplicaSet per ``stale_hold``, not one per pod, until the next count
+(``trust_seconds``) corrects the bound (counting at once would cost a LIST of
+the ReplicaSet's pods each time: dearer than the GETs it saves). A burst
+that only creates the pods of the cached scale never trips the rule: the
+common case costs no extra request. Known limits: a surge landing within
 ``stale_hold`` after such a refuted re-read is decided on the cached floor
 (until the hold ends or the cache expires); and with several webhook
 processes, the spot admissions of the others are not in the bound (they write
@@ -308,12 +309,9 @@ class Reservations:
                     refreshed = True
                     if self._beyond(state, rs_uid, now, replicas):
                         # The fresh workload does not cover the pods known either: the bound
-                        # holds pods deleted since the count (or pods never created). Hold
-                        # the rule off for a moment, and count again unless just counted.
+                        # holds pods deleted since the count (or pods never created). Hold the
+                        # rule off for a moment; the next count corrects the bound.
                         self._refuted[rs_uid] = time.monotonic()
-                        if not counted and now - state.checked > self.stale_hold and not dry_run:
-                            state = self._count(state, rs, config, now)
-                            counted = True
                 held = state.held(now)
                 decision = decide(held)
                 if decision.placement is not Placement.ON_DEMAND:
