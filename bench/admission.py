@@ -45,6 +45,7 @@ from spotguard import certs  # noqa: E402
 from spotguard.admission import core, server  # noqa: E402
 from spotguard.gateway import kube  # noqa: E402
 from spotguard.gateway import resources as r  # noqa: E402
+from spotguard.sim import objects  # noqa: E402
 
 NS = "shop"
 
@@ -139,50 +140,16 @@ def kube_requests(url: str, ca: str) -> float:
 
 
 def deployment(name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "nginx:1.27",
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
+    containers = [objects.container("app", "nginx:1.27", cpu="10m", memory="16Mi")]
+    return objects.deployment(name, replicas, namespace=NS, template=objects.pod_template(name, containers=containers))
 
 
 def scenario() -> list[dict[str, Any]]:
     def node(name: str, capacity: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "topology.kubernetes.io/zone": "us-east-1a",
-                    "node.kubernetes.io/capacity": capacity,
-                },
-            },
-            "status": {
-                "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "250"},
-                "capacity": {"cpu": "32", "memory": "128Gi", "pods": "250"},
-            },
-        }
+        return objects.node(name, capacity, cpu="32", memory="128Gi", pods="250", ready=False)
 
     return (
-        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in (NS, "spotguard")]
+        [objects.namespace(n) for n in (NS, "spotguard")]
         + [node(f"od-{i}", "on-demand") for i in range(2)]
         + [node(f"spot-{i}", "spot") for i in range(4)]
     )

@@ -34,15 +34,11 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-Obj = dict[str, Any]
-CAPACITY = "node.kubernetes.io/capacity"
+from spotguard.sim import objects
+
+Obj = objects.Obj
 NAMESPACES = 20
-
-
-def instance_id(i: int) -> str:
-    return f"i-{i:017x}"
 
 
 def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int]]:
@@ -53,19 +49,8 @@ def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int
     for i in range(args.nodes):
         cap = "on-demand" if i < n_od else "spot"
         name = f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal"
-        nodes.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {CAPACITY: cap, "kubernetes.io/hostname": name}},
-                "spec": {"providerID": f"aws:///us-east-1{'abc'[i % 3]}/{instance_id(i)}"},
-                "status": {
-                    "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250"},
-                    "capacity": {"cpu": "64", "memory": "256Gi", "pods": "250"},
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                },
-            }
-        )
+        provider = objects.provider_id(f"us-east-1{'abc'[i % 3]}", objects.instance_id(i))
+        nodes.append(objects.node(name, cap, zone=None, cpu="64", memory="256Gi", pods="250", provider=provider))
     on_demand = [n["metadata"]["name"] for n in nodes[:n_od]]
     spot = [n["metadata"]["name"] for n in nodes[n_od:]]
 
@@ -80,35 +65,19 @@ def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int
             diff -= step
         i += 1
 
-    objs: list[Obj] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{n}"}} for n in range(NAMESPACES)
-    ]
+    objs: list[Obj] = [objects.namespace(f"ns-{n}") for n in range(NAMESPACES)]
     objs += nodes
     counts = {"deployments": 0, "statefulsets": 0, "user_budgets": 0, "autoscalers": 0}
     for w, n in enumerate(replicas):
         ns = f"ns-{w % NAMESPACES}"
         sts = w % 10 == 9
         name = f"{'db' if sts else 'app'}-{w}"
-        kind = "StatefulSet" if sts else "Deployment"
         uid = f"00000000-0000-4000-8000-{w:012x}"
-        spec: Obj = {
-            "replicas": n,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": "pause"}]},
-            },
-        }
+        template = objects.pod_template(name, containers=[objects.container("c", "pause", cpu=None)])
         if sts:
-            spec["serviceName"] = name
-        objs.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": kind,
-                "metadata": {"name": name, "namespace": ns, "uid": uid},
-                "spec": spec,
-            }
-        )
+            objs.append(objects.statefulset(name, n, namespace=ns, template=template, uid=uid))
+        else:
+            objs.append(objects.deployment(name, n, namespace=ns, template=template, uid=uid))
         counts["statefulsets" if sts else "deployments"] += 1
         floor = (n // 2 + 1 if n >= 2 else 1) if sts else 1
         h = f"{w:010x}"[-10:]
@@ -139,28 +108,10 @@ def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int
                 }
             )
         if not sts and w % 2 == 0:
-            objs.append(
-                {
-                    "apiVersion": "policy/v1",
-                    "kind": "PodDisruptionBudget",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
-                }
-            )
+            objs.append(objects.pdb(name, name, namespace=ns, max_unavailable=1))
             counts["user_budgets"] += 1
         if not sts and w % 10 == 1:
-            objs.append(
-                {
-                    "apiVersion": "autoscaling/v2",
-                    "kind": "HorizontalPodAutoscaler",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {
-                        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                        "minReplicas": n,
-                        "maxReplicas": n * 2,
-                    },
-                }
-            )
+            objs.append(objects.hpa(name, name, n, n * 2, namespace=ns))
             counts["autoscalers"] += 1
     return objs, spot, counts
 

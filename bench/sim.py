@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 import kubernetes
-from spotguard.sim import testing, tls
+from spotguard.sim import objects, testing, tls
 
 
 class Counters:
@@ -73,50 +73,28 @@ class Counters:
 
 
 def node(i: int) -> dict[str, Any]:
-    spot = i % 4 != 0
-    zone = "abc"[i % 3]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": f"node-{i:04d}",
-            "labels": {
-                "kubernetes.io/hostname": f"node-{i:04d}",
-                "topology.kubernetes.io/zone": f"us-east-1{zone}",
-                "node.kubernetes.io/capacity": "spot" if spot else "on-demand",
-            },
-        },
-        "spec": {"providerID": f"aws:///us-east-1{zone}/i-{i:017x}"},
-        "status": {
-            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    zone = f"us-east-1{'abc'[i % 3]}"
+    return objects.node(
+        f"node-{i:04d}",
+        "spot" if i % 4 != 0 else "on-demand",
+        zone=zone,
+        provider=objects.provider_id(zone, objects.instance_id(i)),
+        ready_reason="KubeletReady",
+    )
 
 
 def deployment(i: int, replicas: int) -> dict[str, Any]:
     app = f"app-{i:03d}"
-    template_spec: dict[str, Any] = {
-        "containers": [{"name": "web", "image": "nginx:1.27",
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
-    }
+    spec: dict[str, Any] = {}
     if i % 2 == 0:  # half of the workloads spread softly over zones
-        template_spec["topologySpreadConstraints"] = [{
+        spec["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
             "whenUnsatisfiable": "ScheduleAnyway",
             "labelSelector": {"matchLabels": {"app": app}},
         }]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": app, "namespace": "bench"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": {"app": app}}, "spec": template_spec},
-        },
-    }
+    containers = [objects.container("web", "nginx:1.27", cpu="100m", memory="128Mi")]
+    template = objects.pod_template(app, containers=containers, **spec)
+    return objects.deployment(app, replicas, namespace="bench", template=template)
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):

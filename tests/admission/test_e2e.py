@@ -23,7 +23,7 @@ import pytest
 import requests
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard.sim import objects, testing
 
 from tests.admission import balancer, servers
 
@@ -32,28 +32,18 @@ NS = "shop"
 
 
 def node(name: str, capacity: str, zone: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": zone,
-                CAPACITY: capacity,
-                "karpenter.sh/capacity-type": capacity,
-            },
-        },
-        "spec": {"providerID": f"aws:///{zone}/i-{abs(hash(name)) % 10**12:012d}"},
-        "status": {
-            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-        },
-    }
+    return objects.node(
+        name,
+        capacity,
+        zone=zone,
+        provider=objects.provider_id(zone, f"i-{abs(hash(name)) % 10**12:012d}"),
+        labels={"karpenter.sh/capacity-type": capacity},
+        ready=False,
+    )
 
 
 SCENARIO = (
-    [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in (NS, "spotguard", "kube-system")]
+    [objects.namespace(n) for n in (NS, "spotguard", "kube-system")]
     + [node(f"od-{i}", "on-demand", f"us-east-1{'abc'[i % 3]}") for i in range(3)]
     + [node(f"spot-{i}", "spot", f"us-east-1{'abc'[i % 3]}") for i in range(6)]
 )
@@ -130,39 +120,20 @@ def webhook_configuration(url: str, ca: Path) -> dict[str, Any]:
 
 
 def template(name: str, template_annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": name}, "annotations": template_annotations or {}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
-            ],
-        },
-    }
+    containers = [objects.container("app", "nginx:1.27", cpu="10m", memory="16Mi")]
+    return objects.pod_template(
+        name, containers=containers, annotations=template_annotations or {}, terminationGracePeriodSeconds=0
+    )
 
 
 def deployment(name: str, replicas: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template(name)},
-    }
+    return objects.deployment(name, replicas, namespace=NS, template=template(name), annotations=annotations or {})
 
 
 def statefulset(name: str, replicas: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": name}},
-            "template": template(name),
-        },
-    }
+    return objects.statefulset(
+        name, replicas, namespace=NS, template=template(name), annotations=annotations or {}, policy="Parallel"
+    )
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:

@@ -146,7 +146,7 @@ def test_quorum_warning_for_a_statefulset(cluster: Cluster) -> None:
 
 def test_a_user_budget_gets_no_second_budget(cluster: Cluster) -> None:
     c = cluster
-    c.store.apply_objects([sc.pdb("web-pdb", "web", minAvailable=2)])
+    c.store.apply_objects([sc.pdb("web-pdb", "web", min_available=2)])
     c.handler().handle([c.notice("spot-0")])
     names = {b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]}
     assert names == {"web-pdb", "spotguard-surge-single"}
@@ -251,14 +251,14 @@ def test_left_over_budgets_are_deleted(cluster: Cluster) -> None:
     c.store.apply_objects(
         [
             {
-                **sc.pdb("spotguard-surge-web", "web", minAvailable=3),
+                **sc.pdb("spotguard-surge-web", "web", min_available=3),
                 "metadata": {
                     "name": "spotguard-surge-web",
                     "namespace": "shop",
                     "labels": {"app.kubernetes.io/managed-by": "spotguard"},
                 },
             },
-            sc.pdb("spotguard-surge-users-own", "web", minAvailable=1),  # not labelled: the user's
+            sc.pdb("spotguard-surge-users-own", "web", min_available=1),  # not labelled: the user's
         ]
     )
     c.handler().reconcile()  # too young to be a leftover

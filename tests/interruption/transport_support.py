@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy.notices import Notice
+from spotguard.sim import objects
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "events"
@@ -191,50 +192,20 @@ def aws_env(moto_server: Moto, monkeypatch: pytest.MonkeyPatch) -> Moto:
 
 
 def node(name: str, capacity: str, instance: str, zone: str = "us-east-2a") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "node.kubernetes.io/capacity": capacity,
-                "kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": zone,
-            },
-        },
-        "spec": {"providerID": f"aws:///{zone}/{instance}"},
-        "status": {
-            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return objects.node(name, capacity, zone=zone, cpu="8", memory="32Gi", provider=objects.provider_id(zone, instance))
 
 
 def deployment(name: str, replicas: int, node_name: str, namespace: str = "shop") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    # Pinned to one node so the test knows where the pods run.
-                    "nodeSelector": {"kubernetes.io/hostname": node_name},
-                    "containers": [{"name": name, "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}],
-                },
-            },
-        },
-    }
+    # Pinned to one node so the test knows where the pods run.
+    containers = [objects.container(name, "nginx", cpu="100m")]
+    template = objects.pod_template(name, containers=containers, nodeSelector={"kubernetes.io/hostname": node_name})
+    return objects.deployment(name, replicas, namespace=namespace, template=template)
 
 
 def scenario() -> list[dict[str, Any]]:
     """Two spot nodes (the AWS samples' instances), one on-demand node; two replicas of web on spot-a."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}},
+        objects.namespace("shop"),
         node("spot-a", "spot", SPOT_INSTANCE, "us-east-2a"),
         node("spot-b", "spot", NTH_INSTANCE, "us-east-2b"),
         node("od-a", "on-demand", ON_DEMAND_INSTANCE, "us-east-2a"),

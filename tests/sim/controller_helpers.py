@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from spotguard.sim import objects
+
 T = TypeVar("T")
 
 
@@ -23,47 +25,25 @@ def wait_for(fn: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
 
 def node(name: str, *, cpu: str = "4", memory: str = "16Gi", pods: str = "110", zone: str = "a",
          labels: dict[str, str] | None = None, taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                              "topology.kubernetes.io/zone": zone, **(labels or {})}},
-        "spec": {"taints": taints or []},
-        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods},
-                   "capacity": {"cpu": cpu, "memory": memory, "pods": pods}},
-    }
+    return objects.node(name, zone=zone, cpu=cpu, memory=memory, pods=pods, labels=labels,
+                        taints=taints or [], ready=False)
 
 
 def template(app: str, *, cpu: str = "100m", image: str = "nginx:1.27", **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": app}},
-        "spec": {"containers": [{"name": "c", "image": image,
-                                 "resources": {"requests": {"cpu": cpu}}}], **spec},
-    }
+    return objects.pod_template(app, containers=[objects.container("c", image, cpu=cpu)], **spec)
 
 
 def deployment(name: str, replicas: int, *, strategy: dict[str, Any] | None = None,
                **tmpl: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                            "template": template(name, **tmpl)}
-    if strategy:
-        spec["strategy"] = strategy
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    return objects.deployment(name, replicas, template=template(name, **tmpl), strategy=strategy)
 
 
 def replicaset(name: str, replicas: int, **tmpl: Any) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": template(name, **tmpl)}}
+    return objects.replicaset(name, replicas, template=template(name, **tmpl))
 
 
 def statefulset(name: str, replicas: int, policy: str = "OrderedReady", **tmpl: Any) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"replicas": replicas, "serviceName": name, "podManagementPolicy": policy,
-                     "selector": {"matchLabels": {"app": name}}, "template": template(name, **tmpl)}}
+    return objects.statefulset(name, replicas, template=template(name, **tmpl), policy=policy)
 
 
 def pods_of(store: Any, app: str, namespace: str = "default") -> list[dict[str, Any]]:
