@@ -92,13 +92,19 @@ def _namespace(client: kubernetes.client.ApiClient) -> str:
     return name
 
 
-@pytest.fixture(params=["sim", "real"])
+REAL = pytest.param(
+    "real",
+    marks=pytest.mark.skipif(
+        not os.environ.get(E2E_ENV), reason=f"{E2E_ENV} is not set: no real cluster to run the contract suite against"
+    ),
+)
+
+
+@pytest.fixture(params=["sim", REAL])
 def cluster(request: pytest.FixtureRequest, sim_api: testing.SimCluster) -> Iterator[Cluster]:
     """The contract-suite target: the simulated cluster, then a real one when configured."""
     if request.param == "real":
-        path = os.environ.get(E2E_ENV)
-        if not path:
-            pytest.skip(f"{E2E_ENV} is not set: no real cluster to run the contract suite against")
+        path = os.environ[E2E_ENV]
         client = _real_client(path)
         kubeconfig, sim = path, None
     else:
