@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "shared"))
 sys.path.insert(0, str(ROOT))
 
 from spotguard import certs  # noqa: E402
-from spotguard.admission import core, server  # noqa: E402
+from spotguard.admission import core, registration, server  # noqa: E402
 from spotguard.gateway import kube  # noqa: E402
 from spotguard.gateway import resources as r  # noqa: E402
 from spotguard.sim import objects  # noqa: E402
@@ -243,35 +243,12 @@ def main() -> int:
         servers.append(hook)
         noop, noop_url = start("noop", tls, kubeconfig, 1, args.threads)
         servers.append(noop)
+        # The shipped webhook configuration, pointed at the local server.
         k.create(
             r.MUTATINGWEBHOOKCONFIGURATIONS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "spotguard-admission"},
-                "webhooks": [
-                    {
-                        "name": "pods.admission.spotguard.io",
-                        "admissionReviewVersions": ["v1"],
-                        "sideEffects": "NoneOnDryRun",
-                        "failurePolicy": "Ignore",
-                        "timeoutSeconds": 3,
-                        "reinvocationPolicy": "IfNeeded",
-                        "clientConfig": {
-                            "url": hook_url + "/mutate",
-                            "caBundle": base64.b64encode(tls.ca_cert.read_bytes()).decode(),
-                        },
-                        "rules": [
-                            {
-                                "operations": ["CREATE"],
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "resources": ["pods"],
-                            }
-                        ],
-                    }
-                ],
-            },
+            registration.webhook_configuration(
+                hook_url + "/mutate", base64.b64encode(tls.ca_cert.read_bytes()).decode()
+            ),
         )
         # 1. API requests per admitted pod (after a warm-up Deployment).
         k.create(r.DEPLOYMENTS, deployment("warmup", 10), NS)

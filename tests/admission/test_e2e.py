@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import requests
+from spotguard.admission import registration
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.sim import objects, testing
@@ -83,40 +84,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 
 def webhook_configuration(url: str, ca: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "spotguard-admission"},
-        "webhooks": [
-            {
-                "name": "pods.admission.spotguard.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "NoneOnDryRun",
-                "failurePolicy": "Ignore",
-                "timeoutSeconds": 3,
-                "reinvocationPolicy": "IfNeeded",
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca.read_bytes()).decode()},
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": ["kube-system", "spotguard"],
-                        }
-                    ]
-                },
-            }
-        ],
-    }
+    """The shipped webhook configuration (``infra/kubernetes/base/webhook.yaml``), pointed at ``url``."""
+    return registration.webhook_configuration(url, base64.b64encode(ca.read_bytes()).decode())
 
 
 def template(name: str, template_annotations: dict[str, str] | None = None) -> dict[str, Any]:
