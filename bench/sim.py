@@ -32,7 +32,6 @@ import http.server
 import json
 import logging
 import os
-import ssl
 import subprocess
 import sys
 import threading
@@ -122,12 +121,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 
 
 def start_webhook() -> tuple[http.server.ThreadingHTTPServer, dict[str, Any]]:
-    cert = tls.self_signed()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    server.daemon_threads = True
-    ctx: ssl.SSLContext = cert.server_context()
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, url, ca_bundle = tls.serve_https(_Hook)
     config = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -138,8 +132,7 @@ def start_webhook() -> tuple[http.server.ThreadingHTTPServer, dict[str, Any]]:
             "sideEffects": "None",
             "failurePolicy": "Fail",
             "timeoutSeconds": 10,
-            "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/mutate",
-                             "caBundle": base64.b64encode(cert.cert_pem).decode()},
+            "clientConfig": {"url": url + "/mutate", "caBundle": ca_bundle},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                        "resources": ["pods"]}],
         }],

@@ -95,19 +95,10 @@ class Webhook:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = self.cert.server_context().wrap_socket(
-            self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def ca_bundle(self) -> str:
-        return base64.b64encode(self.cert.cert_pem).decode()
+        self.server, self.base_url, self.ca_bundle = tls.serve_https(Handler, self.cert)
 
     def url(self, path: str) -> str:
-        return f"https://127.0.0.1:{self.server.server_address[1]}{path}"
+        return self.base_url + path
 
     def calls(self, path: str) -> list[Review]:
         with self.lock:

@@ -4,10 +4,8 @@ Kubernetes documentation or source it follows."""
 
 from __future__ import annotations
 
-import base64
 import http.server
 import json
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -189,20 +187,14 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 # pkg/controller/replicaset/replica_set.go manageReplicas + controller_utils.go slowStartBatch;
 # https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/
 def test_replicaset_creates_pods_concurrently_through_the_webhook(sim: Any) -> None:
-    cert = tls.self_signed()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    server.daemon_threads = True
-    ctx: ssl.SSLContext = cert.server_context()
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, url, ca_bundle = tls.serve_https(_Hook)
     try:
         sim.store.create("mutatingwebhookconfigurations", {
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "probe"},
             "webhooks": [{"name": "probe.spotguard.io", "admissionReviewVersions": ["v1"],
                           "sideEffects": "None", "failurePolicy": "Fail",
-                          "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/",
-                                           "caBundle": base64.b64encode(cert.cert_pem).decode()},
+                          "clientConfig": {"url": url + "/", "caBundle": ca_bundle},
                           "rules": [{"operations": ["CREATE"], "apiGroups": [""],
                                      "apiVersions": ["v1"], "resources": ["pods"]}]}]})
         apps(sim).create_namespaced_replica_set("default", h.replicaset("burst", 16))

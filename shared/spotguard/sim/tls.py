@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import http.server
 import ipaddress
 import os
 import ssl
 import tempfile
+import threading
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -76,3 +79,20 @@ def self_signed(hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"), days
             serialization.NoEncryption(),
         ),
     )
+
+
+def serve_https(
+    handler: type[http.server.BaseHTTPRequestHandler], cert: ServingCert | None = None
+) -> tuple[http.server.ThreadingHTTPServer, str, str]:
+    """Serve ``handler`` over HTTPS on 127.0.0.1 in a daemon thread (test webhooks, benchmarks).
+
+    Returns the server (stop it with ``shutdown()``), its base URL and the caBundle
+    (base64 PEM) a webhook configuration needs to trust it.
+    """
+    cert = cert or self_signed()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.socket = cert.server_context().wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, name="https-" + handler.__name__, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    return server, url, base64.b64encode(cert.cert_pem).decode()
