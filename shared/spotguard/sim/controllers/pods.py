@@ -124,12 +124,7 @@ def _less(a: tuple[dict[str, Any], int], b: tuple[dict[str, Any], int], now: flo
     if r1 and r2:
         t1, t2 = ready_since(p1), ready_since(p2)
         if t1 != t2:
-            if t1 is None or t2 is None:
-                return _after_or_zero(t1, t2)
-            diff = _log_rank_diff(t1, t2, now)
-            if diff == 0:
-                return bool(uid1 < uid2)
-            return diff < 0
+            return _newer_first(t1, t2, uid1, uid2, now)
     # 7. More container restarts < fewer
     m1, m2 = _max_restarts(p1), _max_restarts(p2)
     if m1 != m2:
@@ -137,13 +132,18 @@ def _less(a: tuple[dict[str, Any], int], b: tuple[dict[str, Any], int], now: flo
     # 8. Newer < older (log scale buckets)
     t1, t2 = _created(p1), _created(p2)
     if t1 != t2:
-        if t1 is None or t2 is None:
-            return _after_or_zero(t1, t2)
-        diff = _log_rank_diff(t1, t2, now)
-        if diff == 0:
-            return bool(uid1 < uid2)
-        return diff < 0
+        return _newer_first(t1, t2, uid1, uid2, now)
     return False
+
+
+def _newer_first(t1: float | None, t2: float | None, uid1: str, uid2: str, now: float) -> bool:
+    """Upstream's time comparison: later first, in log-scale buckets, ties by uid."""
+    if t1 is None or t2 is None:
+        return _after_or_zero(t1, t2)
+    diff = _log_rank_diff(t1, t2, now)
+    if diff == 0:
+        return bool(uid1 < uid2)
+    return diff < 0
 
 
 def deletion_order(pods: list[dict[str, Any]], ranks: list[int], now: float) -> list[dict[str, Any]]:
