@@ -38,7 +38,7 @@ from spotguard.policy import interruption
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
 from spotguard.policy.notices import Notice, NoticeKind
-from spotguard.policy.views import NodeView, Owner, PodView
+from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
@@ -93,26 +93,7 @@ class Snapshot:
 
 def _pod_view(raw: Obj) -> PodView:
     """A PodView with only what the plan reads (20,000 pods: skip requests and tolerations)."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
-    owner = None
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
-            break
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return PodView(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid", "")),
-        labels=meta.get("labels") or {},
-        owner=owner,
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        ready=ready,
-        terminating=bool(meta.get("deletionTimestamp")),
-    )
+    return PodView.from_json(raw, scheduling=False)
 
 
 @dataclass
