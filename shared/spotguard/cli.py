@@ -1,8 +1,7 @@
 """The ``spotguard`` command line.
 
 Each subcommand lives in its own module that exposes ``add_arguments(parser)``
-and ``run(args) -> int``; this file only wires them up. A module listed here
-that is not installed is left out of ``--help`` rather than breaking the tool.
+and ``run(args) -> int``; this file only wires them up.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
 from spotguard import __version__
 
@@ -21,29 +19,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
-    "replay": ("spotguard.replay", "replay recorded events against a cluster"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {
     "admission": ("spotguard.admission.cli", "serve the admission webhook over HTTPS"),
     "spot-interruption": ("spotguard.interruption.cli", "serve the spot-interruption function"),
-    "node-added": ("spotguard.nodeadded.cli", "serve the node-added function"),
 }
 
 
-def _load(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            return None
-        raise
-
-
 def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:  # type: ignore[type-arg]
-    mod = _load(module)
-    if mod is None:
-        return
+    mod = importlib.import_module(module)
     parser = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip())
     mod.add_arguments(parser)
     parser.set_defaults(_run=mod.run)
