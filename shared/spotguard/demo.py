@@ -40,6 +40,7 @@ from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE, Workload
 from spotguard.sim import readiness, testing
 from spotguard.sim import scenario as scenario_mod
+from spotguard.sim import settings as sim_settings
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
     if not path.is_file():
         raise UserError(f"scenario {path} not found")
-    objects = scenario_mod.load(path)
+    timings, objects = sim_settings.split(scenario_mod.load(path))
     infra = [o for o in objects if o.get("kind") in INFRA_KINDS]
     apps = [o for o in objects if o.get("kind") not in INFRA_KINDS]
     if not any(o.get("kind") in ("Deployment", "StatefulSet") for o in apps):
@@ -76,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="spotguard-demo-") as tmp,
         testing.running_cluster(
-            infra, time_scale=args.time_scale, ready_delay_seconds=args.ready_delay, drainer=args.drainer
+            infra,
+            time_scale=args.time_scale,
+            ready_delay_seconds=args.ready_delay,
+            drainer=args.drainer,
+            settings=timings,
         ) as sim,
     ):
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
@@ -212,7 +217,8 @@ def play(sim: Any, apps: list[Obj], args: argparse.Namespace, out: Printer) -> d
     total = sum(w.replicas for w in before.values())
 
     def ready() -> int:
-        return sum(1 for p in store.list("pods")[0] if readiness.is_ready(p))
+        """Pods that serve (Ready on a node whose instance runs), not the API's Ready alone."""
+        return sum(1 for p in store.list("pods")[0] if sim.serving(p))
 
     wait_until(lambda: ready() >= total, (4 * args.ready_delay) / scale + 30, "every pod to be Ready")
     out.say("")

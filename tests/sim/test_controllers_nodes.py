@@ -103,10 +103,11 @@ def test_reclaimed_node_goes_not_ready_then_is_removed_with_its_pods() -> None:
 
 def test_pods_on_a_not_ready_node_become_not_ready() -> None:
     with testing.running_cluster(time_scale=SCALE) as sim:
-        sim.store.create("nodes", h.node("n1"))
+        sim.store.create("nodes", h.node("n1", zone="a"))
+        sim.store.create("nodes", h.node("n2", zone="b", labels={"hold": "x"}))
         core = kubernetes.client.CoreV1Api(sim.api_client())
         core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {
-            "containers": [{"name": "c", "image": "nginx:1.27"}]}})
+            "nodeName": "n1", "containers": [{"name": "c", "image": "nginx:1.27"}]}})
         h.wait_for(lambda: h.is_ready(sim.store.get("pods", "p", "default")), what="ready")
 
         def down(node: dict[str, Any]) -> None:
@@ -116,7 +117,12 @@ def test_pods_on_a_not_ready_node_become_not_ready() -> None:
 
         sim.store.mutate("nodes", "n1", None, down)
         h.wait_for(lambda: not h.is_ready(sim.store.get("pods", "p", "default")), what="not ready")
-        assert _cond(sim.store.get("pods", "p", "default"), "Ready")["reason"] == "NodeNotReady"
+        # MarkPodsNotReady sets the status only (pkg/controller/util/node/controller_utils.go)
+        assert _cond(sim.store.get("pods", "p", "default"), "Ready")["status"] == "False"
+        # a node reporting NotReady is tainted not-ready (TaintNodesByCondition, NoExecute tainter)
+        h.wait_for(lambda: {(t["key"], t["effect"]) for t in sim.store.get("nodes", "n1")["spec"].get("taints", [])}
+                   == {("node.kubernetes.io/not-ready", "NoSchedule"), ("node.kubernetes.io/not-ready", "NoExecute")},
+                   what="not-ready taints")
 
 
 # https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/ (min/max replicas)
