@@ -7,6 +7,7 @@ Each test names the Kubernetes documentation it follows.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import threading
 import time
@@ -17,7 +18,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 from spotguard.logs import UserError
-from spotguard.sim import objects, scenario, testing
+from spotguard.sim import objects, scenario, testing, tls
 from spotguard.sim import settings as settings_mod
 
 from tests.sim.conftest import REPO, Cluster, deployment_manifest, pod_manifest
@@ -655,3 +656,118 @@ def test_scenario_nodes_read_through_the_official_client() -> None:
         for node in nodes:
             assert node.status.node_info.machine_id and node.status.node_info.boot_id
             assert {a.type for a in node.status.addresses} == {"InternalIP", "Hostname"}
+
+
+# ---- Admission under the controllers' real concurrency (simulated controllers only) ----------------
+
+
+class _SlowHook(http.server.BaseHTTPRequestHandler):
+    """An admission webhook that holds every review ``delay`` seconds and records the peak in flight."""
+
+    protocol_version = "HTTP/1.1"
+    delay = 1.0
+    deny = False
+    lock = threading.Lock()
+    inflight: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        who = review["request"]["userInfo"]["username"].rsplit(":", 1)[-1]
+        with cls.lock:
+            cls.inflight[who] = cls.inflight.get(who, 0) + 1
+            cls.peak[who] = max(cls.peak.get(who, 0), cls.inflight[who])
+        time.sleep(cls.delay)
+        with cls.lock:
+            cls.inflight[who] -= 1
+        response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not cls.deny}
+        if cls.deny:
+            response["status"] = {"code": 403, "message": "no pods today"}
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": response}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _register(sim: testing.SimCluster, url: str, ca_bundle: str) -> None:
+    sim.store.create("mutatingwebhookconfigurations", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "slow"},
+        "webhooks": [{"name": "slow.spotguard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "failurePolicy": "Fail", "timeoutSeconds": 30,
+                      "clientConfig": {"url": url + "/", "caBundle": ca_bundle},
+                      "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                 "resources": ["pods"]}]}]})
+
+
+def _owned(sim: testing.SimCluster, app: str) -> list[dict[str, Any]]:
+    return [p for p in sim.store.list("pods")[0] if (p["metadata"].get("labels") or {}).get("app") == app]
+
+
+def test_each_controller_creates_its_slow_start_batches_all_at_once() -> None:
+    """pkg/controller/replicaset/replica_set.go manageReplicas (slowStartBatch: 1, 2, 4, ... each batch
+    in parallel goroutines, up to BurstReplicas 500) and statefulset runForAll (Parallel policy);
+    each controller has its own client, so one controller's calls never wait for another's."""
+    _SlowHook.delay, _SlowHook.deny, _SlowHook.peak, _SlowHook.inflight = 1.0, False, {}, {}
+    server, url, ca_bundle = tls.serve_https(_SlowHook)
+    try:
+        with testing.running_cluster(time_scale=10.0) as sim:
+            sim.store.create("nodes", objects.node("n1", pods="500", ready=False))
+            _register(sim, url, ca_bundle)
+            sim.store.create("replicasets", objects.replicaset("burst", 32))
+            sim.store.create("statefulsets", objects.statefulset("par", 16, policy="Parallel"))
+            _wait(lambda: len(_owned(sim, "burst")) == 32 and len(_owned(sim, "par")) == 16,
+                  timeout=120, message="48 pods")
+    finally:
+        server.shutdown()
+    # the 16 pods of the ReplicaSet's fifth batch and the 8 of the StatefulSet's fourth were in
+    # the webhook together (one shared pool of 8 before)
+    assert _SlowHook.peak["replicaset-controller"] >= 12, _SlowHook.peak
+    assert _SlowHook.peak["statefulset-controller"] >= 6, _SlowHook.peak
+
+
+def test_a_controllers_client_is_rate_limited() -> None:
+    """kube-controller-manager --kube-api-qps 20 and --kube-api-burst 30 (client-go token bucket):
+    after the burst, a controller writes at most 20 times a simulated second."""
+    with testing.running_cluster(time_scale=50.0) as sim:
+        sim.store.create("nodes", objects.node("n1", pods="500", ready=False))
+        created: list[float] = []
+        lock = threading.Lock()
+
+        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "pods" and event_type == "ADDED":
+                with lock:
+                    created.append(sim.clock.now())
+
+        sim.store.subscribe(on_change)
+        sim.store.create("replicasets", objects.replicaset("many", 200))
+        _wait(lambda: len(created) >= 200, timeout=120, message="200 pods")
+        sim.store.unsubscribe(on_change)
+    limits = settings_mod.ControllerManager()
+    span = created[199] - created[0]
+    assert span >= (200 - limits.kube_api_burst - 1) / limits.kube_api_qps - 0.5, span
+
+
+def test_a_failed_create_is_logged_with_the_count_created(caplog: pytest.LogCaptureFixture) -> None:
+    """The ReplicaSet controller reports a failed batch (slowStartBatch stops at the first error)."""
+    _SlowHook.delay, _SlowHook.deny, _SlowHook.peak, _SlowHook.inflight = 0.0, True, {}, {}
+    server, url, ca_bundle = tls.serve_https(_SlowHook)
+    caplog.set_level("WARNING", logger="spotguard.sim.replicaset-controller")
+    try:
+        with testing.running_cluster(time_scale=10.0) as sim:
+            _register(sim, url, ca_bundle)
+            sim.store.create("replicasets", objects.replicaset("denied", 3))
+            _wait(lambda: any(r.getMessage() == "pod creation failed" for r in caplog.records),
+                  timeout=30, message="the warning")
+    finally:
+        server.shutdown()
+        _SlowHook.deny = False
+    record = next(r for r in caplog.records if r.getMessage() == "pod creation failed")
+    assert record.__dict__["pods_created"] == 0 and "no pods today" in record.__dict__["error"]
