@@ -7,8 +7,9 @@ every pod, and the spot-interruption handler answers EC2 interruption notices
 for all spot nodes at once. The simulated cloud reclaims the nodes two minutes
 later; pods take ``--ready-delay`` seconds to start. A time scale makes the
 minutes pass in seconds. At the end it prints, per workload, its floor and the
-fewest Ready replicas it ever had, and exits non-zero if any workload fell
-below its floor.
+fewest serving replicas it ever had (Ready pods on nodes whose instance still
+runs: the API keeps a dead node's pods Ready for tens of seconds, as a real
+cluster does), and exits non-zero if any workload fell below its floor.
 """
 
 from __future__ import annotations
