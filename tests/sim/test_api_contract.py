@@ -596,6 +596,17 @@ def test_a_stopped_instance_keeps_its_node_and_taint_based_eviction_leaves_pods_
         assert _ready(sim.store.get("nodes", "spot-a")) == "Unknown"  # the stopped node stays
 
 
+def test_the_scenario_chooses_the_instance_action() -> None:
+    """EC2 spot instance interruption behavior (terminate, stop, hibernate): a hibernated instance
+    still exists, so its Node stays, NotReady, with the shutdown taint."""
+    with lossy_cluster(instance_action="hibernate") as sim:
+        sim.reclaim(["spot-a"], after_seconds=1)
+        _wait(lambda: ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(sim, "spot-a"),
+              message="the shutdown taint")
+        assert sim.cloud.instance("spot-a").state == "hibernated"
+        assert _ready(sim.store.get("nodes", "spot-a")) == "Unknown"
+
+
 def test_no_execute_taints_wait_while_every_zone_is_fully_disrupted() -> None:
     """node_lifecycle_controller.go handleDisruption: when every zone is fully disrupted the controller
     assumes a control plane partition and stops tainting NoExecute ("master disruption mode")."""
