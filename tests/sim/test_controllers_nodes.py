@@ -155,3 +155,22 @@ def test_hpa_keeps_replicas_within_bounds() -> None:
         apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 3}})
         h.wait_for(lambda: len(h.ready_pods(sim.store, "web")) == 3, what="3 ready")
         assert apps.read_namespaced_deployment("web", "default").spec.replicas == 3
+
+
+# https://kubernetes.io/docs/reference/node/node-status/ : a kubelet reports nodeInfo and addresses
+def test_nodes_created_with_a_bare_status_read_through_the_client() -> None:
+    from spotguard.sim import objects
+
+    with testing.running_cluster(time_scale=SCALE) as sim:
+        sim.store.create("nodes", objects.node("bare", ready=True))
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+
+        def listed() -> bool:
+            try:
+                return [n.metadata.name for n in core.list_node().items] == ["bare"]
+            except ValueError:  # the client refuses a NodeSystemInfo without its required fields
+                return False
+
+        h.wait_for(listed, what="list_node")
+        node = core.read_node("bare")
+        assert node.status.node_info.kubelet_version and node.status.addresses

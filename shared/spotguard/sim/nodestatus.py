@@ -32,6 +32,17 @@ PRESSURE = (
 )
 
 
+REQUIRED_NODE_INFO = ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                      "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture")
+
+
+def complete(node: Obj) -> bool:
+    """Whether the status has what a kubelet always reports (nodeInfo, addresses)."""
+    status = node.get("status") or {}
+    info = status.get("nodeInfo") or {}
+    return all(k in info for k in REQUIRED_NODE_INFO) and bool(status.get("addresses"))
+
+
 def internal_ip(name: str) -> str:
     """A stable 10.x address for a node name (EC2 style private address)."""
     digest = hashlib.sha256(name.encode()).digest()

@@ -101,6 +101,9 @@ class NodeLifecycleController(base.Controller):
             iso = self.clock.iso()
             self.store.mutate("nodes", name, None, lambda n: nodestatus.post_ready(n, iso))
             return
+        elif not nodestatus.complete(node):
+            self.store.mutate("nodes", name, None, nodestatus.fill)  # what its kubelet reports
+            return
         status = ready_status(node)
         if status == "True":
             if any(t.get("key") in CONDITION_TAINTS for t in _taints(node)):
