@@ -18,6 +18,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 from spotguard.logs import UserError
+from spotguard.sim import clock as simclock
 from spotguard.sim import objects, scenario, testing, tls
 from spotguard.sim import settings as settings_mod
 
@@ -619,6 +620,42 @@ def test_no_execute_taints_wait_while_every_zone_is_fully_disrupted() -> None:
         for node in ("spot-a", "od-a", "od-b"):
             assert ("node.kubernetes.io/unreachable", "NoSchedule") in _taints(sim, node)
             assert ("node.kubernetes.io/unreachable", "NoExecute") not in _taints(sim, node)
+
+
+def _zone_cluster(count: int) -> contextlib.AbstractContextManager[testing.SimCluster]:
+    """``count`` nodes a0.. in zone a (and the three of ``lossy_cluster``)."""
+
+    @contextlib.contextmanager
+    def cluster() -> Iterator[testing.SimCluster]:
+        with lossy_cluster() as sim:
+            for i in range(count):
+                sim.store.create("nodes", objects.node(f"a{i}", zone="a", ready=False))
+            yield sim
+
+    return cluster()
+
+
+def test_no_execute_taints_are_rate_limited_per_zone() -> None:
+    """--node-eviction-rate 0.1: in a healthy zone one node is tainted NoExecute every 10 s;
+    in a zone of at most --large-cluster-size-threshold (50) nodes where at least
+    --unhealthy-zone-threshold (55 %) of more than two are not Ready, none (ReducedQPSFunc)."""
+    with _zone_cluster(8) as sim:
+        sim.reclaim(["a0", "a1"], after_seconds=1, action="stop")
+        no_execute = ("node.kubernetes.io/unreachable", "NoExecute")
+        _wait(lambda: no_execute in _taints(sim, "a0") and no_execute in _taints(sim, "a1"), message="both tainted")
+        added = sorted(
+            simclock.parse_iso(t["timeAdded"])
+            for n in ("a0", "a1") for t in sim.store.get("nodes", n)["spec"]["taints"]
+            if (t["key"], t["effect"]) == no_execute
+        )
+        assert added[1] - added[0] >= 10.0, added  # timeAdded: whole seconds, both truncated
+    with _zone_cluster(8) as sim:  # zone a: 10 nodes, 6 lost: a partial disruption
+        lost = [f"a{i}" for i in range(6)]
+        sim.reclaim(lost, after_seconds=1, action="stop")
+        _wait(lambda: all(_ready(sim.store.get("nodes", n)) == "Unknown" for n in lost), message="Unknown")
+        later = sim.clock.now() + 60.0
+        _wait(lambda: sim.clock.now() >= later, message="a simulated minute")
+        assert not any(("node.kubernetes.io/unreachable", "NoExecute") in _taints(sim, n) for n in lost)
 
 
 def test_toleration_seconds_bound_how_long_a_pod_stays_on_an_unreachable_node() -> None:
