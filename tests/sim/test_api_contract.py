@@ -526,7 +526,16 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
             for p in sim.store.list("pods")[0]:
                 at_death[p["metadata"]["name"]] = (sim.serving(p), _ready(p))
 
+        active_at_create: list[int] = []
+
+        def on_pod(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "pods" and event_type == "ADDED" and obj["metadata"]["labels"].get("app") == "web":
+                active_at_create.append(sum(1 for p in sim.store.list("pods", "default")[0]
+                                            if p["metadata"]["labels"].get("app") == "web"
+                                            and not p["metadata"].get("deletionTimestamp")))
+
         sim.cloud.subscribe(on_instance)
+        sim.store.subscribe(on_pod)
         timeline = Timeline(sim)
         sim.reclaim(["spot-a"], after_seconds=5, action="terminate")
         _wait(lambda: at_death, message="the instance to go")
@@ -537,6 +546,7 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
               and len(sim.store.list("pods")[0]) == 3, message="every old pod replaced")
         timeline.stop()
         sim.cloud.unsubscribe(on_instance)
+        sim.store.unsubscribe(on_pod)
 
         unknown = timeline.first(lambda e, r, o: r == "nodes" and o["metadata"]["name"] == "spot-a"
                                  and _ready(o) == "Unknown")
@@ -549,12 +559,12 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
         assert unknown is not None and unknown >= death + 50.0
         assert not_ready is not None and not_ready >= death + 50.0
         assert node_gone is not None and node_gone >= unknown
-        assert pods_gone and min(pods_gone) >= node_gone + 40.0
+        assert pods_gone and min(pods_gone) >= node_gone + 40.0 - 1.0  # 1 s: when the notices were seen
         assert {c["reason"] for o in failed for c in o["status"]["conditions"] if c["type"] == "DisruptionTarget"} \
             == {"DeletionByPodGC"}
-        # replacements only once the old pods were gone (none were terminating before pod GC)
-        new_pods = [t for t, e, r, o in timeline.events if r == "pods" and e == "ADDED"]
-        assert new_pods and min(new_pods) >= min(pods_gone)
+        # a replacement only once an old pod was gone (none was terminating before pod GC):
+        # never more active web pods than replicas
+        assert len(active_at_create) == 2 and max(active_at_create) <= 2, active_at_create
         db_back = timeline.first(lambda e, r, o: r == "pods" and e == "ADDED" and o["metadata"]["name"] == "db-0")
         db_gone = timeline.first(lambda e, r, o: r == "pods" and e == "DELETED" and o["metadata"]["name"] == "db-0")
         assert db_gone is not None and db_back is not None and db_back >= db_gone
@@ -576,11 +586,12 @@ def test_a_stopped_instance_keeps_its_node_and_taint_based_eviction_leaves_pods_
         _wait(lambda: ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(sim, "spot-a"),
               message="the shutdown taint")
         assert ("node.kubernetes.io/unreachable", "NoSchedule") in _taints(sim, "spot-a")
-        tainted = sim.clock.now()
+        tainted = next(simclock.parse_iso(t["timeAdded"]) for t in sim.store.get("nodes", "spot-a")["spec"]["taints"]
+                       if (t["key"], t["effect"]) == ("node.kubernetes.io/unreachable", "NoExecute"))
         _wait(lambda: all(p["metadata"].get("deletionTimestamp") for p in sim.store.list("pods")[0]
                           if p["metadata"]["uid"] in web_before), message="web pods evicted")
         evicted = timeline.first(lambda e, r, o: r == "pods" and o["metadata"].get("deletionTimestamp"))
-        assert evicted is not None and evicted >= tainted + 300.0 - 10.0  # the taint came <= 10 s before we saw it
+        assert evicted is not None and evicted >= tainted + 300.0  # DefaultTolerationSeconds
         # a web replacement as soon as the old pods terminate; they stay Terminating (no kubelet)
         _wait(lambda: sum(1 for p in sim.store.list("pods")[0] if p["metadata"]["uid"] not in web_before
                           and p["metadata"]["labels"].get("app") == "web") == 2, message="web replacements")
