@@ -301,9 +301,12 @@ def test_an_old_surge_ends_even_with_doomed_pods_ready() -> None:
     web = surged_web()
     pods = [pod(web, i, "s1") for i in range(2)]
     done, _ = interruption.finish(
-        workloads=[web], pods=pods, nodes=[node("s1")], now=NOW + interruption.SURGE_MAX_SECONDS + 1
+        workloads=[web],
+        pods=pods,
+        nodes=[node("s1")],
+        now=NOW + interruption.SURGE_MAX_SECONDS + interruption.REPLACEMENT_GRACE + 1,
     )
-    assert len(done) == 1 and "older" in done[0].reason
+    assert len(done) == 1 and "older than its deadline" in done[0].reason
 
 
 def test_selector_semantics() -> None:
