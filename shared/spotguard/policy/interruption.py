@@ -441,7 +441,9 @@ def deadline(notice: Notice, config: Config, now: float) -> float:
         return t + notices_mod.INTERRUPTION_WINDOW
     if notice.kind is NoticeKind.REBALANCE:
         return t + config.rebalance_surge_seconds
-    return t  # shutting-down, terminated, stopping: going now
+    # shutting-down, stopping, terminated: going now, but the API may show its pods for a
+    # while; a surge still ends as soon as they are gone.
+    return t + notices_mod.INTERRUPTION_WINDOW
 
 
 def node_notice(notice: Notice, config: Config, now: float) -> NodeNotice:
@@ -670,8 +672,8 @@ def _surge_step(
             if notice.kind is NoticeKind.REBALANCE:
                 if node not in until:
                     until[node] = t
-            elif notice.event_id in new_events or node not in until:
-                until[node] = t
+            elif node not in until or until[node] <= now or t < until[node]:
+                until[node] = t  # the earliest reclaim time wins, a rebalance's end gives way
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
     index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
