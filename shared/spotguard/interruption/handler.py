@@ -448,6 +448,53 @@ class Handler:
                 "budget", exc=exc, failures=batch.failures, nodes=nodes, event_ids=step.record.events, workload=wl.key
             )
 
+    def _raise_autoscaler(self, namespace: str, step: interruption.AutoscalerStep, hpa: Autoscaler | None) -> None:
+        """Raise the autoscaler's limits, guarded by its resourceVersion; on a conflict (its
+        status, or the user) re-read it and raise from what it holds then."""
+        rv = hpa.resource_version if hpa is not None else ""
+        want_min, want_max = step.min_replicas, step.max_replicas
+        for _ in range(CONFLICT_ATTEMPTS):
+            body: Obj = {"spec": {"minReplicas": want_min, "maxReplicas": want_max}}
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.kube.patch(r.HPAS, step.name, body, namespace)
+                return
+            except Conflict:
+                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, step.name, namespace))
+                rv = fresh.resource_version
+                want_min = max(fresh.min_replicas, step.min_replicas)
+                want_max = max(fresh.max_replicas, want_min)
+        raise Transient(409, "Conflict", f"autoscaler {namespace}/{step.name} kept changing")
+
+    def _restore_autoscaler(self, namespace: str, fin: Finish, hpa: Autoscaler | None) -> bool:
+        """Put the autoscaler's limits back where they still hold spotguard's values."""
+        rv = hpa.resource_version if hpa is not None else ""
+        want_min, want_max = fin.hpa_min, fin.hpa_max
+        for _ in range(CONFLICT_ATTEMPTS):
+            spec: Obj = {}
+            if want_min is not None:
+                spec["minReplicas"] = want_min
+            if want_max is not None:
+                spec["maxReplicas"] = want_max
+            if not spec:
+                return True
+            body: Obj = {"spec": spec}
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.kube.patch(r.HPAS, fin.record.hpa, body, namespace)
+                return True
+            except Conflict:
+                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, fin.record.hpa, namespace))
+                rv = fresh.resource_version
+                rec = fin.record
+                if rec.hpa_set is not None and fresh.min_replicas != rec.hpa_set:
+                    want_min = None  # the user changed it meanwhile: theirs wins
+                if rec.hpa_max_set is not None and fresh.max_replicas != rec.hpa_max_set:
+                    want_max = None
+        return False
+
     def _surge(self, step: SurgeStep, batch: Batch) -> None:
         snap, failures = batch.snap, batch.failures
         wl = step.workload
@@ -462,15 +509,7 @@ class Handler:
             if step.autoscaler is not None:
                 a = step.autoscaler
                 hpa = next((h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == a.name), None)
-                spec_patch: Obj = {"spec": {"minReplicas": a.min_replicas, "maxReplicas": a.max_replicas}}
-                if hpa is not None and hpa.resource_version:
-                    spec_patch["metadata"] = {"resourceVersion": hpa.resource_version}
-                try:
-                    self.kube.patch(r.HPAS, a.name, spec_patch, wl.namespace)
-                except Conflict:
-                    # The autoscaler changed since the read: the next delivery or reconcile
-                    # plans it again from what it holds then.
-                    raise Transient(409, "Conflict", f"autoscaler {wl.namespace}/{a.name} changed") from None
+                self._raise_autoscaler(wl.namespace, a, hpa)
                 log.info(
                     "autoscaler minimum raised for the surge",
                     extra={
@@ -662,22 +701,12 @@ class Handler:
             if raw is None:
                 return
             if fin.hpa_min is not None or fin.hpa_max is not None:
-                spec: Obj = {}
-                if fin.hpa_min is not None:
-                    spec["minReplicas"] = fin.hpa_min
-                if fin.hpa_max is not None:
-                    spec["maxReplicas"] = fin.hpa_max
                 hpa = next(
                     (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
                     None,
                 )
-                body: Obj = {"spec": spec}
-                if hpa is not None and hpa.resource_version:
-                    body["metadata"] = {"resourceVersion": hpa.resource_version}
-                try:
-                    self.kube.patch(r.HPAS, fin.record.hpa, body, wl.namespace)
-                except Conflict:
-                    return  # the autoscaler changed since the read: the next reconcile decides again
+                if not self._restore_autoscaler(wl.namespace, fin, hpa):
+                    return  # the autoscaler kept changing: the next reconcile decides again
             # The budget goes before the record: a failure here leaves the record, and the
             # next reconcile finishes again (a record removed first would orphan the budget).
             if fin.budget:

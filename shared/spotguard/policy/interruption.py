@@ -703,6 +703,11 @@ def _surge_step(
     if hpa is not None:
         if not hpa_name or hpa_name != hpa.name:
             hpa_name, hpa_min, hpa_max, hpa_set, hpa_max_set = hpa.name, hpa.min_replicas, None, None, None
+        # The user changed a limit during the surge: their value is the one to put back.
+        if hpa_set is not None and hpa.min_replicas != hpa_set:
+            hpa_min = hpa.min_replicas
+        if hpa_max_set is not None and hpa.max_replicas != hpa_max_set:
+            hpa_max = hpa.max_replicas
         want_min = max(hpa.min_replicas, replicas)
         want_max = max(hpa.max_replicas, want_min)
         if hpa_max is None and want_max != hpa.max_replicas:
