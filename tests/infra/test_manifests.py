@@ -238,7 +238,10 @@ def test_rbac_is_least_privilege() -> None:
                     assert role["kind"] == "Role", f"{where}: leases only in the spotguard namespace"
                     assert role["metadata"]["namespace"] == "spotguard", where
                 if "configmaps" in rule["resources"]:
-                    assert role["kind"] == "Role" and rule.get("resourceNames") == ["spotguard-config"], where
+                    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "spotguard", where
+                    # Only spot-interruption writes ConfigMaps: its surge ledger in its own namespace.
+                    if rule.get("resourceNames") != ["spotguard-config"]:
+                        assert role["metadata"]["name"] == "spotguard-spot-interruption", where
 
 
 def test_admission_writes_only_leases_and_events() -> None:
