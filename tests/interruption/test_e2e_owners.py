@@ -339,12 +339,21 @@ def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
         assert [b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]] == ["spotguard-surge-web"]
         # kubectl replace -f web.yaml (or Argo CD Replace=true): the manifest, without the record.
         from spotguard.gateway import kube, resources
+        from spotguard.gateway.errors import Conflict
 
         api = kube.Kube(sim.api_client())
-        current = api.get(resources.DEPLOYMENTS, "web", "shop")
-        current["metadata"]["annotations"] = {}
-        current["spec"]["replicas"] = 6
-        api.replace(resources.DEPLOYMENTS, current)  # a PUT, as kubectl replace sends
+
+        def replaced() -> bool:
+            current = api.get(resources.DEPLOYMENTS, "web", "shop")
+            current["metadata"]["annotations"] = {}
+            current["spec"]["replicas"] = 6
+            try:
+                api.replace(resources.DEPLOYMENTS, current)  # a PUT, as kubectl replace sends
+            except Conflict:
+                return False  # the controller wrote its status meanwhile: replace again
+            return True
+
+        h.wait_until(replaced, 10, "the replace to go through")
         assert record(store) is None
         sim.reclaim(spot, after_seconds=120)
         h.wait_until(
@@ -352,7 +361,8 @@ def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
                 reconcile(handler),
                 store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
                 and not store.list("poddisruptionbudgets")[0]
-                and not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot),
+                and not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
+                and record(store) is None,
             )[1],
             60,
             "nothing of the surge left raised",
