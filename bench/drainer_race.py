@@ -93,6 +93,7 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
         wait(lambda: sum(ready(store).values()) == 9, 60)
         handler = Handler(kube.Kube(sim.api_client()), cfg, clock=sim.clock.now)
         spot = ["spot-2", "spot-3"]
+        before = ready(store)  # before any notice: the serving count to keep
         if protection == "rebalance":
             handler.handle(notices(sim, spot, NoticeKind.REBALANCE, "rbl"))
             wait(
@@ -102,7 +103,6 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
                 ),
                 60,
             )
-        before = ready(store)
         tracker = readiness.Tracker()
         tracker.start(store)
         tracker.arm(spot)
@@ -112,7 +112,7 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
         def mark(node: dict[str, Any]) -> None:
             ann = node["metadata"].setdefault("annotations", {})
             ann[nodes.TERMINATE_AT] = sim.clock.iso(t0 + 120)
-            ann[drainer.DRAIN_AT] = sim.clock.iso(drain_at)
+            ann[drainer.DRAIN_AT] = sim.clock.iso_micro(drain_at)
 
         warning = notices(sim, spot, NoticeKind.INTERRUPTION, "itn")
         for n in spot:
