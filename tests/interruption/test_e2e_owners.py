@@ -376,3 +376,37 @@ def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
             if c["metadata"]["name"].startswith("spotguard-surges-")
         ]
         assert all(not (c.get("data") or {}) for c in ledgers)
+
+
+# -- 4. half-done handling finished by the reconcile, and the gauges an operator alerts on ----
+
+
+def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
+    from prometheus_client import REGISTRY
+
+    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+        store = sim.store
+        start(sim, 6)
+        handler = h.handler_for(sim)
+        spot = spot_nodes(store)
+        # Every Deployment write fails: the nodes are tainted, nothing is surged.
+        sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+        for n in spot:
+            answer = send(handler, eventbridge(sim, n, "EC2 Spot Instance Interruption Warning", f"itn-{n}"))
+            assert answer["result"] == "retry"
+        sim.faults.clear()
+        assert all(taints(store, n) == [f"itn-{n}"] for n in spot)
+        assert record(store) is None
+        # The scheduled reconcile (no redelivery at all) completes it inside the window.
+        reconcile(handler)
+        rec = record(store)
+        assert rec is not None and rec["surge"] > 0
+        assert sorted(rec["events"]) == [f"itn-{n}" for n in spot]
+        assert replicas(store) == 6 + rec["surge"]
+        assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 1
+        sim.reclaim(spot, after_seconds=120)
+        settle(handler, store)
+        assert replicas(store) == 6
+        assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 0
+        assert REGISTRY.get_sample_value("spotguard_interruption_surges_overdue") == 0
+        assert REGISTRY.get_sample_value("spotguard_workloads_below_floor") == 0

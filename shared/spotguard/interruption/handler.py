@@ -623,7 +623,7 @@ class Handler:
         self._untaint_survivors(snap, pool, now)
         self._sweep_budgets(snap, pool)
         self._keep_ledger(snap, batch)
-        self._gauges(snap, now, config)
+        self._gauges(snap, now, config, batch)
 
     def _evict(self, ev: interruption.Eviction) -> None:
         try:
@@ -681,10 +681,11 @@ class Handler:
                 want[key] = None  # the workload is gone
         ledger.sync(self.kube, want, snap.ledger)
 
-    def _gauges(self, snap: Snapshot, now: float, config: Config) -> None:
+    def _gauges(self, snap: Snapshot, now: float, config: Config, batch: Batch) -> None:
+        """The gauges an operator alerts on, as this handling leaves the records."""
         surging = overdue = 0
         for w in snap.workload_views:
-            rec = SurgeRecord.of(w)
+            rec = batch.records[w.key] if w.key in batch.records else SurgeRecord.of(w)
             if rec is None or rec.done:
                 continue
             surging += 1
