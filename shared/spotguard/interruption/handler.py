@@ -4,11 +4,17 @@
 StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, Namespaces: a
 fixed number of list calls whatever the size of the burst), asks the pure
 :mod:`spotguard.policy.interruption` for one plan for the whole batch, then
-writes it: one taint per doomed node, and per affected Deployment one patch
-(replicas and the ``spotguard.io/surge`` record together), the temporary
-budget where the user has none, the autoscaler's minimum where one scales it,
-and Events. It then scales back the surges that are over. ``reconcile()`` does
-only the last part, on a schedule.
+writes it: first the temporary budgets where the user has none (so a drainer
+acting at the notice meets them), then one taint per doomed node (with the
+notice recorded beside it, ``spotguard.io/notice``) and per affected
+Deployment one patch (replicas and the ``spotguard.io/surge`` record
+together), the autoscaler's limits, and Events. It then scales back the
+surges that are over (to the count the owner wants now), evicts doomed pods
+whose replacements are Ready (``drain: true``), untaints nodes that survived
+their notice, and keeps the surge ledger (:mod:`spotguard.interruption.ledger`).
+``reconcile()`` does the same on a schedule, after re-planning every notice
+still pending on a tainted node, which finishes a handling cut off half-way.
+The settings are a function re-read at their TTL (:attr:`Handler.config`).
 
 Every write is idempotent or guarded by the object's resourceVersion; a write
 that fails transiently makes the notices it serves ``RETRY`` (what succeeded

@@ -17,8 +17,13 @@ notice whose nodes are already in a workload's record adds nothing: the plan
 only completes what is missing (budget, autoscaler), so a handling cut off
 half-way is finished by the next delivery.
 
-:func:`finish` says which surges are over (the replacements are Ready and the
-doomed pods are gone or not Ready) and how to scale each one back.
+:func:`finish` says which surges are over (no pod Ready on a doomed node that
+exists before its deadline, the replacements Ready) and how to scale each one
+back: to the count the owner wants now (:func:`owner_replicas`).
+:func:`evictions` says which doomed pods spotguard may evict itself (create
+before evict). Every notice with an event id not in a record gets its
+protection; each node of a record has its deadline (``until``: the reclaim
+time, or the end of a rebalance's surge).
 """
 
 from __future__ import annotations
