@@ -406,3 +406,17 @@ def test_evictions_keep_the_ready_count_from_before_the_notice() -> None:
     pods[-1] = pod(web, 5, "od1")
     assert len(interruption.evictions(workloads=[web], pods=pods, nodes=nodes, now=NOW + 10)) == 2
     assert interruption.evictions(workloads=[web], pods=pods, nodes=nodes, now=NOW + 121) == []
+
+
+def test_an_autoscaler_that_undid_the_surge_before_its_minimum_was_raised_is_overruled() -> None:
+    rec = SurgeRecord(replicas=4, surge=2, written=6, events=("ev-1",), nodes=("s1",), started=NOW)
+    hpa = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=4, max_replicas=8)]
+    web = with_surge(deployment("web", 4), rec.to_json())  # the autoscaler scaled it back to 4
+    step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=hpa))["web"]
+    assert (step.replicas, step.record.replicas, step.write_workload) == (6, 4, True)
+    assert step.autoscaler == interruption.AutoscalerStep("web", 6, 8)
+    # With its minimum raised, a lower count is someone else's choice: theirs.
+    raised = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=6, max_replicas=8)]
+    three = with_surge(deployment("web", 3), dataclasses.replace(rec, hpa="web", hpa_min=4, hpa_set=6).to_json())
+    step = by_name(make_plan([notice("i-s1")], workloads=[three], autoscalers=raised))["web"]
+    assert step.record.replicas == 3

@@ -690,13 +690,20 @@ def _surge_step(
         total = added
         started = now
         serving = ready
-    else:
-        # Someone else changed the count during the surge: what they want is the new base.
-        original = owner_replicas(existing, wl.replicas)
+    replicas = wl.replicas + added
+    if existing is not None:
         total = existing.surge + added
         started = existing.started
         serving = existing.ready or ready
-    replicas = wl.replicas + added
+        written = existing.last_written
+        if hpa is not None and wl.replicas < written and hpa.min_replicas < written:
+            # Lowered while the autoscaler's minimum was not raised yet (a handling cut off
+            # between the two writes): the autoscaler undid the surge. Put it back.
+            original = existing.replicas
+            replicas = written + added
+        else:
+            # Someone else changed the count during the surge: what they want is the new base.
+            original = owner_replicas(existing, wl.replicas)
 
     # The autoscaler: raise its minimum to the surged count (record the original once).
     hpa_step: AutoscalerStep | None = None
@@ -750,7 +757,9 @@ def _surge_step(
         hpa_max_set=hpa_max_set,
         ready=serving,
     )
-    changed = existing is None or existing.lost or record.to_json() != existing.to_json()
+    changed = (
+        existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added
+    )
     record_nodes = set(record.nodes)
     doomed_pods = sum(1 for p in wl_pods if p.active and p.node_name in record_nodes)
     return SurgeStep(
