@@ -132,10 +132,14 @@ def test_the_on_demand_pod_gets_required_affinity_and_the_spot_pod_a_preference(
     _, first = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     _, second = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     required = first["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == cluster.CAPACITY
+    assert {"key": cluster.CAPACITY, "operator": "NotIn", "values": ["spot"]} in (
+        required["nodeSelectorTerms"][0]["matchExpressions"]
+    )
     assert first["metadata"]["annotations"][POD_ANNOTATION]
     preferred = second["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert preferred[0]["preference"]["matchExpressions"][0]["values"] == ["spot"]
+    assert {"key": cluster.CAPACITY, "operator": "In", "values": ["spot"]} in [
+        p["preference"]["matchExpressions"][0] for p in preferred
+    ]
     assert {c["topologyKey"] for c in second["spec"]["topologySpreadConstraints"]} == {
         "kubernetes.io/hostname",
         "topology.kubernetes.io/zone",
