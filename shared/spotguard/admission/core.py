@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, metrics, reviews
 from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Reservations
@@ -35,6 +35,7 @@ from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Kind
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_NAMESPACE = "spotguard"
 # Admission runs under a three-second webhook timeout: short API deadlines, few retries.
@@ -334,12 +335,13 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
     if ctx.kube is None:
         raise RuntimeError(f"no Kubernetes connection: {ctx.connect_error}")
-    # First round trip: the namespace, the nodes and the pod's owner at the same time.
-    ns_future = deadline.submit(ctx.pool, ctx.resolver.namespace_annotations, namespace)
-    nodes_future = deadline.submit(ctx.pool, ctx.resolver.nodes)
+    # First round trip: the namespace, the nodes and the pod's owner at the same time
+    # (warm caches need no thread hand-off at all).
+    ns_future = _soon(ctx, ctx.resolver.has_namespace(namespace), ctx.resolver.namespace_annotations, namespace)
+    nodes_future = _soon(ctx, ctx.resolver.has_nodes(), ctx.resolver.nodes)
     owner_rs = ctx.resolver.replicaset_of(view)
     warm: futures.Future[None] | None = None
-    if owner_rs is not None:
+    if owner_rs is not None and ctx.reservations.needs_count(owner_rs):
         # Second round trip: the Lease and the pod count while the Deployment is read.
         warm = deadline.submit(ctx.pool, ctx.reservations.warm, owner_rs, config)
     resolved = ctx.resolver.resolve(view)
@@ -401,6 +403,15 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("skipped", decision.reason)
     ops = placement_patch(pod, decision.placement, config, token)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _soon(ctx: Context, cached: bool, fn: Callable[..., T], *args: Any) -> futures.Future[T]:
+    """``fn(*args)`` now when its answer is cached, else in the pool (alongside other lookups)."""
+    if not cached:
+        return deadline.submit(ctx.pool, fn, *args)
+    done: futures.Future[T] = futures.Future()
+    done.set_result(fn(*args))
+    return done
 
 
 def _forced(

@@ -281,6 +281,11 @@ class Reservations:
         for t in count.seen:
             local.seen_at.setdefault(t, count.started)
 
+    def needs_count(self, rs: Mapping[str, Any]) -> bool:
+        """Whether a claim for this ReplicaSet would list its pods first (no trusted count here)."""
+        local = self._local(str((rs.get("metadata") or {}).get("uid") or ""))
+        return local.count is None or self.clock() - local.count.started > self.trust_seconds
+
     def warm(self, rs: Mapping[str, Any], config: Config) -> None:
         """Count ahead while the caller resolves the Deployment (a cold start's round trips overlap)."""
         meta = rs.get("metadata") or {}

@@ -148,6 +148,14 @@ class Resolver:
         self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
         return obj, True
 
+    def has_namespace(self, namespace: str) -> bool:
+        """Whether the namespace's annotations are cached (no API call needed)."""
+        return self.cache.get((r.NAMESPACES.plural, None, namespace)) is not _MISSING
+
+    def has_nodes(self) -> bool:
+        """Whether the node list is fresh (no API call needed)."""
+        return self.clock() - self._nodes_at <= self.node_ttl
+
     def forget(self, res: r.Resource, name: str, namespace: str | None) -> None:
         self.cache.pop((res.plural, namespace, name))
 
