@@ -806,3 +806,52 @@ def test_sam_alarms_on_dead_letters_and_errors() -> None:
         assert props["AlarmActions"] == {
             "Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]
         }
+
+
+@cache
+def kustomize_with_spot_interruption() -> tuple[dict[str, Any], ...]:
+    """infra/kubernetes/base with the spot-interruption component, from a scratch overlay (as infra/check)."""
+    scratch = Path(tempfile.mkdtemp(prefix="spotguard-kustomize-"))
+    try:
+        shutil.copytree(INFRA / "kubernetes", scratch / "kubernetes", ignore=shutil.ignore_patterns("generated"))
+        overlay = scratch / "kubernetes" / "with-spot-interruption"
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            "resources: [../base]\ncomponents: [../spot-interruption]\n"
+        )
+        return tuple(objects(run(tool("kubectl"), "kustomize", str(overlay))))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_kustomize_and_helm_run_the_same_commands() -> None:
+    from spotguard import cli
+
+    parser = cli.build_parser()
+    kustomized = kustomize_with_spot_interruption()
+    helmed = helm(
+        "spotInterruption.enabled=true",
+        "spotInterruption.sqsQueueUrl=https://sqs.us-east-1.amazonaws.com/123456789012/q",
+        "spotInterruption.region=us-east-1",
+    )
+    for name in ("spotguard-admission", "spotguard-spot-interruption"):
+        k = one(kustomized, "Deployment", name)["spec"]["template"]["spec"]
+        h = one(helmed, "Deployment", name)["spec"]["template"]["spec"]
+        [kc], [hc] = k["containers"], h["containers"]
+        assert kc["image"] == hc["image"] == "ghcr.io/spotguard/spotguard:0.1.0"
+
+        def flags(args: list[str]) -> list[str]:
+            return sorted(a.split("=")[0] for a in args)
+
+        assert flags(kc["args"]) == flags(hc["args"]), name
+        parser.parse_args(kc["args"])
+        assert kc["env"] == hc["env"] == [{"name": "SPOTGUARD_NAMESPACE", "value": "spotguard"}]
+        assert {p["name"] for p in kc["ports"]} == {p["name"] for p in hc["ports"]}
+        assert kc["securityContext"]["readOnlyRootFilesystem"] is True
+        assert k["serviceAccountName"] == f"spotguard-{name.removeprefix('spotguard-')}"
+    # the metrics Services match as well
+    for service in ("spotguard-admission", "spotguard-spot-interruption-metrics"):
+        kp = {p["name"]: p["port"] for p in one(kustomized, "Service", service)["spec"]["ports"]}
+        hp = {p["name"]: p["port"] for p in one(helmed, "Service", service)["spec"]["ports"]}
+        assert kp == hp, service
