@@ -29,7 +29,8 @@ from tests.infra import venvs
 from tests.infra.test_image import Served, free_port
 from tests.interruption import transport_support
 
-pytestmark = pytest.mark.slow
+# Fresh virtual environments install from the package index: minutes on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 FUNCTIONS = sorted(d.name for d in (venvs.ROOT / "functions").iterdir() if (d / "func.yaml").is_file())
 # What func-python's entry point does for each invoke mode of func.yaml.

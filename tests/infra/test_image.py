@@ -28,7 +28,8 @@ from tests.admission.test_e2e import SCENARIO, deployment
 from tests.infra import venvs
 from tests.interruption import transport_support
 
-pytestmark = pytest.mark.slow
+# Fresh virtual environments install from the package index: minutes on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 DOCKERFILE = venvs.ROOT / "Dockerfile"
 DEV_ONLY = ("pytest", "moto", "ruff", "mypy", "hypothesis", "cfn-lint", "func-python", "aws-lambda-powertools")

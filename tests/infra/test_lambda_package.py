@@ -27,7 +27,8 @@ from tests.admission.test_e2e import SCENARIO, deployment
 from tests.infra import venvs
 from tests.interruption import transport_support
 
-pytestmark = pytest.mark.slow
+# Fresh virtual environments install from the package index: minutes on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 FUNCTIONS = venvs.ROOT / "functions"
 LAMBDA_FUNCTIONS = sorted(d.name for d in FUNCTIONS.iterdir() if (d / "lambda_function.py").is_file())
