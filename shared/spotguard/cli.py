@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
+    "package": ("spotguard.packaging", "build the Lambda zips or stage the Knative function folders"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {
