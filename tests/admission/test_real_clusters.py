@@ -275,3 +275,27 @@ def test_a_cluster_without_on_demand_nodes_is_reported_and_its_pods_still_run(tm
         )
         assert harness.metric(server, "spotguard_admission_unplaceable_total", placement="on-demand") >= 1
         assert any(e.get("reason") == "AdmissionNotReady" for e in s.k.list(r.EVENTS))
+
+
+def test_a_cluster_without_spot_nodes_stays_ready_and_says_so(tmp_path: Path) -> None:
+    # GIVEN a cluster whose spot nodes are all gone (a mass reclaim): an unready webhook
+    # would let every pod in unplaced (failurePolicy Ignore) exactly when floors matter most
+    nodes = [
+        _pool_node("od-0", "general", "on-demand", "us-east-1a"),
+        _pool_node("od-1", "general", "on-demand", "us-east-1b"),
+    ]
+    with harness.served([objects.namespace(n) for n in (NS, "spotguard")] + nodes, tmp_path) as s:
+        server = s.servers[0]
+        # WHEN readiness is asked
+        answer = requests.get(server.url + "/readyz", verify=server.ca, timeout=5)
+        # THEN it is ready, and says why spot slots land on on-demand
+        assert answer.status_code == 200
+        assert "no node matches the spot preference" in answer.text
+        # AND every pod is placed, counted as what it really is (on-demand: no spot node to go to)
+        s.k.create(r.DEPLOYMENTS, harness.deployment("web", 3), NS)
+        pods = harness.running(s.k, "web", 3)
+        assert harness.on_demand(s.k, pods) == (3, 3)
+        harness.wait_for(
+            lambda: any(e.get("reason") == "NoSpotNodes" for e in s.k.list(r.EVENTS, "spotguard")),
+            what="a Warning Event about the missing spot nodes",
+        )

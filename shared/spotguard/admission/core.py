@@ -144,6 +144,10 @@ class Context:
             return f"no Kubernetes connection: {self.connect_error}"
         return self.health.problem()
 
+    def readiness_warning(self) -> str | None:
+        """What is wrong without making the webhook unready (shown in ``/readyz``'s body)."""
+        return self.health.warning() if self.kube is not None else None
+
     def warm_up(self) -> None:
         """Read the configuration, the nodes and the state namespace ahead of the first review."""
         if self.kube is None:

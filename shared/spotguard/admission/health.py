@@ -10,8 +10,18 @@ as ``/readyz``'s body, a warning log line, the gauge
   and the ConfigMap live) does not exist;
 * no node matches the on-demand requirement (no on-demand node under any label
   scheme: every floor pod would stay Pending, so none is pinned);
+
+Reported the same way (log line, gauge, Warning Event, ``/readyz`` body) but
+NOT a reason to be unready, because taking the webhook's endpoints away is worse:
+
 * no node matches the spot preference (nothing to place spot slots on; often a
-  label scheme the configuration does not know).
+  label scheme the configuration does not know). During a mass reclaim every
+  spot node is gone for a while: an unready webhook would then let every pod in
+  unplaced (failurePolicy Ignore) exactly when floors matter most. Spot slots
+  only *prefer* spot, so they still run.
+* the cluster could not be read for the check (a slow or failing API server):
+  the previous verdict stands; a transient API error must not unready every
+  replica at once.
 
 A pod whose on-demand slot cannot be honoured because no node it can run on is
 on-demand is placed on spot instead (never a pod no node can take); that is a
@@ -47,6 +57,8 @@ class Health:
         self._lock = threading.Lock()
         self._checked = -1e18
         self._problem: str | None = None
+        self._warning: str | None = None
+        self._spot_reported: str | None = ""
         self._reported: str | None = ""  # the last verdict logged ("" before the first)
         self._events: dict[str, float] = {}
 
@@ -57,12 +69,22 @@ class Health:
                 return self._problem
             try:
                 found = self._check()
+                self._warning = None
             except Exception as exc:
-                found = f"cannot check the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                # Keep the previous verdict: one failed read must not unready every replica.
+                self._warning = f"cannot check the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                log.warning("admission readiness check failed", extra={"reason": self._warning})
+                self._checked = time.monotonic()
+                return self._problem
             self._problem, self._checked = found, time.monotonic()
             if found != self._reported:
                 self._report(found)
             return found
+
+    def warning(self) -> str | None:
+        """Something wrong that does not make the webhook unready (shown by ``/readyz``)."""
+        with self._lock:
+            return self._warning or self._spot_reported or None
 
     def _check(self) -> str | None:
         ctx = self.ctx
@@ -89,8 +111,31 @@ class Health:
                 f"under the label schemes {schemes}; unknown capacity counts as {config.unknown_capacity})"
             )
         if not spot:
-            return f"no node matches the spot preference (none of {len(capacities)} nodes is spot under {schemes})"
+            self._no_spot(
+                f"no node matches the spot preference (none of {len(capacities)} nodes is spot under {schemes})"
+            )
+        else:
+            self._no_spot(None)
         return None
+
+    def _no_spot(self, found: str | None) -> None:
+        """Report (once per change) that no node is spot; the webhook stays ready."""
+        previous, self._spot_reported = self._spot_reported, found
+        metrics.NO_SPOT.set(0 if found is None else 1)
+        if found == previous:
+            return
+        if found is None:
+            if previous:
+                log.info("spot nodes are back")
+            return
+        log.warning("no spot node: spot slots run on on-demand until spot capacity returns", extra={"reason": found})
+        kube = self.ctx.kube
+        if kube is not None:
+            involved = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ctx.namespace}}
+            metrics.api_call("create", "events")
+            kube.create_event(
+                involved, "NoSpotNodes", found, "Warning", component="spotguard-admission", best_effort=True
+            )
 
     def _report(self, found: str | None) -> None:
         previous, self._reported = self._reported, found

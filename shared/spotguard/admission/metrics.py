@@ -15,6 +15,7 @@
   pod being admitted showed the cached copy was older than it (a surge or a scale).
 * ``spotguard_admission_nodes{capacity}``: nodes counting as on-demand / spot.
 * ``spotguard_admission_ready{reason}``: 1 when ready, else 0 with why not.
+* ``spotguard_admission_no_spot_nodes``: 1 while no node is spot (reported, still ready).
 * ``spotguard_admission_unplaceable_total{placement}``: slots no reachable node offers.
 
 With several gunicorn workers each worker has its own registry; scrape with one
@@ -64,6 +65,10 @@ READY = prometheus_client.Gauge(
     "spotguard_admission_ready",
     "1 when ready; 0 with the reason admission is not ready",
     ["reason"],
+)
+NO_SPOT = prometheus_client.Gauge(
+    "spotguard_admission_no_spot_nodes",
+    "1 while no node matches the spot preference (spot slots then run on on-demand; the webhook stays ready)",
 )
 UNPLACEABLE = prometheus_client.Counter(
     "spotguard_admission_unplaceable",

@@ -82,7 +82,9 @@ def handle(method: str, path: str, body: bytes, ctx: core.Context | None) -> tup
     if path == "/readyz":
         reason = ctx.readiness() if ctx is not None else "starting"
         if reason is None:
-            return 200, {"Content-Type": "text/plain"}, b"ok"
+            warning = ctx.readiness_warning() if ctx is not None else None
+            ready = "ok" if warning is None else f"ok (warning: {warning})"
+            return 200, {"Content-Type": "text/plain"}, ready.encode()
         return 503, {"Content-Type": "text/plain"}, f"not ready: {reason}".encode()
     if path == "/metrics":
         text, content_type = metrics.render()
