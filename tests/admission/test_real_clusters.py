@@ -284,7 +284,8 @@ def test_a_cluster_without_spot_nodes_stays_ready_and_says_so(tmp_path: Path) ->
         _pool_node("od-0", "general", "on-demand", "us-east-1a"),
         _pool_node("od-1", "general", "on-demand", "us-east-1b"),
     ]
-    with harness.served([objects.namespace(n) for n in (NS, "spotguard")] + nodes, tmp_path) as s:
+    namespaces = [objects.namespace(n) for n in (NS, "spotguard", "default")]
+    with harness.served(namespaces + nodes, tmp_path) as s:
         server = s.servers[0]
         # WHEN readiness is asked
         answer = requests.get(server.url + "/readyz", verify=server.ca, timeout=5)
@@ -296,6 +297,6 @@ def test_a_cluster_without_spot_nodes_stays_ready_and_says_so(tmp_path: Path) ->
         pods = harness.running(s.k, "web", 3)
         assert harness.on_demand(s.k, pods) == (3, 3)
         harness.wait_for(
-            lambda: any(e.get("reason") == "NoSpotNodes" for e in s.k.list(r.EVENTS, "spotguard")),
+            lambda: any(e.get("reason") == "NoSpotNodes" for e in s.k.list(r.EVENTS, "default")),
             what="a Warning Event about the missing spot nodes",
         )
