@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from spotguard.sim import clock as clock_mod
-from spotguard.sim import errors, patching, resources, selectors
+from spotguard.sim import errors, patching, patchmeta, resources, selectors, strategies
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,8 @@ class Store:
         self.admission_enabled = True
         for name in SYSTEM_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
+        for plural, obj in strategies.bootstrap_objects():
+            self.create(plural, obj)
 
     # ---- reads -------------------------------------------------------------
 
@@ -599,6 +601,7 @@ class Store:
                     f'{resource} "{meta.get("name") or meta.get("generateName")}" is forbidden: '
                     f"unable to create new content in namespace {ns} because it is being terminated"
                 )
+        strategies.admit(self, resource, obj)
         if self.admission_enabled and resource != "mutatingwebhookconfigurations":
             from spotguard.sim import admission
 
@@ -612,6 +615,7 @@ class Store:
             meta["name"] = _generate(str(meta["generateName"]))
         self._validate(rtype, obj)
         meta["uid"] = str(uuid.uuid4())
+        strategies.prepare_create(rtype, obj)
         meta["creationTimestamp"] = self.clock.iso()
         if resource in _GENERATION:
             meta["generation"] = 1
@@ -769,6 +773,7 @@ class Store:
                     new.pop("status", None)
             _default(resource, new)
             self._validate(rtype, new)
+            strategies.validate_update(rtype, current, new)
             if resource == "pods":
                 _check_pod_update(current, new)
         if resource in _GENERATION and new.get("spec") != current.get("spec"):
@@ -810,7 +815,7 @@ class Store:
         try:
             with self.lock:
                 current = self._entry(resource, name, ns).copy()
-                patched = patching.apply(current, patch, patch_type)
+                patched = patching.apply(current, patch, patch_type, patchmeta.root(rtype))
                 meta = patched.get("metadata")
                 if not isinstance(meta, dict):
                     raise errors.BadRequest("the patch removed metadata")
@@ -870,6 +875,8 @@ class Store:
     ) -> Obj:
         """Delete; scheduled pods with a grace period are marked and left for the kubelet."""
         ns = self._ns(resource, namespace)
+        if propagation_policy is None and resources.get(resource).orphan_by_default:
+            propagation_policy = "Orphan"
         try:
             with self.lock:
                 return self._delete_locked(
@@ -1001,7 +1008,7 @@ class Store:
     def apply_objects(self, objects: ObjList) -> ObjList:
         """Create objects (namespaces first), replacing ones that exist."""
         created: ObjList = []
-        ordered: ObjList = sorted(objects, key=lambda o: 0 if o.get("kind") == "Namespace" else 1)
+        ordered: ObjList = sorted(objects, key=lambda o: 0 if o.get("kind") in ("Namespace", "PriorityClass") else 1)
         for obj in ordered:
             rtype = resources.BY_KIND.get(str(obj.get("kind")))
             if rtype is None:
@@ -1048,6 +1055,8 @@ def _default(resource: str, obj: Obj) -> None:
             spec.setdefault("podManagementPolicy", "OrderedReady")
             spec.setdefault("updateStrategy", {"type": "RollingUpdate",
                                                "rollingUpdate": {"partition": 0}})
+    for template_spec in strategies.default(resource, obj):
+        _default_pod_spec(template_spec, tolerations=False)
     if resource in _STATUS_DEFAULTS:
         status = obj.get("status")
         if not isinstance(status, dict):
