@@ -43,7 +43,7 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # resources whose spec changes bump metadata.generation
 _GENERATION = frozenset(
     {"deployments", "replicasets", "statefulsets", "daemonsets", "poddisruptionbudgets",
-     "horizontalpodautoscalers", "pods"}
+     "horizontalpodautoscalers", "pods", "replicationcontrollers", "jobs", "cronjobs"}
 )
 
 

@@ -12,21 +12,38 @@ from typing import Any
 
 from spotguard.sim.controllers import (
     base,
+    completion,
+    cronjob,
+    daemonset,
     deployment,
     drainer,
     hpa,
+    job,
     kubelet,
     nodes,
     pdb,
     replicaset,
+    replicationcontroller,
     scheduling,
     statefulset,
 )
 
 log = logging.getLogger("spotguard.sim.controllers")
 INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
-            "poddisruptionbudgets", "horizontalpodautoscalers")
+            "poddisruptionbudgets", "horizontalpodautoscalers", "daemonsets",
+            "replicationcontrollers", "jobs", "cronjobs")
 CREATE_CONCURRENCY = 8  # concurrent pod creations (webhook calls); more only starve the GIL
+
+
+def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Controller]:
+    """DaemonSets, Jobs, CronJobs, ReplicationControllers, and pods that run to completion."""
+    return [
+        daemonset.DaemonSetController(store, informer),
+        job.JobController(store, informer),
+        cronjob.CronJobController(store, informer),
+        replicationcontroller.ReplicationManager(store, informer),
+        completion.Completion(store, informer),
+    ]
 
 
 class Controllers:
@@ -48,6 +65,7 @@ class Controllers:
             kubelet.Kubelet(store, self.informer, ready_delay_seconds=ready_delay_seconds,
                             termination_seconds=termination_seconds),
             nodes.NodeLifecycleController(store, self.informer, removal_seconds=node_removal_seconds),
+            *_workload_controllers(store, self.informer),
         ]
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))
