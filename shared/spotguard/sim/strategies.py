@@ -22,7 +22,7 @@ import copy
 import json
 from typing import Any, Protocol
 
-from spotguard.sim import errors, resources
+from spotguard.sim import cron, errors, resources
 
 Obj = dict[str, Any]
 
@@ -201,8 +201,15 @@ def prepare_create(rtype: resources.ResourceType, obj: Obj) -> None:
             spec["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
         causes += _job_causes(spec)
     elif rtype.plural == "cronjobs":
-        if not str(spec.get("schedule") or "").strip():
+        schedule = str(spec.get("schedule") or "").strip()
+        if not schedule:
             causes.append({"field": "spec.schedule", "message": "Required value"})
+        else:
+            try:
+                cron.parse(schedule, spec.get("timeZone"))
+            except cron.ScheduleError as exc:
+                causes.append({"field": "spec.schedule",
+                               "message": f"Invalid value: {json.dumps(schedule)}: {exc}"})
         job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
         causes += _restart_causes(job_spec.get("template"), ("OnFailure", "Never"),
                                   "spec.jobTemplate.spec.template.spec.restartPolicy")
