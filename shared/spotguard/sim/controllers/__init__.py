@@ -25,6 +25,7 @@ from spotguard.sim.controllers import (
     replicaset,
     replicationcontroller,
     scheduling,
+    serviceaccounts,
     statefulset,
 )
 
@@ -43,6 +44,7 @@ def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Cont
         cronjob.CronJobController(store, informer),
         replicationcontroller.ReplicationManager(store, informer),
         completion.Completion(store, informer),
+        serviceaccounts.ServiceAccountsController(store, informer),
     ]
 
 
