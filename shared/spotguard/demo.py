@@ -212,7 +212,8 @@ def play(sim: Any, apps: list[Obj], args: argparse.Namespace, out: Printer) -> d
     total = sum(w.replicas for w in before.values())
 
     def ready() -> int:
-        return sum(1 for p in store.list("pods")[0] if readiness.is_ready(p))
+        """Ready pods of the scenario's workloads (not the DaemonSets' or anyone else's)."""
+        return sum(1 for p in store.list("pods")[0] if readiness.is_ready(p) and readiness.workload_key(p) in before)
 
     wait_until(lambda: ready() >= total, (4 * args.ready_delay) / scale + 30, "every pod to be Ready")
     out.say("")
