@@ -264,3 +264,30 @@ def test_no_finalizer_can_be_added_while_deleting(cluster: Cluster) -> None:
         cluster.core.patch_namespaced_config_map("held", ns, more)
     assert error(info)[:2] == (422, "Invalid") and "finalizers" in error(info)[2]
     cluster.core.patch_namespaced_config_map("held", ns, [{"op": "remove", "path": "/metadata/finalizers"}])
+
+
+def test_an_eviction_a_budget_refuses_is_429_without_retry_after(cluster: Cluster) -> None:
+    """pkg/registry/core/pod/storage/eviction.go answers NewTooManyRequests(..., 0): no
+    retryAfterSeconds, so no Retry-After header (unlike API Priority and Fairness throttling)
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/#how-api-initiated-eviction-works)."""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_manifest("guarded", labels={"app": "guarded"}))
+    if cluster.sim is not None:  # no kubelet in the contract suite's simulated cluster: play it
+
+        def run(pod: dict[str, Any]) -> None:
+            pod["spec"]["nodeName"] = "node-1"
+            pod["status"].update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+
+        cluster.sim.store.mutate("pods", "guarded", ns, run)
+    eventually(lambda: cluster.core.read_namespaced_pod("guarded", ns).status.phase == "Running", 120)
+    cluster.policy.create_namespaced_pod_disruption_budget(ns, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "all"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}})
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "guarded", "namespace": ns}}
+    with pytest.raises(ApiException) as info:
+        cluster.core.create_namespaced_pod_eviction("guarded", ns, body)
+    status, reason, message = error(info)
+    assert (status, reason) == (429, "TooManyRequests")
+    assert "disruption budget" in message
+    assert "Retry-After" not in (info.value.headers or {})
+    assert "retryAfterSeconds" not in json.loads(info.value.body).get("details", {})

@@ -74,8 +74,8 @@ def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) 
 
 def status_response(exc: errors.StatusError) -> Response:
     headers = {}
-    if exc.code == 429:
-        headers["Retry-After"] = str(exc.details.get("retryAfterSeconds", 1))
+    if exc.details.get("retryAfterSeconds"):  # an eviction refused by a budget sends none
+        headers["Retry-After"] = str(exc.details["retryAfterSeconds"])
     return json_response(exc.code, exc.status(), headers)
 
 
