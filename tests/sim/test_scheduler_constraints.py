@@ -52,8 +52,10 @@ def anti(app: str, key: str = HOST) -> dict[str, Any]:
 
 
 def condition(sim: Any, app: str) -> dict[str, Any]:
-    pending = next(p for p in h.pods_of(sim.store, app) if not p["spec"].get("nodeName"))
-    return next(c for c in pending["status"].get("conditions") or [] if c["type"] == "PodScheduled")
+    """The PodScheduled condition of a pending pod of ``app`` ({} while there is none yet)."""
+    pending = next((p for p in h.pods_of(sim.store, app) if not p["spec"].get("nodeName")), None)
+    conditions = (pending or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), {})
 
 
 def test_required_anti_affinity_leaves_the_sixth_replica_pending(sim: Any) -> None:

@@ -17,6 +17,7 @@ from spotguard.sim.controllers import (
     daemonset,
     deployment,
     drainer,
+    events,
     hpa,
     job,
     kubelet,
@@ -71,7 +72,12 @@ class Controllers:
         ]
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))
+        self.recorder = events.Recorder(store)
+        for c in self.controllers:
+            c.recorder = self.recorder
         self.scheduler = scheduling.SchedulerLoop(store, seed=seed) if scheduler_on else None
+        if self.scheduler is not None:
+            self.scheduler.recorder = self.recorder
         self._stopped = False
 
     def _dispatch(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -109,6 +115,7 @@ class Controllers:
         if self.scheduler is not None:
             self.scheduler.join()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.recorder.stop()
 
     def __enter__(self) -> Controllers:
         return self

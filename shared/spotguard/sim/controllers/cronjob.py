@@ -112,9 +112,12 @@ class CronJobController(base.Controller):
             "spec": template.get("spec") or {},
         }
         try:
-            return self.store.create("jobs", body, namespace=cj["metadata"]["namespace"], user=USER)  # type: ignore[no-any-return]
+            created: dict[str, Any] = self.store.create("jobs", body, namespace=cj["metadata"]["namespace"],
+                                                        user=USER)
         except errors.AlreadyExists:
             return None
+        self.event(cj, "Normal", "SuccessfulCreate", f"Created job {name}")
+        return created
 
     def _clean_history(self, cj: dict[str, Any], children: list[dict[str, Any]]) -> None:
         spec = cj.get("spec") or {}

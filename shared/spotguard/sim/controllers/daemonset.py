@@ -209,7 +209,8 @@ class DaemonSetController(base.Controller):
             node = queue.pop()
             pod = copy.deepcopy(base_pod)
             pin_to_node(pod["spec"], node)
-            self.store.create("pods", pod, namespace=ns, user=USER)
+            created = self.store.create("pods", pod, namespace=ns, user=USER)
+            self.event(ds, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
         self.log.info("creating daemon pods", extra={"daemonset": ds["metadata"]["name"],
                                                      "namespace": ns, "count": len(nodes)})

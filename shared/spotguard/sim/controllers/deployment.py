@@ -223,6 +223,10 @@ class DeploymentController(base.Controller):
         result: dict[str, Any] = self.store.mutate(
             "replicasets", rs["metadata"]["name"], rs["metadata"]["namespace"], edit
         )
+        before = _spec_replicas(rs)
+        if before != replicas:
+            self.event(deploy, "Normal", "ScalingReplicaSet", f"Scaled {'up' if replicas > before else 'down'} "
+                       f"replica set {rs['metadata']['name']} from {before} to {replicas}")
         return result
 
     def _create_rs(
@@ -280,6 +284,7 @@ class DeploymentController(base.Controller):
         self.log.info("created replicaset", extra={
             "deployment": meta["name"], "namespace": ns, "replicaset": rs_name,
             "replicas": replicas})
+        self.event(deploy, "Normal", "ScalingReplicaSet", f"Scaled up replica set {rs_name} from 0 to {replicas}")
 
         def annotate(obj: dict[str, Any]) -> None:
             obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)

@@ -172,6 +172,9 @@ class HPAController(base.Controller):
                     "hpa": name, "namespace": ns, "target": ref.get("name"), "from": current,
                     "to": desired})
                 self.store.mutate(resource, ref.get("name", ""), ns, scale)
+                self.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: "
+                           + next((c[3] for c in conditions if c[0] == "ScalingLimited" and c[1] == "True"),
+                                  "the load changed"))
                 with self._state_lock:
                     events = self._ups if desired > current else self._downs
                     events.setdefault(uid, []).append((now, abs(desired - current)))

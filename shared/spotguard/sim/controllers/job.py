@@ -102,6 +102,11 @@ class JobController(base.Controller):
                     self.queue.add_after(key, simclock.parse_iso(started) + float(deadline) - now)
         self._write_status(job, active, succeeded, failed, done_indexes,
                            conditions=new_conditions)
+        for kind, reason, message in new_conditions:
+            if kind == "Complete":
+                self.event(job, "Normal", "Completed", "Job completed")
+            else:
+                self.event(job, "Warning", reason, message)
         ttl = spec.get("ttlSecondsAfterFinished")
         if ttl is not None and (outcome or new_conditions):
             self._expire(job, float(ttl))
@@ -177,7 +182,8 @@ class JobController(base.Controller):
             meta.setdefault("annotations", {})[INDEX_ANNOTATION] = str(index)
             meta["labels"][INDEX_LABEL] = str(index)
             pod["spec"].setdefault("hostname", f"{job['metadata']['name']}-{index}")
-        self.store.create("pods", pod, namespace=meta["namespace"], user=USER)
+        created = self.store.create("pods", pod, namespace=meta["namespace"], user=USER)
+        self.event(job, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
     def _delete(self, pod: dict[str, Any]) -> None:
         with contextlib.suppress(errors.NotFound, errors.Conflict):

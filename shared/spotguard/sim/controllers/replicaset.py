@@ -104,7 +104,8 @@ class ReplicaSetController(base.Controller):
         pod = pod_from_template(rs, "ReplicaSet", template)
 
         def create_one() -> None:
-            self.store.create("pods", pod, namespace=ns, user=USER)
+            created = self.store.create("pods", pod, namespace=ns, user=USER)
+            self.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
         self.log.info("creating pods", extra={"replicaset": rs["metadata"]["name"],
                                               "namespace": ns, "count": count})

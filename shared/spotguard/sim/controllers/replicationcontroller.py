@@ -64,7 +64,8 @@ class ReplicationManager(base.Controller):
         ns = rc["metadata"]["namespace"]
 
         def create_one() -> None:
-            self.store.create("pods", pod, namespace=ns, user=USER)
+            created = self.store.create("pods", pod, namespace=ns, user=USER)
+            self.event(rc, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
         _, failed = slow_start_batch(count, 1, create_one, self.pool)
         if failed:

@@ -55,6 +55,7 @@ class SchedulerLoop:
         self._threads: list[threading.Thread] = []
         self.bound = 0
         self._selectors: dict[str, dict[str, Any] | None] = {}  # controller uid -> selector
+        self.recorder: Any = None  # an events.Recorder
 
     # ---- notifications -------------------------------------------------------
 
@@ -198,6 +199,7 @@ class SchedulerLoop:
                 preemption = scheduler.preempt(info, self.cache)
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
+            self._event(pod, "Warning", "FailedScheduling", result.message(total))
             if preemption is not None:
                 self._preempt(key, preemption)
             return None
@@ -220,7 +222,12 @@ class SchedulerLoop:
                     self.cache.remove_pod(ns, name)
             return None
         self.bound += 1
+        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
         return node
+
+    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.record(obj, type_, reason, message, component=SCHEDULER_NAME)
 
     def _default_spread_selector(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """The selector of the pod's ReplicaSet, StatefulSet or ReplicationController, for the
@@ -286,8 +293,10 @@ class SchedulerLoop:
             self.store.mutate("pods", name, ns, nominate)
         for v_ns, v_name in preemption.victims:
             with contextlib.suppress(errors.NotFound, errors.Conflict):
-                self.store.mutate("pods", v_name, v_ns, mark)
+                victim = self.store.mutate("pods", v_name, v_ns, mark)
                 self.store.delete("pods", v_name, v_ns)
+                self._event(victim, "Normal", "Preempted",
+                            f"Preempted by pod {ns}/{name} on node {preemption.node}")
 
     def _unschedulable_pod(self, key: base.Key, message: str) -> None:
         now = self.clock.iso()
