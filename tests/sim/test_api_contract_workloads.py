@@ -291,3 +291,32 @@ def test_an_eviction_a_budget_refuses_is_429_without_retry_after(cluster: Cluste
     assert "disruption budget" in message
     assert "Retry-After" not in (info.value.headers or {})
     assert "retryAfterSeconds" not in json.loads(info.value.body).get("details", {})
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"sideEffects": None}, "sideEffects"),
+    ({"sideEffects": "Some"}, "sideEffects"),
+    ({"clientConfig": {"url": "http://127.0.0.1:1/mutate"}}, "clientConfig.url"),
+    ({"clientConfig": {"url": "https://127.0.0.1:1/mutate?x=1"}}, "clientConfig.url"),
+    ({"matchConditions": [{"name": "broken", "expression": "object.metadata.(("}]}, "matchConditions[0].expression"),
+    ({"timeoutSeconds": 31}, "timeoutSeconds"),
+    ({"name": "short"}, "name"),
+    ({"admissionReviewVersions": []}, "admissionReviewVersions"),
+])
+def test_webhook_configurations_are_validated(cluster: Cluster, change: dict[str, Any], field: str) -> None:
+    """pkg/apis/admissionregistration/validation (admissionregistration.k8s.io/v1): 422 for a
+    configuration kube-apiserver would not store
+    (https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/)."""
+    hook = {"name": "pods.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"url": "https://127.0.0.1:1/mutate"}, "failurePolicy": "Ignore",
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster.namespace}}}
+    api = kubernetes.client.AdmissionregistrationV1Api(cluster.client)
+    body = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": f"{cluster.namespace}-hook"},
+            "webhooks": [{k: v for k, v in {**hook, **change}.items() if v is not None}]}
+    with pytest.raises(ApiException) as info:
+        api.create_mutating_webhook_configuration(body)
+    status, reason, message = error(info)
+    assert (status, reason) == (422, "Invalid") and f"webhooks[0].{field}" in message

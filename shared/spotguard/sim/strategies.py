@@ -22,7 +22,7 @@ import copy
 import json
 from typing import Any, Protocol
 
-from spotguard.sim import cron, errors, resources
+from spotguard.sim import cron, errors, resources, webhookconfig
 
 Obj = dict[str, Any]
 
@@ -225,6 +225,8 @@ def prepare_create(rtype: resources.ResourceType, obj: Obj) -> None:
         elif any(labels.get(k) != v for k, v in selector.items()):
             causes.append({"field": "spec.template.metadata.labels", "message":
                            "Invalid value: `selector` does not match template `labels`"})
+    elif rtype.plural == "mutatingwebhookconfigurations":
+        causes += webhookconfig.causes(obj)
     elif rtype.plural == "priorityclasses":
         value = obj.get("value")
         if not isinstance(value, int) or isinstance(value, bool):
@@ -321,7 +323,8 @@ def validate_update(rtype: resources.ResourceType, old: Obj, new: Obj) -> None:
             causes.append(_immutable("spec.completions", new_spec.get("completions")))
         if not old_spec.get("suspend") and old_spec.get("template") != new_spec.get("template"):
             causes.append(_immutable("spec.template", new_spec.get("template")))
-    if rtype.plural in ("daemonsets", "jobs", "cronjobs", "replicationcontrollers"):
+    if rtype.plural in ("daemonsets", "jobs", "cronjobs", "replicationcontrollers",
+                        "mutatingwebhookconfigurations"):
         try:
             prepare_create(rtype, {**new, "metadata": {**new_meta, "uid": old_meta.get("uid")},
                                    "spec": {**new_spec, "manualSelector": True}}
