@@ -261,7 +261,7 @@ class Api:
             meta["name"] = t.name
             updated = self.store.update(
                 t.rtype.plural, obj, dry_run=_dry_run(q), subresource=t.subresource,
-                namespace=t.namespace,
+                namespace=t.namespace, user=request.user,
             )
             return json_response(200, updated)
         if method == "PATCH":
@@ -279,7 +279,7 @@ class Api:
                 _strict(t.rtype, q, patch)
             patched = self.store.patch(
                 t.rtype.plural, t.name, patch, patch_type, namespace=t.namespace,
-                dry_run=_dry_run(q), subresource=t.subresource,
+                dry_run=_dry_run(q), subresource=t.subresource, user=request.user,
             )
             return json_response(200, patched)
         if method == "DELETE":
@@ -295,6 +295,7 @@ class Api:
                 "grace_period_seconds": int(grace) if grace not in (None, "") else None,
                 "preconditions": options.get("preconditions"),
                 "propagation_policy": policy,
+                "user": request.user,
             }
             if t.name is None:
                 entries, _ = self.store.list_entries(
@@ -405,8 +406,11 @@ class Api:
             # As kube-apiserver: a dry-run eviction still checks the budgets (429 when
             # one would break) but neither spends a disruption nor deletes the pod.
             body = {**body, "deleteOptions": {**(body.get("deleteOptions") or {}), "dryRun": ["All"]}}
-        from spotguard.sim import disruption
+        from spotguard.sim import admission, disruption
 
+        admission.admit(self.store, "pods", {"apiVersion": "policy/v1", "kind": "Eviction", **body},
+                        namespace=t.namespace, user=request.user, dry_run=_dry_run(request.query),
+                        subresource="eviction")
         disruption.evict(self.store, t.namespace, t.name, body)
         return success(201)
 

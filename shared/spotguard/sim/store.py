@@ -704,6 +704,7 @@ class Store:
         dry_run: bool = False,
         subresource: str | None = None,
         namespace: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Replace an object (409 on a stale resourceVersion)."""
         rtype = resources.get(resource)
@@ -720,6 +721,12 @@ class Store:
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request"
             )
+        if self._reviews(resource, "UPDATE", subresource):
+            def replacement(current: Obj, rv: int) -> tuple[Obj, bool]:
+                return orjson.loads(_dumps(obj)), obj["metadata"].get("resourceVersion") not in (None, "")
+
+            return self._admitted(rtype, ns, name, replacement, dry_run=dry_run,
+                                  subresource=subresource, user=user)
         try:
             with self.lock:
                 return self._replace(
@@ -728,6 +735,50 @@ class Store:
                 )
         finally:
             self._flush()
+
+    def _reviews(self, resource: str, operation: str, subresource: str | None = None) -> bool:
+        """Whether a mutating webhook wants to see this request (UPDATE, DELETE)."""
+        if not self.admission_enabled or resource == "mutatingwebhookconfigurations":
+            return False
+        from spotguard.sim import admission
+
+        return admission.wants(self, resource, operation, subresource)
+
+    def _admitted(
+        self,
+        rtype: resources.ResourceType,
+        ns: str,
+        name: str,
+        build: Callable[[Obj, int], tuple[Obj, bool]],
+        *,
+        dry_run: bool,
+        subresource: str | None,
+        user: Mapping[str, Any] | None,
+    ) -> Obj:
+        """An update or patch that webhooks review: ``build`` makes the new object from a
+        snapshot (and says whether the client pinned a resourceVersion); the webhooks see it
+        outside the lock; it is written if the object did not change meanwhile, else built
+        again, as kube-apiserver's guaranteed updates retry."""
+        from spotguard.sim import admission
+
+        for _ in range(8):
+            with self.lock:
+                entry = self._entry(rtype.plural, name, ns)
+                current, rv = entry.copy(), entry.rv
+            new, pinned = build(current, rv)
+            if not pinned:
+                new.setdefault("metadata", {})["resourceVersion"] = str(rv)
+            new = admission.admit(self, rtype.plural, new, namespace=ns, user=user, dry_run=dry_run,
+                                  operation="UPDATE", old=current, subresource=subresource)
+            try:
+                with self.lock:
+                    if not pinned and self._entry(rtype.plural, name, ns).rv != rv:
+                        continue
+                    return self._replace(rtype=rtype, ns=ns, name=name, obj=new, dry_run=dry_run,
+                                         subresource=subresource)
+            finally:
+                self._flush()
+        raise errors.conflict(rtype.plural, name, rtype.group)
 
     def _replace(
         self,
@@ -808,10 +859,23 @@ class Store:
         namespace: str | None = None,
         dry_run: bool = False,
         subresource: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Apply a json / merge / strategic patch (atomically, under the lock)."""
         rtype = resources.get(resource)
         ns = self._ns(resource, namespace)
+        if self._reviews(resource, "UPDATE", subresource):
+            def patched_copy(current: Obj, rv: int) -> tuple[Obj, bool]:
+                patched = patching.apply(current, patch, patch_type, patchmeta.root(rtype))
+                meta = patched.get("metadata")
+                if not isinstance(meta, dict) or meta.get("name", name) != name:
+                    raise errors.BadRequest("the patch removed metadata or changed the name")
+                pinned = meta.get("resourceVersion") not in (None, "", str(rv))
+                self._check_kind(rtype, patched)
+                return patched, pinned
+
+            return self._admitted(rtype, ns, name, patched_copy, dry_run=dry_run,
+                                  subresource=subresource, user=user)
         try:
             with self.lock:
                 current = self._entry(resource, name, ns).copy()
@@ -872,9 +936,15 @@ class Store:
         grace_period_seconds: int | None = None,
         preconditions: Mapping[str, Any] | None = None,
         propagation_policy: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Delete; scheduled pods with a grace period are marked and left for the kubelet."""
         ns = self._ns(resource, namespace)
+        if self._reviews(resource, "DELETE"):
+            from spotguard.sim import admission
+
+            admission.admit(self, resource, None, namespace=ns, user=user, dry_run=dry_run,
+                            operation="DELETE", old=self.get(resource, name, ns))
         if propagation_policy is None and resources.get(resource).orphan_by_default:
             propagation_policy = "Orphan"
         try:
