@@ -320,3 +320,24 @@ def test_webhook_configurations_are_validated(cluster: Cluster, change: dict[str
         api.create_mutating_webhook_configuration(body)
     status, reason, message = error(info)
     assert (status, reason) == (422, "Invalid") and f"webhooks[0].{field}" in message
+
+
+def test_resource_version_match(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list:
+    Exact lists the collection as it was; NotOlderThan at least that fresh; misuse is 400."""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "a"}, "data": {"v": "1"}})
+    then = cluster.core.list_namespaced_config_map(ns).metadata.resource_version
+    cluster.core.patch_namespaced_config_map("a", ns, {"data": {"v": "2"}})
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "b"}})
+    past = cluster.core.list_namespaced_config_map(ns, resource_version=then, resource_version_match="Exact")
+    assert past.metadata.resource_version == then
+    assert {c.metadata.name: (c.data or {}).get("v") for c in past.items if c.metadata.name in "ab"} == {"a": "1"}
+    fresh = cluster.core.list_namespaced_config_map(ns, resource_version=then, resource_version_match="NotOlderThan")
+    assert {c.metadata.name for c in fresh.items} >= {"a", "b"}
+    for kwargs in ({"resource_version_match": "Exact"},
+                   {"resource_version": "0", "resource_version_match": "Exact"},
+                   {"resource_version": then, "resource_version_match": "Sometimes"}):
+        with pytest.raises(ApiException) as info:
+            cluster.core.list_namespaced_config_map(ns, **kwargs)
+        assert info.value.status == 400, kwargs

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from spotguard.sim.store import Store, Watcher
 
 log = logging.getLogger(__name__)
+# the watch cache sends a bookmark about once a minute to watchers that allow them
+# (staging/src/k8s.io/apiserver/pkg/storage/cacher: bookmarkFrequency = time.Minute)
+BOOKMARK_SECONDS = 60.0
 
 Obj = dict[str, Any]
 
@@ -50,6 +53,9 @@ class Response:
     watch_timeout: float | None = None
     # turns a watched object's JSON into what is sent (a one-row Table for kubectl get -w)
     watch_transform: Callable[[bytes], bytes] | None = None
+    # allowWatchBookmarks: a BOOKMARK object's JSON, sent every watch_bookmark_seconds (real)
+    watch_bookmark: Callable[[], bytes] | None = None
+    watch_bookmark_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -335,11 +341,21 @@ class Api:
                 token_rv = int(start["rv"]) if "rv" in start else None
             except Exception:
                 raise errors.BadRequest("continue key is not valid") from None
+        from spotguard.sim import snapshots
+
+        exact = snapshots.check(q, int(self.store.resource_version))
         # one page from the sorted key index: O(log n + limit), not a sorted copy of all
         page = self.store.list_page(
             t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector"),
             after=after, limit=limit,
         )
+        if exact is not None:  # resourceVersionMatch=Exact at an older resourceVersion
+            found = snapshots.entries_at(self.store, t.rtype.plural, t.namespace,
+                                         label_selector=q.get("labelSelector"),
+                                         field_selector=q.get("fieldSelector"), rv=exact[1])
+            more = 0 < limit < len(found)
+            page = page._replace(entries=found[:limit] if more else found, resource_version=exact[1],
+                                 more=more, remaining=None)
         entries = page.entries
         # every page of a list carries the first page's resourceVersion, as upstream
         rv = token_rv if token_rv is not None else page.resource_version
@@ -389,7 +405,17 @@ class Api:
                 rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
                 return orjson.dumps(tables.table(rtype, [obj], rv, include, clock.now()))
 
-        return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform)
+        bookmark = None
+        if _true(q.get("allowWatchBookmarks")):
+            store, rtype = self.store, t.rtype
+
+            def bookmark() -> bytes:
+                return orjson.dumps({"kind": rtype.kind, "apiVersion": rtype.api_version,
+                                     "metadata": {"resourceVersion": store.resource_version}})
+
+        return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform,
+                        watch_bookmark=bookmark,
+                        watch_bookmark_seconds=max(self.store.clock.real(BOOKMARK_SECONDS), 0.05))
 
     # ---- subresources -----------------------------------------------------
     def _evict(self, request: Request, t: Target) -> Response:
