@@ -341,3 +341,29 @@ def test_resource_version_match(cluster: Cluster) -> None:
         with pytest.raises(ApiException) as info:
             cluster.core.list_namespaced_config_map(ns, **kwargs)
         assert info.value.status == 400, kwargs
+
+
+def test_foreground_deletion_waits_for_dependents(cluster: Cluster) -> None:
+    """Foreground cascading deletion: the owner gets deletionTimestamp and the
+    foregroundDeletion finalizer and stays while a dependent (blockOwnerDeletion) exists
+    (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#foreground-deletion)."""
+    ns = cluster.namespace
+    owner = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {
+        "name": "dependent", "finalizers": ["example.com/hold"], "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
+            "blockOwnerDeletion": True}]}})
+    cluster.core.delete_namespaced_config_map("owner", ns, propagation_policy="Foreground")
+    held = eventually(lambda: (o := cluster.core.read_namespaced_config_map("owner", ns)).metadata.finalizers and o)
+    assert held.metadata.deletion_timestamp and "foregroundDeletion" in held.metadata.finalizers
+    eventually(lambda: cluster.core.read_namespaced_config_map("dependent", ns).metadata.deletion_timestamp)
+    cluster.core.patch_namespaced_config_map("dependent", ns, [{"op": "remove", "path": "/metadata/finalizers"}])
+
+    def owner_gone() -> bool:
+        try:
+            cluster.core.read_namespaced_config_map("owner", ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    eventually(owner_gone)

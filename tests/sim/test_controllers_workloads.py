@@ -372,3 +372,34 @@ def test_min_ready_seconds_delays_availability(sim: Any) -> None:
     h.wait_for(lambda: api.read_namespaced_deployment("slow", "default").status.available_replicas == 2,
                timeout=10, what="available")
     assert sim.clock.now() - ready_at >= 25
+
+
+# https://kubernetes.io/docs/concepts/architecture/garbage-collection/#foreground-deletion
+def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment("fg", 2))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "fg")) == 2, what="2 ready pods")
+    deletions = {r: sim.store.watch(r, "default", sim.store.resource_version)
+                 for r in ("pods", "replicasets", "deployments")}
+    api.delete_namespaced_deployment("fg", "default", propagation_policy="Foreground")
+    marked = api.read_namespaced_deployment("fg", "default")
+    assert marked.metadata.deletion_timestamp and "foregroundDeletion" in marked.metadata.finalizers
+    rs = owned_replicasets(sim, "fg")
+    assert rs and all("foregroundDeletion" in (r["metadata"].get("finalizers") or []) for r in rs)
+
+    def gone() -> bool:
+        try:
+            api.read_namespaced_deployment("fg", "default")
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    h.wait_for(gone, timeout=20, what="the deployment gone")
+    assert not h.pods_of(sim.store, "fg") and not owned_replicasets(sim, "fg")
+    last: dict[str, int] = {}
+    for resource, watcher in deletions.items():
+        while (event := watcher.get(timeout=0.2)) is not None:
+            if event["type"] == "DELETED":
+                last[resource] = int(event["object"]["metadata"]["resourceVersion"])
+        watcher.close()
+    assert last["pods"] < last["replicasets"] < last["deployments"]  # dependents first

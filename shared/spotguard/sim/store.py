@@ -216,6 +216,8 @@ class Store:
         self._keys: dict[str, list[Key]] = {t.plural: [] for t in resources.TYPES}
         self._pods_by_node: dict[str, dict[tuple[str, str], Entry]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
+        # owners deleted in the foreground, waiting for their dependents: uid -> key
+        self._foreground: dict[str, tuple[str, str, str]] = {}
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
         self._watchers: list[Watcher] = []
         self._subscribers: list[Callback] = []
@@ -987,6 +989,9 @@ class Store:
                 )
         if dry_run:
             return obj
+        if propagation_policy == "Foreground" and resource != "pods" and self._dependents.get(
+                str(meta.get("uid", ""))):
+            return self._delete_foreground(resource, ns, entry)
         graceful = bool(
             resource == "pods"
             and (obj.get("spec") or {}).get("nodeName")
@@ -1028,6 +1033,8 @@ class Store:
         obj = entry.copy()
         uid = str(obj["metadata"].get("uid", ""))
         gone = self._commit("DELETED", resource, ns, obj, entry)
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            self._release_foreground(str(owner.get("uid", "")))
         if resource == "namespaces":
             for plural, bucket in self._data.items():
                 for item in list(bucket.get(name, {})):
@@ -1040,6 +1047,51 @@ class Store:
         else:
             self._cascade(uid)
         return gone.copy()
+
+    def _delete_foreground(self, resource: str, ns: str, entry: Entry) -> Obj:
+        """Foreground cascading deletion: the owner is marked (deletionTimestamp, finalizer
+        foregroundDeletion) and stays until its dependents, deleted in the foreground too,
+        are gone (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#foreground-deletion)."""
+        obj = entry.copy()
+        meta = obj["metadata"]
+        uid = str(meta["uid"])
+        finalizers = list(meta.get("finalizers") or [])
+        if "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        meta["finalizers"] = finalizers
+        meta.setdefault("deletionTimestamp", self.clock.iso())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+        marked = self._commit("MODIFIED", resource, ns, obj, entry)
+        self._foreground[uid] = (resource, ns, meta["name"])
+        for dep_resource, dep_ns, dep_name in sorted(self._dependents.get(uid, set())):
+            dep = self._data[dep_resource].get(dep_ns, {}).get(dep_name)
+            if dep is None or dep.obj["metadata"].get("deletionTimestamp"):
+                continue
+            owners = dep.obj["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") != uid and self._owner_alive(str(o.get("uid"))) for o in owners):
+                continue
+            self._delete_locked(dep_resource, dep_name, dep_ns, propagation_policy="Foreground")
+        self._release_foreground(uid)
+        current = self._data[resource].get(ns, {}).get(meta["name"])
+        return (current or marked).copy()
+
+    def _release_foreground(self, uid: str) -> None:
+        """An owner waiting in the foreground whose dependents are all gone is removed."""
+        key = self._foreground.get(uid)
+        if key is None or self._dependents.get(uid):
+            return
+        del self._foreground[uid]
+        resource, ns, name = key
+        entry = self._data[resource].get(ns, {}).get(name)
+        if entry is None:
+            return
+        obj = entry.copy()
+        obj["metadata"]["finalizers"] = [f for f in obj["metadata"].get("finalizers") or []
+                                         if f != "foregroundDeletion"]
+        if not obj["metadata"]["finalizers"]:
+            del obj["metadata"]["finalizers"]
+        released = self._commit("MODIFIED", resource, ns, obj, entry)
+        self._finish_if_released(resources.get(resource), ns, name, released)
 
     def _cascade(self, uid: str) -> None:
         """Background garbage collection of the dependents of ``uid``."""
