@@ -382,10 +382,6 @@ def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone(sim: 
     deletions = {r: sim.store.watch(r, "default", sim.store.resource_version)
                  for r in ("pods", "replicasets", "deployments")}
     api.delete_namespaced_deployment("fg", "default", propagation_policy="Foreground")
-    marked = api.read_namespaced_deployment("fg", "default")
-    assert marked.metadata.deletion_timestamp and "foregroundDeletion" in marked.metadata.finalizers
-    rs = owned_replicasets(sim, "fg")
-    assert rs and all("foregroundDeletion" in (r["metadata"].get("finalizers") or []) for r in rs)
 
     def gone() -> bool:
         try:
@@ -397,9 +393,45 @@ def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone(sim: 
     h.wait_for(gone, timeout=20, what="the deployment gone")
     assert not h.pods_of(sim.store, "fg") and not owned_replicasets(sim, "fg")
     last: dict[str, int] = {}
+    marked: dict[str, bool] = {}
     for resource, watcher in deletions.items():
         while (event := watcher.get(timeout=0.2)) is not None:
+            meta = event["object"]["metadata"]
             if event["type"] == "DELETED":
-                last[resource] = int(event["object"]["metadata"]["resourceVersion"])
+                last[resource] = int(meta["resourceVersion"])
+            elif "foregroundDeletion" in (meta.get("finalizers") or []) and meta.get("deletionTimestamp"):
+                marked[resource] = True
         watcher.close()
+    assert marked == {"replicasets": True, "deployments": True}  # owners waited, marked
     assert last["pods"] < last["replicasets"] < last["deployments"]  # dependents first
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/#rolling-updates
+def test_statefulset_rolling_update_with_controller_revisions(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_stateful_set("default", h.statefulset("ss", 3))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "ss")) == 3, timeout=20, what="3 ready")
+    h.wait_for(lambda: api.read_namespaced_stateful_set("ss", "default").status.current_revision,
+               what="currentRevision")
+    first = api.read_namespaced_stateful_set("ss", "default").status
+    assert first.current_revision == first.update_revision
+    api.patch_namespaced_stateful_set("ss", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.28"}]}}}})
+    rolling = h.wait_for(lambda: (s := api.read_namespaced_stateful_set("ss", "default").status)
+                         .update_revision != first.update_revision and s, what="a new update revision")
+    assert rolling.current_revision == first.current_revision  # not complete yet
+    order: list[str] = []
+
+    def done() -> bool:
+        for p in h.pods_of(sim.store, "ss"):
+            if p["spec"]["containers"][0]["image"] == "nginx:1.28" and p["metadata"]["name"] not in order:
+                order.append(p["metadata"]["name"])
+        s = api.read_namespaced_stateful_set("ss", "default").status
+        return s.current_revision == s.update_revision and s.updated_replicas == 3 and s.ready_replicas == 3
+
+    h.wait_for(done, timeout=30, interval=0.01, what="the rolling update")
+    assert order == ["ss-2", "ss-1", "ss-0"]  # highest ordinal first
+    revs = kubernetes.client.AppsV1Api(sim.api_client()).list_namespaced_controller_revision("default").items
+    assert sorted(r.revision for r in revs if r.metadata.name.startswith("ss-")) == [1, 2]
+    labels = {p["metadata"]["labels"]["controller-revision-hash"] for p in h.pods_of(sim.store, "ss")}
+    assert labels == {rolling.update_revision}
