@@ -435,3 +435,48 @@ def test_statefulset_rolling_update_with_controller_revisions(sim: Any) -> None:
     assert sorted(r.revision for r in revs if r.metadata.name.startswith("ss-")) == [1, 2]
     labels = {p["metadata"]["labels"]["controller-revision-hash"] for p in h.pods_of(sim.store, "ss")}
     assert labels == {rolling.update_revision}
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#proportional-scaling
+def test_scaling_during_a_rollout_is_proportional(sim: Any) -> None:
+    """The documentation's example: 10 replicas, maxSurge 3, maxUnavailable 2, a rollout that
+    cannot progress (old 8, new 5), scaled to 15: 3 more go to the old ReplicaSet, 2 to the new."""
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment(
+        "prop", 10, strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 3, "maxUnavailable": 2}}))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "prop")) == 10, timeout=20, what="10 ready")
+    api.patch_namespaced_deployment("prop", "default", {"spec": {"template": {"spec": {
+        "nodeSelector": {"no-such-node": "true"}}}}})
+
+    def sizes() -> list[int]:
+        rses = sorted(owned_replicasets(sim, "prop"), key=lambda rs: rs["metadata"]["creationTimestamp"])
+        return [rs["spec"]["replicas"] for rs in rses]
+
+    h.wait_for(lambda: sizes() == [8, 5], timeout=20, what="old 8, new 5")
+    api.patch_namespaced_deployment_scale("prop", "default", {"spec": {"replicas": 15}})
+    h.wait_for(lambda: sizes() == [11, 7], timeout=20, what="old 11, new 7")
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#rolling-back-to-a-previous-revision
+def test_rolling_back_reuses_the_old_replicaset_as_the_newest_revision(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment("undo", 2))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "undo")) == 2, what="2 ready")
+    first = owned_replicasets(sim, "undo")[0]
+    api.patch_namespaced_deployment("undo", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.28"}]}}}})
+    h.wait_for(lambda: len(owned_replicasets(sim, "undo")) == 2, what="revision 2")
+    # kubectl rollout undo: the Deployment's template becomes revision 1's again
+    api.patch_namespaced_deployment("undo", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.27"}]}}}})
+
+    def promoted() -> bool:
+        rs = sim.store.get("replicasets", first["metadata"]["name"], "default")
+        return rs["metadata"]["annotations"].get("deployment.kubernetes.io/revision") == "3"
+
+    h.wait_for(promoted, what="revision 1 promoted to revision 3")
+    rs = sim.store.get("replicasets", first["metadata"]["name"], "default")
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"] == "1"
+    assert len(owned_replicasets(sim, "undo")) == 2
+    h.wait_for(lambda: sim.store.get("deployments", "undo", "default")["metadata"]["annotations"].get(
+        "deployment.kubernetes.io/revision") == "3", what="the Deployment at revision 3")
