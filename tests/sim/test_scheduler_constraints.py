@@ -165,3 +165,29 @@ def test_a_higher_priority_pod_preempts_lower_priority_ones() -> None:
         assert vip["spec"]["priority"] == 1000 and vip["status"].get("nominatedNodeName") == "only"
         # two victims sufficed (600m + 600m free); the replacements stay pending
         h.wait_for(lambda: (len((p := placement(sim, "low"))[0]), p[1]) == (1, 2), what="1 bound, 2 pending")
+
+
+def test_preemption_prefers_victims_no_budget_protects() -> None:
+    with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
+        sim.store.create("nodes", h.node("a", cpu="1"))
+        sim.store.create("nodes", h.node("b", cpu="1"))
+        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
+            {"metadata": {"name": "high"}, "value": 1000})
+        for app, node in (("guarded", "a"), ("free", "b")):
+            core(sim).create_namespaced_pod("default", {
+                "metadata": {"name": app, "labels": {"app": app}},
+                "spec": {"nodeName": node, "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "800m"}}}]}})
+        kubernetes.client.PolicyV1Api(sim.api_client()).create_namespaced_pod_disruption_budget("default", {
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+        h.wait_for(lambda: all(h.is_ready(sim.store.get("pods", n, "default")) for n in ("guarded", "free")),
+                   what="both running")
+        h.wait_for(lambda: (sim.store.get("poddisruptionbudgets", "guarded", "default").get("status") or {})
+                   .get("currentHealthy") == 1, what="the budget computed")
+        core(sim).create_namespaced_pod("default", {
+            "metadata": {"name": "vip", "labels": {"app": "vip"}},
+            "spec": {"priorityClassName": "high", "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}})
+        h.wait_for(lambda: placement(sim, "vip")[0] == ["b"], timeout=20, what="the vip on b")
+        assert not sim.store.get("pods", "guarded", "default")["metadata"].get("deletionTimestamp")

@@ -760,18 +760,36 @@ class Preemption:
     victims: list[tuple[str, str]]  # (namespace, name)
 
 
-def preempt(pod: PodInfo, cache: Cache) -> Preemption | None:
-    """DefaultPreemption, simplified: the node where evicting lower-priority pods (the fewest,
-    lowest first, reprieving the higher ones that still fit) lets ``pod`` fit its requests,
-    pod count and host ports; nodes whose victims have the lowest highest priority win, then
-    the fewest victims. PodDisruptionBudgets are not consulted (upstream only prefers
-    candidates that violate fewer).
+Budgets = list[tuple[str, dict[str, Any], int]]  # (namespace, selector, disruptionsAllowed)
+
+
+def _violating(victims: list[tuple[tuple[str, str], _PodEntry]], budgets: Budgets) -> set[tuple[str, str]]:
+    """The victims whose eviction would break a PodDisruptionBudget (filterPodsWithPDBViolation)."""
+    left = [allowed for _, _, allowed in budgets]
+    out = set()
+    for key, e in victims:
+        for i, (ns, selector, _) in enumerate(budgets):
+            if ns == e.namespace and match_label_selector(selector, e.labels):
+                left[i] -= 1
+                if left[i] < 0:
+                    out.add(key)
+    return out
+
+
+def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preemption | None:
+    """DefaultPreemption, simplified: the node where evicting lower-priority pods lets ``pod``
+    fit its requests, pod count and host ports. On each node the candidates are reprieved
+    (kept) highest priority first, those protected by a PodDisruptionBudget before the
+    others, while the pod still fits; among nodes, the fewest budget violations win, then
+    the lowest highest-victim priority, the lowest sum, the fewest victims. A budget is
+    broken when no other node will do, as upstream.
     https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/#preemption
     """
+    budgets = budgets or []
     if not pod.preempts:
         return None
     plan = cache.plan(pod)
-    best: tuple[tuple[int, int, int], Preemption] | None = None
+    best: tuple[tuple[int, int, int, int], Preemption] | None = None
     for node in plan.nodes:
         lower = sorted(((k, e) for k, e in cache.pods_on(node.name)
                         if e.priority < pod.priority and not e.terminating),
@@ -796,6 +814,8 @@ def preempt(pod: PodInfo, cache: Cache) -> Preemption | None:
         if not fits():
             continue
         victims = []
+        protected = _violating(lower, budgets)
+        lower.sort(key=lambda ke: ke[0] not in protected)  # stable: by priority within each group
         for key, e in lower:  # highest priority first: keep each one that still lets the pod fit
             for k in pod.requests:
                 free[k] -= e.requests.get(k, 0)
@@ -811,7 +831,8 @@ def preempt(pod: PodInfo, cache: Cache) -> Preemption | None:
             victims.append((key, e))
         if not victims:
             continue
-        rank = (max(e.priority for _, e in victims), sum(e.priority for _, e in victims), len(victims))
+        rank = (len(_violating(victims, budgets)), max(e.priority for _, e in victims),
+                sum(e.priority for _, e in victims), len(victims))
         if best is None or rank < best[0]:
             best = (rank, Preemption(node.name, [k for k, _ in victims]))
     return best[1] if best else None

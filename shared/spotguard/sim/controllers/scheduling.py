@@ -196,7 +196,7 @@ class SchedulerLoop:
             total = len(self.cache.nodes)
             preemption = None
             if result.node is None and self._may_preempt(pod, info):
-                preemption = scheduler.preempt(info, self.cache)
+                preemption = scheduler.preempt(info, self.cache, self._budgets())
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
             self._event(pod, "Warning", "FailedScheduling", result.message(total))
@@ -249,6 +249,11 @@ class SchedulerLoop:
                 self._selectors.clear()
             self._selectors[uid] = selector if isinstance(selector, dict) and selector else None
         return self._selectors[uid]
+
+    def _budgets(self) -> scheduler.Budgets:
+        items, _ = self.store.list("poddisruptionbudgets")
+        return [(b["metadata"].get("namespace", ""), (b.get("spec") or {}).get("selector") or {},
+                 int((b.get("status") or {}).get("disruptionsAllowed") or 0)) for b in items]
 
     def _gated(self, key: base.Key, pod: dict[str, Any]) -> None:
         cond = pods.condition(pod, "PodScheduled")
