@@ -191,3 +191,25 @@ def test_preemption_prefers_victims_no_budget_protects() -> None:
                 {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}})
         h.wait_for(lambda: placement(sim, "vip")[0] == ["b"], timeout=20, what="the vip on b")
         assert not sim.store.get("pods", "guarded", "default")["metadata"].get("deletionTimestamp")
+
+
+def test_preferred_pod_affinity_and_anti_affinity_are_scored(sim: Any) -> None:
+    """InterPodAffinity Score (weight 2): preferred terms pull pods towards (or push them away
+    from) the domains of the pods they select."""
+    cache = {"metadata": {"name": "cache", "labels": {"app": "cache"}},
+             "spec": {"nodeName": "n3", "containers": [{"name": "c", "image": "x"}]}}
+    core(sim).create_namespaced_pod("default", cache)
+
+    def preferring(name: str, kind: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"app": kind}}, "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}],
+            "affinity": {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": HOST}}]}}}}
+
+    for i in range(4):
+        core(sim).create_namespaced_pod("default", preferring(f"near-{i}", "podAffinity"))
+    h.wait_for(lambda: placement(sim, "podAffinity") == (["n3"] * 4, 0), what="all four next to the cache")
+    for i in range(4):
+        core(sim).create_namespaced_pod("default", preferring(f"far-{i}", "podAntiAffinity"))
+    nodes, _ = h.wait_for(lambda: (p := placement(sim, "podAntiAffinity"))[1] == 0 and len(p[0]) == 4 and p)
+    assert "n3" not in nodes

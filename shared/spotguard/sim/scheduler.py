@@ -38,7 +38,7 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 DEFAULT_MAX_PODS = 110
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
-WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2}
+WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2, "interpod": 2}
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 # PodTopologySpread's system default constraints (defaultingType: System), applied to a
@@ -213,6 +213,8 @@ class PodInfo:
     affinity: list[podaffinity.Term] = field(default_factory=list)
     anti_affinity: list[podaffinity.Term] = field(default_factory=list)
     gated: bool = False  # spec.schedulingGates not yet removed
+    # preferred pod affinity (+weight) and anti-affinity (-weight) terms, for InterPodAffinity scores
+    preferred_pods: list[tuple[int, podaffinity.Term]] = field(default_factory=list)
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any],
@@ -284,6 +286,8 @@ class PodInfo:
             affinity=podaffinity.required_terms(spec, "podAffinity", namespace, labels),
             anti_affinity=podaffinity.required_terms(spec, "podAntiAffinity", namespace, labels),
             gated=bool(spec.get("schedulingGates")),
+            preferred_pods=podaffinity.preferred_terms(spec, "podAffinity", namespace, labels)
+            + [(-w, t) for w, t in podaffinity.preferred_terms(spec, "podAntiAffinity", namespace, labels)],
         )
 
 
@@ -481,6 +485,32 @@ class Cache:
                                   anti=pod.anti_affinity, pods=existing, with_anti=with_anti,
                                   node_labels=labels, ns_labels=self.ns_labels)
         return None if found.empty else found
+
+    def interpod_scores(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[float]:
+        """InterPodAffinity Score + NormalizeScore for the pod's preferred terms: per node, the
+        weights of the terms whose selected pods share its domain, scaled to 0..100 between
+        the lowest and the highest node."""
+        per_term: list[Counter[str]] = []
+        for _, term in pod.preferred_pods:
+            domains: Counter[str] = Counter()
+            for e in self._pods.values():
+                node = self.nodes.get(e.node)
+                if node is not None and term.topology_key in node.labels and term.selects(
+                        e.namespace, e.labels, self.ns_labels):
+                    domains[node.labels[term.topology_key]] += 1
+            per_term.append(domains)
+        raw = []
+        for n in nodes:
+            total = 0
+            for (weight, term), domains in zip(pod.preferred_pods, per_term, strict=True):
+                value = n.labels.get(term.topology_key)
+                if value is not None:
+                    total += weight * domains.get(value, 0)
+            raw.append(total)
+        lo, hi = min(raw, default=0), max(raw, default=0)
+        if hi == lo:
+            return [0.0] * len(raw)
+        return [MAX_NODE_SCORE * (r - lo) / (hi - lo) for r in raw]
 
     def pods_on(self, node: str) -> list[tuple[tuple[str, str], _PodEntry]]:
         return [(k, e) for k, e in self._pods.items() if e.node == node]
@@ -934,6 +964,9 @@ def combine_scores(
         spread = score_spread(pod, nodes, states, cache)
         w = WEIGHTS["spread"]
         totals = [t + w * spread[nd.name] for t, nd in zip(totals, nodes, strict=True)]
+    if pod.preferred_pods:
+        w = WEIGHTS["interpod"]
+        totals = [t + w * x for t, x in zip(totals, cache.interpod_scores(pod, nodes), strict=True)]
     return {nd.name: t for nd, t in zip(nodes, totals, strict=True)}
 
 
