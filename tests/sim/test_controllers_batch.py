@@ -13,6 +13,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from spotguard.sim import clock as simclock
 from spotguard.sim import cron, testing
 from spotguard.sim.controllers import completion
 from spotguard.sim.controllers import job as job_ctl
@@ -82,6 +83,13 @@ def test_job_fails_past_its_backoff_limit(sim: Any) -> None:
     assert final.status.failed == 3  # backoffLimit 2: the third failure ends it
     reason = next(c.reason for c in final.status.conditions if c.type == "Failed")
     assert reason == "BackoffLimitExceeded"
+    # each replacement waits 10 s, then 20 s, after the last failure (simulated time)
+    pods = sorted(h.pods_of(sim.store, "flaky"), key=lambda p: p["metadata"]["creationTimestamp"])
+    created = [simclock.parse_iso(p["metadata"]["creationTimestamp"]) for p in pods]
+    finished = [simclock.parse_iso(p["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+                for p in pods]
+    assert len(pods) == 3
+    assert created[1] >= finished[0] + 10 - 1 and created[2] >= finished[1] + 20 - 1
 
 
 def test_indexed_job_completes_every_index(sim: Any) -> None:

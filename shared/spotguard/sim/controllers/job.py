@@ -24,6 +24,10 @@ from spotguard.sim.controllers.replicaset import pod_from_template
 
 USER = base.service_account_user("job-controller")
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+# pod failure back-off: 10 s doubling per failure, at most 6 minutes (DefaultJobPodFailureBackOff,
+# MaxJobPodFailureBackOff in pkg/controller/job/job_controller.go)
+BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 360.0
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
@@ -96,6 +100,8 @@ class JobController(base.Controller):
                 for p in active:
                     self._delete(p)
                 active = []
+            elif (wait := self._backoff(job, total_failed, now)) > 0:
+                self.queue.add_after(key, wait)  # no replacement before the back-off ends
             else:
                 active = self._scale(job, active, total_ok, completed)
                 if deadline is not None and started:
@@ -110,6 +116,21 @@ class JobController(base.Controller):
         ttl = spec.get("ttlSecondsAfterFinished")
         if ttl is not None and (outcome or new_conditions):
             self._expire(job, float(ttl))
+
+    def _backoff(self, job: dict[str, Any], failures: int, now: float) -> float:
+        """Seconds until a pod may replace a failed one (0 when it may now)."""
+        if failures <= 0:
+            return 0.0
+        last = 0.0
+        for p in self.informer.pods_owned_by(job["metadata"]["uid"]):
+            if (p.get("status") or {}).get("phase") != "Failed":
+                continue
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                finished = ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
+                if finished:
+                    last = max(last, simclock.parse_iso(finished))
+        delay = min(BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        return max(0.0, last + delay - now) if last else 0.0
 
     def _count_finished(self, job: dict[str, Any], owned: list[dict[str, Any]]
                         ) -> tuple[int, int, set[int]]:
