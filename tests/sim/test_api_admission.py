@@ -22,7 +22,7 @@ import pytest
 from kubernetes.client import ApiException
 from spotguard.sim import testing, tls
 
-from tests.sim.conftest import pod_manifest
+from tests.sim.conftest import deployment_manifest, pod_manifest
 
 Review = dict[str, Any]
 Behaviour = Callable[[Review], dict[str, Any]]
@@ -476,3 +476,25 @@ def test_update_status_subresource_and_delete_rules_fire(
     deletion = webhook.calls("/del")[-1]["request"]
     assert deletion["operation"] == "DELETE" and deletion["object"] is None
     assert deletion["options"]["kind"] == "DeleteOptions"
+
+
+def test_scale_subresource_rules_see_the_scale(
+    sim: testing.SimCluster, webhook: Webhook, admission: Any,
+) -> None:
+    """An update of deployments/scale is reviewed with the autoscaling/v1 Scale by rules naming
+    `deployments/scale`; rules naming `deployments` do not fire for it."""
+    def rule(resources: list[str]) -> list[dict[str, Any]]:
+        return [{"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": resources}]
+
+    configure(admission, "scale",
+              hook(webhook, "scale.example.com", "/scale", rules=rule(["deployments/scale"])),
+              hook(webhook, "dep.example.com", "/dep", rules=rule(["deployments"])))
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    apps.create_namespaced_deployment("default", deployment_manifest("scaled", replicas=1))
+    apps.patch_namespaced_deployment_scale("scaled", "default", {"spec": {"replicas": 4}})
+    request = webhook.calls("/scale")[-1]["request"]
+    assert (request["subResource"], request["kind"]["kind"], request["object"]["spec"]["replicas"]) == (
+        "scale", "Scale", 4)
+    assert request["oldObject"]["spec"]["replicas"] == 1
+    assert webhook.calls("/dep") == []
+    assert apps.read_namespaced_deployment("scaled", "default").spec.replicas == 4

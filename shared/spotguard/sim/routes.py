@@ -493,6 +493,13 @@ class Api:
             wanted = patching.apply(current, _load(request.body), patch_type)
         if not isinstance(wanted, dict):
             raise errors.BadRequest("the Scale must be a JSON object")
+        from spotguard.sim import admission
+
+        # webhooks see the Scale (rules on <resource>/scale), not the workload
+        wanted = admission.admit(self.store, plural, {**wanted, "kind": "Scale", "apiVersion": "autoscaling/v1"},
+                                 namespace=t.namespace or "", user=request.user,
+                                 dry_run=_dry_run(request.query), operation="UPDATE", old=current,
+                                 subresource="scale")
         replicas = (wanted.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise errors.invalid("Scale", t.name, [{
@@ -505,7 +512,7 @@ class Api:
         obj["spec"]["replicas"] = replicas
         obj["metadata"]["resourceVersion"] = rv or ""
         updated = self.store.update(plural, obj, dry_run=_dry_run(request.query),
-                                    namespace=t.namespace)
+                                    namespace=t.namespace, subresource="scale")
         return json_response(200, to_scale(updated))
 
 

@@ -742,6 +742,8 @@ class Store:
         """Whether a mutating webhook wants to see this request (UPDATE, DELETE)."""
         if not self.admission_enabled or resource == "mutatingwebhookconfigurations":
             return False
+        if subresource == "scale":
+            return False  # the route reviews the Scale object itself
         from spotguard.sim import admission
 
         return admission.wants(self, resource, operation, subresource)
