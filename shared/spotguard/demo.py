@@ -218,8 +218,8 @@ def play(sim: Any, apps: list[Obj], args: argparse.Namespace, out: Printer) -> d
     total = sum(w.replicas for w in before.values())
 
     def ready() -> int:
-        """Pods that serve (Ready on a node whose instance runs), not the API's Ready alone."""
-        return sum(1 for p in store.list("pods")[0] if sim.serving(p))
+        """Serving pods of the scenario's workloads (Ready on a running instance; not the DaemonSets')."""
+        return sum(1 for p in store.list("pods")[0] if sim.serving(p) and readiness.workload_key(p) in before)
 
     wait_until(lambda: ready() >= total, (4 * args.ready_delay) / scale + 30, "every pod to be Ready")
     out.say("")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import requests
 from spotguard.admission import registration
@@ -283,3 +284,50 @@ def test_an_unreachable_api_lets_pods_in_unchanged_within_the_webhook_timeout(en
     # the API is back: the next workload is placed again
     env.k.create(r.DEPLOYMENTS, deployment(name + "-after", 2), NS)
     assert counts(env, name + "-after", 2) == (1, 1)
+
+
+def reviewed(server: servers.Server) -> float:
+    """Every review a server process answered (any outcome), from its own /metrics."""
+    text = requests.get(server.url + "/metrics", verify=server.ca, timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("spotguard_admission_requests_total{")
+    )
+
+
+def test_daemonset_and_job_pods_are_left_alone(env: Env) -> None:
+    """The cluster's own controllers create these pods through the served webhook configuration;
+    spotguard places only ReplicaSet and StatefulSet pods, so they are neither reviewed nor changed."""
+    apps = kubernetes.client.AppsV1Api(env.sim.api_client())
+    batch = kubernetes.client.BatchV1Api(env.sim.api_client())
+    before = sum(reviewed(s) for s in env.servers)
+    spec = template("agent")["spec"]
+    apps.create_namespaced_daemon_set(NS, {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}}, "spec": spec}},
+    })
+    job_spec = {**spec, "restartPolicy": "Never"}
+    batch.create_namespaced_job(NS, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "batch"},
+        "spec": {"completions": 4, "parallelism": 2,
+                 "template": {"metadata": {"labels": {"app": "batch"}}, "spec": job_spec}},
+    })
+    nodes = len(env.k.list(r.NODES))
+    wait_for(lambda: len([p for p in live_pods(env, "agent") if p["spec"].get("nodeName")]) == nodes,
+             what="a daemon pod on every node")
+    wait_for(lambda: len(env.k.list(r.PODS, NS, label_selector="app=batch")) >= 2, what="the Job's pods")
+    pods = [p for app in ("agent", "batch")
+            for p in env.k.list(r.PODS, NS, label_selector=f"app={app}")]
+    owners = {p["metadata"]["ownerReferences"][0]["kind"] for p in pods}
+    assert owners == {"DaemonSet", "Job"}
+    for p in pods:
+        labels = p["metadata"].get("labels") or {}
+        assert not any(k.startswith("spotguard.io/") for k in labels), p["metadata"]["name"]
+        assert not any(k.startswith("spotguard.io/") for k in p["metadata"].get("annotations") or {})
+        assert p["spec"].get("nodeSelector") is None
+        assert p["spec"].get("priorityClassName") is None
+    assert sum(reviewed(s) for s in env.servers) == before  # matchConditions kept the calls away
+    apps.delete_namespaced_daemon_set("agent", NS)
+    batch.delete_namespaced_job("batch", NS, propagation_policy="Background")

@@ -8,6 +8,7 @@ configuration as caBundle); pods are created through the official client.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import threading
@@ -21,7 +22,7 @@ import pytest
 from kubernetes.client import ApiException
 from spotguard.sim import testing, tls
 
-from tests.sim.conftest import pod_manifest
+from tests.sim.conftest import deployment_manifest, pod_manifest
 
 Review = dict[str, Any]
 Behaviour = Callable[[Review], dict[str, Any]]
@@ -330,11 +331,11 @@ def test_dry_run_is_sent_and_side_effect_webhooks_refuse_it(
     with pytest.raises(ApiException):
         core.read_namespaced_pod("dry", "default")
     admission.delete_mutating_webhook_configuration("dry")
-    configure(admission, "effects", hook(webhook, "fx.example.com", "/fx", sideEffects="Some"))
+    # admissionregistration.k8s.io/v1 accepts only None and NoneOnDryRun: a webhook with side
+    # effects cannot be registered at all (the v1beta1 values Some and Unknown are refused)
     with pytest.raises(ApiException) as info:
-        core.create_namespaced_pod("default", pod_manifest("dry2"), dry_run="All")
-    assert info.value.status == 400
-    assert webhook.calls("/fx") == []
+        configure(admission, "effects", hook(webhook, "fx.example.com", "/fx", sideEffects="Some"))
+    assert info.value.status == 422 and "sideEffects" in info.value.body
 
 
 def test_concurrent_creates_all_go_through_the_webhook(
@@ -432,3 +433,68 @@ def test_match_condition_errors_follow_the_failure_policy(
             core.create_namespaced_pod("default", pod_manifest(name))
         assert "matchCondition 'missing'" in json.loads(info.value.body)["message"]
     assert webhook.calls(path) == []
+
+
+def test_update_status_subresource_and_delete_rules_fire(
+    sim: testing.SimCluster, webhook: Webhook, admission: Any, core: kubernetes.client.CoreV1Api,
+) -> None:
+    """Rules name operations and resources as kube-apiserver matches them: UPDATE of `pods`
+    (not its subresources), `pods/status`, `pods/eviction` (a CREATE), DELETE; the review
+    carries oldObject, UpdateOptions / DeleteOptions and subResource
+    (https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-rules)."""
+    def rule(operations: list[str], resources: list[str]) -> list[dict[str, Any]]:
+        return [{"operations": operations, "apiGroups": [""], "apiVersions": ["v1"], "resources": resources}]
+
+    webhook.behaviours["/upd"] = add_label("updated-by", "webhook")
+    configure(admission, "ops",
+              hook(webhook, "upd.example.com", "/upd", rules=rule(["UPDATE"], ["pods"])),
+              hook(webhook, "st.example.com", "/st", rules=rule(["UPDATE"], ["pods/status"])),
+              hook(webhook, "ev.example.com", "/ev", rules=rule(["CREATE"], ["pods/eviction"])),
+              hook(webhook, "del.example.com", "/del", rules=rule(["DELETE"], ["pods"])))
+    core.create_namespaced_pod("default", pod_manifest("ops", labels={"app": "ops"}))
+    assert webhook.calls("/upd") == []  # a CREATE: no UPDATE rule fires
+    patched = core.patch_namespaced_pod("ops", "default", {"metadata": {"labels": {"tier": "x"}}})
+    assert patched.metadata.labels["updated-by"] == "webhook"  # the mutation is stored
+    request = webhook.calls("/upd")[-1]["request"]
+    assert request["operation"] == "UPDATE" and request["options"]["kind"] == "UpdateOptions"
+    assert request["oldObject"]["metadata"]["labels"] == {"app": "ops"}
+    assert request["object"]["metadata"]["labels"]["tier"] == "x"
+    assert "subResource" not in request and webhook.calls("/st") == []
+    core.patch_namespaced_pod_status("ops", "default", {"status": {"message": "hello"}})
+    status_request = webhook.calls("/st")[-1]["request"]
+    assert status_request["subResource"] == "status" and status_request["operation"] == "UPDATE"
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_pod_eviction("ops", "default", {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "ops"}})
+    eviction = webhook.calls("/ev")[-1]["request"]
+    assert (eviction["subResource"], eviction["kind"]["kind"], eviction["operation"]) == (
+        "eviction", "Eviction", "CREATE")
+    if webhook.calls("/del"):  # the eviction deleted the pod: a DELETE of pods
+        assert webhook.calls("/del")[-1]["request"]["oldObject"]["metadata"]["name"] == "ops"
+    else:
+        core.delete_namespaced_pod("ops", "default")
+    deletion = webhook.calls("/del")[-1]["request"]
+    assert deletion["operation"] == "DELETE" and deletion["object"] is None
+    assert deletion["options"]["kind"] == "DeleteOptions"
+
+
+def test_scale_subresource_rules_see_the_scale(
+    sim: testing.SimCluster, webhook: Webhook, admission: Any,
+) -> None:
+    """An update of deployments/scale is reviewed with the autoscaling/v1 Scale by rules naming
+    `deployments/scale`; rules naming `deployments` do not fire for it."""
+    def rule(resources: list[str]) -> list[dict[str, Any]]:
+        return [{"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": resources}]
+
+    configure(admission, "scale",
+              hook(webhook, "scale.example.com", "/scale", rules=rule(["deployments/scale"])),
+              hook(webhook, "dep.example.com", "/dep", rules=rule(["deployments"])))
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    apps.create_namespaced_deployment("default", deployment_manifest("scaled", replicas=1))
+    apps.patch_namespaced_deployment_scale("scaled", "default", {"spec": {"replicas": 4}})
+    request = webhook.calls("/scale")[-1]["request"]
+    assert (request["subResource"], request["kind"]["kind"], request["object"]["spec"]["replicas"]) == (
+        "scale", "Scale", 4)
+    assert request["oldObject"]["spec"]["replicas"] == 1
+    assert webhook.calls("/dep") == []
+    assert apps.read_namespaced_deployment("scaled", "default").spec.replicas == 4

@@ -164,3 +164,25 @@ def test_paging_costs_about_one_list(sim: testing.SimCluster) -> None:
     assert [e.obj["metadata"]["name"] for e in paged] == [e.obj["metadata"]["name"] for e in whole]
     # re-sorting 3,000 keys per page took over a second here; the index takes ~10 ms
     assert in_pages < 20 * one_list + 0.3, (in_pages, one_list)
+
+
+def test_watch_bookmarks_when_allowed() -> None:
+    """allowWatchBookmarks: the watch cache sends a BOOKMARK with the current
+    resourceVersion about once a minute (simulated time here: 60x)
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#watch-bookmarks)."""
+    import kubernetes
+    from kubernetes import watch
+    from spotguard.sim import testing
+
+    with testing.running_cluster(controllers=False, time_scale=60.0) as sim:
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+        rv = core.list_namespaced_config_map("default").metadata.resource_version
+        sim.store.create("configmaps", {"metadata": {"name": "later"}}, namespace="default")
+        events = []
+        for event in watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=rv,
+                                          allow_watch_bookmarks=True, timeout_seconds=4):
+            events.append((event["type"], event["raw_object"]["metadata"].get("resourceVersion")))
+            if event["type"] == "BOOKMARK":
+                break
+        assert events[0][0] == "ADDED"
+        assert events[-1] == ("BOOKMARK", sim.store.resource_version)

@@ -372,3 +372,111 @@ def test_min_ready_seconds_delays_availability(sim: Any) -> None:
     h.wait_for(lambda: api.read_namespaced_deployment("slow", "default").status.available_replicas == 2,
                timeout=10, what="available")
     assert sim.clock.now() - ready_at >= 25
+
+
+# https://kubernetes.io/docs/concepts/architecture/garbage-collection/#foreground-deletion
+def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment("fg", 2))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "fg")) == 2, what="2 ready pods")
+    deletions = {r: sim.store.watch(r, "default", sim.store.resource_version)
+                 for r in ("pods", "replicasets", "deployments")}
+    api.delete_namespaced_deployment("fg", "default", propagation_policy="Foreground")
+
+    def gone() -> bool:
+        try:
+            api.read_namespaced_deployment("fg", "default")
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    h.wait_for(gone, timeout=20, what="the deployment gone")
+    assert not h.pods_of(sim.store, "fg") and not owned_replicasets(sim, "fg")
+    last: dict[str, int] = {}
+    marked: dict[str, bool] = {}
+    for resource, watcher in deletions.items():
+        while (event := watcher.get(timeout=0.2)) is not None:
+            meta = event["object"]["metadata"]
+            if event["type"] == "DELETED":
+                last[resource] = int(meta["resourceVersion"])
+            elif "foregroundDeletion" in (meta.get("finalizers") or []) and meta.get("deletionTimestamp"):
+                marked[resource] = True
+        watcher.close()
+    assert marked == {"replicasets": True, "deployments": True}  # owners waited, marked
+    assert last["pods"] < last["replicasets"] < last["deployments"]  # dependents first
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/#rolling-updates
+def test_statefulset_rolling_update_with_controller_revisions(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_stateful_set("default", h.statefulset("ss", 3))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "ss")) == 3, timeout=20, what="3 ready")
+    h.wait_for(lambda: api.read_namespaced_stateful_set("ss", "default").status.current_revision,
+               what="currentRevision")
+    first = api.read_namespaced_stateful_set("ss", "default").status
+    assert first.current_revision == first.update_revision
+    api.patch_namespaced_stateful_set("ss", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.28"}]}}}})
+    rolling = h.wait_for(lambda: (s := api.read_namespaced_stateful_set("ss", "default").status)
+                         .update_revision != first.update_revision and s, what="a new update revision")
+    assert rolling.current_revision == first.current_revision  # not complete yet
+    order: list[str] = []
+
+    def done() -> bool:
+        for p in h.pods_of(sim.store, "ss"):
+            if p["spec"]["containers"][0]["image"] == "nginx:1.28" and p["metadata"]["name"] not in order:
+                order.append(p["metadata"]["name"])
+        s = api.read_namespaced_stateful_set("ss", "default").status
+        return s.current_revision == s.update_revision and s.updated_replicas == 3 and s.ready_replicas == 3
+
+    h.wait_for(done, timeout=30, interval=0.01, what="the rolling update")
+    assert order == ["ss-2", "ss-1", "ss-0"]  # highest ordinal first
+    revs = kubernetes.client.AppsV1Api(sim.api_client()).list_namespaced_controller_revision("default").items
+    assert sorted(r.revision for r in revs if r.metadata.name.startswith("ss-")) == [1, 2]
+    labels = {p["metadata"]["labels"]["controller-revision-hash"] for p in h.pods_of(sim.store, "ss")}
+    assert labels == {rolling.update_revision}
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#proportional-scaling
+def test_scaling_during_a_rollout_is_proportional(sim: Any) -> None:
+    """The documentation's example: 10 replicas, maxSurge 3, maxUnavailable 2, a rollout that
+    cannot progress (old 8, new 5), scaled to 15: 3 more go to the old ReplicaSet, 2 to the new."""
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment(
+        "prop", 10, strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 3, "maxUnavailable": 2}}))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "prop")) == 10, timeout=20, what="10 ready")
+    api.patch_namespaced_deployment("prop", "default", {"spec": {"template": {"spec": {
+        "nodeSelector": {"no-such-node": "true"}}}}})
+
+    def sizes() -> list[int]:
+        rses = sorted(owned_replicasets(sim, "prop"), key=lambda rs: rs["metadata"]["creationTimestamp"])
+        return [rs["spec"]["replicas"] for rs in rses]
+
+    h.wait_for(lambda: sizes() == [8, 5], timeout=20, what="old 8, new 5")
+    api.patch_namespaced_deployment_scale("prop", "default", {"spec": {"replicas": 15}})
+    h.wait_for(lambda: sizes() == [11, 7], timeout=20, what="old 11, new 7")
+
+
+# https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#rolling-back-to-a-previous-revision
+def test_rolling_back_reuses_the_old_replicaset_as_the_newest_revision(sim: Any) -> None:
+    api = apps(sim)
+    api.create_namespaced_deployment("default", h.deployment("undo", 2))
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "undo")) == 2, what="2 ready")
+    first = owned_replicasets(sim, "undo")[0]
+    api.patch_namespaced_deployment("undo", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.28"}]}}}})
+    h.wait_for(lambda: len(owned_replicasets(sim, "undo")) == 2, what="revision 2")
+    # kubectl rollout undo: the Deployment's template becomes revision 1's again
+    api.patch_namespaced_deployment("undo", "default", {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "nginx:1.27"}]}}}})
+
+    def promoted() -> bool:
+        rs = sim.store.get("replicasets", first["metadata"]["name"], "default")
+        return rs["metadata"]["annotations"].get("deployment.kubernetes.io/revision") == "3"
+
+    h.wait_for(promoted, what="revision 1 promoted to revision 3")
+    rs = sim.store.get("replicasets", first["metadata"]["name"], "default")
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"] == "1"
+    assert len(owned_replicasets(sim, "undo")) == 2
+    h.wait_for(lambda: sim.store.get("deployments", "undo", "default")["metadata"]["annotations"].get(
+        "deployment.kubernetes.io/revision") == "3", what="the Deployment at revision 3")

@@ -249,3 +249,20 @@ def test_get_watch_prints_table_rows(kubectl: Kubectl, sim: testing.SimCluster) 
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows and rows[0][0] == "NAME"
     assert any(r and r[0] == "appears" for r in rows), result.stdout
+
+
+def test_rollout_status_of_a_statefulset_waits_for_the_rolling_update(
+    kubectl: Kubectl, sim: testing.SimCluster,
+) -> None:
+    """https://kubernetes.io/docs/reference/kubectl/generated/kubectl_rollout/kubectl_rollout_status/
+    (a StatefulSet is rolled out once currentRevision equals updateRevision)"""
+    body = deployment_manifest("sts", replicas=2)
+    body.update(kind="StatefulSet")
+    body["spec"]["serviceName"] = "sts"
+    sim.store.create("statefulsets", body, namespace="default")
+    kubectl("rollout", "status", "statefulset/sts", "--timeout=30s")
+    kubectl("set", "image", "statefulset/sts", "app=registry.k8s.io/pause:3.9")
+    out = kubectl("rollout", "status", "statefulset/sts", "--timeout=30s").stdout
+    assert "partitioned roll out complete" in out or "rolling update complete" in out, out
+    pods, _ = sim.store.list("pods", "default", label_selector="app=sts")
+    assert {p["spec"]["containers"][0]["image"] for p in pods} == {"registry.k8s.io/pause:3.9"}

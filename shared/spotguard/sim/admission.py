@@ -1,4 +1,11 @@
-"""Mutating admission: call MutatingWebhookConfigurations on CREATE, as kube-apiserver does.
+"""Mutating admission: call MutatingWebhookConfigurations, as kube-apiserver does.
+
+Operations: CREATE (``admit_create``), UPDATE of an object or its ``status``
+subresource and DELETE (``admit``, called by the store's update, patch and
+delete), and CREATE of the ``pods/eviction`` subresource. Rules match
+``resources`` as upstream: ``pods`` is the resource only, ``pods/status`` and
+``pods/*`` its subresources, ``*`` every resource, ``*/*`` everything.
+Writes the in-process controllers make (``store.mutate``) are not reviewed.
 
 Follows https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/ :
 webhooks run in order (configurations sorted by name, then their webhooks in
@@ -84,7 +91,7 @@ def _ca_file(ca_bundle: str) -> str:
 
 
 def _rule_matches(rule: Mapping[str, Any], rtype: resources.ResourceType, operation: str,
-                  namespaced: bool) -> bool:
+                  namespaced: bool, subresource: str | None = None) -> bool:
     def has(values: Any, value: str) -> bool:
         return isinstance(values, list) and ("*" in values or value in values)
 
@@ -95,7 +102,10 @@ def _rule_matches(rule: Mapping[str, Any], rtype: resources.ResourceType, operat
     if not has(rule.get("apiVersions"), rtype.version):
         return False
     wanted = rule.get("resources") or []
-    if not any(r in ("*", "*/*", rtype.plural) for r in wanted):
+    names: tuple[str, ...] = ("*", "*/*", rtype.plural)
+    if subresource:
+        names = ("*/*", f"{rtype.plural}/*", f"*/{subresource}", f"{rtype.plural}/{subresource}")
+    if not any(r in names for r in wanted):
         return False
     scope = rule.get("scope", "*")
     if scope == "Namespaced" and not namespaced:
@@ -113,9 +123,10 @@ def _webhooks(store: Store) -> list[Obj]:
     return hooks
 
 
-def _matches(store: Store, hook: Mapping[str, Any], rtype: resources.ResourceType,
-             obj: Mapping[str, Any], namespace: str) -> bool:
-    if not any(_rule_matches(r, rtype, "CREATE", rtype.namespaced)
+def _matches(store: Store, hook: Mapping[str, Any], rtype: resources.ResourceType,  # noqa: PLR0917
+             obj: Mapping[str, Any], namespace: str, operation: str = "CREATE",
+             subresource: str | None = None) -> bool:
+    if not any(_rule_matches(r, rtype, operation, rtype.namespaced, subresource)
                for r in hook.get("rules") or [] if isinstance(r, dict)):
         return False
     object_selector = hook.get("objectSelector")
@@ -139,10 +150,17 @@ def _matches(store: Store, hook: Mapping[str, Any], rtype: resources.ResourceTyp
     return True
 
 
-def review(rtype: resources.ResourceType, obj: Obj, *, namespace: str,
-           user: Mapping[str, Any], dry_run: bool) -> Obj:
-    """The AdmissionReview request kube-apiserver sends for a CREATE."""
-    gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+_OPTIONS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+_SUB_KINDS = {"eviction": ("policy", "v1", "Eviction"), "binding": ("", "v1", "Binding"),
+              "scale": ("autoscaling", "v1", "Scale")}
+
+
+def review(rtype: resources.ResourceType, obj: Obj | None, *, namespace: str,
+           user: Mapping[str, Any], dry_run: bool, operation: str = "CREATE",
+           old: Obj | None = None, subresource: str | None = None, name: str = "") -> Obj:
+    """The AdmissionReview request kube-apiserver sends."""
+    group, version, kind = _SUB_KINDS.get(subresource or "", (rtype.group, rtype.version, rtype.kind))
+    gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
     request: Obj = {
         "uid": str(uuid.uuid4()),
@@ -150,14 +168,16 @@ def review(rtype: resources.ResourceType, obj: Obj, *, namespace: str,
         "resource": gvr,
         "requestKind": gvk,
         "requestResource": gvr,
-        "name": (obj.get("metadata") or {}).get("name") or "",
-        "operation": "CREATE",
+        "name": name or ((obj or old or {}).get("metadata") or {}).get("name") or "",
+        "operation": operation,
         "userInfo": dict(user),
         "object": obj,
-        "oldObject": None,
+        "oldObject": old,
         "dryRun": dry_run,
-        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        "options": {"kind": _OPTIONS.get(operation, "CreateOptions"), "apiVersion": "meta.k8s.io/v1"},
     }
+    if subresource:
+        request["subResource"] = request["requestSubResource"] = subresource
     if rtype.namespaced:
         request["namespace"] = namespace
     return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
@@ -263,43 +283,68 @@ def admit_create(
     dry_run: bool,
 ) -> Obj:
     """Return the object after every matching webhook has mutated it; raise to reject."""
+    return admit(store, resource, obj, namespace=namespace, user=user, dry_run=dry_run)
+
+
+def wants(store: Store, resource: str, operation: str, subresource: str | None = None) -> bool:
+    """Whether any webhook's rules cover the operation (cheap: no selectors, no calls)."""
     if store.count("mutatingwebhookconfigurations") == 0:
-        return obj
+        return False
     rtype = resources.get(resource)
-    hooks = [h for h in _webhooks(store) if _matches(store, h, rtype, obj, namespace)]
+    return any(_rule_matches(r, rtype, operation, rtype.namespaced, subresource)
+               for h in _webhooks(store) for r in h.get("rules") or [] if isinstance(r, dict))
+
+
+def admit(store: Store, resource: str, obj: Obj | None, *, namespace: str,
+          user: Mapping[str, Any] | None, dry_run: bool, operation: str = "CREATE",
+          old: Obj | None = None, subresource: str | None = None) -> Obj:
+    """Run the matching webhooks on a request; the (mutated) object; raise to reject.
+
+    For DELETE ``obj`` is None and the webhooks see ``old`` (they can only deny)."""
+    current: Obj = obj if obj is not None else {}
+    if store.count("mutatingwebhookconfigurations") == 0:
+        return current
+    rtype = resources.get(resource)
+    seen = obj if obj is not None else (old or {})
+    hooks = [h for h in _webhooks(store)
+             if _matches(store, h, rtype, seen, namespace, operation, subresource)]
     if not hooks:
-        return obj
+        return current
     who = dict(user) if user else dict(ANONYMOUS)
-    current = obj
+    kw: dict[str, Any] = {"namespace": namespace, "user": who, "dry_run": dry_run,
+                          "operation": operation, "old": old, "subresource": subresource}
     last_change = -1
     for index, hook in enumerate(hooks):
         before = current
-        current = _run(hook, rtype, current, namespace=namespace, user=who, dry_run=dry_run)
+        current = _run(hook, rtype, obj if obj is None else current, **kw)
         if current != before:
             last_change = index
-    if last_change > 0:
+    if last_change > 0 and obj is not None:
         # reinvocationPolicy IfNeeded: once more for earlier webhooks that may want to see
         # what later ones added (kube-apiserver reinvokes at most once).
         for hook in hooks[:last_change]:
             if hook.get("reinvocationPolicy") == "IfNeeded" and _matches(
-                store, hook, rtype, current, namespace
+                store, hook, rtype, current, namespace, operation, subresource
             ):
-                current = _run(hook, rtype, current, namespace=namespace, user=who, dry_run=dry_run)
+                current = _run(hook, rtype, current, **kw)
     return current
 
 
-def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj, *, namespace: str,
-         user: Mapping[str, Any], dry_run: bool) -> Obj:
+def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None, *,
+         namespace: str, user: Mapping[str, Any], dry_run: bool, operation: str = "CREATE",
+         old: Obj | None = None, subresource: str | None = None) -> Obj:
     name = str(hook.get("name", ""))
     fail_open = hook.get("failurePolicy", "Fail") == "Ignore"
     if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
         raise errors.BadRequest(
             f'admission webhook "{name}" does not support dry run'
         )
-    body = review(rtype, obj, namespace=namespace, user=user, dry_run=dry_run)
+    body = review(rtype, obj, namespace=namespace, user=user, dry_run=dry_run,
+                  operation=operation, old=old, subresource=subresource)
+    unchanged: Obj = obj if obj is not None else {}
     try:
         if not _conditions_match(hook, body["request"]):
-            return obj
+            return unchanged
         response = call(hook, body)
         if not response.get("allowed"):
             status = response.get("status") or {}
@@ -315,12 +360,12 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj, *, na
             exc.code = code if 400 <= code < 600 else 400
             exc.reason = str(status.get("reason") or "")
             raise exc
-        return _apply(obj, response)
+        return _apply(unchanged, response) if obj is not None else unchanged
     except CallError as exc:
         if fail_open:
             log.warning("webhook call failed, ignored (failurePolicy Ignore)",
                         extra={"webhook": name, "error": str(exc)})
-            return obj
+            return unchanged
         raise errors.InternalError(
             f'Internal error occurred: failed calling webhook "{name}": {exc}'
         ) from exc

@@ -102,4 +102,6 @@ class Faults:
                     time.sleep(rule.hold_seconds)
                     raise DropConnection()
                 cls = _REASONS[int(rule.status)]
-                raise cls(f"injected fault: {verb} {resource} answered {rule.status}")
+                # API Priority and Fairness throttling (429) suggests a retry in 1 s
+                extra = {"retryAfterSeconds": 1} if int(rule.status) == 429 else {}
+                raise cls(f"injected fault: {verb} {resource} answered {rule.status}", **extra)

@@ -4,8 +4,12 @@ Strategic merge patch follows
 https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/
 and the directives in
 https://github.com/kubernetes/community/blob/master/contributors/devel/sig-api-machinery/strategic-merge-patch.md
-Lists are merged by the merge keys of the fields the simulated types have
-(containers by name, conditions by type, ...); other lists are replaced.
+Lists are merged as the type's OpenAPI schema says (``x-kubernetes-patch-strategy``
+and ``x-kubernetes-patch-merge-key``, the Go struct tags kube-apiserver itself
+uses: a Service's ``spec.ports`` by ``port``, a container's ``ports`` by
+``containerPort``); lists without a merge strategy are replaced. Without a schema
+(a bare ``strategic(obj, patch)``) the table ``MERGE_KEYS`` keyed by field name is
+the fallback.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 import jsonpatch
 
-from spotguard.sim import errors
+from spotguard.sim import errors, patchmeta
 
 # field name -> merge key ("" merges a list of primitives); lists not named here are replaced.
 MERGE_KEYS: dict[str, str] = {
@@ -50,8 +54,13 @@ CONTENT_TYPES = {
 }
 
 
-def apply(obj: dict[str, Any], patch: Any, patch_type: str) -> dict[str, Any]:
-    """Return a new object with ``patch`` applied; raises BadRequest/Invalid/Conflict."""
+def apply(
+    obj: dict[str, Any], patch: Any, patch_type: str, schema: patchmeta.Node = None
+) -> dict[str, Any]:
+    """Return a new object with ``patch`` applied; raises BadRequest/Invalid/Conflict.
+
+    ``schema`` (``patchmeta.root(rtype)``) gives strategic merge patches the type's
+    merge keys; without it the field-name table applies."""
     if patch_type == "json":
         return apply_json(obj, patch)
     if patch_type == "merge":
@@ -62,7 +71,7 @@ def apply(obj: dict[str, Any], patch: Any, patch_type: str) -> dict[str, Any]:
     if patch_type == "strategic":
         if not isinstance(patch, dict):
             raise errors.BadRequest("strategic merge patch must be a JSON object")
-        return strategic(obj, patch)
+        return strategic(obj, patch, schema)
     if patch_type == "apply":
         raise errors.UnsupportedMediaType(
             "server-side apply is not supported by the simulated cluster; use client-side apply"
@@ -98,14 +107,28 @@ def merge(target: Any, patch: Any) -> Any:
     return result
 
 
-def strategic(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    result = _merge_map(copy.deepcopy(target), patch, "")
+def strategic(
+    target: dict[str, Any], patch: dict[str, Any], schema: patchmeta.Node = None
+) -> dict[str, Any]:
+    result = _merge_map(copy.deepcopy(target), patch, "", schema)
     if not isinstance(result, dict):
         raise errors.BadRequest("strategic merge patch deleted the whole object")
     return result
 
 
-def _merge_map(target: Any, patch: dict[str, Any], field: str) -> Any:
+def _list_key(field: str, schema: patchmeta.Node) -> str | None:
+    """The merge key of list ``field`` ("" for a merged list of primitives), None to replace."""
+    if schema is None:
+        return MERGE_KEYS.get(field)
+    return patchmeta.list_merge_key(patchmeta.child(schema, field))
+
+
+def _retains(field: str, schema: patchmeta.Node) -> bool:
+    return field in RETAIN_KEYS if schema is None else patchmeta.retains_keys(schema)
+
+
+def _merge_map(target: Any, patch: dict[str, Any], field: str,
+               schema: patchmeta.Node = None) -> Any:
     directive = patch.get("$patch")
     if directive == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
@@ -134,29 +157,32 @@ def _merge_map(target: Any, patch: dict[str, Any], field: str) -> Any:
             continue
         current = result.get(key)
         if isinstance(value, dict):
-            merged = _merge_map(current, value, key)
+            sub = patchmeta.child(schema, key) if schema is not None else None
+            merged = _merge_map(current, value, key, sub)
             if merged is None:
                 result.pop(key, None)
             else:
                 result[key] = merged
-        elif isinstance(value, list) and key in MERGE_KEYS:
-            result[key] = _merge_list(current, value, MERGE_KEYS[key], key)
+        elif isinstance(value, list) and (list_key := _list_key(key, schema)) is not None:
+            items = patchmeta.items(patchmeta.child(schema, key)) if schema is not None else None
+            result[key] = _merge_list(current, value, list_key, key, items)
         else:
             result[key] = copy.deepcopy(value)
     for name, order in orders.items():
         if isinstance(result.get(name), list):
-            result[name] = _reorder(result[name], order, MERGE_KEYS.get(name, ""))
+            result[name] = _reorder(result[name], order, _list_key(name, schema) or "")
     if isinstance(retain, list):
         keep = set(retain)
         for key in list(result):
             if key not in keep:
                 del result[key]
-    elif field in RETAIN_KEYS and retain is not None:
+    elif retain is not None and _retains(field, schema):
         raise errors.BadRequest("$retainKeys must be a list")
     return result
 
 
-def _merge_list(current: Any, patch: list[Any], key: str, field: str) -> list[Any]:
+def _merge_list(current: Any, patch: list[Any], key: str, field: str,
+                items: patchmeta.Node = None) -> list[Any]:
     existing = list(current) if isinstance(current, list) else []
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [copy.deepcopy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
@@ -180,10 +206,10 @@ def _merge_list(current: Any, patch: list[Any], key: str, field: str) -> list[An
                 out.pop(index)
             continue
         if index is None:
-            added = _merge_map({}, item, field)
+            added = _merge_map({}, item, field, items)
             out.append(added)
         else:
-            out[index] = _merge_map(out[index], item, field)
+            out[index] = _merge_map(out[index], item, field, items)
     return out
 
 

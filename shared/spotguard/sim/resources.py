@@ -15,6 +15,10 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
+    # DELETE without propagationPolicy orphans the dependents (batch/v1 Jobs and v1
+    # ReplicationControllers keep this legacy default: pkg/registry/*/strategy.go
+    # DefaultGarbageCollectionPolicy)
+    orphan_by_default: bool = False
 
     @property
     def api_version(self) -> str:
@@ -59,7 +63,15 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType(
         "statefulsets", "StatefulSet", "apps", "v1", True, ("sts",), ("status", "scale"), _ALL
     ),
+    ResourceType(
+        "replicationcontrollers", "ReplicationController", "", "v1", True, ("rc",),
+        ("status", "scale"), _ALL, orphan_by_default=True,
+    ),
     ResourceType("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",), _ALL),
+    ResourceType("controllerrevisions", "ControllerRevision", "apps", "v1", True),
+    ResourceType("jobs", "Job", "batch", "v1", True, (), ("status",), _ALL, orphan_by_default=True),
+    ResourceType("cronjobs", "CronJob", "batch", "v1", True, ("cj",), ("status",), _ALL),
+    ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
     ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True),
     ResourceType(
         "poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("pdb",), ("status",)

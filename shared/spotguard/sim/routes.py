@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from spotguard.sim.store import Store, Watcher
 
 log = logging.getLogger(__name__)
+# the watch cache sends a bookmark about once a minute to watchers that allow them
+# (staging/src/k8s.io/apiserver/pkg/storage/cacher: bookmarkFrequency = time.Minute)
+BOOKMARK_SECONDS = 60.0
 
 Obj = dict[str, Any]
 
@@ -50,6 +53,9 @@ class Response:
     watch_timeout: float | None = None
     # turns a watched object's JSON into what is sent (a one-row Table for kubectl get -w)
     watch_transform: Callable[[bytes], bytes] | None = None
+    # allowWatchBookmarks: a BOOKMARK object's JSON, sent every watch_bookmark_seconds (real)
+    watch_bookmark: Callable[[], bytes] | None = None
+    watch_bookmark_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) 
 
 def status_response(exc: errors.StatusError) -> Response:
     headers = {}
-    if exc.code == 429:
-        headers["Retry-After"] = str(exc.details.get("retryAfterSeconds", 1))
+    if exc.details.get("retryAfterSeconds"):  # an eviction refused by a budget sends none
+        headers["Retry-After"] = str(exc.details["retryAfterSeconds"])
     return json_response(exc.code, exc.status(), headers)
 
 
@@ -261,7 +267,7 @@ class Api:
             meta["name"] = t.name
             updated = self.store.update(
                 t.rtype.plural, obj, dry_run=_dry_run(q), subresource=t.subresource,
-                namespace=t.namespace,
+                namespace=t.namespace, user=request.user,
             )
             return json_response(200, updated)
         if method == "PATCH":
@@ -279,7 +285,7 @@ class Api:
                 _strict(t.rtype, q, patch)
             patched = self.store.patch(
                 t.rtype.plural, t.name, patch, patch_type, namespace=t.namespace,
-                dry_run=_dry_run(q), subresource=t.subresource,
+                dry_run=_dry_run(q), subresource=t.subresource, user=request.user,
             )
             return json_response(200, patched)
         if method == "DELETE":
@@ -295,6 +301,7 @@ class Api:
                 "grace_period_seconds": int(grace) if grace not in (None, "") else None,
                 "preconditions": options.get("preconditions"),
                 "propagation_policy": policy,
+                "user": request.user,
             }
             if t.name is None:
                 entries, _ = self.store.list_entries(
@@ -334,11 +341,21 @@ class Api:
                 token_rv = int(start["rv"]) if "rv" in start else None
             except Exception:
                 raise errors.BadRequest("continue key is not valid") from None
+        from spotguard.sim import snapshots
+
+        exact = snapshots.check(q, int(self.store.resource_version))
         # one page from the sorted key index: O(log n + limit), not a sorted copy of all
         page = self.store.list_page(
             t.rtype.plural, t.namespace, q.get("labelSelector"), q.get("fieldSelector"),
             after=after, limit=limit,
         )
+        if exact is not None:  # resourceVersionMatch=Exact at an older resourceVersion
+            found = snapshots.entries_at(self.store, t.rtype.plural, t.namespace,
+                                         label_selector=q.get("labelSelector"),
+                                         field_selector=q.get("fieldSelector"), rv=exact[1])
+            more = 0 < limit < len(found)
+            page = page._replace(entries=found[:limit] if more else found, resource_version=exact[1],
+                                 more=more, remaining=None)
         entries = page.entries
         # every page of a list carries the first page's resourceVersion, as upstream
         rv = token_rv if token_rv is not None else page.resource_version
@@ -388,7 +405,17 @@ class Api:
                 rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
                 return orjson.dumps(tables.table(rtype, [obj], rv, include, clock.now()))
 
-        return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform)
+        bookmark = None
+        if _true(q.get("allowWatchBookmarks")):
+            store, rtype = self.store, t.rtype
+
+            def bookmark() -> bytes:
+                return orjson.dumps({"kind": rtype.kind, "apiVersion": rtype.api_version,
+                                     "metadata": {"resourceVersion": store.resource_version}})
+
+        return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform,
+                        watch_bookmark=bookmark,
+                        watch_bookmark_seconds=max(self.store.clock.real(BOOKMARK_SECONDS), 0.05))
 
     # ---- subresources -----------------------------------------------------
     def _evict(self, request: Request, t: Target) -> Response:
@@ -405,8 +432,11 @@ class Api:
             # As kube-apiserver: a dry-run eviction still checks the budgets (429 when
             # one would break) but neither spends a disruption nor deletes the pod.
             body = {**body, "deleteOptions": {**(body.get("deleteOptions") or {}), "dryRun": ["All"]}}
-        from spotguard.sim import disruption
+        from spotguard.sim import admission, disruption
 
+        admission.admit(self.store, "pods", {"apiVersion": "policy/v1", "kind": "Eviction", **body},
+                        namespace=t.namespace, user=request.user, dry_run=_dry_run(request.query),
+                        subresource="eviction")
         disruption.evict(self.store, t.namespace, t.name, body)
         return success(201)
 
@@ -463,6 +493,13 @@ class Api:
             wanted = patching.apply(current, _load(request.body), patch_type)
         if not isinstance(wanted, dict):
             raise errors.BadRequest("the Scale must be a JSON object")
+        from spotguard.sim import admission
+
+        # webhooks see the Scale (rules on <resource>/scale), not the workload
+        wanted = admission.admit(self.store, plural, {**wanted, "kind": "Scale", "apiVersion": "autoscaling/v1"},
+                                 namespace=t.namespace or "", user=request.user,
+                                 dry_run=_dry_run(request.query), operation="UPDATE", old=current,
+                                 subresource="scale")
         replicas = (wanted.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise errors.invalid("Scale", t.name, [{
@@ -475,7 +512,7 @@ class Api:
         obj["spec"]["replicas"] = replicas
         obj["metadata"]["resourceVersion"] = rv or ""
         updated = self.store.update(plural, obj, dry_run=_dry_run(request.query),
-                                    namespace=t.namespace)
+                                    namespace=t.namespace, subresource="scale")
         return json_response(200, to_scale(updated))
 
 

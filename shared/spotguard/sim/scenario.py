@@ -24,6 +24,8 @@ Node groups: ``count``, ``namePrefix``, ``capacity`` (spot | on-demand: sets
 ``count``, ``kind`` (Deployment | StatefulSet), ``namePrefix``, ``namespaces``
 (round robin; created when missing), ``replicas``, ``requests``, ``labels``,
 ``annotations``, ``pdb`` (a PodDisruptionBudget spec without selector).
+``systemDaemonSets: true`` adds the DaemonSets every node of a real cluster runs
+(``system_daemonsets()``: CNI, kube-proxy, CSI node plugin, log agent).
 """
 
 from __future__ import annotations
@@ -112,8 +114,48 @@ def _int(group: Mapping[str, Any], key: str, where: str, default: int | None = N
     return value
 
 
+def _daemonset(name: str, image: str, requests: list[dict[str, str]], *, host_network: bool,
+               labels: dict[str, str], tolerate_all: bool = True) -> Obj:
+    containers = [{"name": name if i == 0 else f"{name}-{i}", "image": image,
+                   "resources": {"requests": dict(r)}} for i, r in enumerate(requests)]
+    spec: Obj = {"priorityClassName": "system-node-critical", "containers": containers}
+    if host_network:
+        spec["hostNetwork"] = True
+    if tolerate_all:
+        spec["tolerations"] = [{"operator": "Exists"}]
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": dict(labels)},
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": spec},
+        },
+    }
+
+
+def system_daemonsets() -> list[Obj]:
+    """The DaemonSets of an EKS node (requests as their default manifests and charts set
+    them): the VPC CNI, kube-proxy, the EBS CSI node plugin (three containers) and a log
+    agent; they take 195m CPU, 290Mi and 4 pod slots of every node."""
+    return [
+        _daemonset("aws-node", "602401143452.dkr.ecr.us-east-1.amazonaws.com/amazon-k8s-cni:v1.19.2",
+                   [{"cpu": "25m"}], host_network=True, labels={"k8s-app": "aws-node"}),
+        _daemonset("kube-proxy", "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.35.0",
+                   [{"cpu": "100m"}], host_network=True, labels={"k8s-app": "kube-proxy"}),
+        _daemonset("ebs-csi-node", "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.41.0",
+                   [{"cpu": "10m", "memory": "40Mi"}] * 3, host_network=False,
+                   labels={"app": "ebs-csi-node"}),
+        _daemonset("fluent-bit", "public.ecr.aws/aws-observability/aws-for-fluent-bit:2.32.5",
+                   [{"cpu": "40m", "memory": "170Mi"}], host_network=False,
+                   labels={"k8s-app": "fluent-bit"}),
+    ]
+
+
 def generate(doc: Mapping[str, Any], where: str) -> list[Obj]:
     out: list[Obj] = []
+    if doc.get("systemDaemonSets"):
+        out.extend(system_daemonsets())
     for gi, group in enumerate(doc.get("nodes") or []):
         here = f"{where}: nodes[{gi}]"
         if not isinstance(group, Mapping):

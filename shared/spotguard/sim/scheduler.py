@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotguard.policy import quantities, tolerations
+from spotguard.sim import podaffinity
 
 MAX_NODE_SCORE = 100
 DEFAULT_MILLI_CPU_REQUEST = 100  # pkg/scheduler/util/pod_resources.go
@@ -37,8 +38,14 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 DEFAULT_MAX_PODS = 110
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
-WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2}
+WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2, "interpod": 2}
 HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+# PodTopologySpread's system default constraints (defaultingType: System), applied to a
+# pod without constraints of its own, selecting its controller's pods
+# (pkg/scheduler/framework/plugins/podtopologyspread/plugin.go systemDefaultConstraints;
+# https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/#internal-default-constraints)
+SYSTEM_DEFAULT_SPREAD = ((HOSTNAME, 3), (ZONE, 5))
 UNSCHEDULABLE_TAINT = tolerations.Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 
 Labels = Mapping[str, str]
@@ -200,12 +207,24 @@ class PodInfo:
     preferred: list[tuple[int, dict[str, Any]]]
     spreads: list[Spread]
     signature: str = ""  # what the static filters and scores depend on
+    priority: int = 0
+    preempts: bool = True  # preemptionPolicy PreemptLowerPriority
+    host_ports: list[podaffinity.HostPort] = field(default_factory=list)
+    affinity: list[podaffinity.Term] = field(default_factory=list)
+    anti_affinity: list[podaffinity.Term] = field(default_factory=list)
+    gated: bool = False  # spec.schedulingGates not yet removed
+    # preferred pod affinity (+weight) and anti-affinity (-weight) terms, for InterPodAffinity scores
+    preferred_pods: list[tuple[int, podaffinity.Term]] = field(default_factory=list)
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> PodInfo:
+    def from_pod(cls, pod: Mapping[str, Any],
+                 default_spread_selector: dict[str, Any] | None = None) -> PodInfo:
+        """``default_spread_selector`` (the selector of the pod's controller) turns on the
+        system default topology spreading for a pod without constraints of its own."""
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         labels = dict(meta.get("labels") or {})
+        namespace = meta.get("namespace", "default")
         requests = quantities.pod_requests(spec)
         node_aff = (spec.get("affinity") or {}).get("nodeAffinity") or {}
         required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -214,7 +233,12 @@ class PodInfo:
             for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
         ]
         spreads = []
-        for c in spec.get("topologySpreadConstraints") or []:
+        constraints = list(spec.get("topologySpreadConstraints") or [])
+        if not constraints and default_spread_selector is not None:
+            constraints = [{"maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": default_spread_selector}
+                           for key, skew in SYSTEM_DEFAULT_SPREAD]
+        for c in constraints:
             selector = c.get("labelSelector")
             keys = [k for k in c.get("matchLabelKeys") or [] if k in labels]
             if keys:
@@ -256,6 +280,14 @@ class PodInfo:
                 ],
                 sort_keys=True,
             ),
+            priority=int(spec.get("priority") or 0),
+            preempts=spec.get("preemptionPolicy", "PreemptLowerPriority") != "Never",
+            host_ports=podaffinity.host_ports(spec),
+            affinity=podaffinity.required_terms(spec, "podAffinity", namespace, labels),
+            anti_affinity=podaffinity.required_terms(spec, "podAntiAffinity", namespace, labels),
+            gated=bool(spec.get("schedulingGates")),
+            preferred_pods=podaffinity.preferred_terms(spec, "podAffinity", namespace, labels)
+            + [(-w, t) for w, t in podaffinity.preferred_terms(spec, "podAntiAffinity", namespace, labels)],
         )
 
 
@@ -320,6 +352,9 @@ class _PodEntry:
     nonzero_cpu: int
     nonzero_memory: int
     terminating: bool
+    priority: int = 0
+    host_ports: tuple[podaffinity.HostPort, ...] = ()
+    anti: tuple[podaffinity.Term, ...] = ()
 
 
 class Cache:
@@ -337,6 +372,9 @@ class Cache:
         self._matches: dict[tuple[str, str], tuple[dict[str, Any] | None, Counter[str]]] = {}
         self._matches_by_ns: dict[str, list[tuple[str, str]]] = {}
         self._plans: dict[str, _Plan] = {}
+        self._ports: dict[str, list[podaffinity.HostPort]] = {}  # node -> host ports in use
+        self._anti: dict[tuple[str, str], _PodEntry] = {}  # bound pods with anti-affinity
+        self.ns_labels: dict[str, dict[str, str]] = {}  # for namespaceSelector terms
 
     def plan(self, pod: PodInfo) -> _Plan:
         """The static part of scheduling ``pod`` (filters and scores that depend only on
@@ -392,9 +430,13 @@ class Cache:
         self.remove_pod(*key)
         entry = _PodEntry(
             node, pod.namespace, pod.labels, pod.requests, pod.nonzero_cpu, pod.nonzero_memory,
-            terminating,
+            terminating, pod.priority, tuple(pod.host_ports), tuple(pod.anti_affinity),
         )
         self._pods[key] = entry
+        if entry.host_ports:
+            self._ports.setdefault(node, []).extend(entry.host_ports)
+        if entry.anti:
+            self._anti[key] = entry
         usage = self._usage.setdefault(node, Usage())
         usage.requested.update(entry.requests)
         usage.cpu += entry.requests.get("cpu", 0)
@@ -412,6 +454,9 @@ class Cache:
         entry = self._pods.pop((namespace, name), None)
         if entry is None:
             return
+        self._anti.pop((namespace, name), None)
+        for port in entry.host_ports:
+            self._ports[entry.node].remove(port)
         usage = self._usage[entry.node]
         usage.requested.subtract(entry.requests)
         usage.cpu -= entry.requests.get("cpu", 0)
@@ -424,6 +469,51 @@ class Cache:
                 selector, counts = self._matches[mkey]
                 if match_label_selector(selector, entry.labels):
                     counts[entry.node] -= 1
+
+    def ports_used(self, node: str) -> list[podaffinity.HostPort]:
+        return self._ports.get(node, [])
+
+    def affinity_state(self, pod: PodInfo) -> podaffinity.State | None:
+        """The InterPodAffinity state of one cycle, or None when nothing constrains the pod."""
+        if not (pod.affinity or pod.anti_affinity or self._anti):
+            return None
+        labels = {name: info.labels for name, info in self.nodes.items()}
+        existing = (podaffinity.Existing(e.node, e.namespace, e.labels) for e in self._pods.values())
+        with_anti = [podaffinity.Existing(e.node, e.namespace, e.labels, list(e.anti))
+                     for e in self._anti.values()]
+        found = podaffinity.state(pod.namespace, pod.labels, affinity=pod.affinity,
+                                  anti=pod.anti_affinity, pods=existing, with_anti=with_anti,
+                                  node_labels=labels, ns_labels=self.ns_labels)
+        return None if found.empty else found
+
+    def interpod_scores(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[float]:
+        """InterPodAffinity Score + NormalizeScore for the pod's preferred terms: per node, the
+        weights of the terms whose selected pods share its domain, scaled to 0..100 between
+        the lowest and the highest node."""
+        per_term: list[Counter[str]] = []
+        for _, term in pod.preferred_pods:
+            domains: Counter[str] = Counter()
+            for e in self._pods.values():
+                node = self.nodes.get(e.node)
+                if node is not None and term.topology_key in node.labels and term.selects(
+                        e.namespace, e.labels, self.ns_labels):
+                    domains[node.labels[term.topology_key]] += 1
+            per_term.append(domains)
+        raw = []
+        for n in nodes:
+            total = 0
+            for (weight, term), domains in zip(pod.preferred_pods, per_term, strict=True):
+                value = n.labels.get(term.topology_key)
+                if value is not None:
+                    total += weight * domains.get(value, 0)
+            raw.append(total)
+        lo, hi = min(raw, default=0), max(raw, default=0)
+        if hi == lo:
+            return [0.0] * len(raw)
+        return [MAX_NODE_SCORE * (r - lo) / (hi - lo) for r in raw]
+
+    def pods_on(self, node: str) -> list[tuple[tuple[str, str], _PodEntry]]:
+        return [(k, e) for k, e in self._pods.items() if e.node == node]
 
     def matching(self, namespace: str, spread: Spread) -> Counter[str]:
         """Per node, the bound non-terminating pods of ``namespace`` matching the selector."""
@@ -685,7 +775,97 @@ def _make_plan(pod: PodInfo, nodes: list[NodeInfo]) -> _Plan:
 def feasible_nodes(pod: PodInfo, cache: Cache) -> set[str]:
     """Every node passing all filters (for tests and diagnostics)."""
     states = _spread_states(pod, cache) if pod.spreads else []
-    return {n.name for n in cache.nodes.values() if not filter_node(pod, n, states)}
+    affinity = cache.affinity_state(pod)
+    return {
+        n.name for n in cache.nodes.values()
+        if not filter_node(pod, n, states)
+        and not (pod.host_ports and podaffinity.ports_conflict(pod.host_ports, cache.ports_used(n.name)))
+        and not (affinity is not None and affinity.reason(n.labels))
+    }
+
+
+@dataclass
+class Preemption:
+    node: str
+    victims: list[tuple[str, str]]  # (namespace, name)
+
+
+Budgets = list[tuple[str, dict[str, Any], int]]  # (namespace, selector, disruptionsAllowed)
+
+
+def _violating(victims: list[tuple[tuple[str, str], _PodEntry]], budgets: Budgets) -> set[tuple[str, str]]:
+    """The victims whose eviction would break a PodDisruptionBudget (filterPodsWithPDBViolation)."""
+    left = [allowed for _, _, allowed in budgets]
+    out = set()
+    for key, e in victims:
+        for i, (ns, selector, _) in enumerate(budgets):
+            if ns == e.namespace and match_label_selector(selector, e.labels):
+                left[i] -= 1
+                if left[i] < 0:
+                    out.add(key)
+    return out
+
+
+def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preemption | None:
+    """DefaultPreemption, simplified: the node where evicting lower-priority pods lets ``pod``
+    fit its requests, pod count and host ports. On each node the candidates are reprieved
+    (kept) highest priority first, those protected by a PodDisruptionBudget before the
+    others, while the pod still fits; among nodes, the fewest budget violations win, then
+    the lowest highest-victim priority, the lowest sum, the fewest victims. A budget is
+    broken when no other node will do, as upstream.
+    https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/#preemption
+    """
+    budgets = budgets or []
+    if not pod.preempts:
+        return None
+    plan = cache.plan(pod)
+    best: tuple[tuple[int, int, int, int], Preemption] | None = None
+    for node in plan.nodes:
+        lower = sorted(((k, e) for k, e in cache.pods_on(node.name)
+                        if e.priority < pod.priority and not e.terminating),
+                       key=lambda ke: (-ke[1].priority, ke[0]))
+        if not lower:
+            continue
+        free = Counter({k: node.allocatable.get(k, 0) - node.usage.requested.get(k, 0) for k in pod.requests})
+        free_pods = node.allocatable.get("pods", 0) - node.usage.pods
+        ports = list(cache.ports_used(node.name))
+        for _, e in lower:
+            for k in pod.requests:
+                free[k] += e.requests.get(k, 0)
+            free_pods += 1
+            for port in e.host_ports:
+                ports.remove(port)
+
+        def fits(free: Counter[str] = free, free_pods: int = free_pods,
+                 ports: list[podaffinity.HostPort] = ports) -> bool:
+            return (free_pods >= 1 and all(free[k] >= v for k, v in pod.requests.items())
+                    and not podaffinity.ports_conflict(pod.host_ports, ports))
+
+        if not fits():
+            continue
+        victims = []
+        protected = _violating(lower, budgets)
+        lower.sort(key=lambda ke: ke[0] not in protected)  # stable: by priority within each group
+        for key, e in lower:  # highest priority first: keep each one that still lets the pod fit
+            for k in pod.requests:
+                free[k] -= e.requests.get(k, 0)
+            free_pods -= 1
+            ports.extend(e.host_ports)
+            if fits(free, free_pods, ports):
+                continue
+            for k in pod.requests:
+                free[k] += e.requests.get(k, 0)
+            free_pods += 1
+            for port in e.host_ports:
+                ports.remove(port)
+            victims.append((key, e))
+        if not victims:
+            continue
+        rank = (len(_violating(victims, budgets)), max(e.priority for _, e in victims),
+                sum(e.priority for _, e in victims), len(victims))
+        if best is None or rank < best[0]:
+            best = (rank, Preemption(node.name, [k for k, _ in victims]))
+    return best[1] if best else None
 
 
 def schedule(
@@ -703,6 +883,7 @@ def schedule(
         return result
     plan = cache.plan(pod)
     result.reasons.update(plan.reasons)
+    affinity = cache.affinity_state(pod)
     states = _spread_states(pod, cache, plan) if pod.spreads else []
     hard = [st for st in states if st.spread.hard]
     want = num_feasible_nodes_to_find(total, percentage)
@@ -728,6 +909,14 @@ def schedule(
             continue
         if hard:
             reason = filter_spread(pod, node, hard)
+            if reason:
+                result.reasons[reason] += 1
+                continue
+        if pod.host_ports and podaffinity.ports_conflict(pod.host_ports, cache.ports_used(node.name)):
+            result.reasons["node(s) didn't have free ports for the requested pod ports"] += 1
+            continue
+        if affinity is not None:
+            reason = affinity.reason(node.labels)
             if reason:
                 result.reasons[reason] += 1
                 continue
@@ -775,6 +964,9 @@ def combine_scores(
         spread = score_spread(pod, nodes, states, cache)
         w = WEIGHTS["spread"]
         totals = [t + w * spread[nd.name] for t, nd in zip(totals, nodes, strict=True)]
+    if pod.preferred_pods:
+        w = WEIGHTS["interpod"]
+        totals = [t + w * x for t, x in zip(totals, cache.interpod_scores(pod, nodes), strict=True)]
     return {nd.name: t for nd, t in zip(nodes, totals, strict=True)}
 
 

@@ -143,6 +143,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         assert watcher is not None
         self.server.track(watcher)
         deadline = time.monotonic() + response.watch_timeout if response.watch_timeout else None
+        next_bookmark = time.monotonic() + response.watch_bookmark_seconds
         try:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -156,6 +157,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     wait = min(wait, deadline - time.monotonic())
                     if wait <= 0:
                         break
+                if response.watch_bookmark is not None:
+                    if time.monotonic() >= next_bookmark:
+                        line = b'{"type":"BOOKMARK","object":' + response.watch_bookmark() + b"}\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                        next_bookmark = time.monotonic() + response.watch_bookmark_seconds
+                    wait = max(0.0, min(wait, next_bookmark - time.monotonic()))
                 item = watcher.next_raw(timeout=wait)
                 if item is None:
                     if watcher.closed:

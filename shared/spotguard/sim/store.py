@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from spotguard.sim import clock as clock_mod
-from spotguard.sim import errors, patching, resources, selectors
+from spotguard.sim import errors, patching, patchmeta, resources, selectors, strategies
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # resources whose spec changes bump metadata.generation
 _GENERATION = frozenset(
     {"deployments", "replicasets", "statefulsets", "daemonsets", "poddisruptionbudgets",
-     "horizontalpodautoscalers", "pods"}
+     "horizontalpodautoscalers", "pods", "replicationcontrollers", "jobs", "cronjobs"}
 )
 
 
@@ -216,6 +216,8 @@ class Store:
         self._keys: dict[str, list[Key]] = {t.plural: [] for t in resources.TYPES}
         self._pods_by_node: dict[str, dict[tuple[str, str], Entry]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
+        # owners deleted in the foreground, waiting for their dependents: uid -> key
+        self._foreground: dict[str, tuple[str, str, str]] = {}
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
         self._watchers: list[Watcher] = []
         self._subscribers: list[Callback] = []
@@ -223,6 +225,8 @@ class Store:
         self.admission_enabled = True
         for name in SYSTEM_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
+        for plural, obj in strategies.bootstrap_objects():
+            self.create(plural, obj)
 
     # ---- reads -------------------------------------------------------------
 
@@ -599,6 +603,7 @@ class Store:
                     f'{resource} "{meta.get("name") or meta.get("generateName")}" is forbidden: '
                     f"unable to create new content in namespace {ns} because it is being terminated"
                 )
+        strategies.admit(self, resource, obj)
         if self.admission_enabled and resource != "mutatingwebhookconfigurations":
             from spotguard.sim import admission
 
@@ -612,6 +617,7 @@ class Store:
             meta["name"] = _generate(str(meta["generateName"]))
         self._validate(rtype, obj)
         meta["uid"] = str(uuid.uuid4())
+        strategies.prepare_create(rtype, obj)
         meta["creationTimestamp"] = self.clock.iso()
         if resource in _GENERATION:
             meta["generation"] = 1
@@ -700,6 +706,7 @@ class Store:
         dry_run: bool = False,
         subresource: str | None = None,
         namespace: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Replace an object (409 on a stale resourceVersion)."""
         rtype = resources.get(resource)
@@ -716,6 +723,12 @@ class Store:
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request"
             )
+        if self._reviews(resource, "UPDATE", subresource):
+            def replacement(current: Obj, rv: int) -> tuple[Obj, bool]:
+                return orjson.loads(_dumps(obj)), obj["metadata"].get("resourceVersion") not in (None, "")
+
+            return self._admitted(rtype, ns, name, replacement, dry_run=dry_run,
+                                  subresource=subresource, user=user)
         try:
             with self.lock:
                 return self._replace(
@@ -724,6 +737,52 @@ class Store:
                 )
         finally:
             self._flush()
+
+    def _reviews(self, resource: str, operation: str, subresource: str | None = None) -> bool:
+        """Whether a mutating webhook wants to see this request (UPDATE, DELETE)."""
+        if not self.admission_enabled or resource == "mutatingwebhookconfigurations":
+            return False
+        if subresource == "scale":
+            return False  # the route reviews the Scale object itself
+        from spotguard.sim import admission
+
+        return admission.wants(self, resource, operation, subresource)
+
+    def _admitted(
+        self,
+        rtype: resources.ResourceType,
+        ns: str,
+        name: str,
+        build: Callable[[Obj, int], tuple[Obj, bool]],
+        *,
+        dry_run: bool,
+        subresource: str | None,
+        user: Mapping[str, Any] | None,
+    ) -> Obj:
+        """An update or patch that webhooks review: ``build`` makes the new object from a
+        snapshot (and says whether the client pinned a resourceVersion); the webhooks see it
+        outside the lock; it is written if the object did not change meanwhile, else built
+        again, as kube-apiserver's guaranteed updates retry."""
+        from spotguard.sim import admission
+
+        for _ in range(8):
+            with self.lock:
+                entry = self._entry(rtype.plural, name, ns)
+                current, rv = entry.copy(), entry.rv
+            new, pinned = build(current, rv)
+            if not pinned:
+                new.setdefault("metadata", {})["resourceVersion"] = str(rv)
+            new = admission.admit(self, rtype.plural, new, namespace=ns, user=user, dry_run=dry_run,
+                                  operation="UPDATE", old=current, subresource=subresource)
+            try:
+                with self.lock:
+                    if not pinned and self._entry(rtype.plural, name, ns).rv != rv:
+                        continue
+                    return self._replace(rtype=rtype, ns=ns, name=name, obj=new, dry_run=dry_run,
+                                         subresource=subresource)
+            finally:
+                self._flush()
+        raise errors.conflict(rtype.plural, name, rtype.group)
 
     def _replace(
         self,
@@ -769,6 +828,7 @@ class Store:
                     new.pop("status", None)
             _default(resource, new)
             self._validate(rtype, new)
+            strategies.validate_update(rtype, current, new)
             if resource == "pods":
                 _check_pod_update(current, new)
         if resource in _GENERATION and new.get("spec") != current.get("spec"):
@@ -803,14 +863,27 @@ class Store:
         namespace: str | None = None,
         dry_run: bool = False,
         subresource: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Apply a json / merge / strategic patch (atomically, under the lock)."""
         rtype = resources.get(resource)
         ns = self._ns(resource, namespace)
+        if self._reviews(resource, "UPDATE", subresource):
+            def patched_copy(current: Obj, rv: int) -> tuple[Obj, bool]:
+                patched = patching.apply(current, patch, patch_type, patchmeta.root(rtype))
+                meta = patched.get("metadata")
+                if not isinstance(meta, dict) or meta.get("name", name) != name:
+                    raise errors.BadRequest("the patch removed metadata or changed the name")
+                pinned = meta.get("resourceVersion") not in (None, "", str(rv))
+                self._check_kind(rtype, patched)
+                return patched, pinned
+
+            return self._admitted(rtype, ns, name, patched_copy, dry_run=dry_run,
+                                  subresource=subresource, user=user)
         try:
             with self.lock:
                 current = self._entry(resource, name, ns).copy()
-                patched = patching.apply(current, patch, patch_type)
+                patched = patching.apply(current, patch, patch_type, patchmeta.root(rtype))
                 meta = patched.get("metadata")
                 if not isinstance(meta, dict):
                     raise errors.BadRequest("the patch removed metadata")
@@ -867,9 +940,17 @@ class Store:
         grace_period_seconds: int | None = None,
         preconditions: Mapping[str, Any] | None = None,
         propagation_policy: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Delete; scheduled pods with a grace period are marked and left for the kubelet."""
         ns = self._ns(resource, namespace)
+        if self._reviews(resource, "DELETE"):
+            from spotguard.sim import admission
+
+            admission.admit(self, resource, None, namespace=ns, user=user, dry_run=dry_run,
+                            operation="DELETE", old=self.get(resource, name, ns))
+        if propagation_policy is None and resources.get(resource).orphan_by_default:
+            propagation_policy = "Orphan"
         try:
             with self.lock:
                 return self._delete_locked(
@@ -910,6 +991,9 @@ class Store:
                 )
         if dry_run:
             return obj
+        if propagation_policy == "Foreground" and resource != "pods" and self._dependents.get(
+                str(meta.get("uid", ""))):
+            return self._delete_foreground(resource, ns, entry)
         graceful = bool(
             resource == "pods"
             and (obj.get("spec") or {}).get("nodeName")
@@ -951,6 +1035,8 @@ class Store:
         obj = entry.copy()
         uid = str(obj["metadata"].get("uid", ""))
         gone = self._commit("DELETED", resource, ns, obj, entry)
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            self._release_foreground(str(owner.get("uid", "")))
         if resource == "namespaces":
             for plural, bucket in self._data.items():
                 for item in list(bucket.get(name, {})):
@@ -963,6 +1049,51 @@ class Store:
         else:
             self._cascade(uid)
         return gone.copy()
+
+    def _delete_foreground(self, resource: str, ns: str, entry: Entry) -> Obj:
+        """Foreground cascading deletion: the owner is marked (deletionTimestamp, finalizer
+        foregroundDeletion) and stays until its dependents, deleted in the foreground too,
+        are gone (https://kubernetes.io/docs/concepts/architecture/garbage-collection/#foreground-deletion)."""
+        obj = entry.copy()
+        meta = obj["metadata"]
+        uid = str(meta["uid"])
+        finalizers = list(meta.get("finalizers") or [])
+        if "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        meta["finalizers"] = finalizers
+        meta.setdefault("deletionTimestamp", self.clock.iso())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+        marked = self._commit("MODIFIED", resource, ns, obj, entry)
+        self._foreground[uid] = (resource, ns, meta["name"])
+        for dep_resource, dep_ns, dep_name in sorted(self._dependents.get(uid, set())):
+            dep = self._data[dep_resource].get(dep_ns, {}).get(dep_name)
+            if dep is None or dep.obj["metadata"].get("deletionTimestamp"):
+                continue
+            owners = dep.obj["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") != uid and self._owner_alive(str(o.get("uid"))) for o in owners):
+                continue
+            self._delete_locked(dep_resource, dep_name, dep_ns, propagation_policy="Foreground")
+        self._release_foreground(uid)
+        current = self._data[resource].get(ns, {}).get(meta["name"])
+        return (current or marked).copy()
+
+    def _release_foreground(self, uid: str) -> None:
+        """An owner waiting in the foreground whose dependents are all gone is removed."""
+        key = self._foreground.get(uid)
+        if key is None or self._dependents.get(uid):
+            return
+        del self._foreground[uid]
+        resource, ns, name = key
+        entry = self._data[resource].get(ns, {}).get(name)
+        if entry is None:
+            return
+        obj = entry.copy()
+        obj["metadata"]["finalizers"] = [f for f in obj["metadata"].get("finalizers") or []
+                                         if f != "foregroundDeletion"]
+        if not obj["metadata"]["finalizers"]:
+            del obj["metadata"]["finalizers"]
+        released = self._commit("MODIFIED", resource, ns, obj, entry)
+        self._finish_if_released(resources.get(resource), ns, name, released)
 
     def _cascade(self, uid: str) -> None:
         """Background garbage collection of the dependents of ``uid``."""
@@ -1001,7 +1132,7 @@ class Store:
     def apply_objects(self, objects: ObjList) -> ObjList:
         """Create objects (namespaces first), replacing ones that exist."""
         created: ObjList = []
-        ordered: ObjList = sorted(objects, key=lambda o: 0 if o.get("kind") == "Namespace" else 1)
+        ordered: ObjList = sorted(objects, key=lambda o: 0 if o.get("kind") in ("Namespace", "PriorityClass") else 1)
         for obj in ordered:
             rtype = resources.BY_KIND.get(str(obj.get("kind")))
             if rtype is None:
@@ -1048,6 +1179,8 @@ def _default(resource: str, obj: Obj) -> None:
             spec.setdefault("podManagementPolicy", "OrderedReady")
             spec.setdefault("updateStrategy", {"type": "RollingUpdate",
                                                "rollingUpdate": {"partition": 0}})
+    for template_spec in strategies.default(resource, obj):
+        _default_pod_spec(template_spec, tolerations=False)
     if resource in _STATUS_DEFAULTS:
         status = obj.get("status")
         if not isinstance(status, dict):

@@ -114,7 +114,45 @@ def _hpa(obj: Obj, now: float) -> list[Any]:
             spec.get("maxReplicas", 0), status.get("currentReplicas", 0), _age(obj, now)]
 
 
+def _daemonset(obj: Obj, now: float) -> list[Any]:
+    status = obj.get("status") or {}
+    selector = ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+    return [status.get("desiredNumberScheduled", 0), status.get("currentNumberScheduled", 0),
+            status.get("numberReady", 0), status.get("updatedNumberScheduled", 0),
+            status.get("numberAvailable", 0),
+            ",".join(f"{k}={v}" for k, v in selector.items()) or "<none>", _age(obj, now)]
+
+
+def _job(obj: Obj, now: float) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    done = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    state = ("Complete" if "Complete" in done else "Failed" if "Failed" in done
+             else "Suspended" if "Suspended" in done else "Running")
+    return [state, f"{status.get('succeeded', 0)}/{spec.get('completions', 1)}", _age(obj, now)]
+
+
+def _cronjob(obj: Obj, now: float) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [spec.get("schedule", ""), spec.get("timeZone") or "<none>", spec.get("suspend", False),
+            len(status.get("active") or []), status.get("lastScheduleTime") or "<none>",
+            _age(obj, now)]
+
+
+def _rc(obj: Obj, now: float) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [spec.get("replicas", 0), status.get("replicas", 0), status.get("readyReplicas", 0),
+            _age(obj, now)]
+
+
 COLUMNS: dict[str, tuple[list[Obj], Any]] = {
+    "daemonsets": ([_col("Desired", "integer"), _col("Current", "integer"), _col("Ready", "integer"),
+                    _col("Up-to-date", "integer"), _col("Available", "integer"),
+                    _col("Node Selector"), _col("Age")], _daemonset),
+    "jobs": ([_col("Status"), _col("Completions"), _col("Age")], _job),
+    "cronjobs": ([_col("Schedule"), _col("Timezone"), _col("Suspend", "boolean"),
+                  _col("Active", "integer"), _col("Last Schedule"), _col("Age")], _cronjob),
+    "replicationcontrollers": ([_col("Desired", "integer"), _col("Current", "integer"),
+                                _col("Ready", "integer"), _col("Age")], _rc),
     "events": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"),
                 _col("Message")], _event),
     "configmaps": ([_col("Data", "integer"), _col("Age")], _configmap),

@@ -12,23 +12,43 @@ from typing import Any
 from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
     base,
+    completion,
+    cronjob,
+    daemonset,
     deployment,
     drainer,
+    events,
     hpa,
     instances,
+    job,
     kubelet,
     nodes,
     pdb,
     podgc,
     replicaset,
+    replicationcontroller,
     scheduling,
+    serviceaccounts,
     statefulset,
     tainteviction,
 )
 
 log = logging.getLogger("spotguard.sim.controllers")
 INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
-            "poddisruptionbudgets", "horizontalpodautoscalers")
+            "poddisruptionbudgets", "horizontalpodautoscalers", "daemonsets",
+            "replicationcontrollers", "jobs", "cronjobs")
+
+
+def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Controller]:
+    """DaemonSets, Jobs, CronJobs, ReplicationControllers, and pods that run to completion."""
+    return [
+        daemonset.DaemonSetController(store, informer),
+        job.JobController(store, informer),
+        cronjob.CronJobController(store, informer),
+        replicationcontroller.ReplicationManager(store, informer),
+        completion.Completion(store, informer),
+        serviceaccounts.ServiceAccountsController(store, informer),
+    ]
 
 
 class Controllers:
@@ -56,10 +76,16 @@ class Controllers:
             tainteviction.TaintEvictionController(store, self.informer),
             instances.CloudNodeLifecycleController(store, self.informer, node_loss=loss),
             podgc.PodGCController(store, self.informer, node_loss=loss),
+            *_workload_controllers(store, self.informer),
         ]
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))
+        self.recorder = events.Recorder(store)
+        for c in self.controllers:
+            c.recorder = self.recorder
         self.scheduler = scheduling.SchedulerLoop(store, seed=seed) if scheduler_on else None
+        if self.scheduler is not None:
+            self.scheduler.recorder = self.recorder
         self._stopped = False
 
     def _dispatch(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -96,6 +122,7 @@ class Controllers:
             c.join()
         if self.scheduler is not None:
             self.scheduler.join()
+        self.recorder.stop()
 
     def __enter__(self) -> Controllers:
         return self

@@ -258,6 +258,12 @@ class Controller:
     primary = ""  # the store resource whose keys this controller syncs
     workers = 1
     resync_seconds = 30.0
+    recorder: Any = None  # an events.Recorder, set by Controllers
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an Event about ``obj`` (asynchronously, never failing the caller)."""
+        if self.recorder is not None:
+            self.recorder.record(obj, type_, reason, message, component=self.name)
 
     def __init__(self, store: Any, informer: Informer) -> None:
         self.store = store

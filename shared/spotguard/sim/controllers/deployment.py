@@ -19,6 +19,7 @@ HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
 DESIRED = "deployment.kubernetes.io/desired-replicas"
 MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
+REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand.SafeEncodeString
 
 
@@ -55,6 +56,12 @@ def _revision(rs: dict[str, Any]) -> int:
         return int(((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION, "0"))
     except ValueError:
         return 0
+
+
+def _newest_first(rs: dict[str, Any]) -> str:
+    """A sort key that puts later creation timestamps first."""
+    stamp = rs["metadata"].get("creationTimestamp", "")
+    return "".join(chr(0x10FFFF - ord(c)) for c in stamp)
 
 
 def _spec_replicas(obj: dict[str, Any]) -> int:
@@ -112,6 +119,13 @@ class DeploymentController(base.Controller):
         new_rs = next((rs for rs in rses if _without_hash(rs["spec"]["template"]) == template), None)
         old = [rs for rs in rses if rs is not new_rs]
         spec = deploy.get("spec") or {}
+        if new_rs is not None and old and _revision(new_rs) <= max(_revision(rs) for rs in old):
+            new_rs = self._promote(deploy, new_rs, old)  # rollout undo to an old template
+        if not spec.get("paused") and self._scaling_event(deploy, [*old, *([new_rs] if new_rs else [])]):
+            self._proportional(deploy, new_rs, old)
+            rses = self._replicasets(deploy)
+            new_rs = next((rs for rs in rses if _without_hash(rs["spec"]["template"]) == template), None)
+            old = [rs for rs in rses if rs is not new_rs]
         if not spec.get("paused"):
             if ((spec.get("strategy") or {}).get("type") or "RollingUpdate") == "Recreate":
                 new_rs = self._recreate(deploy, new_rs, old)
@@ -121,6 +135,79 @@ class DeploymentController(base.Controller):
         self._update_status(deploy, new_rs, self._replicasets(deploy))
 
     # ---- rollout -------------------------------------------------------------
+
+    def _promote(self, deploy: dict[str, Any], rs: dict[str, Any], old: list[dict[str, Any]]
+                 ) -> dict[str, Any]:
+        """An old ReplicaSet whose template is the Deployment's again (``kubectl rollout undo``)
+        becomes the newest revision (SetNewReplicaSetAnnotations)."""
+        revision = max(_revision(r) for r in old) + 1
+        previous = str(_revision(rs))
+
+        def edit(obj: dict[str, Any]) -> None:
+            ann = obj["metadata"].setdefault("annotations", {})
+            history = [h for h in ann.get(REVISION_HISTORY, "").split(",") if h]
+            ann[REVISION_HISTORY] = ",".join([*history, previous])
+            ann[REVISION] = str(revision)
+
+        promoted: dict[str, Any] = self.store.mutate("replicasets", rs["metadata"]["name"],
+                                                     rs["metadata"]["namespace"], edit)
+
+        def annotate(obj: dict[str, Any]) -> None:
+            obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)
+
+        self.store.mutate("deployments", deploy["metadata"]["name"], deploy["metadata"]["namespace"], annotate)
+        return promoted
+
+    @staticmethod
+    def _scaling_event(deploy: dict[str, Any], rses: list[dict[str, Any]]) -> bool:
+        """isScalingEvent: an active ReplicaSet was sized for another replica count."""
+        replicas = _spec_replicas(deploy)
+        for rs in rses:
+            if _spec_replicas(rs) == 0:
+                continue
+            desired = ((rs["metadata"].get("annotations") or {}).get(DESIRED))
+            if desired is not None and desired.isdigit() and int(desired) != replicas:
+                return True
+        return False
+
+    def _proportional(self, deploy: dict[str, Any], new_rs: dict[str, Any] | None,
+                      old: list[dict[str, Any]]) -> None:
+        """The Deployment was scaled during a rollout: spread the change over the active
+        ReplicaSets in proportion to their sizes (sync.go scale / GetProportion), the
+        leftover to the largest; with a single active one, it takes the whole change."""
+        replicas = _spec_replicas(deploy)
+        active = [rs for rs in [*([new_rs] if new_rs else []), *old] if _spec_replicas(rs) > 0]
+        if len(active) <= 1:
+            for rs in active:
+                if _spec_replicas(rs) != replicas:
+                    self._scale(rs, replicas, deploy)
+            return
+        surge, _ = surge_and_unavailable(deploy)
+        allowed = replicas + surge
+        to_add = allowed - sum(_spec_replicas(rs) for rs in active)
+        # larger first; on scale up newer first, on scale down older first
+        active.sort(key=lambda rs: (-_spec_replicas(rs), rs["metadata"].get("creationTimestamp", "")),
+                    reverse=False)
+        if to_add > 0:
+            active.sort(key=lambda rs: (-_spec_replicas(rs), _newest_first(rs)))
+        sizes: dict[str, int] = {}
+        added = 0
+        for rs in active:
+            annotated = (rs["metadata"].get("annotations") or {}).get(MAX_REPLICAS, "")
+            base_size = int(annotated) if annotated.isdigit() and int(annotated) > 0 else max(
+                sum(_spec_replicas(r) for r in active), 1)
+            count = _spec_replicas(rs)
+            # integer.RoundToInt32(count * allowed / annotated) - count (math.Round: half away from 0)
+            fraction = -count if replicas == 0 else (2 * count * allowed + base_size) // (2 * base_size) - count
+            share = min(fraction, to_add - added) if to_add > 0 else max(fraction, to_add - added)
+            sizes[rs["metadata"]["name"]] = count + share
+            added += share
+        if active and added != to_add:
+            first = active[0]["metadata"]["name"]
+            sizes[first] = max(0, sizes[first] + to_add - added)
+        for rs in active:
+            size = max(0, sizes[rs["metadata"]["name"]])
+            self._scale(rs, size, deploy)
 
     def _rolling(
         self, deploy: dict[str, Any], new_rs: dict[str, Any] | None, old: list[dict[str, Any]]
@@ -223,6 +310,10 @@ class DeploymentController(base.Controller):
         result: dict[str, Any] = self.store.mutate(
             "replicasets", rs["metadata"]["name"], rs["metadata"]["namespace"], edit
         )
+        before = _spec_replicas(rs)
+        if before != replicas:
+            self.event(deploy, "Normal", "ScalingReplicaSet", f"Scaled {'up' if replicas > before else 'down'} "
+                       f"replica set {rs['metadata']['name']} from {before} to {replicas}")
         return result
 
     def _create_rs(
@@ -280,6 +371,7 @@ class DeploymentController(base.Controller):
         self.log.info("created replicaset", extra={
             "deployment": meta["name"], "namespace": ns, "replicaset": rs_name,
             "replicas": replicas})
+        self.event(deploy, "Normal", "ScalingReplicaSet", f"Scaled up replica set {rs_name} from 0 to {replicas}")
 
         def annotate(obj: dict[str, Any]) -> None:
             obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)

@@ -127,7 +127,8 @@ class ReplicaSetController(base.Controller):
 
         def create_one() -> None:
             self.client.wait(self._stop)
-            self.store.create("pods", pod, namespace=ns, user=USER)
+            created = self.store.create("pods", pod, namespace=ns, user=USER)
+            self.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
         self.log.info("creating pods", extra={"replicaset": rs["metadata"]["name"],
                                               "namespace": ns, "count": count})

@@ -4,11 +4,21 @@ unschedulable pod gets ``PodScheduled=False`` (reason Unschedulable) and waits
 until the cluster changes (a node added or changed, a bound pod gone) or a
 periodic flush, as the scheduling queue's unschedulable pods do.
 https://kubernetes.io/docs/concepts/scheduling-eviction/kube-scheduler/
+
+A pod with ``schedulingGates`` waits (``PodScheduled=False``, reason
+SchedulingGated) until they are removed. A pod without topology spread
+constraints of its own gets the system default ones over its controller's
+selector. An unschedulable pod that may preempt evicts lower-priority pods from
+the best node (``scheduler.preempt``): they get ``DisruptionTarget`` (reason
+PreemptionByScheduler) and are deleted gracefully; the pod is nominated to the
+node (``status.nominatedNodeName``) and does not preempt again while its
+victims terminate.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import random
 import threading
@@ -19,6 +29,8 @@ from spotguard.sim import errors, scheduler
 from spotguard.sim.controllers import base, pods
 
 SCHEDULER_NAME = "default-scheduler"
+_SELECTING_OWNERS = {"ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
+                     "ReplicationController": "replicationcontrollers"}
 FLUSH_UNSCHEDULABLE_SECONDS = 30.0
 log = logging.getLogger("spotguard.sim.scheduler")
 
@@ -42,10 +54,16 @@ class SchedulerLoop:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.bound = 0
+        self._selectors: dict[str, dict[str, Any] | None] = {}  # controller uid -> selector
+        self.recorder: Any = None  # an events.Recorder
 
     # ---- notifications -------------------------------------------------------
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "namespaces":
+            with self._lock:
+                self.cache.ns_labels[obj["metadata"]["name"]] = dict(obj["metadata"].get("labels") or {})
+            return
         if resource == "nodes":
             with self._lock:
                 if event_type == "DELETED":
@@ -102,6 +120,8 @@ class SchedulerLoop:
             self._cond.notify()
 
     def prime(self) -> None:
+        for ns in self.store.list("namespaces")[0]:
+            self.handle("ADDED", "namespaces", ns)
         nodes, _ = self.store.list("nodes")
         for n in nodes:
             self.handle("ADDED", "nodes", n)
@@ -165,14 +185,23 @@ class SchedulerLoop:
             return None
         if (pod.get("spec") or {}).get("nodeName") or pods.is_terminating(pod):
             return None
-        info = scheduler.PodInfo.from_pod(pod)
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            self._gated(key, pod)
+            return None
+        info = scheduler.PodInfo.from_pod(pod, self._default_spread_selector(pod))
         with self._lock:
             result = scheduler.schedule(info, self.cache, start=self._start, rng=self.rng,
                                         percentage=self.percentage)
             self._start = result.next_start
             total = len(self.cache.nodes)
+            preemption = None
+            if result.node is None and self._may_preempt(pod, info):
+                preemption = scheduler.preempt(info, self.cache, self._budgets())
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
+            self._event(pod, "Warning", "FailedScheduling", result.message(total))
+            if preemption is not None:
+                self._preempt(key, preemption)
             return None
         node = result.node
         now = self.clock.iso()
@@ -193,7 +222,86 @@ class SchedulerLoop:
                     self.cache.remove_pod(ns, name)
             return None
         self.bound += 1
+        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
         return node
+
+    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.record(obj, type_, reason, message, component=SCHEDULER_NAME)
+
+    def _default_spread_selector(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The selector of the pod's ReplicaSet, StatefulSet or ReplicationController, for the
+        system default spreading (helper.DefaultSelector; Services are not consulted)."""
+        ref = base.controller_ref(pod)
+        if not ref or ref.get("kind") not in _SELECTING_OWNERS:
+            return None
+        uid = str(ref.get("uid"))
+        if uid not in self._selectors:
+            try:
+                owner = self.store.get(_SELECTING_OWNERS[ref["kind"]], ref.get("name", ""),
+                                       pod["metadata"].get("namespace"))
+            except errors.NotFound:
+                return None
+            selector = (owner.get("spec") or {}).get("selector")
+            if ref["kind"] == "ReplicationController" and isinstance(selector, dict):
+                selector = {"matchLabels": selector}
+            if len(self._selectors) > 10_000:
+                self._selectors.clear()
+            self._selectors[uid] = selector if isinstance(selector, dict) and selector else None
+        return self._selectors[uid]
+
+    def _budgets(self) -> scheduler.Budgets:
+        items, _ = self.store.list("poddisruptionbudgets")
+        return [(b["metadata"].get("namespace", ""), (b.get("spec") or {}).get("selector") or {},
+                 int((b.get("status") or {}).get("disruptionsAllowed") or 0)) for b in items]
+
+    def _gated(self, key: base.Key, pod: dict[str, Any]) -> None:
+        cond = pods.condition(pod, "PodScheduled")
+        if cond and cond.get("reason") == "SchedulingGated":
+            return
+        now = self.clock.iso()
+
+        def edit(obj: dict[str, Any]) -> None:
+            if obj["spec"].get("schedulingGates") and not obj["spec"].get("nodeName"):
+                pods.set_condition(obj, "PodScheduled", "False", now, reason="SchedulingGated",
+                                   message="Scheduling is blocked due to non-empty scheduling gates")
+
+        with contextlib.suppress(errors.NotFound):
+            self.store.mutate("pods", key[1], key[0], edit)
+
+    def _may_preempt(self, pod: dict[str, Any], info: scheduler.PodInfo) -> bool:
+        """PodEligibleToPreemptOthers: not while lower-priority pods on its nominated node
+        are still terminating."""
+        if not info.preempts:
+            return False
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated:
+            return True
+        return not any(e.terminating and e.priority < info.priority
+                       for _, e in self.cache.pods_on(nominated))
+
+    def _preempt(self, key: base.Key, preemption: scheduler.Preemption) -> None:
+        now = self.clock.iso()
+        ns, name = key
+        message = f"{self.name}: preempting to accommodate a higher priority pod"
+        log.info("preempting", extra={"pod": "/".join(key), "node": preemption.node,
+                                      "victims": ["/".join(v) for v in preemption.victims]})
+
+        def nominate(obj: dict[str, Any]) -> None:
+            obj.setdefault("status", {})["nominatedNodeName"] = preemption.node
+
+        def mark(obj: dict[str, Any]) -> None:
+            pods.set_condition(obj, "DisruptionTarget", "True", now, reason="PreemptionByScheduler",
+                               message=f"Kubernetes default scheduler: {message}")
+
+        with contextlib.suppress(errors.NotFound):
+            self.store.mutate("pods", name, ns, nominate)
+        for v_ns, v_name in preemption.victims:
+            with contextlib.suppress(errors.NotFound, errors.Conflict):
+                victim = self.store.mutate("pods", v_name, v_ns, mark)
+                self.store.delete("pods", v_name, v_ns)
+                self._event(victim, "Normal", "Preempted",
+                            f"Preempted by pod {ns}/{name} on node {preemption.node}")
 
     def _unschedulable_pod(self, key: base.Key, message: str) -> None:
         now = self.clock.iso()

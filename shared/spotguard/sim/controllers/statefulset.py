@@ -5,7 +5,12 @@ at a time) and Parallel pod management (``runForAll``: the missing ordinals in
 slow-start batches of 1, 2, 4, ..., each batch at once). A pod's replacement,
 under the same name, is created only once the old pod object is gone. The
 controller's client is rate limited as every kube-controller-manager client
-(``--kube-api-qps``/``--kube-api-burst``).
+(``--kube-api-qps``/``--kube-api-burst``). Templates are kept as
+ControllerRevisions (``controllers.revisions``); a RollingUpdate replaces the
+pods at or above ``partition`` from the highest ordinal down, one at a time,
+each only once every pod is Running and Ready; OnDelete waits for deletions.
+Status carries ``currentRevision``/``updateRevision`` and the counts at each, so
+``kubectl rollout status`` waits for the rollout.
 https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
 """
 
@@ -13,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
 from spotguard.sim import errors, settings
-from spotguard.sim.controllers import base, pods, ratelimit, replicaset
+from spotguard.sim.controllers import base, pods, ratelimit, replicaset, revisions
 from spotguard.sim.controllers.replicaset import pod_from_template
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
@@ -42,6 +48,7 @@ class StatefulSetController(base.Controller):
     name = "statefulset-controller"
     primary = "statefulsets"
     workers = 2
+    _tls = threading.local()  # the revisions of the set a worker is syncing
 
     def __init__(self, store: Any, informer: base.Informer, *,
                  limits: settings.ControllerManager | None = None) -> None:
@@ -69,9 +76,19 @@ class StatefulSetController(base.Controller):
             sts = self.store.get("statefulsets", name, ns)
         except errors.NotFound:
             return
+        update_rev, current_rev = None, None
         if not sts["metadata"].get("deletionTimestamp"):
+            update_rev, history = revisions.ensure(self.store, sts, "StatefulSet")
+            current_name = (sts.get("status") or {}).get("currentRevision")
+            current_rev = next((r for r in history if r["metadata"]["name"] == current_name), update_rev)
+            self._tls.revisions = (update_rev, current_rev)
             self._reconcile(sts)
-        self._update_status(sts)
+            self._roll(sts, update_rev)
+            in_use = {(p["metadata"].get("labels") or {}).get(revisions.HASH_LABEL, "")
+                      for p in self._pods(sts).values()}
+            revisions.prune(self.store, sts, history, in_use | {update_rev["metadata"]["name"],
+                                                                current_rev["metadata"]["name"]})
+        self._update_status(sts, update_rev, current_rev)
 
     def _pods(self, sts: dict[str, Any]) -> dict[int, dict[str, Any]]:
         out = {}
@@ -96,7 +113,8 @@ class StatefulSetController(base.Controller):
                     return
         if parallel:
             missing: list[Callable[[], None]] = [
-                functools.partial(self._create, sts, i) for i in wanted if i not in by_ordinal]
+                functools.partial(self._create, sts, i, getattr(self._tls, "revisions", None))
+                for i in wanted if i not in by_ordinal]
             _, failed = replicaset.slow_start(missing, replicaset.SLOW_START_INITIAL_BATCH, self.pool)
             if failed:
                 raise failed[0]
@@ -124,9 +142,46 @@ class StatefulSetController(base.Controller):
             if not pods.is_terminating(by_ordinal[i]):
                 self._delete(sts, by_ordinal[i])
 
-    def _create(self, sts: dict[str, Any], index: int) -> None:
+    def _partition(self, sts: dict[str, Any]) -> int | None:
+        """The RollingUpdate partition; None for OnDelete."""
+        strategy = (sts.get("spec") or {}).get("updateStrategy") or {}
+        if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+            return None
+        return int((strategy.get("rollingUpdate") or {}).get("partition") or 0)
+
+    def _roll(self, sts: dict[str, Any], update_rev: dict[str, Any]) -> None:
+        """One step of a RollingUpdate: delete the highest-ordinal outdated pod once every pod
+        is Running and Ready (the controller recreates it from the update revision)."""
+        partition = self._partition(sts)
+        if partition is None:
+            return
+        items, _ = self.store.list("pods", sts["metadata"]["namespace"])
+        uid = sts["metadata"]["uid"]
+        mine = {i: p for p in items if base.controller_uid(p) == uid
+                and (i := ordinal(sts["metadata"]["name"], p["metadata"]["name"])) is not None}
+        replicas = int((sts.get("spec") or {}).get("replicas", 1) or 0)
+        if len(mine) != replicas or any(pods.is_terminating(p) or not running_and_ready(p)
+                                        for p in mine.values()):
+            return
+        name = update_rev["metadata"]["name"]
+        outdated = sorted((i for i, p in mine.items() if i >= partition
+                           and (p["metadata"].get("labels") or {}).get(revisions.HASH_LABEL) != name),
+                          reverse=True)
+        if outdated:
+            self._delete(sts, mine[outdated[0]])
+
+    def _create(self, sts: dict[str, Any], index: int, revs: tuple[Any, Any] | None = None) -> None:
         spec = sts.get("spec") or {}
-        pod = pod_from_template(sts, "StatefulSet", spec.get("template") or {})
+        # The pool's threads (Parallel) do not see the syncing worker's thread-local revisions.
+        update_rev, current_rev = revs or getattr(self._tls, "revisions", (None, None))
+        revision = update_rev
+        partition = self._partition(sts)
+        if partition is not None and index < partition and current_rev is not None:
+            revision = current_rev
+        template = revisions.template_of(revision) if revision is not None else spec.get("template") or {}
+        pod = pod_from_template(sts, "StatefulSet", template)
+        if revision is not None:
+            pod["metadata"]["labels"][revisions.HASH_LABEL] = revision["metadata"]["name"]
         name = f"{sts['metadata']['name']}-{index}"
         meta = pod["metadata"]
         del meta["generateName"]
@@ -150,7 +205,8 @@ class StatefulSetController(base.Controller):
             self.store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"],
                               preconditions={"uid": pod["metadata"]["uid"]})
 
-    def _update_status(self, sts: dict[str, Any]) -> None:
+    def _update_status(self, sts: dict[str, Any], update_rev: dict[str, Any] | None = None,
+                       current_rev: dict[str, Any] | None = None) -> None:
         existing = list(self._pods(sts).values())
         now = self.clock.now()
         min_ready = float((sts.get("spec") or {}).get("minReadySeconds") or 0)
@@ -162,6 +218,20 @@ class StatefulSetController(base.Controller):
             "updatedReplicas": len(existing),
             "availableReplicas": sum(1 for p in existing if pods.is_available(p, min_ready, now)),
         }
+        revision_status: dict[str, Any] = {}
+        if update_rev is not None and current_rev is not None:
+            def at(rev: dict[str, Any]) -> int:
+                return sum(1 for p in existing if (p["metadata"].get("labels") or {}).get(
+                    revisions.HASH_LABEL) == rev["metadata"]["name"])
+
+            updated = at(update_rev)
+            replicas = int((sts.get("spec") or {}).get("replicas", 1) or 0)
+            done = updated == replicas == len(existing)
+            current_name = update_rev["metadata"]["name"] if done else current_rev["metadata"]["name"]
+            status["updatedReplicas"] = updated
+            status["currentReplicas"] = updated if done else at(current_rev)
+            revision_status = {"currentRevision": current_name,
+                               "updateRevision": update_rev["metadata"]["name"]}
 
         def edit(obj: dict[str, Any]) -> None:
             old = obj.get("status") or {}
@@ -169,6 +239,7 @@ class StatefulSetController(base.Controller):
             for keep in ("currentRevision", "updateRevision", "collisionCount"):
                 if keep in old:
                     new[keep] = old[keep]
+            new.update(revision_status)
             obj["status"] = new
 
         with contextlib.suppress(errors.NotFound):

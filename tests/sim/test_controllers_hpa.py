@@ -1,0 +1,110 @@
+"""The HorizontalPodAutoscaler's timing: the 15 s sync period, the scale-down
+stabilization window (300 s by default) and the rate policies.
+https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details
+https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#stabilization-window
+
+Times are compared in simulated seconds (the API's timestamps), as lower bounds:
+a busy machine only delays what the controllers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from spotguard.sim import clock as simclock
+from spotguard.sim import testing
+from spotguard.sim.controllers import hpa as hpa_ctl
+
+from tests.sim import controller_helpers as h
+
+SCALE = 50.0
+
+
+@pytest.fixture
+def sim() -> Iterator[Any]:
+    with testing.running_cluster(time_scale=SCALE) as cluster:
+        cluster.store.create("nodes", h.node("n1", cpu="64", pods="200"))
+        yield cluster
+
+
+def autoscaler(name: str, lo: int, hi: int, annotations: dict[str, str] | None = None,
+               behavior: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                            "minReplicas": lo, "maxReplicas": hi}
+    if behavior:
+        spec["behavior"] = behavior
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
+
+
+def first_sync(auto: kubernetes.client.AutoscalingV2Api, name: str) -> float:
+    status = h.wait_for(lambda: auto.read_namespaced_horizontal_pod_autoscaler(name, "default").status
+                        .conditions, what="the first sync")
+    return min(simclock.parse_iso(c.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ")) for c in status)
+
+
+def scale_time(auto: kubernetes.client.AutoscalingV2Api, name: str) -> float:
+    when = auto.read_namespaced_horizontal_pod_autoscaler(name, "default").status.last_scale_time
+    return simclock.parse_iso(when.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def replicas(sim: Any, name: str) -> int:
+    return int(sim.store.get("deployments", name, "default")["spec"]["replicas"])
+
+
+def test_a_target_scaled_out_of_range_waits_for_the_next_sync(sim: Any) -> None:
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    apps.create_namespaced_deployment("default", h.deployment("web", 3))
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler("web", 2, 4))
+    t0 = first_sync(auto, "web")
+    apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 9}})
+    h.wait_for(lambda: replicas(sim, "web") == 4, timeout=20, what="clamped to maxReplicas")
+    # syncs happen at t0, t0 + 15, ...: never in reaction to the target's change
+    assert scale_time(auto, "web") >= t0 + hpa_ctl.SYNC_SECONDS - 1
+
+
+def test_scale_down_waits_for_the_stabilization_window(sim: Any) -> None:
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    apps.create_namespaced_deployment("default", h.deployment("api", 6))
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler(
+        "api", 1, 10, {hpa_ctl.LOAD_REPLICAS: "6"}))
+    first_sync(auto, "api")
+    changed = sim.clock.now()
+    auto.patch_namespaced_horizontal_pod_autoscaler("api", "default", {
+        "metadata": {"annotations": {hpa_ctl.LOAD_REPLICAS: "2"}}})
+    h.wait_for(lambda: replicas(sim, "api") == 2, timeout=30, what="the scale-down")
+    assert scale_time(auto, "api") >= changed + 300 - hpa_ctl.SYNC_SECONDS - 1
+
+
+def test_scale_up_is_rate_limited_and_immediate_windows_apply(sim: Any) -> None:
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    watcher = sim.store.watch("deployments", "default")
+    apps.create_namespaced_deployment("default", h.deployment("burst", 1))
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler(
+        "burst", 1, 50, {hpa_ctl.LOAD_REPLICAS: "20"}))
+    h.wait_for(lambda: replicas(sim, "burst") == 20, timeout=30, what="20 replicas")
+    seen: list[int] = []
+    while (event := watcher.get(timeout=0.5)) is not None:
+        value = event["object"]["spec"]["replicas"]
+        if not seen or seen[-1] != value:
+            seen.append(value)
+    watcher.close()
+    assert seen == [1, 5, 10, 20]  # max(+100 %, +4 pods) per 15 s
+
+
+def test_rate_limits() -> None:
+    up = hpa_ctl.DEFAULT_SCALE_UP
+    down = hpa_ctl.DEFAULT_SCALE_DOWN
+    assert hpa_ctl.scale_up_limit(1, up, [], [], 100.0) == 5
+    assert hpa_ctl.scale_up_limit(10, up, [], [], 100.0) == 20
+    assert hpa_ctl.scale_up_limit(10, up, [(95.0, 5)], [], 100.0) == 10  # 5 added within 15 s
+    assert hpa_ctl.scale_down_limit(10, down, [], [], 100.0) == 0
+    pods_policy = {"selectPolicy": "Max", "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
+    assert hpa_ctl.scale_down_limit(10, pods_policy, [], [(50.0, 1)], 100.0) == 10
+    assert hpa_ctl.scale_up_limit(3, {"selectPolicy": "Disabled", "policies": []}, [], [], 0.0) == 3
