@@ -173,8 +173,9 @@ class StatefulSetController(base.Controller):
     def _create(self, sts: dict[str, Any], index: int, revs: tuple[Any, Any] | None = None) -> None:
         spec = sts.get("spec") or {}
         # The pool's threads (Parallel) do not see the syncing worker's thread-local revisions.
-        chosen: tuple[Any, Any] = revs or getattr(self._tls, "revisions", (None, None))
-        update_rev, current_rev = chosen
+        if revs is None:
+            revs = getattr(self._tls, "revisions", (None, None))
+        update_rev, current_rev = revs if revs is not None else (None, None)
         revision = update_rev
         partition = self._partition(sts)
         if partition is not None and index < partition and current_rev is not None:
