@@ -31,7 +31,11 @@ def pdb(
 
 
 def hpa(name: str, target: str, min_replicas: int, max_replicas: int, ns: str = "shop") -> Obj:
-    return objects.hpa(name, target, min_replicas, max_replicas, namespace=ns, cpu_utilization=80)
+    """An autoscaler under a steady load that needs ``min_replicas`` (a surge lowers each pod's
+    utilization, so once its minimum is back the autoscaler scales down, as a real one does)."""
+    obj = objects.hpa(name, target, min_replicas, max_replicas, namespace=ns, cpu_utilization=80)
+    obj["metadata"].setdefault("annotations", {})["sim.spotguard.io/load-replicas"] = str(min_replicas)
+    return obj
 
 
 def mixed_nodes(on_demand: int = 3, spot: int = 6) -> list[Obj]:

@@ -187,7 +187,13 @@ def test_an_autoscaler_that_moved_keeps_its_count_and_gets_its_minimum_back() ->
         sim.faults.clear()
         rec = record(store)
         assert rec is not None and rec["surge"] > 0
-        # The autoscaler moves the count (its own scale up: load arrived).
+        # The autoscaler moves the count (its own scale up: load arrived that needs one more).
+        store.mutate(
+            "horizontalpodautoscalers",
+            "web",
+            "shop",
+            lambda a: a["metadata"]["annotations"].__setitem__("sim.spotguard.io/load-replicas", "7"),
+        )
         set_replicas(store, replicas(store) + 1)
         reconcile(handler)  # finishes the half-done handling: the autoscaler's minimum
         hpa = store.get("horizontalpodautoscalers", "web", "shop")["spec"]
