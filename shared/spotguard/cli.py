@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
+    "replay": ("spotguard.ops.replay", "replay captured events against a cluster, a scenario or a function"),
+    "snapshot": ("spotguard.ops.snapshot", "capture a cluster as a scenario for simulate and replay"),
+    "simulate": ("spotguard.ops.simulate", "what if these spot nodes went now? (a what-if on a scenario or snapshot)"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {

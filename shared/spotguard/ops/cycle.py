@@ -31,6 +31,7 @@ from typing import Any
 
 from spotguard.logs import UserError
 from spotguard.ops import aws, functions, serving
+from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors
 from spotguard.policy.views import NodeView
@@ -92,8 +93,10 @@ View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], N
 
 
 def split(objects: list[Obj]) -> tuple[list[Obj], list[Obj]]:
-    infra = [o for o in objects if o.get("kind") in INFRA_KINDS]
-    apps = [o for o in objects if o.get("kind") not in INFRA_KINDS and o.get("kind") not in ("Pod", "ReplicaSet")]
+    """(nodes and namespaces, the rest the simulated cluster serves); pods are made by its controllers."""
+    usable, _ = objects_mod.loadable(objects)
+    infra = [o for o in usable if o.get("kind") in INFRA_KINDS]
+    apps = [o for o in usable if o.get("kind") not in INFRA_KINDS]
     return infra, apps
 
 
@@ -187,6 +190,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         stack.callback(tracker.stop, sim.store)
         stack.enter_context(_ticking(tracker))
         watch = Watch(view, Phase("starting the functions"), tracker, sim=sim)
+        _, skipped = objects_mod.loadable(options.objects)
+        if skipped:
+            watch.phase.notes.append(f"left out kinds the simulated cluster does not serve: {', '.join(skipped)}")
         watch.show()
         stack.enter_context(functions.admission_server(sim, workdir))
         stack.enter_context(
@@ -257,6 +263,34 @@ def run(options: Options, view: View | None = None) -> Outcome:
             settled=settled, returned=returned, notes=watch.phase.notes, options=options,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: float = 0.0) -> Iterator[Any]:
+    """The simulated cluster with the scenario's workloads placed by the admission webhook and Ready.
+
+    For replaying events against a scenario or snapshot: yields the running cluster.
+    """
+    infra, apps = split(objs)
+    if not any(o.get("kind") == "Node" for o in infra):
+        raise UserError("the scenario has no nodes: pods would never be placed")
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
+        sim = stack.enter_context(
+            testing.running_cluster(infra, time_scale=time_scale, ready_delay_seconds=pod_startup)
+        )
+        sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
+        stack.enter_context(functions.admission_server(sim, workdir))
+        sim.store.apply_objects(apps)
+        desired = sum(w.replicas for w in _workloads(sim.store).values())
+
+        def ready() -> bool:
+            from spotguard.sim import readiness
+
+            return sum(1 for p in sim.store.list("pods")[0] if readiness.is_ready(p)) >= desired
+
+        functions.wait_until(ready, 60 + desired / 50 + 4 * pod_startup / time_scale, "every pod to be Ready")
+        yield sim
 
 
 def _return_to_spot(sim: Any, node_added: functions.NodeAdded, gone: list[Obj], options: Options, watch: Watch) -> str:

@@ -64,14 +64,7 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
         floor = outcome.floors[key]
         required = b.total if w.kind is Kind.DEPLOYMENT else floor
         lost = a.lowest < required
-        risk = ""
-        if lost:
-            what = "serving before the notice" if w.kind is Kind.DEPLOYMENT else "its on-demand floor"
-            risk = f"fell to {a.lowest} serving, below the {required} {what}"
-        elif b.serving[SPOT] and w.kind is Kind.STATEFULSET:
-            risk = f"{b.serving[SPOT]} replica(s) on spot are lost with the nodes (a StatefulSet cannot surge)"
-        elif a.lowest == required and b.serving[SPOT] and w.replicas == 1:
-            risk = "a single replica on spot"
+        risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost)
         during_total = r.pod_seconds[SPOT] + r.pod_seconds[OD]
         cost_base = w.replicas * outcome.duration
         cost = (a.pod_seconds[OD] + spot_price * a.pod_seconds[SPOT]) / cost_base if cost_base else 0.0
@@ -87,6 +80,33 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
             )
         )  # fmt: skip
     return out
+
+
+def _risk(
+    outcome: cycle.Outcome, kind: Kind, b: serving.Counts, a: serving.Counts, *, floor: int, required: int, lost: bool
+) -> str:
+    """Why a workload lost service, or what brought it close, in words ("" when nothing did)."""
+    o = outcome.options
+    if lost:
+        what = "what it served before the notice" if kind is Kind.DEPLOYMENT else "its on-demand floor"
+        why = []
+        if o.drainer:
+            why.append("the drainer evicted its pods before replacements were Ready")
+        if o.pod_startup >= o.reclaim_after:
+            why.append(f"its pods take {o.pod_startup:g}s to start, longer than the {o.reclaim_after:g}s notice")
+        if kind is Kind.STATEFULSET:
+            why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
+        if b.serving[OD] == 0:
+            why.append("none of its replicas ran on on-demand")
+        return f"fell to {a.lowest} serving, below {required} ({what})" + (f": {'; '.join(why)}" if why else "")
+    if kind is Kind.STATEFULSET and a.lowest < b.total:
+        return (
+            f"ran on {a.lowest} of {b.total} replicas for {a.below_seconds:.0f}s: a StatefulSet cannot surge, "
+            f"its floor of {floor} on on-demand kept it serving"
+        )
+    if kind is Kind.DEPLOYMENT and b.serving[OD] == 0 and b.serving[SPOT]:
+        return "every replica ran on spot: it kept serving only because its surge was Ready before the reclaim"
+    return ""
 
 
 def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
