@@ -8,15 +8,19 @@ simulated clock.
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from spotguard.gateway import kube
+from spotguard.gateway import resources as r
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config as config_mod
-from spotguard.policy.capacity import Capacity
 from spotguard.policy.workloads import Workload
+from spotguard.sim import tls
 
 from tests.interruption import e2e_harness as ih
 from tests.interruption import sim_scenario
@@ -107,4 +111,84 @@ def settled(rep: reconciler.Report) -> bool:
     return rep.optimal
 
 
-UNKNOWN_AS_ON_DEMAND = Capacity.ON_DEMAND
+def cordon(k: kube.Kube, names: list[str], on: bool = True) -> None:
+    """``kubectl cordon`` / ``uncordon``, through the API."""
+    for name in names:
+        k.patch(r.NODES, name, {"spec": {"unschedulable": True if on else None}})
+
+
+def nodes_named(store: Any, capacity: str) -> list[str]:
+    return sorted(n for n, c in capacity_of(store).items() if c == capacity)
+
+
+def at_optimum(store: Any, keys: list[str] | None = None) -> bool:
+    """Every (or each given) workload has exactly its floor on on-demand, all of its pods Ready on a node."""
+    places, wanted = placement(store), floors_of(store)
+    for key in keys or list(wanted):
+        replicas, floor = wanted[key]
+        on_demand, spot, pending = places.get(key, (0, 0, 0))
+        if pending or on_demand + spot != replicas or on_demand != floor:
+            return False
+    return True
+
+
+class Refuser:
+    """A second mutating webhook, called after spotguard's (configurations run sorted by name), that
+    refuses the first pod of an app that spotguard placed on on-demand: a policy engine or quota
+    refusing a pod after its on-demand slot was reserved."""
+
+    def __init__(self, app: str) -> None:
+        self.app = app
+        self.refused: list[str] = []
+        self.lock = threading.Lock()
+
+    def serve(self, store: Any) -> Callable[[], None]:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                request = review["request"]
+                labels = (request.get("object") or {}).get("metadata", {}).get("labels") or {}
+                allowed = True
+                if labels.get("app") == outer.app and labels.get("spotguard.io/placement") == "on-demand":
+                    with outer.lock:
+                        if not outer.refused:
+                            outer.refused.append(request["uid"])
+                            allowed = False
+                answer: dict[str, Any] = {"uid": request["uid"], "allowed": allowed}
+                if not allowed:
+                    answer["status"] = {"code": 403, "message": "refused by a policy"}
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        server, url, ca = tls.serve_https(Handler)
+        store.create(
+            "mutatingwebhookconfigurations",
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "zz-policy"},
+                "webhooks": [
+                    {
+                        "name": "policy.example.com",
+                        "clientConfig": {"url": url + "/", "caBundle": ca},
+                        "rules": [
+                            {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+                        ],
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 5,
+                    }
+                ],
+            },
+        )
+        return server.shutdown

@@ -182,9 +182,19 @@ class Reconciler:
             states, records, budgets = self._states(snap, config)
             capacity_of = {n.name: config.node_capacity(n.labels) for n in snap.node_views}
             progress = [
-                moves.progress(states[key], record, capacity_of, now) for key, record in sorted(records.items())
+                moves.progress(
+                    states[key],
+                    record,
+                    capacity_of,
+                    now,
+                    timeout=config.rebalance_move_timeout_seconds,
+                    hold_seconds=config.rebalance_hold_seconds,
+                )
+                for key, record in sorted(records.items())
             ]
-            plan = rebalance.plan(config, snap.node_views, snap.pod_views, states.values(), budgets=budgets)
+            plan = rebalance.plan(
+                config, snap.node_views, snap.pod_views, states.values(), budgets=budgets, now=now
+            )
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
@@ -346,7 +356,7 @@ class Reconciler:
                     # A budget forbids it now: leave a hold, never a retry loop.
                     metrics.MOVES.labels(*labels, "blocked").inc()
                     log.info("eviction refused by a budget: holding", extra={"workload": wl.key, "pod": move.pod.name})
-                    hold = moves.held(record, now, "a budget refused the eviction")
+                    hold = moves.held(record, now, "a budget refused the eviction", self.config.rebalance_hold_seconds)
                     self._patch_workload(written, {MOVE: hold.to_json()})
                     return True
                 except NotFound:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -176,8 +176,8 @@ class Progress:
     hold: MoveRecord | None = None  # the record to leave (FINISH/ABORT without progress, HOLD)
 
 
-def held(record: MoveRecord, now: float, reason: str) -> MoveRecord:
-    return replace(record, hold_until=now + HOLD_SECONDS, reason=reason)
+def held(record: MoveRecord, now: float, reason: str, seconds: float = HOLD_SECONDS) -> MoveRecord:
+    return replace(record, hold_until=now + seconds, reason=reason)
 
 
 def count_on(pods: Sequence[PodView], capacity_of: Mapping[str, Capacity], where: Placement) -> int:
@@ -185,10 +185,20 @@ def count_on(pods: Sequence[PodView], capacity_of: Mapping[str, Capacity], where
 
 
 def progress(
-    state: WorkloadState, record: MoveRecord, capacity_of: Mapping[str, Capacity], now: float
+    state: WorkloadState,
+    record: MoveRecord,
+    capacity_of: Mapping[str, Capacity],
+    now: float,
+    *,
+    timeout: float = MOVE_TIMEOUT_SECONDS,
+    hold_seconds: float = HOLD_SECONDS,
 ) -> Progress:
     """What the recorded move of ``state``'s workload needs now (see the module docstring)."""
     wl = state.workload
+
+    def held(record: MoveRecord, now: float, reason: str) -> MoveRecord:
+        return replace(record, hold_until=now + hold_seconds, reason=reason)
+
     if record.held:
         if now >= record.hold_until:
             return Progress(wl, record, Action.END, "hold over")
@@ -199,7 +209,9 @@ def progress(
     marked = next((p for p in active if record.uid and p.uid == record.uid), None)
     age = now - record.started
     if record.method is Method.EVICT:
-        return _evict_progress(record, wl, active, marked=marked, capacity_of=capacity_of, now=now)
+        return _evict_progress(
+            record, wl, active, marked=marked, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
+        )
     if wl.replicas != record.scaled_to:
         # Someone else set the count meanwhile (an autoscaler, GitOps, a person): theirs wins.
         # Holding keeps an autoscaler that scales it straight back from a loop of moves.
@@ -220,12 +232,12 @@ def progress(
             replicas=record.replicas,
             hold=hold,
         )
-    if age > MOVE_TIMEOUT_SECONDS:
+    if age > timeout:
         return Progress(
             wl,
             record,
             Action.ABORT,
-            f"the new replica was not Ready within {int(MOVE_TIMEOUT_SECONDS)}s",
+            f"the new replica was not Ready within {int(timeout)}s",
             replicas=record.replicas,
             restore_cost=marked is not None,
             hold=held(record, now, "the new replica did not become Ready"),
@@ -249,10 +261,13 @@ def _evict_progress(
     marked: PodView | None,
     capacity_of: Mapping[str, Capacity],
     now: float,
+    timeout: float,
+    hold: Callable[[MoveRecord, float, str], MoveRecord],
 ) -> Progress:
+    held = hold
     age = now - record.started
     if marked is not None:
-        if age > MOVE_TIMEOUT_SECONDS:
+        if age > timeout:
             return Progress(wl, record, Action.HOLD, "the pod was not evicted", hold=held(record, now, "not evicted"))
         return Progress(wl, record, Action.EVICT, f"{record.pod} is still there")
     back = next((p for p in active if p.name == record.pod), None)
@@ -266,7 +281,7 @@ def _evict_progress(
             f"{record.pod} came back on the same capacity",
             hold=held(record, now, f"{record.pod} did not land on {record.direction.target}"),
         )
-    if age > MOVE_TIMEOUT_SECONDS:
+    if age > timeout:
         return Progress(
             wl, record, Action.HOLD, f"{record.pod} is not back", hold=held(record, now, f"{record.pod} not Ready")
         )

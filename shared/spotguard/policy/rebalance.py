@@ -63,6 +63,7 @@ class SkipReason(enum.StrEnum):
     NO_ON_DEMAND_ROOM = "no-on-demand-room"
     BUDGET = "budget-allows-no-disruption"
     QUORUM = "quorum"
+    SETTLING = "settling"
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,10 @@ PodSource = Iterable[PodView] | Callable[[], Iterable[PodView]]
 
 
 def _blocked(
-    state: WorkloadState, active: Sequence[PodView], budgets: Mapping[str, int] | None
+    state: WorkloadState,
+    active: Sequence[PodView],
+    budgets: Mapping[str, int] | None,
+    settle: tuple[float, float] | None = None,
 ) -> Skip | None:
     """Why the workload may not be touched now, whatever the direction (or None)."""
     wl = state.workload
@@ -248,6 +252,11 @@ def _blocked(
         return Skip(wl, SkipReason.NOT_READY_PODS, f"{len(not_ready)} pod(s) not Ready")
     if len(active) < wl.replicas:
         return Skip(wl, SkipReason.PODS_MISSING, f"{len(active)} of {wl.replicas} pods exist")
+    if settle is not None:
+        now, seconds = settle
+        newest = max((p.created for p in active), default=0.0)
+        if now - newest < seconds:
+            return Skip(wl, SkipReason.SETTLING, f"its newest pod is {max(0, int(now - newest))}s old")
     if wl.kind is Kind.STATEFULSET:
         if len(active) - 1 < state.floor.on_demand or len(active) < 2:
             return Skip(wl, SkipReason.QUORUM, "its quorum would not hold without one replica")
@@ -267,13 +276,16 @@ def plan(
     workloads: Iterable[WorkloadState],
     *,
     budgets: Mapping[str, int] | None = None,
+    now: float | None = None,
 ) -> Plan:
     """The rebalance plan for one step.
 
     ``pods`` are all pods in the cluster (for node usage), or a function that
     returns them: it is called only when some workload is off its optimum.
     ``budgets`` maps a workload key to the disruptions its PodDisruptionBudgets
-    allow now (the lowest; absent: no budget).
+    allow now (the lowest; absent: no budget). With ``now``, a workload whose
+    newest pod was created less than ``rebalance_settle_seconds`` ago is left
+    alone (``settling``): the admission webhook may not have counted it yet.
     """
     node_list = sorted(nodes, key=lambda n: n.name)
     capacity_of = {n.name: config.node_capacity(n.labels) for n in node_list}
@@ -300,7 +312,8 @@ def plan(
             deficits.append(Deficit(wl, floor.on_demand, count))
         else:
             surplus.append(Surplus(wl, floor.on_demand, count))
-        blocked = _blocked(state, active, budgets)
+        settle = None if now is None else (now, float(config.rebalance_settle_seconds))
+        blocked = _blocked(state, active, budgets, settle)
         if blocked is not None:
             skipped.append(blocked)
             continue
