@@ -118,12 +118,14 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
         interruption_reconcile: Callable[[], None] | None = None,
+        taint_grace: float = cleanup.TAINT_GRACE_SECONDS,
     ) -> None:
         self.kube = kube
         self._config = config
         self.namespace = namespace
         self.clock = clock
         self.workers = workers
+        self.taint_grace = taint_grace
         # Scales back surges that are over and sweeps left-over temporary budgets.
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
 
@@ -198,7 +200,7 @@ class Reconciler:
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
-        report.taints = cleanup.surviving_taints(snap.nodes, workload_views, now)
+        report.taints = cleanup.surviving_taints(snap.nodes, workload_views, now, self.taint_grace)
         done, _waiting = interruption.finish(
             workloads=workload_views, pods=snap.pod_views, nodes=snap.node_views, now=now
         )
