@@ -77,7 +77,12 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         self.node_views = [NodeView.from_json(n) for n in self.nodes]
-        self.pod_views = [PodView.from_json(p) for p in self.pods]
+        # Light views: grouping and counting need no requests or affinity (20,000 pods).
+        self.pod_views = [PodView.from_json(p, scheduling=False) for p in self.pods]
+
+    def full_pod_views(self) -> list[PodView]:
+        """Every pod with what fit reads; built only when some workload is off its optimum."""
+        return [PodView.from_json(p) for p in self.pods]
 
 
 @dataclass
@@ -195,7 +200,7 @@ class Reconciler:
                 for key, record in sorted(records.items())
             ]
             plan = rebalance.plan(
-                config, snap.node_views, snap.pod_views, states.values(), budgets=budgets, now=now
+                config, snap.node_views, snap.full_pod_views, states.values(), budgets=budgets, now=now
             )
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]

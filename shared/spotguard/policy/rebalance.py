@@ -281,7 +281,9 @@ def plan(
     """The rebalance plan for one step.
 
     ``pods`` are all pods in the cluster (for node usage), or a function that
-    returns them: it is called only when some workload is off its optimum.
+    returns them: it is called only when some workload is off its optimum. The
+    workloads' own pods may be light views (``PodView.from_json(scheduling=False)``):
+    where ``pods`` holds the full view of one (same uid), fit reads that.
     ``budgets`` maps a workload key to the disruptions its PodDisruptionBudgets
     allow now (the lowest; absent: no budget). With ``now``, a workload whose
     newest pod was created less than ``rebalance_settle_seconds`` ago is left
@@ -348,8 +350,15 @@ def plan(
     if not candidates and not short:
         return Plan((), tuple(surplus), tuple(deficits), tuple(skipped))
 
-    all_pods = pods() if callable(pods) else pods
+    all_pods = list(pods() if callable(pods) else pods)
     usage = fit.usage_by_node(all_pods)
+    # The workloads' pods may be light views (no requests, tolerations or affinity): fit
+    # reads the full view of the same pod, by uid, where ``pods`` has one.
+    full = {p.uid: p for p in all_pods if p.uid}
+
+    def complete(p: PodView) -> PodView:
+        return full.get(p.uid, p) if p.uid else p
+
     targets = [n for n in node_list if spot_target_problem(n, config) is None]
     od_targets = [n for n in node_list if on_demand_target_problem(n, config) is None]
 
@@ -360,7 +369,7 @@ def plan(
         if len(repairs) >= config.rebalance_max_workloads_per_step:
             skipped.append(Skip(wl, SkipReason.STEP_LIMIT, "step limit reached; next step"))
             continue
-        pod = spot[0]
+        pod = complete(spot[0])
         fits = [
             fit.check(pod, n, usage.get(n.name, fit.EMPTY), ignore_expression=ours) for n in od_targets
         ]
@@ -399,7 +408,8 @@ def plan(
     moved: dict[str, int] = {}
     failed: dict[str, str] = {}
     budget_left = max(0, config.rebalance_max_workloads_per_step - len(repairs))
-    for pod, cand in victims:
+    for light, cand in victims:
+        pod = complete(light)
         key = cand.state.key
         if key in failed:
             continue

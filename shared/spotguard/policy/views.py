@@ -95,11 +95,16 @@ class PodView:
     # empty ``nodeSelectorTerms`` list (which matches no node). Non-empty
     # ``required_terms`` imply it.
     required_affinity: bool = False
-    created: float = 0.0  # metadata.creationTimestamp (the API server's clock), epoch seconds; 0: unknown
+    creation_timestamp: str = ""  # metadata.creationTimestamp, as the API server wrote it
 
     @property
     def has_required_affinity(self) -> bool:
         return self.required_affinity or bool(self.required_terms)
+
+    @property
+    def created(self) -> float:
+        """When the API server created the pod (its clock), epoch seconds; 0.0 when unknown."""
+        return _epoch(self.creation_timestamp)
 
     @property
     def placement_label(self) -> str | None:
@@ -149,7 +154,7 @@ class PodView:
             phase=str(status.get("phase") or "Pending"),
             ready=ready,
             terminating=bool(meta.get("deletionTimestamp")),
-            created=_epoch(meta.get("creationTimestamp")),
+            creation_timestamp=str(meta.get("creationTimestamp") or ""),
         )
         if not scheduling:
             return view
