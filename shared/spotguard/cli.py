@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
+    "reconcile": ("spotguard.nodeadded.once", "run one node-added reconcile pass (--dry-run: print the plan)"),
     "replay": ("spotguard.ops.replay", "replay captured events against a cluster, a scenario or a function"),
     "snapshot": ("spotguard.ops.snapshot", "capture a cluster as a scenario for simulate and replay"),
     "simulate": ("spotguard.ops.simulate", "what if these spot nodes went now? (a what-if on a scenario or snapshot)"),
@@ -26,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 SERVE: dict[str, tuple[str, str]] = {
     "admission": ("spotguard.admission.cli", "serve the admission webhook over HTTPS"),
     "spot-interruption": ("spotguard.interruption.cli", "serve the spot-interruption function"),
+    "node-added": ("spotguard.nodeadded.cli", "serve the node-added function (CloudEvents, a reconcile timer)"),
 }
 
 

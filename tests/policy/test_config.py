@@ -47,6 +47,9 @@ VALID: list[tuple[str, str, Any]] = [
     ("reservation_ttl_seconds", "45", 45),
     ("rebalance_max_workloads_per_step", "3", 3),
     ("rebalance_max_pods_per_workload", "2", 2),
+    ("rebalance_move_timeout_seconds", "120", 120),
+    ("rebalance_hold_seconds", "60", 60),
+    ("rebalance_settle_seconds", "0", 0),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -67,6 +70,9 @@ INVALID: list[tuple[str, str]] = [
     ("reservation_ttl_seconds", "30s"),
     ("rebalance_max_workloads_per_step", "-2"),
     ("rebalance_max_pods_per_workload", "many"),
+    ("rebalance_hold_seconds", "-1"),
+    ("rebalance_move_timeout_seconds", "5m"),
+    ("rebalance_settle_seconds", "-3"),
 ]
 
 
