@@ -53,7 +53,11 @@ def test_demo_keeps_the_promise_without_a_drainer(tmp_path: Path) -> None:
     assert 0 < summary["cost_vs_on_demand"] <= 1.2
     # AND the plot is a PNG, and the human output went to stderr
     assert (tmp_path / "serving.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "per workload" in proc.stderr and "the promise held" in proc.stderr
+    assert "deploy/shop/web" in proc.stderr and "the promise held" in proc.stderr
+    # AND new spot nodes joined and node-added moved the workloads back to spot
+    assert summary["return_to_spot"] == "done", summary["notes"]
+    assert summary["spot_share_after"] > summary["spot_share_during"]
+    assert summary["spot_share_after"] >= summary["optimal_spot_share"] - 0.1
 
 
 def test_demo_with_a_drainer_is_reproducible_and_honest() -> None:

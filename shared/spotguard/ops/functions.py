@@ -230,16 +230,32 @@ def has_node_added() -> bool:
 
 @contextlib.contextmanager
 def node_added(sim: Any, workdir: Path) -> Iterator[NodeAdded]:
-    """``spotguard serve node-added`` in a child process, or :class:`Unavailable` where there is none."""
+    """The node-added function's HTTP app (what ``spotguard serve node-added`` serves) on loopback.
+
+    In the cycle's process, on the simulated clock: its hold and settle windows read pod
+    ages from creationTimestamps the simulated cluster writes, so its clock must be the
+    cluster's. Where this spotguard has no node-added function: :class:`Unavailable`.
+    """
     if not has_node_added():
         yield Unavailable("this spotguard has no node-added function yet (spotguard.nodeadded)")
         return
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "serve", "node-added",
-        "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", sim.kubeconfig,
-    ]  # fmt: skip
-    with child(cmd, workdir / "node-added.log") as proc:
-        health = f"http://127.0.0.1:{port}/healthz"
-        wait_until(lambda: _healthy(health, None, proc, workdir / "node-added.log"), 60, "the node-added function")
-        yield CloudEventsNodeAdded(f"http://127.0.0.1:{port}/", sim.url)
+    from werkzeug.serving import make_server
+
+    from spotguard.gateway import kube
+    from spotguard.nodeadded import app, reconciler, service
+    from spotguard.policy import config
+
+    k = kube.Kube(sim.api_client())
+    svc = service.Service(
+        lambda: reconciler.Reconciler(k, config.Config(), clock=sim.clock.now),
+        join_wait=max(2.0, 60.0 / sim.clock.time_scale),
+        poll=0.05,
+    )
+    server = make_server("127.0.0.1", 0, app.create_app(svc), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="node-added", daemon=True)
+    thread.start()
+    try:
+        yield CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
+    finally:
+        server.shutdown()
+        thread.join(10)

@@ -1,7 +1,8 @@
 """The live progress view of a cycle: time, nodes left, surges, lowest serving per workload.
 
 On a terminal it is a rich ``Live`` table redrawn a few times a second; elsewhere
-(a pipe, CI) it prints one plain line every 20 simulated seconds.
+(a pipe, CI) it prints one plain line every 20 simulated seconds after the notice
+(every 10 real seconds before it).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class LiveView:
             return
         now = time.monotonic()
         if self.live is None:
-            if phase.name != self.last_phase or phase.t - self.last_line >= 20:
-                self.last_phase, self.last_line = phase.name, phase.t
+            armed = tracker.armed_at is not None
+            due = phase.t - self.last_line >= 20 if armed else now - self.last_draw >= 10
+            if phase.name != self.last_phase or due:
+                self.last_phase, self.last_line, self.last_draw = phase.name, phase.t, now
                 self.console.print(self._line(phase, tracker, wls, floor), highlight=False)
             return
         if now - self.last_draw < 0.2:

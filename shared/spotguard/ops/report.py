@@ -161,25 +161,36 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
 
 
 def rich_table(table: list[Row], limit: int = 40) -> Any:
+    from rich import box
     from rich.table import Table
 
-    t = Table(title="per workload (serving = Ready on a running node)", title_justify="left")
-    for col, justify in (
-        ("workload", "left"), ("floor", "right"), ("serving before", "right"), ("lowest serving", "right"),
-        ("below desired", "right"), ("spot before", "right"), ("during", "right"), ("after", "right"),
-        ("cost vs on-demand", "right"), ("promise", "left"),
-    ):  # fmt: skip
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    t = Table(
+        title="serving replicas before the notice, lowest since, time below desired; "
+        "spot share before, during, after; cost vs all on-demand",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+    )
+    t.add_column("workload", no_wrap=True)
+    for col in ("floor", "before", "lowest", "below", "spot", "during", "after", "cost"):
+        t.add_column(col, justify="right")
+    t.add_column("promise")
     shown = sorted(table, key=lambda r: (not r.lost_service, r.key))[:limit]
     for r in shown:
         t.add_row(
-            r.key, str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
+            _label(r), str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
             f"{r.cost_vs_on_demand:.0%}", "[red]broken[/red]" if r.lost_service else "[green]kept[/green]",
         )  # fmt: skip
     if len(table) > len(shown):
         t.caption = f"{len(table) - len(shown)} more workloads not shown (all of them are in --json)"
     return t
+
+
+def _label(r: Row) -> str:
+    """``deploy/shop/web``, ``sts/data/db`` (kubectl's short names)."""
+    return f"{'deploy' if r.kind == 'Deployment' else 'sts'}/{r.namespace}/{r.name}"
 
 
 def verdict(data: dict[str, Any]) -> str:
