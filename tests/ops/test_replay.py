@@ -34,6 +34,17 @@ def test_each_example_file_is_recognised() -> None:
         assert eventfiles.read(EVENTS / name).kind == kind, name
 
 
+def test_an_instance_running_goes_to_node_added() -> None:
+    # On AWS, an EC2 instance entering "running" is node-added's trigger, not spot-interruption's.
+    sample = json.loads((Path(__file__).resolve().parents[1] / "events" / "ec2-instance-state-change-notification.json")
+                        .read_text())  # fmt: skip
+    sample["detail"]["state"] = "running"
+    f = eventfiles.recognise(Path("running.json"), sample)
+    assert f.kind == "eventbridge" and f.function == "node-added"
+    sample["detail"]["state"] = "shutting-down"
+    assert eventfiles.recognise(Path("x.json"), sample).function == "spot-interruption"
+
+
 def test_the_real_aws_samples_are_recognised() -> None:
     samples = Path(__file__).resolve().parents[1] / "events"
     assert eventfiles.read(samples / "sqs-batch.json").kind == "lambda-sqs-batch"
@@ -101,7 +112,11 @@ def test_every_kind_against_a_scenario_dry_run() -> None:
     results = {Path(r["file"]).name: r for r in last_json(proc)["results"]}
     assert {n: r["kind"] for n, r in results.items()} == KINDS
     for name, r in results.items():
-        assert r["result"] in ("planned", "skipped"), (name, r)
+        assert r["result"] == "planned", (name, r)
+    # node-added's pass runs for the node addition and the pings (and writes nothing)
+    for name in ("apiserversource-node-added.json", "pingsource.json", "eventbridge-scheduled-event.json"):
+        assert any(line.startswith("node-added: ") for line in results[name]["plan"]), results[name]
+        assert any("dry run: nothing written" in line for line in results[name]["plan"]), results[name]
     assert any("spot-4" in line for line in results["cloudevent-aws-sqs.json"]["plan"])
     assert any("ordinal 2" in line for line in results["admission-review.json"]["plan"])
 

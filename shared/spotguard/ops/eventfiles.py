@@ -63,8 +63,10 @@ class EventFile:
         """The function that handles it."""
         if self.kind == "admission-review":
             return "admission"
-        if self.kind in ("apiserversource",):
+        if self.kind == "apiserversource":
             return "node-added"
+        if self.kind == "eventbridge" and _running(self.payload):
+            return "node-added"  # on AWS, a new instance is the node-added trigger
         return "spot-interruption"
 
 
@@ -139,6 +141,15 @@ def _cloudevent(path: Path, payload: Any, event: Any, http: dict[str, Any]) -> E
     ce_type = event.get_type()
     kind = "apiserversource" if ce_type == APISERVER_ADD else "pingsource" if ce_type == PING else "cloudevent"
     return EventFile(path, kind, payload, event, http)
+
+
+def _running(event: Mapping[str, Any]) -> bool:
+    detail = event.get("detail")
+    return (
+        event.get("detail-type") == events.STATE_CHANGE
+        and isinstance(detail, Mapping)
+        and detail.get("state") == "running"
+    )
 
 
 def node_of(f: EventFile) -> Mapping[str, Any] | None:

@@ -150,7 +150,7 @@ def replay_one(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Re
         return _admission(f, k, dry_run)
     if f.kind in ("schedule", "pingsource"):
         return _reconcile(f, k, clock, dry_run)
-    if f.kind == "apiserversource":
+    if f.function == "node-added":
         return _node_added(f, k, clock, dry_run)
     items = f.deliveries()
     notices = [i.notice for i in items if i.notice is not None]
@@ -266,23 +266,46 @@ def _reconcile(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Re
 
 def _node_added(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Result:
     out = Result(str(f.path), f.kind, "node-added", "")
-    node = eventfiles.node_of(f)
-    name = (node or {}).get("metadata", {}).get("name", "?") if node else "?"
-    out.plan.append(f"node {name} joined")
-    lines = _node_added_core(k, clock, dry_run)
+    if f.kind == "apiserversource":
+        node = eventfiles.node_of(f)
+        name = (node or {}).get("metadata", {}).get("name", "?") if node else "?"
+        out.plan.append(f"node {name} joined")
+    lines = _node_added_core(k, clock, dry_run, f)
     out.plan.extend(lines)
     skipped = any(line.startswith("node-added: skipped") for line in lines)
-    out.result = "skipped" if skipped else "planned" if dry_run else "done"
+    failed = any(line.startswith("node-added: failed") for line in lines)
+    out.result = "skipped" if skipped else "retry" if failed else "planned" if dry_run else "done"
     return out
 
 
-def _node_added_core(k: Any, clock: Any, dry_run: bool) -> list[str]:
-    """What node-added does (or would do) now; a line saying it is absent where this spotguard has none."""
+def _node_added_core(k: Any, clock: Any, dry_run: bool, f: eventfiles.EventFile | None = None) -> list[str]:
+    """What node-added does (or would do) for ``f`` (default: a scheduled pass), in sentences."""
     from spotguard.ops import functions
 
     if not functions.has_node_added():
         return ["node-added: skipped: this spotguard has no node-added function yet (spotguard.nodeadded)"]
-    return ["node-added: present but not wired into replay yet"]  # pragma: no cover - replaced on merge
+    from spotguard.gateway import settings
+    from spotguard.nodeadded import reconciler, service, triggers
+    from spotguard.nodeadded import report as report_mod
+
+    try:
+        if f is not None and f.event is not None:
+            trigger = triggers.from_cloudevent(f.event.get_type(), f.event.get_id(), f.event.get_data())
+        elif f is not None and f.kind == "eventbridge":
+            trigger = triggers.from_eventbridge(f.payload, str(f.path))
+        else:
+            trigger = triggers.Trigger(triggers.Kind.SCHEDULE, "replay", detail="replay")
+    except ValueError as exc:  # the trigger decoders' Malformed and Foreign
+        return [f"node-added: skipped: {exc}"]
+    config, _ = settings.load(k)
+    svc = service.Service(lambda: reconciler.Reconciler(k, config, clock=clock), join_wait=0.0)
+    try:
+        answer = svc.handle(trigger, dry_run=dry_run)
+    except service.Transient as exc:
+        return [f"node-added: failed (deliver again): {exc}"]
+    if answer.report is None:
+        return [f"node-added: {answer.result}"]
+    return [f"node-added: {line.strip()}" for line in report_mod.text(answer.report).splitlines() if line.strip()]
 
 
 def _admission(f: eventfiles.EventFile, k: Any, dry_run: bool) -> Result:
