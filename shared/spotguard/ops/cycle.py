@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import random
@@ -178,7 +179,11 @@ def run(options: Options, view: View | None = None) -> Outcome:
     scale = options.time_scale
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
-        bus = stack.enter_context(aws.running_bus())
+        # moto takes seconds to start: beside the cluster and the webhook, not before them.
+        bus_cm = aws.running_bus()
+        starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moto-start")
+        bus_future = starting.submit(bus_cm.__enter__)
+        stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
         sim = stack.enter_context(
             testing.running_cluster(
                 infra, time_scale=scale, ready_delay_seconds=options.pod_startup, drainer=options.drainer
@@ -194,7 +199,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
         if skipped:
             watch.phase.notes.append(f"left out kinds the simulated cluster does not serve: {', '.join(skipped)}")
         watch.show()
-        stack.enter_context(functions.admission_server(sim, workdir))
+        admission = stack.enter_context(functions.admission_server(sim, workdir))
+        bus = bus_future.result()
         stack.enter_context(
             functions.interruption_poller(sim, bus.client("sqs"), bus.queue_url, RECONCILE_SECONDS / scale)
         )
@@ -256,6 +262,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         tracker.settle()
         after = tracker.snapshot()
         duration = sim.clock.now() - t0
+        admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
         watch.phase.name = "done"
         watch.show()
         return Outcome(
@@ -264,6 +271,17 @@ def run(options: Options, view: View | None = None) -> Outcome:
             settled=settled, returned=returned, notes=watch.phase.notes, options=options,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.futures.Executor, exc: Any) -> bool:
+    """Exit a context entered in ``future`` (waiting for it to be entered first)."""
+    try:
+        future.result()
+    except BaseException:
+        return False  # it never started: nothing to stop
+    finally:
+        pool.shutdown(wait=True)
+    return bool(cm.__exit__(*exc))
 
 
 @contextlib.contextmanager

@@ -7,11 +7,12 @@
   its scheduled reconcile, as ``spotguard serve spot-interruption
   --sqs-queue-url`` runs them, on the simulated cluster's clock (so that its
   surge ages agree with the simulated time).
-- :func:`node_added`: the node-added function behind one small seam,
-  :class:`NodeAdded`: the cycle tells it that nodes joined (Knative
-  ApiServerSource ``dev.knative.apiserver.resource.add`` events) and pings it
-  (PingSource), and it moves workloads back to spot. Where this spotguard has
-  no node-added function, the seam says so and the phase is skipped.
+- :func:`node_added`: the node-added function's HTTP app on loopback (on the
+  simulated clock) behind one small seam, :class:`NodeAdded`: the cycle tells it
+  that nodes joined (Knative ApiServerSource ``dev.knative.apiserver.resource.add``
+  CloudEvents) and pings it (PingSource), and it moves workloads back to spot.
+  Where this spotguard has no node-added function, the seam says so and the
+  phase is skipped.
 
 Every child process is stopped on exit, also on SIGINT/SIGTERM (see
 :mod:`spotguard.ops.signals`); only a SIGKILL of the parent leaves one behind.
@@ -23,6 +24,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -33,6 +35,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,15 +62,15 @@ def wait_until(what: Callable[[], bool], timeout: float, message: str, step: flo
 
 
 @contextlib.contextmanager
-def child(cmd: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process that is terminated (then killed) on exit."""
+def child(cmd: list[str], log_path: Path, stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process that gets ``stop_signal`` (then SIGKILL) on exit."""
     log = log_path.open("w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         yield proc
     finally:
         if proc.poll() is None:
-            proc.terminate()
+            proc.send_signal(stop_signal)
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -76,9 +79,20 @@ def child(cmd: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         log.close()
 
 
+@dataclass
+class Admission:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def stop_soon(self) -> None:
+        """Ask the server to stop now (its exit is awaited when its ``with`` block ends)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+
 @contextlib.contextmanager
-def admission_server(sim: Any, workdir: Path) -> Iterator[str]:
-    """``spotguard serve admission`` over HTTPS, registered as the cluster's webhook; yields its URL.
+def admission_server(sim: Any, workdir: Path) -> Iterator[Admission]:
+    """``spotguard serve admission`` over HTTPS, registered as the cluster's webhook.
 
     The private keys are written under ``workdir``, which the caller removes.
     """
@@ -89,13 +103,14 @@ def admission_server(sim: Any, workdir: Path) -> Iterator[str]:
         "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(paths.cert), "--tls-key", str(paths.key),
         "--kubeconfig", sim.kubeconfig, "--workers", "1",
     ]  # fmt: skip
-    with child(cmd, workdir / "admission.log") as proc:
+    # SIGINT: gunicorn's quick shutdown (SIGTERM waits for the cluster's pooled keep-alive connections).
+    with child(cmd, workdir / "admission.log", signal.SIGINT) as proc:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         health = f"https://localhost:{port}/healthz"
         wait_until(lambda: _healthy(health, context, proc, workdir / "admission.log"), 60, "the admission webhook")
         url = f"https://localhost:{port}/mutate"
         sim.store.apply_objects([registration.webhook_configuration(url, paths.ca_bundle)])
-        yield url
+        yield Admission(url, proc)
 
 
 def _healthy(url: str, context: ssl.SSLContext | None, proc: subprocess.Popen[bytes], log: Path) -> bool:
