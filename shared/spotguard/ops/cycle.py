@@ -199,7 +199,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         if skipped:
             watch.phase.notes.append(f"left out kinds the simulated cluster does not serve: {', '.join(skipped)}")
         watch.show()
-        admission = stack.enter_context(functions.admission_server(sim, workdir))
+        # A big scenario sends its pods through the webhook by the thousand: a second worker.
+        workers = 2 if sum(_replicas(o) for o in apps) > 1000 else 1
+        admission = stack.enter_context(functions.admission_server(sim, workdir, workers))
         bus = bus_future.result()
         stack.enter_context(
             functions.interruption_poller(sim, bus.client("sqs"), bus.queue_url, RECONCILE_SECONDS / scale)
@@ -271,6 +273,13 @@ def run(options: Options, view: View | None = None) -> Outcome:
             settled=settled, returned=returned, notes=watch.phase.notes, options=options,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replicas(obj: Obj) -> int:
+    if obj.get("kind") not in ("Deployment", "StatefulSet"):
+        return 0
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) else 1
 
 
 def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.futures.Executor, exc: Any) -> bool:

@@ -24,6 +24,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import queue
 import signal
 import socket
 import ssl
@@ -91,7 +92,7 @@ class Admission:
 
 
 @contextlib.contextmanager
-def admission_server(sim: Any, workdir: Path) -> Iterator[Admission]:
+def admission_server(sim: Any, workdir: Path, workers: int = 1) -> Iterator[Admission]:
     """``spotguard serve admission`` over HTTPS, registered as the cluster's webhook.
 
     The private keys are written under ``workdir``, which the caller removes.
@@ -101,7 +102,7 @@ def admission_server(sim: Any, workdir: Path) -> Iterator[Admission]:
     cmd = [
         sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "serve", "admission",
         "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(paths.cert), "--tls-key", str(paths.key),
-        "--kubeconfig", sim.kubeconfig, "--workers", "1",
+        "--kubeconfig", sim.kubeconfig, "--workers", str(workers),
     ]  # fmt: skip
     # SIGINT: gunicorn's quick shutdown (SIGTERM waits for the cluster's pooled keep-alive connections).
     with child(cmd, workdir / "admission.log", signal.SIGINT) as proc:
@@ -184,7 +185,12 @@ class Unavailable:
 
 
 class CloudEventsNodeAdded:
-    """Sends the served node-added function what Knative would: ApiServerSource adds and pings."""
+    """Sends the served node-added function what Knative would: ApiServerSource adds and pings.
+
+    Delivered in order by one sender thread, as a broker delivers them (each may run a
+    whole pass): :meth:`node_added` and :meth:`ping` return at once; a ping is dropped
+    while deliveries are still queued (the next pass sees the same cluster anyway).
+    """
 
     available = True
     why = ""
@@ -192,28 +198,55 @@ class CloudEventsNodeAdded:
     def __init__(self, url: str, api_server: str) -> None:
         self.url = url
         self.api_server = api_server
+        self.queue: queue.Queue[tuple[dict[str, str], object] | None] = queue.Queue()
+        self.delivered = 0
+        self.failed = 0
+        self._sender = threading.Thread(target=self._send_all, name="node-added-events", daemon=True)
+        self._sender.start()
+
+    def close(self) -> None:
+        """Drop what is queued; wait for the delivery in flight."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.queue.get_nowait()
+        self.queue.put(None)
+        self._sender.join(60)
+
+    def _send_all(self) -> None:
+        while (item := self.queue.get()) is not None:
+            try:
+                self._post(*item)
+                self.delivered += 1
+            except OSError:
+                self.failed += 1
 
     def node_added(self, node: Obj) -> None:
         name = str((node.get("metadata") or {}).get("name"))
-        self._post(
-            {
-                "ce-type": "dev.knative.apiserver.resource.add",
-                "ce-source": self.api_server,
-                "ce-subject": f"/api/v1/nodes/{name}",
-                "ce-kind": "Node",
-                "ce-name": name,
-                "ce-apiversion": "v1",
-            },
-            node,
+        self.queue.put(
+            (
+                {
+                    "ce-type": "dev.knative.apiserver.resource.add",
+                    "ce-source": self.api_server,
+                    "ce-subject": f"/api/v1/nodes/{name}",
+                    "ce-kind": "Node",
+                    "ce-name": name,
+                    "ce-apiversion": "v1",
+                },
+                node,
+            )
         )
 
     def ping(self) -> None:
-        self._post(
-            {
-                "ce-type": "dev.knative.sources.ping",
-                "ce-source": "/apis/v1/namespaces/spotguard/pingsources/spotguard-reconcile",
-            },
-            {"spotguard": "reconcile"},
+        if not self.queue.empty():
+            return
+        self.queue.put(
+            (
+                {
+                    "ce-type": "dev.knative.sources.ping",
+                    "ce-source": "/apis/v1/namespaces/spotguard/pingsources/spotguard-reconcile",
+                },
+                {"spotguard": "reconcile"},
+            )
         )
 
     def _post(self, headers: dict[str, str], data: object) -> None:
@@ -230,7 +263,7 @@ class CloudEventsNodeAdded:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as r:
+            with urllib.request.urlopen(request, timeout=120) as r:
                 r.read()
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:  # transient: Knative would retry; the next ping does
@@ -269,8 +302,10 @@ def node_added(sim: Any, workdir: Path) -> Iterator[NodeAdded]:
     server = make_server("127.0.0.1", 0, app.create_app(svc), threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="node-added", daemon=True)
     thread.start()
+    sender = CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
     try:
-        yield CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
+        yield sender
     finally:
+        sender.close()
         server.shutdown()
         thread.join(10)
