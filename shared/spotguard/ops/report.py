@@ -199,6 +199,7 @@ def verdict(data: dict[str, Any]) -> str:
         f"spot share {data['spot_share_before']:.0%} before, {data['spot_share_during']:.0%} during, "
         f"{data['spot_share_after']:.0%} after (best possible {data['optimal_spot_share']:.0%}); "
         f"cost {data['cost_vs_on_demand']:.0%} of all on-demand"
+        + (f" (a saving of {1 - data['cost_vs_on_demand']:.0%})" if data["cost_vs_on_demand"] < 1 else "")
     )
     if not lost:
         return (
