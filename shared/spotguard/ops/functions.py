@@ -154,7 +154,7 @@ def interruption_poller(sim: Any, queue_client: Any, queue_url: str, reconcile_e
         stop.set()
         poller.stop()
         for t in threads:
-            t.join(15)
+            t.join(60)  # a handling in flight finishes (a big plan on a busy machine takes a while)
 
 
 # -- node-added ------------------------------------------------------------------------------
