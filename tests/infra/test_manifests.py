@@ -441,10 +441,13 @@ def test_sam_function_url_and_cluster_access() -> None:
     }
     env = sam()["Globals"]["Function"]["Environment"]["Variables"]
     assert env["SPOTGUARD_EKS_CLUSTER"] == {"Ref": "ClusterName"}
-    [schedule] = resources("AWS::Scheduler::Schedule").values()
+    [schedule] = [
+        s
+        for s in resources("AWS::Scheduler::Schedule").values()
+        if s["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["SpotInterruptionFunction", "Arn"]}
+    ]
     assert schedule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     target = schedule["Properties"]["Target"]
-    assert target["Arn"] == {"Fn::GetAtt": ["SpotInterruptionFunction", "Arn"]}
     assert json.loads(target["Input"]) == {"spotguard": "reconcile"}
 
 
