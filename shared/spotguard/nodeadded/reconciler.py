@@ -353,8 +353,11 @@ class Reconciler:
         labels = (str(move.direction), str(move.method))
         try:
             if move.method is Method.SCALE:
-                self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
+                # The record first (the lock: a second reconcile loses on the resourceVersion),
+                # then the ranking; a pass cut off between the two sets it at the finish.
                 written = self._patch_workload(raw, {MOVE: record.to_json()}, replicas=record.scaled_to)
+                with contextlib.suppress(NotFound):
+                    self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
             else:
                 written = self._patch_workload(raw, {MOVE: record.to_json()})
                 try:
@@ -413,6 +416,11 @@ class Reconciler:
             if step.restore_cost:
                 with contextlib.suppress(NotFound):
                     self._set_cost(wl.namespace, record.pod, record.cost)
+            elif step.action is Action.FINISH and record.method is Method.SCALE:
+                marked = next((p for p in states[wl.key].pods if p.uid == record.uid and p.active), None)
+                if marked is not None and marked.annotations.get(DELETION_COST) != str(moves.FIRST_TO_GO):
+                    with contextlib.suppress(NotFound):
+                        self._set_cost(wl.namespace, record.pod, str(moves.FIRST_TO_GO))
             if step.action is Action.EVICT:
                 try:
                     self.kube.evict(record.pod, wl.namespace)
