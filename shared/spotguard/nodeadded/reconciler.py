@@ -131,6 +131,7 @@ class Reconciler:
         self.clock = clock
         self.workers = workers
         self.taint_grace = taint_grace
+        self.last_timings: dict[str, float] = {}  # seconds of the last pass's read and plan
         # Scales back surges that are over and sweeps left-over temporary budgets.
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
 
@@ -183,8 +184,10 @@ class Reconciler:
 
     def _pass(self, dry_run: bool) -> Report:
         config = self.config
+        started = time.perf_counter()
         with kube_mod.gc_paused():
             snap = self.snapshot()
+            read = time.perf_counter()
             now = self.clock()
             states, records, budgets = self._states(snap, config)
             capacity_of = {n.name: config.node_capacity(n.labels) for n in snap.node_views}
@@ -202,6 +205,8 @@ class Reconciler:
             plan = rebalance.plan(
                 config, snap.node_views, snap.full_pod_views, states.values(), budgets=budgets, now=now
             )
+        planned = time.perf_counter()
+        self.last_timings = {"read": read - started, "plan": planned - read}
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
