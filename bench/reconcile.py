@@ -160,6 +160,7 @@ def child(args: argparse.Namespace) -> int:
     else:
         report = rec.reconcile()
     seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     stats = k.stats.snapshot()
     by_verb: dict[str, int] = defaultdict(int)
     for verb, n in stats.by_verb.items():
@@ -168,7 +169,12 @@ def child(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "seconds": round(seconds, 3),
-                "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
+                # CPU of the whole child (imports and connection included): what the pass costs
+                # on a machine that others share.
+                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+                "read_seconds": round(rec.last_timings.get("read", 0.0), 3),
+                "plan_seconds": round(rec.last_timings.get("plan", 0.0), 3),
                 "api_requests": stats.requests,
                 "api_writes": stats.writes,
                 "by_verb": dict(by_verb),

@@ -238,3 +238,34 @@ def test_lambda_instance_not_joined_yet(sim: Any) -> None:
     answer = module.lambda_handler(payload, None)
     assert answer["result"] == "reconciled" and answer["joined"] is False
     assert time.monotonic() - started < 30  # bounded by SPOTGUARD_NODE_JOIN_WAIT_SECONDS, not forever
+
+
+def test_reconcile_command_dry_run_prints_the_plan_and_writes_nothing(sim: Any, tmp_path: Path) -> None:
+    """``spotguard reconcile --dry-run``: a Deployment above its floor, a Lease of a gone ReplicaSet."""
+    k = kube.Kube(sim.api_client())
+    k.create(r.NAMESPACES, objects.namespace("shop"))
+    k.create(r.DEPLOYMENTS, objects.deployment("web", 2, namespace="shop"))
+    h_wait = time.monotonic() + 30
+    while len([p for p in k.list(r.PODS, "shop") if p["spec"].get("nodeName")]) < 2:
+        assert time.monotonic() < h_wait, "web's pods were not scheduled"
+        time.sleep(0.1)
+    lease = Orphans(k).plant()
+    env = {key: v for key, v in os.environ.items() if not key.startswith("SPOTGUARD_")}
+    env["SPOTGUARD_REBALANCE_SETTLE_SECONDS"] = "0"
+    command = [sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "reconcile"]
+    command += ["--kubeconfig", str(sim.kubeconfig), "--dry-run"]
+    before = k.get(r.DEPLOYMENTS, "web", "shop")["metadata"]["resourceVersion"]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "dry run: nothing written" in out.stdout
+    assert f"lease spotguard/{lease}: would delete" in out.stdout
+    assert orphans_left(k, lease)
+    assert k.get(r.DEPLOYMENTS, "web", "shop")["metadata"]["resourceVersion"] == before
+    # Without --dry-run the same pass writes.
+    done = subprocess.run(command[:-1], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not orphans_left(k, lease)
+
+
+def orphans_left(k: kube.Kube, name: str) -> bool:
+    return k.find(r.LEASES, name, "spotguard") is not None

@@ -131,6 +131,7 @@ class Reconciler:
         self.clock = clock
         self.workers = workers
         self.taint_grace = taint_grace
+        self.last_timings: dict[str, float] = {}  # seconds of the last pass's read and plan
         # Scales back surges that are over and sweeps left-over temporary budgets.
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
 
@@ -183,8 +184,10 @@ class Reconciler:
 
     def _pass(self, dry_run: bool) -> Report:
         config = self.config
+        started = time.perf_counter()
         with kube_mod.gc_paused():
             snap = self.snapshot()
+            read = time.perf_counter()
             now = self.clock()
             states, records, budgets = self._states(snap, config)
             capacity_of = {n.name: config.node_capacity(n.labels) for n in snap.node_views}
@@ -202,6 +205,8 @@ class Reconciler:
             plan = rebalance.plan(
                 config, snap.node_views, snap.full_pod_views, states.values(), budgets=budgets, now=now
             )
+        planned = time.perf_counter()
+        self.last_timings = {"read": read - started, "plan": planned - read}
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
@@ -353,8 +358,11 @@ class Reconciler:
         labels = (str(move.direction), str(move.method))
         try:
             if move.method is Method.SCALE:
-                self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
+                # The record first (the lock: a second reconcile loses on the resourceVersion),
+                # then the ranking; a pass cut off between the two sets it at the finish.
                 written = self._patch_workload(raw, {MOVE: record.to_json()}, replicas=record.scaled_to)
+                with contextlib.suppress(NotFound):
+                    self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
             else:
                 written = self._patch_workload(raw, {MOVE: record.to_json()})
                 try:
@@ -413,6 +421,11 @@ class Reconciler:
             if step.restore_cost:
                 with contextlib.suppress(NotFound):
                     self._set_cost(wl.namespace, record.pod, record.cost)
+            elif step.action is Action.FINISH and record.method is Method.SCALE:
+                marked = next((p for p in states[wl.key].pods if p.uid == record.uid and p.active), None)
+                if marked is not None and marked.annotations.get(DELETION_COST) != str(moves.FIRST_TO_GO):
+                    with contextlib.suppress(NotFound):
+                        self._set_cost(wl.namespace, record.pod, str(moves.FIRST_TO_GO))
             if step.action is Action.EVICT:
                 try:
                     self.kube.evict(record.pod, wl.namespace)

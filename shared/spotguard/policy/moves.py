@@ -201,7 +201,9 @@ def progress(
 
     if record.held:
         if now >= record.hold_until:
-            return Progress(wl, record, Action.END, "hold over")
+            # The pod a move ranked first that is still there gets its deletion cost back.
+            still = record.method is Method.SCALE and any(p.active and p.uid == record.uid for p in state.pods)
+            return Progress(wl, record, Action.END, "hold over", restore_cost=bool(record.uid) and still)
         return Progress(wl, record, Action.WAIT, f"held: {record.reason}")
     if surge_in_progress(wl):
         return Progress(wl, record, Action.WAIT, "an interruption surge is in progress")
