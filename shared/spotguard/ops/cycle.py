@@ -347,8 +347,9 @@ def _return_to_spot(sim: Any, node_added: functions.NodeAdded, gone: list[Obj], 
         # optimum) or nothing moved for three pings and a pod startup: done.
         counts = watch.tracker.snapshot()
         full = all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in watch.wls.items())
-        optimal = all(
+        optimal = all(  # and no move half done (its extra replica still there)
             counts.get(k, serving.Counts()).serving[serving.SPOT] >= w.replicas - watch.floor.get(k, w.replicas)
+            and counts.get(k, serving.Counts()).total == w.replicas
             for k, w in watch.wls.items()
         )
         return full and (optimal or now - last_change[0] >= 3 * PING_SECONDS + options.pod_startup)
