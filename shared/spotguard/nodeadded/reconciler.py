@@ -223,7 +223,7 @@ class Reconciler:
             failures = list(pool.map(lambda p: self._progress(p, snap, states, capacity_of), progress))
             starts = list(pool.map(lambda m: self._start(m, snap, states, capacity_of, now), plan.first_step()))
             report.started = [m for m, ok in zip(plan.first_step(), starts, strict=True) if ok]
-            failures += [not ok for ok in starts]
+            failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
             by_name = {str(n["metadata"]["name"]): n for n in snap.nodes}
             failures += list(pool.map(lambda t: self._taint(t, by_name, now), report.taints))
@@ -336,12 +336,12 @@ class Reconciler:
         states: dict[str, WorkloadState],
         capacity_of: dict[str, Capacity],
         now: float,
-    ) -> bool:
-        """Start one move; False where a write failed (logged)."""
+    ) -> bool | None:
+        """Start one move: True when started, None when not now (changed or gone), False when a write failed."""
         wl = move.workload
         raw = snap.workloads.get(wl.key)
         if raw is None:
-            return True
+            return None
         state = states[wl.key]
         record = MoveRecord(
             direction=move.direction,
@@ -379,9 +379,9 @@ class Reconciler:
         except Conflict:
             # Someone else wrote the workload since it was read: the next pass plans it again.
             log.info("workload changed since it was read: next pass", extra={"workload": wl.key})
-            return True
+            return None
         except NotFound:
-            return True
+            return None
         except ApiError as exc:
             metrics.MOVES.labels(*labels, "failed").inc()
             metrics.ERRORS.labels("move").inc()
