@@ -40,6 +40,7 @@ from typing import Any
 
 import kubernetes
 from spotguard.sim import objects, testing, tls
+from spotguard.sim import settings as sim_settings
 
 
 class Counters:
@@ -227,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
                               "calibration_loop_seconds": calibrate(),
                               "load_average": round(os.getloadavg()[0], 2)}
     hook = None
-    with testing.running_cluster() as sim:
+    # The simulated cluster's own throughput: without kube-controller-manager's client rate
+    # limit (kubeAPIQPS 0), which alone would hold 20,000 pods to 20 a second.
+    unlimited = sim_settings.Settings(controller_manager=sim_settings.ControllerManager(kube_api_qps=0))
+    with testing.running_cluster(settings=unlimited) as sim:
         store = sim.store
         for i in range(args.nodes):
             store.create("nodes", node(i))

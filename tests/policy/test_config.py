@@ -50,6 +50,9 @@ VALID: list[tuple[str, str, Any]] = [
     ("rebalance_move_timeout_seconds", "120", 120),
     ("rebalance_hold_seconds", "60", 60),
     ("rebalance_settle_seconds", "0", 0),
+    ("rebalance_surge_seconds", "300", 300),
+    ("drain", "true", True),
+    ("drain", " False ", False),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -73,6 +76,8 @@ INVALID: list[tuple[str, str]] = [
     ("rebalance_hold_seconds", "-1"),
     ("rebalance_move_timeout_seconds", "5m"),
     ("rebalance_settle_seconds", "-3"),
+    ("rebalance_surge_seconds", "-5"),
+    ("drain", "sometimes"),
 ]
 
 

@@ -6,15 +6,23 @@ Each test names the Kubernetes documentation it follows.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
 import pytest
 from kubernetes.client import ApiException
+from spotguard.logs import UserError
+from spotguard.sim import clock as simclock
+from spotguard.sim import objects, scenario, testing, tls
+from spotguard.sim import settings as settings_mod
 
-from tests.sim.conftest import Cluster, deployment_manifest, pod_manifest
+from tests.sim.conftest import REPO, Cluster, deployment_manifest, pod_manifest
 
 
 def raw(cluster: Cluster, method: str, path: str, body: Any = None, *,
@@ -367,3 +375,458 @@ def test_delete_answers_a_success_status_or_the_pod(cluster: Cluster) -> None:
     cluster.core.create_namespaced_pod(ns, pod_manifest("delpod", nodeSelector={"no": "node"}))
     status, body = raw(cluster, "DELETE", f"/api/v1/namespaces/{ns}/pods/delpod")
     assert status == 200 and body["kind"] == "Pod"
+
+
+# ---- Status subresource, nodes, request bodies (run against a real cluster too) --------------
+
+
+def test_default_toleration_seconds_are_added_to_pods(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#defaulttolerationseconds
+    (not-ready and unreachable NoExecute tolerations of 300 s, unless the pod has its own)"""
+    ns = cluster.namespace
+    plain = cluster.core.create_namespaced_pod(ns, pod_manifest("plain", nodeSelector={"no": "node"}))
+    tolerations = {(t.key, t.operator, t.effect, t.toleration_seconds) for t in plain.spec.tolerations}
+    assert tolerations >= {("node.kubernetes.io/not-ready", "Exists", "NoExecute", 300),
+                           ("node.kubernetes.io/unreachable", "Exists", "NoExecute", 300)}
+    own = cluster.core.create_namespaced_pod(ns, pod_manifest(
+        "own", nodeSelector={"no": "node"},
+        tolerations=[{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                      "tolerationSeconds": 7}]))
+    unreachable = [t for t in own.spec.tolerations if t.key == "node.kubernetes.io/unreachable"]
+    assert [t.toleration_seconds for t in unreachable] == [7]
+
+
+def test_status_subresource_writes_are_stored(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/reference/using-api/api-concepts/#subresources
+    (PATCH and PUT on /status change the stored status, as `kubectl patch --subresource=status`)"""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_manifest("st", nodeSelector={"no": "node"}))
+    pod = cluster.core.read_namespaced_pod("st", ns)
+    pod.status.message = "set through PUT /status"
+    cluster.core.replace_namespaced_pod_status("st", ns, pod)
+    assert cluster.core.read_namespaced_pod("st", ns).status.message == "set through PUT /status"
+    cluster.core.patch_namespaced_pod_status("st", ns, {"status": {"conditions": [
+        {"type": "example.com/Checked", "status": "True"}]}})
+    conditions = cluster.core.read_namespaced_pod("st", ns).status.conditions or []
+    assert ("example.com/Checked", "True") in {(c.type, c.status) for c in conditions}
+    cluster.apps.create_namespaced_deployment(ns, deployment_manifest("sd", replicas=0))
+    cluster.apps.patch_namespaced_deployment_status("sd", ns, {"status": {"observedGeneration": 42}})
+    assert cluster.apps.read_namespaced_deployment_status("sd", ns).status.observed_generation in (1, 42)
+
+
+def test_node_status_patch_is_stored_and_nodes_list_through_the_client(cluster: Cluster) -> None:
+    """https://kubernetes.io/docs/reference/node/node-status/ (a node's status is written through
+    nodes/status; every node reads back through the official client's list_node)"""
+    name = f"sg-test-node-{cluster.namespace[-8:]}"
+    cluster.core.create_node({"metadata": {"name": name, "labels": {"spotguard-test": "true"}},
+                              "spec": {"unschedulable": True,
+                                       "taints": [{"key": "spotguard-test", "effect": "NoExecute"}]}})
+    try:
+        cluster.core.patch_node_status(name, {"status": {"conditions": [
+            {"type": "example.com/Checked", "status": "True", "reason": "Test", "message": "contract"}]}})
+        node = cluster.core.read_node(name)
+        assert "example.com/Checked" in {c.type for c in node.status.conditions or []}
+        names = {n.metadata.name for n in cluster.core.list_node().items}
+        assert name in names
+    finally:
+        cluster.core.delete_node(name)
+
+
+def test_chunked_request_body_is_read(cluster: Cluster) -> None:
+    """RFC 9112 section 7.1 (Transfer-Encoding: chunked); kube-apiserver (Go net/http) reads
+    a chunked body as it reads one with Content-Length."""
+    ns = cluster.namespace
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "chunked"},
+                       "data": {"a": "x" * 3000}}).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    cluster.client.update_params_for_auth(headers, [], ["BearerToken"])
+    url = f"{cluster.client.configuration.host}/api/v1/namespaces/{ns}/configmaps"
+    pieces = (body[i:i + 700] for i in range(0, len(body), 700))
+    resp = cluster.client.rest_client.pool_manager.urlopen(
+        "POST", url, body=pieces, headers=headers, chunked=True, preload_content=True)
+    assert resp.status == 201, resp.data[:300]
+    assert cluster.core.read_namespaced_config_map("chunked", ns).data == {"a": "x" * 3000}
+
+
+# ---- Losing a node: the simulated cloud only (a test cannot terminate a real cluster's instances) --
+# Upstream sources of every timing: docs/sim.md "Losing a node".
+
+LOSS_SCALE = 50.0
+
+
+class Timeline:
+    """Store and cloud changes with the simulated time they happened at."""
+
+    def __init__(self, sim: testing.SimCluster) -> None:
+        self.sim = sim
+        self.events: list[tuple[float, str, str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        sim.store.subscribe(self.on_change)
+
+    def on_change(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.events.append((self.sim.clock.now(), event_type, resource, obj))
+
+    def first(self, what: Any) -> float | None:
+        with self.lock:
+            return next((t for t, e, r, o in self.events if what(e, r, o)), None)
+
+    def stop(self) -> None:
+        self.sim.store.unsubscribe(self.on_change)
+
+
+def _ready(obj: dict[str, Any]) -> str | None:
+    return next((c["status"] for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None)
+
+
+def _taints(sim: testing.SimCluster, node: str) -> set[tuple[str, str]]:
+    return {(t["key"], t["effect"]) for t in sim.store.get("nodes", node)["spec"].get("taints") or []}
+
+
+def _wait(what: Any, timeout: float = 60.0, message: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {message or what}")
+
+
+@contextlib.contextmanager
+def lossy_cluster(**settings_kw: Any) -> Iterator[testing.SimCluster]:
+    """Nodes in two zones: ``spot-a`` (label pool=spot) and ``od-a`` in zone a, ``od-b`` in zone b."""
+    loss = settings_mod.NodeLoss(**settings_kw)
+    with testing.running_cluster(time_scale=LOSS_SCALE, ready_delay_seconds=1.0,
+                                 settings=settings_mod.Settings(node_loss=loss)) as sim:
+        for name, zone, labels in (("spot-a", "a", {"pool": "spot"}), ("od-a", "a", {}), ("od-b", "b", {})):
+            sim.store.create("nodes", objects.node(name, zone=zone, labels=labels, ready=False))
+        yield sim
+
+
+def _workloads(sim: testing.SimCluster) -> None:
+    """A Deployment ``web`` (2) and a StatefulSet ``db`` (1), pinned to pool=spot (spot-a)."""
+    template = objects.pod_template("web", nodeSelector={"pool": "spot"})
+    sim.store.create("deployments", objects.deployment("web", 2, template=template))
+    sim.store.create("statefulsets", objects.statefulset(
+        "db", 1, template=objects.pod_template("db", nodeSelector={"pool": "spot"})))
+    _wait(lambda: sum(1 for p in sim.store.list("pods")[0] if sim.serving(p)) == 3, message="3 serving pods")
+
+
+def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> None:
+    """kube-controller-manager node lifecycle (--node-monitor-grace-period 50s, --node-monitor-period 5s),
+    cloud node lifecycle controller (a Node whose instance no longer exists is deleted), pod GC
+    (orphans quarantined 40 s, marked Failed with DisruptionTarget, force-deleted), ReplicaSet
+    (replaces a pod once it is terminating or gone), StatefulSet (same name only once the old pod is gone)."""
+    with lossy_cluster() as sim:
+        _workloads(sim)
+        before = {p["metadata"]["uid"]: p for p in sim.store.list("pods")[0]}
+        at_death: dict[str, tuple[bool, str | None]] = {}
+
+        def on_instance(node: str, state: str, when: float) -> None:
+            for p in sim.store.list("pods")[0]:
+                at_death[p["metadata"]["name"]] = (sim.serving(p), _ready(p))
+
+        active_at_create: list[int] = []
+
+        def on_pod(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "pods" and event_type == "ADDED" and obj["metadata"]["labels"].get("app") == "web":
+                active_at_create.append(sum(1 for p in sim.store.list("pods", "default")[0]
+                                            if p["metadata"]["labels"].get("app") == "web"
+                                            and not p["metadata"].get("deletionTimestamp")))
+
+        sim.cloud.subscribe(on_instance)
+        sim.store.subscribe(on_pod)
+        timeline = Timeline(sim)
+        sim.reclaim(["spot-a"], after_seconds=5, action="terminate")
+        _wait(lambda: at_death, message="the instance to go")
+        death = sim.cloud.instance("spot-a").since
+        # the truth: nothing serves any more; the API: still Ready
+        assert at_death and all(serving is False and ready == "True" for serving, ready in at_death.values())
+        _wait(lambda: all(p["metadata"]["uid"] not in before for p in sim.store.list("pods")[0])
+              and len(sim.store.list("pods")[0]) == 3, message="every old pod replaced")
+        timeline.stop()
+        sim.cloud.unsubscribe(on_instance)
+        sim.store.unsubscribe(on_pod)
+
+        unknown = timeline.first(lambda e, r, o: r == "nodes" and o["metadata"]["name"] == "spot-a"
+                                 and _ready(o) == "Unknown")
+        not_ready = timeline.first(lambda e, r, o: r == "pods" and o["metadata"]["uid"] in before
+                                   and _ready(o) == "False")
+        node_gone = timeline.first(lambda e, r, o: r == "nodes" and e == "DELETED")
+        failed = [o for _, e, r, o in timeline.events if r == "pods" and o["metadata"]["uid"] in before
+                  and (o.get("status") or {}).get("phase") == "Failed"]
+        pods_gone = [t for t, e, r, o in timeline.events if r == "pods" and e == "DELETED"]
+        assert unknown is not None and unknown >= death + 50.0
+        assert not_ready is not None and not_ready >= death + 50.0
+        assert node_gone is not None and node_gone >= unknown
+        assert pods_gone and min(pods_gone) >= node_gone + 40.0 - 1.0  # 1 s: when the notices were seen
+        assert {c["reason"] for o in failed for c in o["status"]["conditions"] if c["type"] == "DisruptionTarget"} \
+            == {"DeletionByPodGC"}
+        # a replacement only once an old pod was gone (none was terminating before pod GC):
+        # never more active web pods than replicas
+        assert len(active_at_create) == 2 and max(active_at_create) <= 2, active_at_create
+        db_back = timeline.first(lambda e, r, o: r == "pods" and e == "ADDED" and o["metadata"]["name"] == "db-0")
+        db_gone = timeline.first(lambda e, r, o: r == "pods" and e == "DELETED" and o["metadata"]["name"] == "db-0")
+        assert db_gone is not None and db_back is not None and db_back >= db_gone
+
+
+def test_a_stopped_instance_keeps_its_node_and_taint_based_eviction_leaves_pods_terminating() -> None:
+    """Node lifecycle taints (node.kubernetes.io/unreachable NoSchedule and NoExecute), the cloud node
+    lifecycle controller's shutdown taint (node.cloudprovider.kubernetes.io/shutdown), taint-based
+    eviction after the DefaultTolerationSeconds 300 s, and no kubelet to finish the deletion:
+    https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#taint-based-evictions"""
+    with lossy_cluster() as sim:
+        _workloads(sim)
+        web_before = {p["metadata"]["uid"] for p in sim.store.list("pods")[0]
+                      if p["metadata"]["labels"].get("app") == "web"}
+        timeline = Timeline(sim)
+        sim.reclaim(["spot-a"], after_seconds=5, action="stop")
+        _wait(lambda: ("node.kubernetes.io/unreachable", "NoExecute") in _taints(sim, "spot-a"),
+              message="the NoExecute taint")
+        _wait(lambda: ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(sim, "spot-a"),
+              message="the shutdown taint")
+        assert ("node.kubernetes.io/unreachable", "NoSchedule") in _taints(sim, "spot-a")
+        tainted = next(simclock.parse_iso(t["timeAdded"]) for t in sim.store.get("nodes", "spot-a")["spec"]["taints"]
+                       if (t["key"], t["effect"]) == ("node.kubernetes.io/unreachable", "NoExecute"))
+        _wait(lambda: all(p["metadata"].get("deletionTimestamp") for p in sim.store.list("pods")[0]
+                          if p["metadata"]["uid"] in web_before), message="web pods evicted")
+        evicted = timeline.first(lambda e, r, o: r == "pods" and o["metadata"].get("deletionTimestamp"))
+        assert evicted is not None and evicted >= tainted + 300.0  # DefaultTolerationSeconds
+        # a web replacement as soon as the old pods terminate; they stay Terminating (no kubelet)
+        _wait(lambda: sum(1 for p in sim.store.list("pods")[0] if p["metadata"]["uid"] not in web_before
+                          and p["metadata"]["labels"].get("app") == "web") == 2, message="web replacements")
+        stuck_until = sim.clock.now() + 120.0
+        _wait(lambda: sim.clock.now() >= stuck_until, message="two more simulated minutes")
+        timeline.stop()
+        pods = sim.store.list("pods")[0]
+        stuck = [p for p in pods if p["metadata"]["uid"] in web_before and p["metadata"].get("deletionTimestamp")]
+        assert len(stuck) == 2
+        db = sim.store.get("pods", "db-0", "default")  # the same object: no second db-0 while it exists
+        assert db["metadata"].get("deletionTimestamp") and db["spec"]["nodeName"] == "spot-a"
+        assert {c["reason"] for c in db["status"]["conditions"] if c["type"] == "DisruptionTarget"} \
+            == {"DeletionByTaintManager"}
+        assert _ready(sim.store.get("nodes", "spot-a")) == "Unknown"  # the stopped node stays
+
+
+def test_the_scenario_chooses_the_instance_action() -> None:
+    """EC2 spot instance interruption behavior (terminate, stop, hibernate): a hibernated instance
+    still exists, so its Node stays, NotReady, with the shutdown taint."""
+    with lossy_cluster(instance_action="hibernate") as sim:
+        sim.reclaim(["spot-a"], after_seconds=1)
+        _wait(lambda: ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(sim, "spot-a"),
+              message="the shutdown taint")
+        assert sim.cloud.instance("spot-a").state == "hibernated"
+        assert _ready(sim.store.get("nodes", "spot-a")) == "Unknown"
+
+
+def test_no_execute_taints_wait_while_every_zone_is_fully_disrupted() -> None:
+    """node_lifecycle_controller.go handleDisruption: when every zone is fully disrupted the controller
+    assumes a control plane partition and stops tainting NoExecute ("master disruption mode")."""
+    with lossy_cluster() as sim:
+        _workloads(sim)
+        sim.reclaim(["spot-a", "od-a", "od-b"], after_seconds=5, action="stop")
+        _wait(lambda: all(_ready(n) == "Unknown" for n in sim.store.list("nodes")[0]), message="all Unknown")
+        later = sim.clock.now() + 60.0
+        _wait(lambda: sim.clock.now() >= later, message="a simulated minute")
+        for node in ("spot-a", "od-a", "od-b"):
+            assert ("node.kubernetes.io/unreachable", "NoSchedule") in _taints(sim, node)
+            assert ("node.kubernetes.io/unreachable", "NoExecute") not in _taints(sim, node)
+
+
+def _zone_cluster(count: int) -> contextlib.AbstractContextManager[testing.SimCluster]:
+    """``count`` nodes a0.. in zone a (and the three of ``lossy_cluster``)."""
+
+    @contextlib.contextmanager
+    def cluster() -> Iterator[testing.SimCluster]:
+        with lossy_cluster() as sim:
+            for i in range(count):
+                sim.store.create("nodes", objects.node(f"a{i}", zone="a", ready=False))
+            yield sim
+
+    return cluster()
+
+
+def test_no_execute_taints_are_rate_limited_per_zone() -> None:
+    """--node-eviction-rate 0.1: in a healthy zone one node is tainted NoExecute every 10 s;
+    in a zone of at most --large-cluster-size-threshold (50) nodes where at least
+    --unhealthy-zone-threshold (55 %) of more than two are not Ready, none (ReducedQPSFunc)."""
+    with _zone_cluster(8) as sim:
+        sim.reclaim(["a0", "a1"], after_seconds=1, action="stop")
+        no_execute = ("node.kubernetes.io/unreachable", "NoExecute")
+        _wait(lambda: no_execute in _taints(sim, "a0") and no_execute in _taints(sim, "a1"), message="both tainted")
+        added = sorted(
+            simclock.parse_iso(t["timeAdded"])
+            for n in ("a0", "a1") for t in sim.store.get("nodes", n)["spec"]["taints"]
+            if (t["key"], t["effect"]) == no_execute
+        )
+        assert added[1] - added[0] >= 10.0, added  # timeAdded: whole seconds, both truncated
+    with _zone_cluster(8) as sim:  # zone a: 10 nodes, 6 lost: a partial disruption
+        lost = [f"a{i}" for i in range(6)]
+        sim.reclaim(lost, after_seconds=1, action="stop")
+        _wait(lambda: all(_ready(sim.store.get("nodes", n)) == "Unknown" for n in lost), message="Unknown")
+        later = sim.clock.now() + 60.0
+        _wait(lambda: sim.clock.now() >= later, message="a simulated minute")
+        assert not any(("node.kubernetes.io/unreachable", "NoExecute") in _taints(sim, n) for n in lost)
+
+
+def test_toleration_seconds_bound_how_long_a_pod_stays_on_an_unreachable_node() -> None:
+    """pkg/controller/tainteviction: no matching toleration, deleted at once; the shortest
+    tolerationSeconds; a toleration without tolerationSeconds, never."""
+    with lossy_cluster() as sim:
+        unreachable = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+        for name, tolerations in (("ten", [{**unreachable, "tolerationSeconds": 10}]),
+                                  ("forever", [unreachable])):
+            sim.store.create("pods", {"metadata": {"name": name, "namespace": "default"}, "spec": {
+                "nodeName": "spot-a", "tolerations": tolerations,
+                "containers": [{"name": "c", "image": objects.PAUSE}]}})
+        _wait(lambda: all(sim.serving(sim.store.get("pods", n, "default")) for n in ("ten", "forever")))
+        sim.reclaim(["spot-a"], after_seconds=1, action="stop")
+        _wait(lambda: ("node.kubernetes.io/unreachable", "NoExecute") in _taints(sim, "spot-a"))
+        _wait(lambda: sim.store.get("pods", "ten", "default")["metadata"].get("deletionTimestamp"),
+              message="ten evicted")
+        later = sim.clock.now() + 400.0
+        _wait(lambda: sim.clock.now() >= later, message="past the default 300 s")
+        assert not sim.store.get("pods", "forever", "default")["metadata"].get("deletionTimestamp")
+
+
+def test_scenario_settings_set_the_timings() -> None:
+    """Every timing is a scenario setting (kind: Settings, apiVersion sim.spotguard.io/v1)."""
+    doc = {"apiVersion": "sim.spotguard.io/v1", "kind": "Settings", "metadata": {"name": "t"},
+           "nodeLoss": {"instanceAction": "stop", "nodeMonitorGracePeriodSeconds": 40},
+           "controllerManager": {"kubeAPIQPS": 50}}
+    found, rest = settings_mod.split([doc, objects.namespace("x")])
+    assert found.node_loss.instance_action == "stop" and found.node_loss.node_monitor_grace_period == 40.0
+    assert found.node_loss.pod_gc_quarantine == 40.0 and found.controller_manager.kube_api_qps == 50.0
+    assert [o["kind"] for o in rest] == ["Namespace"]
+    with pytest.raises(UserError, match="instanceAction"):
+        settings_mod.from_doc({**doc, "nodeLoss": {"instanceAction": "explode"}})
+    with pytest.raises(UserError, match="unknown"):
+        settings_mod.from_doc({**doc, "nodeLoss": {"graceSeconds": 1}})
+
+
+def test_scenario_nodes_read_through_the_official_client() -> None:
+    """https://kubernetes.io/docs/reference/node/node-status/ (nodeInfo and addresses, as a kubelet reports)"""
+    generated = scenario.load([{"apiVersion": "sim.spotguard.io/v1", "kind": "Generate", "metadata": {"name": "g"},
+                                "nodes": [{"count": 3, "namePrefix": "gen-", "capacity": "spot"}]}])
+    with testing.running_cluster(REPO / "infra" / "scenarios" / "small.yaml", controllers=False) as sim:
+        sim.store.apply_objects(generated)
+        nodes = kubernetes.client.CoreV1Api(sim.api_client()).list_node().items
+        assert len(nodes) == 10
+        for node in nodes:
+            assert node.status.node_info.machine_id and node.status.node_info.boot_id
+            assert {a.type for a in node.status.addresses} == {"InternalIP", "Hostname"}
+
+
+# ---- Admission under the controllers' real concurrency (simulated controllers only) ----------------
+
+
+class _SlowHook(http.server.BaseHTTPRequestHandler):
+    """An admission webhook that holds every review ``delay`` seconds and records the peak in flight."""
+
+    protocol_version = "HTTP/1.1"
+    delay = 1.0
+    deny = False
+    lock = threading.Lock()
+    inflight: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        who = review["request"]["userInfo"]["username"].rsplit(":", 1)[-1]
+        with cls.lock:
+            cls.inflight[who] = cls.inflight.get(who, 0) + 1
+            cls.peak[who] = max(cls.peak.get(who, 0), cls.inflight[who])
+        time.sleep(cls.delay)
+        with cls.lock:
+            cls.inflight[who] -= 1
+        response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not cls.deny}
+        if cls.deny:
+            response["status"] = {"code": 403, "message": "no pods today"}
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": response}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _register(sim: testing.SimCluster, url: str, ca_bundle: str) -> None:
+    sim.store.create("mutatingwebhookconfigurations", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "slow"},
+        "webhooks": [{"name": "slow.spotguard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "failurePolicy": "Fail", "timeoutSeconds": 30,
+                      "clientConfig": {"url": url + "/", "caBundle": ca_bundle},
+                      "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                 "resources": ["pods"]}]}]})
+
+
+def _owned(sim: testing.SimCluster, app: str) -> list[dict[str, Any]]:
+    return [p for p in sim.store.list("pods")[0] if (p["metadata"].get("labels") or {}).get("app") == app]
+
+
+def test_each_controller_creates_its_slow_start_batches_all_at_once() -> None:
+    """pkg/controller/replicaset/replica_set.go manageReplicas (slowStartBatch: 1, 2, 4, ... each batch
+    in parallel goroutines, up to BurstReplicas 500) and statefulset runForAll (Parallel policy);
+    each controller has its own client, so one controller's calls never wait for another's."""
+    _SlowHook.delay, _SlowHook.deny, _SlowHook.peak, _SlowHook.inflight = 1.0, False, {}, {}
+    server, url, ca_bundle = tls.serve_https(_SlowHook)
+    try:
+        with testing.running_cluster(time_scale=10.0) as sim:
+            sim.store.create("nodes", objects.node("n1", pods="500", ready=False))
+            _register(sim, url, ca_bundle)
+            sim.store.create("replicasets", objects.replicaset("burst", 32))
+            sim.store.create("statefulsets", objects.statefulset("par", 16, policy="Parallel"))
+            _wait(lambda: len(_owned(sim, "burst")) == 32 and len(_owned(sim, "par")) == 16,
+                  timeout=120, message="48 pods")
+    finally:
+        server.shutdown()
+    # the 16 pods of the ReplicaSet's fifth batch and the 8 of the StatefulSet's fourth were in
+    # the webhook together (one shared pool of 8 before)
+    assert _SlowHook.peak["replicaset-controller"] >= 12, _SlowHook.peak
+    assert _SlowHook.peak["statefulset-controller"] >= 6, _SlowHook.peak
+
+
+def test_a_controllers_client_is_rate_limited() -> None:
+    """kube-controller-manager --kube-api-qps 20 and --kube-api-burst 30 (client-go token bucket):
+    after the burst, a controller writes at most 20 times a simulated second."""
+    with testing.running_cluster(time_scale=50.0) as sim:
+        sim.store.create("nodes", objects.node("n1", pods="500", ready=False))
+        created: list[float] = []
+        lock = threading.Lock()
+
+        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "pods" and event_type == "ADDED":
+                with lock:
+                    created.append(sim.clock.now())
+
+        sim.store.subscribe(on_change)
+        sim.store.create("replicasets", objects.replicaset("many", 200))
+        _wait(lambda: len(created) >= 200, timeout=120, message="200 pods")
+        sim.store.unsubscribe(on_change)
+    limits = settings_mod.ControllerManager()
+    span = created[199] - created[0]
+    assert span >= (200 - limits.kube_api_burst - 1) / limits.kube_api_qps - 0.5, span
+
+
+def test_a_failed_create_is_logged_with_the_count_created(caplog: pytest.LogCaptureFixture) -> None:
+    """The ReplicaSet controller reports a failed batch (slowStartBatch stops at the first error)."""
+    _SlowHook.delay, _SlowHook.deny, _SlowHook.peak, _SlowHook.inflight = 0.0, True, {}, {}
+    server, url, ca_bundle = tls.serve_https(_SlowHook)
+    caplog.set_level("WARNING", logger="spotguard.sim.replicaset-controller")
+    try:
+        with testing.running_cluster(time_scale=10.0) as sim:
+            _register(sim, url, ca_bundle)
+            sim.store.create("replicasets", objects.replicaset("denied", 3))
+            _wait(lambda: any(r.getMessage() == "pod creation failed" for r in caplog.records),
+                  timeout=30, message="the warning")
+    finally:
+        server.shutdown()
+        _SlowHook.deny = False
+    record = next(r for r in caplog.records if r.getMessage() == "pod creation failed")
+    assert record.__dict__["pods_created"] == 0 and "no pods today" in record.__dict__["error"]

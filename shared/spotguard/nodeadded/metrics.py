@@ -32,8 +32,7 @@ OFF_OPTIMUM = Gauge(
 )
 CLEANUPS = Counter(
     "spotguard_nodeadded_cleanups_total",
-    "Leftovers removed: reservation Leases of ReplicaSets that no longer exist, interruption taints on "
-    "nodes that survived.",
+    "Leftovers removed: reservation Leases of ReplicaSets that no longer exist.",
     ["what"],
 )
 ERRORS = Counter(

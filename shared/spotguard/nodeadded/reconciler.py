@@ -17,9 +17,10 @@ Leases: a fixed number of list calls whatever the size of the cluster), then
    Eviction API (a budget's 429 leaves a hold, never a retry loop);
 3. cleans up: the spot-interruption function's own reconcile scales back
    surges that are over and deletes left-over temporary budgets
-   (:meth:`spotguard.interruption.handler.Handler.reconcile`); reservation
-   Leases of ReplicaSets that no longer exist are deleted; interruption taints
-   on nodes that survived are removed (:mod:`spotguard.nodeadded.cleanup`).
+   (:meth:`spotguard.interruption.handler.Handler.reconcile`), which also
+   finishes half-done handlings and untaints nodes that survived their notice;
+   reservation Leases of ReplicaSets that no longer exist are deleted
+   (:mod:`spotguard.nodeadded.cleanup`).
 
 A cluster at its optimum costs only the list calls and writes nothing. A pass
 never undoes the previous one: a move to spot stops at the floor and a repair
@@ -93,7 +94,6 @@ class Report:
     progress: list[Progress] = field(default_factory=list)
     started: list[rebalance.Move] = field(default_factory=list)
     leases: list[cleanup.OrphanLease] = field(default_factory=list)
-    taints: list[cleanup.TaintCleanup] = field(default_factory=list)
     surges_over: list[str] = field(default_factory=list)  # workloads whose surge the interruption reconcile ends
     failures: int = 0
     dry_run: bool = False
@@ -106,7 +106,6 @@ class Report:
             and not self.plan.deficits
             and not self.progress
             and not self.leases
-            and not self.taints
             and not self.surges_over
         )
 
@@ -123,14 +122,12 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
         interruption_reconcile: Callable[[], None] | None = None,
-        taint_grace: float = cleanup.TAINT_GRACE_SECONDS,
     ) -> None:
         self.kube = kube
         self._config = config
         self.namespace = namespace
         self.clock = clock
         self.workers = workers
-        self.taint_grace = taint_grace
         self.last_timings: dict[str, float] = {}  # seconds of the last pass's read and plan
         # Scales back surges that are over and sweeps left-over temporary budgets.
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
@@ -175,7 +172,6 @@ class Reconciler:
                 "deficits": len(report.plan.deficits),
                 "skipped": len(report.plan.skipped),
                 "leases": len(report.leases),
-                "taints": len(report.taints),
                 "failures": report.failures,
                 "seconds": round(report.seconds, 3),
             },
@@ -210,7 +206,6 @@ class Reconciler:
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
-        report.taints = cleanup.surviving_taints(snap.nodes, workload_views, now, self.taint_grace)
         done, _waiting = interruption.finish(
             workloads=workload_views, pods=snap.pod_views, nodes=snap.node_views, now=now
         )
@@ -223,10 +218,8 @@ class Reconciler:
             failures = list(pool.map(lambda p: self._progress(p, snap, states, capacity_of), progress))
             starts = list(pool.map(lambda m: self._start(m, snap, states, capacity_of, now), plan.first_step()))
             report.started = [m for m, ok in zip(plan.first_step(), starts, strict=True) if ok]
-            failures += [not ok for ok in starts]
+            failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
-            by_name = {str(n["metadata"]["name"]): n for n in snap.nodes}
-            failures += list(pool.map(lambda t: self._taint(t, by_name, now), report.taints))
         report.failures = sum(1 for f in failures if f)
         try:
             self.interruption_reconcile()
@@ -336,12 +329,12 @@ class Reconciler:
         states: dict[str, WorkloadState],
         capacity_of: dict[str, Capacity],
         now: float,
-    ) -> bool:
-        """Start one move; False where a write failed (logged)."""
+    ) -> bool | None:
+        """Start one move: True when started, None when not now (changed or gone), False when a write failed."""
         wl = move.workload
         raw = snap.workloads.get(wl.key)
         if raw is None:
-            return True
+            return None
         state = states[wl.key]
         record = MoveRecord(
             direction=move.direction,
@@ -379,9 +372,9 @@ class Reconciler:
         except Conflict:
             # Someone else wrote the workload since it was read: the next pass plans it again.
             log.info("workload changed since it was read: next pass", extra={"workload": wl.key})
-            return True
+            return None
         except NotFound:
-            return True
+            return None
         except ApiError as exc:
             metrics.MOVES.labels(*labels, "failed").inc()
             metrics.ERRORS.labels("move").inc()
@@ -506,24 +499,3 @@ class Reconciler:
             extra={"lease": f"{lease.namespace}/{lease.name}", "replicaset": lease.replicaset},
         )
         return False
-
-    def _taint(self, step: cleanup.TaintCleanup, nodes: dict[str, Obj], now: float) -> bool:
-        node = nodes.get(step.node)
-        if node is None:
-            return False
-        try:
-            written = self.kube.patch(r.NODES, step.node, cleanup.taint_patch(node, step.step, now))
-        except (NotFound, Conflict):
-            return False
-        except ApiError as exc:
-            metrics.ERRORS.labels("taint").inc()
-            log.warning("could not clean an interruption taint", extra={"node": step.node, "error": str(exc)})
-            return True
-        if step.step is cleanup.TaintStep.REMOVE:
-            metrics.CLEANUPS.labels("taint").inc()
-            log.info("interruption taint removed from a node that survived", extra={"node": step.node})
-            self.kube.create_event(
-                written, "SpotInterruptionOver", f"interruption taint removed: {step.reason}", best_effort=True
-            )
-        return False
-

@@ -26,8 +26,6 @@ def text(rep: Report) -> str:
         lines.append(f"  {s.workload.key}: left alone, {s.reason}: {s.detail}")
     for lease in rep.leases:
         lines.append(f"  lease {lease.namespace}/{lease.name}: {verb}delete (ReplicaSet {lease.replicaset} is gone)")
-    for t in rep.taints:
-        lines.append(f"  node {t.node}: {verb}{t.step} the interruption taint ({t.reason})")
     for key in rep.surges_over:
         lines.append(f"  {key}: surge over; the spot-interruption reconcile {verb}scale(s) it back")
     if rep.optimal:

@@ -34,7 +34,7 @@ from spotguard.logs import UserError
 from spotguard.ops import aws, functions, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
-from spotguard.policy import floors
+from spotguard.policy import floors, interruption
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Workload
 from spotguard.sim import scenario as scenario_mod
@@ -240,7 +240,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         # 3. the reclaim and the surges' end
         def over() -> bool:
             current = _workloads(sim.store)
-            watch.phase.surges = sum(1 for w in current.values() if SURGE in w.annotations)
+            watch.phase.surges = sum(1 for w in current.values() if _surging(w))
             if sim.clock.now() < t0 + options.reclaim_after:
                 return False
             watch.phase.name = "reclaimed: waiting for the surges to end"
@@ -379,6 +379,14 @@ def replacement(node: Obj) -> Obj:
     status = new.get("status") or {}
     new["status"] = {k: v for k, v in status.items() if k in ("capacity", "allocatable", "nodeInfo")}
     return new
+
+
+def _surging(w: Workload) -> bool:
+    """A surge in progress (a record kept as done, while its nodes linger in the API, is over)."""
+    if SURGE not in w.annotations:
+        return False
+    record = interruption.SurgeRecord.of(w)
+    return record is None or not record.done
 
 
 def _spot_serving(tracker: serving.Serving) -> int:

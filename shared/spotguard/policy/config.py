@@ -61,6 +61,13 @@ class Config:
     # A workload whose newest pod is younger than this is left alone: the admission
     # webhook's own count of it may still be settling.
     rebalance_settle_seconds: int = 30
+    # A surge made for a rebalance recommendation alone (rebalance_action surge) ends
+    # after this long, and the taint of a rebalance never followed by an interruption
+    # is removed after it.
+    rebalance_surge_seconds: int = 600
+    # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
+    # replacement is Ready elsewhere (create before evict), before the reclaim time.
+    drain: bool = False
 
     def affinity_scheme(self) -> LabelScheme:
         for s in self.label_schemes:
@@ -83,6 +90,15 @@ def _positive_int(text: str) -> int:
     if value < 0:
         raise ValueError("must not be negative")
     return value
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1", "on"):
+        return True
+    if value in ("false", "no", "0", "off", ""):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _floor_spec(text: str) -> floors.FloorSpec:
@@ -118,6 +134,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rebalance_move_timeout_seconds": _positive_int,
     "rebalance_hold_seconds": _positive_int,
     "rebalance_settle_seconds": _positive_int,
+    "rebalance_surge_seconds": _positive_int,
+    "drain": _boolean,
 }
 
 

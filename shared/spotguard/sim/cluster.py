@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.sim import clock as clock_mod
+from spotguard.sim import cloud as cloud_mod
 from spotguard.sim import faults as faults_mod
 from spotguard.sim import kubeconfig as kubeconfig_mod
-from spotguard.sim import routes, server, store
+from spotguard.sim import routes, server, settings, store
 
 log = logging.getLogger(__name__)
 
 TERMINATE_AT = "sim.spotguard.io/terminate-at"
+INSTANCE_ACTION = "sim.spotguard.io/instance-action"
 
 
 class SimCluster:
@@ -36,6 +38,8 @@ class SimCluster:
         self._port = port
         self._server: server.ApiServer | None = None
         self.controllers: Any = None
+        self.settings = settings.Settings()
+        self.cloud = cloud_mod.of(self.store)
 
     @property
     def url(self) -> str:
@@ -55,11 +59,18 @@ class SimCluster:
         drainer: bool = False,
         ready_delay_seconds: float = 0.0,
         termination_seconds: float = 1.0,
+        sim_settings: settings.Settings | None = None,
     ) -> None:
+        """Load ``scenario`` (its ``kind: Settings`` document sets the timings, unless
+        ``sim_settings`` is given) and start the API server and the controllers."""
         if scenario is not None:
             from spotguard.sim import scenario as scenario_mod
 
-            self.store.apply_objects(scenario_mod.load(scenario))
+            found, objects = settings.split(scenario_mod.load(scenario))
+            self.settings = found
+            self.store.apply_objects(objects)
+        if sim_settings is not None:
+            self.settings = sim_settings
         self._server, _ = server.start(
             routes.Api(self.store), port=self._port, tls_enabled=self._tls, fault_set=self.faults
         )
@@ -71,6 +82,7 @@ class SimCluster:
                 ready_delay_seconds=ready_delay_seconds,
                 termination_seconds=termination_seconds,
                 drainer=drainer,
+                settings=self.settings,
             )
         kubeconfig_mod.write(self.kubeconfig, self.url, self.token, self.ca_pem)
 
@@ -103,12 +115,26 @@ class SimCluster:
             config.verify_ssl = False
         return kubernetes.client.ApiClient(config)
 
-    def reclaim(self, node_names: Iterable[str], after_seconds: float = 120.0) -> None:
-        """Annotate nodes to be reclaimed ``after_seconds`` of simulated time from now."""
+    def reclaim(self, node_names: Iterable[str], after_seconds: float = 120.0,
+                action: str | None = None) -> None:
+        """Annotate nodes to lose their instance ``after_seconds`` of simulated time from now,
+        by ``action`` (terminate, stop, hibernate; the scenario's ``nodeLoss.instanceAction``
+        when None). The API learns it only as a real one would (see docs/sim.md)."""
+        if action is not None and action not in settings.INSTANCE_ACTIONS:
+            raise ValueError(f"action must be one of {settings.INSTANCE_ACTIONS}, got {action!r}")
         when = self.clock.iso(self.clock.now() + after_seconds)
+
+        def annotate(node: dict[str, Any]) -> None:
+            notes = node["metadata"].setdefault("annotations", {})
+            notes[TERMINATE_AT] = when
+            if action is not None:
+                notes[INSTANCE_ACTION] = action
+
         for name in node_names:
-            self.store.mutate(
-                "nodes", name, None,
-                lambda node: node["metadata"].setdefault("annotations", {}).__setitem__(
-                    TERMINATE_AT, when),
-            )
+            self.store.mutate("nodes", name, None, annotate)
+
+    def serving(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod really serves: Ready in the API and on a node whose instance runs."""
+        from spotguard.sim import readiness
+
+        return readiness.serving(pod, self.cloud)

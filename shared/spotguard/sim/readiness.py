@@ -1,18 +1,27 @@
-"""Track Ready pods per workload on the simulated cluster, after every change.
+"""Track serving pods per workload on the simulated cluster, after every change.
 
-:class:`Tracker` subscribes to the simulated store, so a dip between two polls is
-still seen: for every workload it keeps the Ready pods now, the lowest count
-since it was armed, and the Ready count away from the doomed nodes at the moment
-each doomed node went. The demo and the end-to-end tests read it.
+"Serving" is the truth, not the API's word: a pod serves when it is Ready (and
+not terminating) and the instance behind its node runs. When an instance is
+reclaimed its pods stop serving at once, while the API keeps them Ready until
+the node lifecycle controller notices, tens of seconds later
+(:mod:`spotguard.sim.cloud`).
+
+:class:`Tracker` subscribes to the simulated store and cloud, so a dip between
+two polls is still seen: for every workload it keeps the serving pods now, the
+lowest count since it was armed, and the serving count away from the doomed
+nodes at the moment each doomed node went. The demo and the end-to-end tests
+read it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from spotguard.sim import cloud as cloud_mod
 
 Obj = dict[str, Any]
 
@@ -43,9 +52,15 @@ def is_ready(obj: Obj) -> bool:
     )
 
 
+def serving(pod: Mapping[str, Any], cloud: cloud_mod.Cloud) -> bool:
+    """Ready, not terminating, and on a node whose instance runs."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return bool(node) and is_ready(dict(pod)) and cloud.running(str(node))
+
+
 @dataclass
 class Tracker:
-    """Ready pods per workload after every store change."""
+    """Serving pods per workload after every store or cloud change."""
 
     ready: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))  # key -> uid -> node
     lowest: dict[str, int] = field(default_factory=dict)
@@ -54,13 +69,34 @@ class Tracker:
     at_node_loss: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> key -> ready elsewhere
     armed: bool = False
     created: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> placement labels
+    cloud: cloud_mod.Cloud = field(default_factory=cloud_mod.Cloud)
 
     def start(self, store: Any) -> None:
+        self.cloud = cloud_mod.of(store)
+        self.cloud.subscribe(self.on_instance)
         pods, _ = store.list("pods")
         with self.lock:
             for p in pods:
                 self._pod("ADDED", p)
         store.subscribe(self.on_change)
+
+    def on_instance(self, node: str, state: str, when: float) -> None:
+        """An instance stopped running: its pods stop serving now, whatever the API says."""
+        if state == cloud_mod.RUNNING:
+            return
+        with self.lock:
+            self._node_lost(node)
+            for key, members in self.ready.items():
+                for uid in [u for u, n in members.items() if n == node]:
+                    del members[uid]
+                if self.armed:
+                    self.lowest[key] = min(self.lowest.get(key, 10**9), len(members))
+
+    def _node_lost(self, name: str) -> None:
+        if self.armed and name in self.doomed and name not in self.at_node_loss:
+            self.at_node_loss[name] = {
+                k: sum(1 for n in v.values() if n not in self.doomed) for k, v in self.ready.items()
+            }
 
     def arm(self, doomed: Sequence[str]) -> None:
         """Start recording lows, new pods' placements and the state at each doomed node's loss."""
@@ -76,10 +112,8 @@ class Tracker:
             elif resource == "nodes" and self.armed:
                 name = (obj.get("metadata") or {}).get("name")
                 going = event_type == "DELETED" or not is_ready({"status": obj.get("status") or {}})
-                if name in self.doomed and going and name not in self.at_node_loss:
-                    self.at_node_loss[name] = {
-                        k: sum(1 for n in v.values() if n not in self.doomed) for k, v in self.ready.items()
-                    }
+                if going:
+                    self._node_lost(str(name))
 
     def _pod(self, event_type: str, pod: Obj) -> None:
         key = workload_key(pod)
@@ -88,7 +122,7 @@ class Tracker:
         uid = pod["metadata"]["uid"]
         if self.armed and event_type == "ADDED":
             self.created[key].append((pod["metadata"].get("labels") or {}).get("spotguard.io/placement", ""))
-        if event_type != "DELETED" and is_ready(pod):
+        if event_type != "DELETED" and serving(pod, self.cloud):
             self.ready[key][uid] = (pod.get("spec") or {}).get("nodeName", "")
         else:
             self.ready[key].pop(uid, None)

@@ -1,6 +1,8 @@
 """Scenario files: ordinary Kubernetes YAML (multi-document, or a ``kind: List``).
 
-A scenario may also hold ``kind: Generate`` documents (``apiVersion:
+A scenario may hold a ``kind: Settings`` document (``apiVersion:
+sim.spotguard.io/v1``, see :mod:`spotguard.sim.settings`): the timings of the
+simulated control plane. It may also hold ``kind: Generate`` documents (``apiVersion:
 sim.spotguard.io/v1``) that expand at load time into many nodes and workloads,
 so a 1,000-node cluster fits in a few lines:
 
@@ -26,6 +28,7 @@ Node groups: ``count``, ``namePrefix``, ``capacity`` (spot | on-demand: sets
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
@@ -35,6 +38,7 @@ from typing import Any
 import yaml
 
 from spotguard.logs import UserError
+from spotguard.sim import nodestatus
 
 GENERATE_API = "sim.spotguard.io/v1"
 Obj = dict[str, Any]
@@ -71,8 +75,16 @@ def flatten(docs: list[Any], where: str) -> list[Obj]:
             continue
         if not doc.get("kind") or not doc.get("apiVersion"):
             raise UserError(f"{where}: document {index + 1} has no kind or apiVersion")
-        out.append(dict(doc))
+        out.append(_as_registered(dict(doc)))
     return _with_namespaces(out)
+
+
+def _as_registered(obj: Obj) -> Obj:
+    """A Node as its kubelet registers it: the status fields a kubelet reports, filled."""
+    if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1" and isinstance(obj.get("metadata"), Mapping):
+        obj = copy.deepcopy(obj)
+        nodestatus.fill(obj)
+    return obj
 
 
 def _with_namespaces(objs: list[Obj]) -> list[Obj]:
@@ -141,7 +153,7 @@ def generate(doc: Mapping[str, Any], where: str) -> list[Obj]:
             }
             if group.get("taints"):
                 node["spec"]["taints"] = list(group["taints"])
-            out.append(node)
+            out.append(nodestatus.fill(node))
     for gi, group in enumerate(doc.get("workloads") or []):
         here = f"{where}: workloads[{gi}]"
         if not isinstance(group, Mapping):

@@ -70,8 +70,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path, _, raw_query = self.path.partition("?")
         path = unquote(path)
         query = routes.parse_query(raw_query)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        try:
+            body = self._read_body()
+        except ValueError as exc:
+            self.close_connection = True
+            response = routes.status_response(errors.BadRequest(f"cannot read the request body: {exc}"))
+            self._send(response)
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         request = routes.Request(
             method=self.command, path=path, query=query, headers=headers, body=body,
@@ -91,6 +96,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if response.watch is not None:
             self._stream(response)
             return
+        self._send(response)
+
+    def _read_body(self) -> bytes:
+        """The request body: ``Transfer-Encoding: chunked`` (RFC 9112 7.1) or ``Content-Length``."""
+        encoding = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in encoding:
+            parts: list[bytes] = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line.endswith(b"\n"):
+                    raise ValueError("truncated chunk size line")
+                size_text = line.split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise ValueError(f"bad chunk size {size_text[:20]!r}") from None
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass  # trailer fields
+                    return b"".join(parts)
+                data = self.rfile.read(size)
+                if len(data) != size:
+                    raise ValueError("truncated chunk")
+                parts.append(data)
+                if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                    raise ValueError("chunk not followed by CRLF")
+        raw = self.headers.get("Content-Length")
+        length = int(raw) if raw and raw.strip().isdigit() else 0
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, response: routes.Response) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))

@@ -742,7 +742,7 @@ class Store:
             raise errors.conflict(resource, name, rtype.group)
         current = old.copy()
         if subresource == "status":
-            new = current
+            new = old.copy()  # not ``current``: comparing a thing with itself stored nothing
             if "status" in obj:
                 new["status"] = obj["status"]
             else:

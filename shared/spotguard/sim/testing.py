@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.sim import cluster as cluster_mod
+from spotguard.sim import settings as settings_mod
 from spotguard.sim.cluster import SimCluster
 
 __all__ = ["SimCluster", "running_cluster"]
@@ -34,6 +35,7 @@ def running_cluster(
     termination_seconds: float = 1.0,
     tls: bool = True,
     port: int = 0,
+    settings: settings_mod.Settings | None = None,
 ) -> Iterator[SimCluster]:
     """A started cluster (API server, store, controllers) that is stopped on exit."""
     tmp = tempfile.mkdtemp(prefix="spotguard-sim-")
@@ -50,6 +52,7 @@ def running_cluster(
             drainer=drainer,
             ready_delay_seconds=ready_delay_seconds,
             termination_seconds=termination_seconds,
+            sim_settings=settings,
         )
         yield sim
     finally:

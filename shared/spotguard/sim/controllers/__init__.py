@@ -7,26 +7,28 @@
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 from typing import Any
 
+from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
     base,
     deployment,
     drainer,
     hpa,
+    instances,
     kubelet,
     nodes,
     pdb,
+    podgc,
     replicaset,
     scheduling,
     statefulset,
+    tainteviction,
 )
 
 log = logging.getLogger("spotguard.sim.controllers")
 INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
             "poddisruptionbudgets", "horizontalpodautoscalers")
-CREATE_CONCURRENCY = 8  # concurrent pod creations (webhook calls); more only starve the GIL
 
 
 class Controllers:
@@ -34,20 +36,26 @@ class Controllers:
 
     def __init__(self, store: Any, *, ready_delay_seconds: float = 0.0,
                  termination_seconds: float = 1.0, drainer_on: bool = False,
-                 scheduler_on: bool = True, node_removal_seconds: float = 1.0,
-                 seed: int | None = 0) -> None:
+                 scheduler_on: bool = True, seed: int | None = 0,
+                 settings: settings_mod.Settings | None = None) -> None:
         self.store = store
         self.informer = base.Informer(INFORMED)
-        self.pool = futures.ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="sim-create")
+        self.settings = settings or settings_mod.Settings()
+        loss = self.settings.node_loss
+        limits = self.settings.controller_manager
         self.controllers: list[base.Controller] = [
             deployment.DeploymentController(store, self.informer),
-            replicaset.ReplicaSetController(store, self.informer, self.pool),
-            statefulset.StatefulSetController(store, self.informer),
+            replicaset.ReplicaSetController(store, self.informer, limits=limits),
+            statefulset.StatefulSetController(store, self.informer, limits=limits),
             pdb.DisruptionController(store, self.informer),
             hpa.HPAController(store, self.informer),
             kubelet.Kubelet(store, self.informer, ready_delay_seconds=ready_delay_seconds,
                             termination_seconds=termination_seconds),
-            nodes.NodeLifecycleController(store, self.informer, removal_seconds=node_removal_seconds),
+            instances.Reclaimer(store, self.informer, node_loss=loss),
+            nodes.NodeLifecycleController(store, self.informer, node_loss=loss),
+            tainteviction.TaintEvictionController(store, self.informer),
+            instances.CloudNodeLifecycleController(store, self.informer, node_loss=loss),
+            podgc.PodGCController(store, self.informer, node_loss=loss),
         ]
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))
@@ -88,7 +96,6 @@ class Controllers:
             c.join()
         if self.scheduler is not None:
             self.scheduler.join()
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> Controllers:
         return self
@@ -98,11 +105,10 @@ class Controllers:
 
 
 def start_all(store: Any, *, ready_delay_seconds: float = 0.0, termination_seconds: float = 1.0,
-              drainer: bool = False, scheduler: bool = True, node_removal_seconds: float = 1.0,
-              seed: int | None = 0) -> Controllers:
+              drainer: bool = False, scheduler: bool = True, seed: int | None = 0,
+              settings: settings_mod.Settings | None = None) -> Controllers:
     """Start every controller (and the scheduler unless ``scheduler=False``)."""
     return Controllers(
         store, ready_delay_seconds=ready_delay_seconds, termination_seconds=termination_seconds,
-        drainer_on=drainer, scheduler_on=scheduler, node_removal_seconds=node_removal_seconds,
-        seed=seed,
+        drainer_on=drainer, scheduler_on=scheduler, seed=seed, settings=settings,
     ).start()

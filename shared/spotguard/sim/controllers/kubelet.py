@@ -1,6 +1,8 @@
 """The kubelets of every node, as far as the API shows them: a bound pod becomes
 Running and Ready ``ready_delay_seconds`` after it is bound; a terminating pod
-is removed after min(deletionGracePeriodSeconds, termination_seconds).
+is removed after min(deletionGracePeriodSeconds, termination_seconds). The
+kubelet of a node whose instance is gone (:mod:`spotguard.sim.cloud`) does
+nothing at all: its pods neither start nor finish terminating.
 https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/
 """
 
@@ -11,6 +13,7 @@ import itertools
 from typing import Any
 
 from spotguard.sim import clock as simclock
+from spotguard.sim import cloud as cloud_mod
 from spotguard.sim import errors, scheduler
 from spotguard.sim.controllers import base, pods
 
@@ -31,6 +34,7 @@ class Kubelet(base.Controller):
         # When each pending pod was first seen bound: it starts ready_delay after that, however
         # often it is synced before (a resync, its node turning Ready) - never sooner.
         self._bound_at: dict[base.Key, float] = {}
+        self.cloud = cloud_mod.of(store)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "nodes" and event_type != "DELETED" and scheduler.node_ready(obj):
@@ -77,7 +81,7 @@ class Kubelet(base.Controller):
             self._bound_at.pop(key, None)
             return
         node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name:
+        if not node_name or not self.cloud.running(node_name):
             return
         if pods.is_terminating(pod):
             self._bound_at.pop(key, None)

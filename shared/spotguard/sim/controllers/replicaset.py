@@ -1,9 +1,14 @@
 """ReplicaSet controller (pkg/controller/replicaset/replica_set.go).
 
 Creates pods through ``store.create`` (so mutating admission webhooks run) as the
-replicaset-controller service account, in slow-start batches of 1, 2, 4, ...
-created concurrently within a batch; on scale-down deletes the pods that
-``ActivePodsWithRanks`` orders first; writes status.
+replicaset-controller service account, at most ``BurstReplicas`` (500) per sync,
+in slow-start batches of 1, 2, 4, ... (``slowStartBatch``), every pod of a batch
+created at once on its own thread, as upstream's goroutines; the controller's
+client is rate limited (``--kube-api-qps`` 20, ``--kube-api-burst`` 30, one
+bucket per controller), which is all that bounds the webhook calls in flight.
+On scale-down deletes the pods that ``ActivePodsWithRanks`` orders first;
+writes status. A pod being deleted is not active: it is replaced at once,
+before it is gone.
 https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/
 """
 
@@ -15,10 +20,10 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from spotguard.sim import errors
-from spotguard.sim.controllers import base, pods
+from spotguard.sim import errors, settings
+from spotguard.sim.controllers import base, pods, ratelimit
 
-BURST_REPLICAS = 500  # replicaset.BurstReplicas
+BURST_REPLICAS = settings.BURST_REPLICAS  # replicaset.BurstReplicas
 SLOW_START_INITIAL_BATCH = 1  # controller.SlowStartInitialBatchSize
 USER = base.service_account_user("replicaset-controller")
 
@@ -27,11 +32,18 @@ def slow_start_batch(count: int, initial: int, fn: Callable[[], None],
                      pool: futures.Executor) -> tuple[int, list[BaseException]]:
     """Call ``fn`` ``count`` times in batches of 1, 2, 4, ... run concurrently;
     stop after the first batch with an error. Returns (successes, errors)."""
-    remaining = count
+    return slow_start([fn] * count, initial, pool)
+
+
+def slow_start(fns: list[Callable[[], None]], initial: int,
+               pool: futures.Executor) -> tuple[int, list[BaseException]]:
+    """``slowStartBatch`` over distinct calls (a StatefulSet's ordinals)."""
+    remaining = len(fns)
     successes = 0
     batch = min(remaining, initial)
     while batch > 0:
-        jobs = [pool.submit(fn) for _ in range(batch)]
+        start = len(fns) - remaining
+        jobs = [pool.submit(f) for f in fns[start:start + batch]]
         failed: list[BaseException] = []
         for job in jobs:
             exc = job.exception()
@@ -68,9 +80,19 @@ class ReplicaSetController(base.Controller):
     primary = "replicasets"
     workers = 4
 
-    def __init__(self, store: Any, informer: base.Informer, pool: futures.Executor) -> None:
+    def __init__(self, store: Any, informer: base.Informer, pool: futures.Executor | None = None, *,
+                 limits: settings.ControllerManager | None = None) -> None:
         super().__init__(store, informer)
-        self.pool = pool
+        self.limits = limits or settings.ControllerManager()
+        self._own_pool = pool is None
+        self.pool = pool or futures.ThreadPoolExecutor(
+            max(1, self.limits.burst_replicas), thread_name_prefix=f"sim-{self.name}")
+        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._own_pool:
+            self.pool.shutdown(wait=False, cancel_futures=True)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "replicasets":
@@ -92,9 +114,9 @@ class ReplicaSetController(base.Controller):
         if not rs["metadata"].get("deletionTimestamp"):
             diff = len(active) - int(rs["spec"].get("replicas", 1) or 0)
             if diff < 0:
-                self._create(rs, min(-diff, BURST_REPLICAS))
+                self._create(rs, min(-diff, self.limits.burst_replicas))
             elif diff > 0:
-                self._delete(rs, active, min(diff, BURST_REPLICAS))
+                self._delete(rs, active, min(diff, self.limits.burst_replicas))
             owned = self.informer.pods_owned_by(uid)
         self._update_status(rs, owned)
 
@@ -104,6 +126,7 @@ class ReplicaSetController(base.Controller):
         pod = pod_from_template(rs, "ReplicaSet", template)
 
         def create_one() -> None:
+            self.client.wait(self._stop)
             self.store.create("pods", pod, namespace=ns, user=USER)
 
         self.log.info("creating pods", extra={"replicaset": rs["metadata"]["name"],
@@ -111,7 +134,7 @@ class ReplicaSetController(base.Controller):
         done, failed = slow_start_batch(count, SLOW_START_INITIAL_BATCH, create_one, self.pool)
         if failed:
             self.log.warning("pod creation failed", extra={
-                "replicaset": rs["metadata"]["name"], "namespace": ns, "created": done,
+                "replicaset": rs["metadata"]["name"], "namespace": ns, "pods_created": done,
                 "error": str(failed[0])})
             raise failed[0]
 
@@ -135,6 +158,7 @@ class ReplicaSetController(base.Controller):
             "pods": [p["metadata"]["name"] for p in victims]})
 
         def delete(pod: dict[str, Any]) -> None:
+            self.client.wait(self._stop)
             with contextlib.suppress(errors.NotFound):
                 self.store.delete("pods", pod["metadata"]["name"], ns,
                                   preconditions={"uid": pod["metadata"]["uid"]})
@@ -174,4 +198,5 @@ class ReplicaSetController(base.Controller):
             obj["status"] = new
 
         with contextlib.suppress(errors.NotFound):
+            self.client.wait(self._stop)
             self.store.mutate("replicasets", rs["metadata"]["name"], rs["metadata"]["namespace"], edit)

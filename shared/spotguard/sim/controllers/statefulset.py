@@ -1,17 +1,24 @@
 """StatefulSet controller (pkg/controller/statefulset): pods ``<name>-<ordinal>``
 with stable names; OrderedReady (one at a time, each waiting for its
 predecessors to be Running and Ready; scale down from the highest ordinal, one
-at a time) and Parallel pod management.
+at a time) and Parallel pod management (``runForAll``: the missing ordinals in
+slow-start batches of 1, 2, 4, ..., each batch at once). A pod's replacement,
+under the same name, is created only once the old pod object is gone. The
+controller's client is rate limited as every kube-controller-manager client
+(``--kube-api-qps``/``--kube-api-burst``).
 https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
+from concurrent import futures
 from typing import Any
 
-from spotguard.sim import errors
-from spotguard.sim.controllers import base, pods
+from spotguard.sim import errors, settings
+from spotguard.sim.controllers import base, pods, ratelimit, replicaset
 from spotguard.sim.controllers.replicaset import pod_from_template
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
@@ -35,6 +42,18 @@ class StatefulSetController(base.Controller):
     name = "statefulset-controller"
     primary = "statefulsets"
     workers = 2
+
+    def __init__(self, store: Any, informer: base.Informer, *,
+                 limits: settings.ControllerManager | None = None) -> None:
+        super().__init__(store, informer)
+        self.limits = limits or settings.ControllerManager()
+        self.pool = futures.ThreadPoolExecutor(max(1, self.limits.burst_replicas),
+                                               thread_name_prefix=f"sim-{self.name}")
+        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+
+    def stop(self) -> None:
+        super().stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "statefulsets":
@@ -75,13 +94,19 @@ class StatefulSetController(base.Controller):
                 self._delete(sts, p)
                 if not parallel:
                     return
+        if parallel:
+            missing: list[Callable[[], None]] = [
+                functools.partial(self._create, sts, i) for i in wanted if i not in by_ordinal]
+            _, failed = replicaset.slow_start(missing, replicaset.SLOW_START_INITIAL_BATCH, self.pool)
+            if failed:
+                raise failed[0]
         for i in wanted:
             found = by_ordinal.get(i)
             if found is None:
+                if parallel:
+                    continue  # created above
                 self._create(sts, i)
-                if not parallel:
-                    return
-                continue
+                return
             if not parallel and (pods.is_terminating(found) or not running_and_ready(found)):
                 return  # OrderedReady: wait for this pod before the next one
         condemned = sorted((i for i in by_ordinal if i not in wanted), reverse=True)
@@ -113,12 +138,14 @@ class StatefulSetController(base.Controller):
             pod["spec"]["subdomain"] = spec["serviceName"]
         self.log.info("creating pod", extra={"statefulset": sts["metadata"]["name"],
                                              "namespace": meta["namespace"], "pod": name})
+        self.client.wait(self._stop)
         self.store.create("pods", pod, namespace=meta["namespace"], user=USER)
 
     def _delete(self, sts: dict[str, Any], pod: dict[str, Any]) -> None:
         self.log.info("deleting pod", extra={"statefulset": sts["metadata"]["name"],
                                              "namespace": pod["metadata"]["namespace"],
                                              "pod": pod["metadata"]["name"]})
+        self.client.wait(self._stop)
         with contextlib.suppress(errors.NotFound):
             self.store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"],
                               preconditions={"uid": pod["metadata"]["uid"]})
@@ -145,4 +172,5 @@ class StatefulSetController(base.Controller):
             obj["status"] = new
 
         with contextlib.suppress(errors.NotFound):
+            self.client.wait(self._stop)
             self.store.mutate("statefulsets", sts["metadata"]["name"], sts["metadata"]["namespace"], edit)
