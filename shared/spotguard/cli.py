@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -20,11 +19,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
     "package": ("spotguard.packaging", "build the Lambda zips or stage the Knative function folders"),
+    "reconcile": ("spotguard.nodeadded.once", "run one node-added reconcile pass (--dry-run: print the plan)"),
+    "replay": ("spotguard.ops.replay", "replay captured events against a cluster, a scenario or a function"),
+    "snapshot": ("spotguard.ops.snapshot", "capture a cluster as a scenario for simulate and replay"),
+    "simulate": ("spotguard.ops.simulate", "what if these spot nodes went now? (a what-if on a scenario or snapshot)"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {
     "admission": ("spotguard.admission.cli", "serve the admission webhook over HTTPS"),
     "spot-interruption": ("spotguard.interruption.cli", "serve the spot-interruption function"),
+    "node-added": ("spotguard.nodeadded.cli", "serve the node-added function (CloudEvents, a reconcile timer)"),
 }
 
 
@@ -44,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default $SPOTGUARD_LOG_LEVEL, else INFO)"
     )
+    parser.add_argument(
+        "--log-format", choices=("json", "text"), default=None,
+        help="logs as JSON lines for machines (default; $SPOTGUARD_LOG_FORMAT) or text for a person",
+    )  # fmt: skip
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve one of the functions locally")
     serve_sub = serve.add_subparsers(title="functions", metavar="FUNCTION")
@@ -66,13 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from spotguard import logs
 
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, args.log_format)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
     except logs.UserError as exc:
-        logging.getLogger("spotguard").error("%s", exc)
+        # A sentence for a person, not a log line for a machine.
+        print(f"spotguard: {exc}", file=sys.stderr)
         return 2
 
 

@@ -37,6 +37,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """One line a record for a person: ``time level logger: message key=value ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = time.strftime("%H:%M:%S", time.localtime(record.created))
+        extra = " ".join(
+            f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")
+        )
+        line = f"{when} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        if extra:
+            line += f"  {extra}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+FORMATS = ("json", "text")
+
+
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is at the time of each record (it may be replaced)."""
 
@@ -52,13 +71,20 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def configure(level: str | None = None) -> None:
-    """Log JSON lines to stderr at ``level`` (or $SPOTGUARD_LOG_LEVEL, default INFO)."""
+def configure(level: str | None = None, fmt: str | None = None) -> None:
+    """Log to stderr at ``level`` (or $SPOTGUARD_LOG_LEVEL, default INFO) as ``fmt``:
+    ``json`` lines for machines (the default, or $SPOTGUARD_LOG_FORMAT) or ``text`` for a person."""
     name = (level or os.environ.get("SPOTGUARD_LOG_LEVEL") or "INFO").upper()
+    kind = (fmt or os.environ.get("SPOTGUARD_LOG_FORMAT") or "json").lower()
+    formatter = TextFormatter() if kind == "text" else JsonFormatter()
     root = logging.getLogger()
-    if not any(getattr(h, "_spotguard", False) for h in root.handlers):
+    ours = [h for h in root.handlers if getattr(h, "_spotguard", False)]
+    if ours:
+        for h in ours:
+            h.setFormatter(formatter)
+    else:
         handler = StderrHandler()
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(formatter)
         handler._spotguard = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(getattr(logging, name, logging.INFO))

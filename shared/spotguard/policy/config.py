@@ -61,6 +61,13 @@ class Config:
     reservation_ttl_seconds: int = 30
     rebalance_max_workloads_per_step: int = 10
     rebalance_max_pods_per_workload: int = 1
+    # node-added: a move whose new replica is not Ready by then is undone; after a
+    # move that made no progress the workload is left alone this long.
+    rebalance_move_timeout_seconds: int = 300
+    rebalance_hold_seconds: int = 600
+    # A workload whose newest pod is younger than this is left alone: the admission
+    # webhook's own count of it may still be settling.
+    rebalance_settle_seconds: int = 30
     # A surge made for a rebalance recommendation alone (rebalance_action surge) ends
     # after this long, and the taint of a rebalance never followed by an interruption
     # is removed after it.
@@ -125,6 +132,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "reservation_ttl_seconds": _positive_int,
     "rebalance_max_workloads_per_step": _positive_int,
     "rebalance_max_pods_per_workload": _positive_int,
+    "rebalance_move_timeout_seconds": _positive_int,
+    "rebalance_hold_seconds": _positive_int,
+    "rebalance_settle_seconds": _positive_int,
     "rebalance_surge_seconds": _positive_int,
     "drain": _boolean,
 }

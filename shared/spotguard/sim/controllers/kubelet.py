@@ -31,6 +31,9 @@ class Kubelet(base.Controller):
         self.termination = termination_seconds
         self._ips = itertools.count(1)
         self._waiting: set[base.Key] = set()
+        # When each pending pod was first seen bound: it starts ready_delay after that, however
+        # often it is synced before (a resync, its node turning Ready) - never sooner.
+        self._bound_at: dict[base.Key, float] = {}
         self.cloud = cloud_mod.of(store)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -49,6 +52,7 @@ class Kubelet(base.Controller):
         elif (obj.get("status") or {}).get("phase") == "Pending" and key not in self._waiting:
             # bound: start the containers after the delay
             self._waiting.add(key)
+            self._bound_at.setdefault(key, self.clock.now())
             self.queue.add_after(key, self.ready_delay)
 
     def resync(self) -> None:
@@ -74,11 +78,13 @@ class Kubelet(base.Controller):
         try:
             pod = self.store.get("pods", name, ns)
         except errors.NotFound:
+            self._bound_at.pop(key, None)
             return
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or not self.cloud.running(node_name):
             return
         if pods.is_terminating(pod):
+            self._bound_at.pop(key, None)
             delay = self._removal_delay(pod)
             if delay > 0.01:
                 self.queue.add_after(key, delay)
@@ -87,10 +93,16 @@ class Kubelet(base.Controller):
                 self.store.remove("pods", name, ns)
             return
         if (pod.get("status") or {}).get("phase") != "Pending":
+            self._bound_at.pop(key, None)
+            return
+        left = self._bound_at.setdefault(key, self.clock.now()) + self.ready_delay - self.clock.now()
+        if left > 0.01:
+            self.queue.add_after(key, left)
             return
         node = self.informer.get("nodes", ("", node_name))
         if node is None or not scheduler.node_ready(node):
             return
+        self._bound_at.pop(key, None)
         self._start(ns, name, node)
 
     def _start(self, ns: str, name: str, node: dict[str, Any]) -> None:

@@ -1,0 +1,454 @@
+"""One full interruption cycle on the simulated cluster, wired as in production.
+
+1. The cluster starts with the scenario's nodes; the admission webhook
+   (HTTPS, a child process), the spot-interruption poller (on moto's SQS queue,
+   fed by moto's EventBridge rule) and node-added are started; the workloads are
+   applied and every pod placed by the webhook and Ready.
+2. The notice: EC2 emits an interruption warning for every doomed node at once
+   (PutEvents); the instances go ``reclaim_after`` seconds later. A drainer, if
+   asked for, starts draining each node 0 to 2 s after the notice (seeded),
+   racing spotguard as aws-node-termination-handler does.
+3. The cycle waits until the doomed nodes are gone and the surges are over.
+4. Return to spot: as many new spot nodes join as went; node-added is told
+   (ApiServerSource add events) and pinged until the workloads stop moving.
+
+:class:`~spotguard.ops.serving.Serving` measures what the users see throughout;
+:func:`run` returns a :class:`Outcome` for :mod:`spotguard.ops.report`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spotguard.logs import UserError
+from spotguard.ops import aws, functions, serving
+from spotguard.ops import objects as objects_mod
+from spotguard.policy import config as config_mod
+from spotguard.policy import floors, interruption
+from spotguard.policy.views import NodeView
+from spotguard.policy.workloads import SURGE, Workload
+from spotguard.sim import scenario as scenario_mod
+from spotguard.sim import testing
+
+Obj = dict[str, Any]
+INFRA_KINDS = {"Node", "Namespace"}
+DRAINER_MAX_DELAY = 2.0  # simulated seconds after the notice
+RECONCILE_SECONDS = 15.0  # the spot-interruption scheduled reconcile (simulated seconds)
+PING_SECONDS = 15.0  # node-added pings (simulated seconds)
+
+
+@dataclass
+class Options:
+    objects: list[Obj]
+    interrupt: str | int | Sequence[str] = "all-spot"  # "all-spot", a count, or node names
+    time_scale: float = 20.0
+    pod_startup: float = 30.0
+    reclaim_after: float = 120.0
+    drainer: bool = False
+    seed: int = 0
+    return_to_spot: bool = True
+    spot_price: float = 0.1  # of on-demand
+    settle_seconds: float = 300.0  # simulated seconds after the reclaim to wait for the surges to end
+
+
+@dataclass
+class Phase:
+    """What the live view shows."""
+
+    name: str = "starting"
+    t: float = 0.0  # simulated seconds since the notice
+    spot_nodes: int = 0
+    surges: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    workloads: dict[str, Workload]
+    floors: dict[str, int]
+    doomed: list[str]
+    drainer_delays: dict[str, float]
+    before: dict[str, serving.Counts]
+    rejoin: dict[str, serving.Counts]
+    after: dict[str, serving.Counts]
+    duration: float  # simulated seconds from the notice to the end
+    series: list[tuple[float, str, int, int]]
+    t0: float
+    settled: bool
+    returned: str  # "done", "timed out", or why it was skipped
+    notes: list[str]
+    options: Options
+
+
+View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
+
+
+def split(objects: list[Obj]) -> tuple[list[Obj], list[Obj]]:
+    """(nodes and namespaces, the rest the simulated cluster serves); pods are made by its controllers."""
+    usable, _ = objects_mod.loadable(objects)
+    infra = [o for o in usable if o.get("kind") in INFRA_KINDS]
+    apps = [o for o in usable if o.get("kind") not in INFRA_KINDS]
+    return infra, apps
+
+
+def check(options: Options) -> None:
+    """Plain-sentence errors for what would fail later."""
+    if options.time_scale <= 0:
+        raise UserError("--time-scale must be a positive number of simulated seconds per real second")
+    if options.pod_startup < 0:
+        raise UserError("the pod startup time must not be negative")
+    if options.reclaim_after <= 0:
+        raise UserError("the time from notice to reclaim must be positive")
+    infra, apps = split(options.objects)
+    if not any(o.get("kind") in ("Deployment", "StatefulSet") for o in apps):
+        raise UserError("the scenario has no Deployment or StatefulSet: there is nothing to protect")
+    nodes = [o for o in infra if o.get("kind") == "Node"]
+    cfg = config_mod.Config()
+    spot = [n for n in nodes if cfg.node_capacity(_labels(n)).value == serving.SPOT]
+    if not spot:
+        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot")
+    doomed(options, spot)
+
+
+def doomed(options: Options, spot_nodes: list[Obj]) -> list[str]:
+    names = sorted(str(n["metadata"]["name"]) for n in spot_nodes)
+    what = options.interrupt
+    if what == "all-spot":
+        return names
+    if isinstance(what, int):
+        if not 1 <= what <= len(names):
+            raise UserError(f"--interrupt {what}: the scenario has {len(names)} spot nodes; give 1 to {len(names)}")
+        return sorted(random.Random(options.seed).sample(names, what))
+    wanted = list(what) if not isinstance(what, str) else [what]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise UserError(
+            f"--interrupt: {', '.join(unknown)} {'is not a spot node' if len(unknown) == 1 else 'are not spot nodes'}"
+            f" of the scenario (spot nodes: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''})"
+        )
+    return sorted(set(wanted))
+
+
+@dataclass
+class Watch:
+    """What the waits show and measure: the live view, the phase, the serving tracker."""
+
+    view: View | None
+    phase: Phase
+    tracker: serving.Serving
+    wls: dict[str, Workload] = field(default_factory=dict)
+    floor: dict[str, int] = field(default_factory=dict)
+    t0: float | None = None
+    sim: Any = None
+
+    def show(self) -> None:
+        if self.view is None:
+            return
+        if self.t0 is not None and self.sim is not None:
+            self.phase.t = self.sim.clock.now() - self.t0
+        self.phase.spot_nodes = len(self.tracker.live_nodes(serving.SPOT))
+        self.view(self.phase, self.tracker, self.wls, self.floor)
+
+    def wait(self, what: Callable[[], bool], timeout: float, message: str, *, strict: bool = False) -> bool:
+        """Poll ``what`` until true (True) or ``timeout`` real seconds (False, or a UserError if strict)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.show()
+            if what():
+                return True
+            time.sleep(0.1)
+        if strict:
+            raise UserError(f"timed out after {timeout:.0f}s waiting for {message}")
+        return False
+
+
+def run(options: Options, view: View | None = None) -> Outcome:
+    check(options)
+    infra, apps = split(options.objects)
+    cfg = config_mod.Config()
+    scale = options.time_scale
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
+        # moto takes seconds to start: beside the cluster and the webhook, not before them.
+        bus_cm = aws.running_bus()
+        starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moto-start")
+        bus_future = starting.submit(bus_cm.__enter__)
+        stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
+        sim = stack.enter_context(
+            testing.running_cluster(
+                infra, time_scale=scale, ready_delay_seconds=options.pod_startup, drainer=options.drainer
+            )
+        )
+        sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
+        tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
+        tracker.start(sim.store)
+        stack.callback(tracker.stop, sim.store)
+        stack.enter_context(_ticking(tracker))
+        watch = Watch(view, Phase("starting the functions"), tracker, sim=sim)
+        _, skipped = objects_mod.loadable(options.objects)
+        if skipped:
+            watch.phase.notes.append(f"left out kinds the simulated cluster does not serve: {', '.join(skipped)}")
+        watch.show()
+        # A big scenario sends its pods through the webhook by the thousand: a second worker.
+        workers = 2 if sum(_replicas(o) for o in apps) > 1000 else 1
+        admission = stack.enter_context(functions.admission_server(sim, workdir, workers))
+        bus = bus_future.result()
+        stack.enter_context(
+            functions.interruption_poller(sim, bus.client("sqs"), bus.queue_url, RECONCILE_SECONDS / scale)
+        )
+        node_added = stack.enter_context(functions.node_added(sim, workdir)) if options.return_to_spot else None
+
+        # 1. the workloads, placed by the webhook
+        watch.phase.name = "placing the workloads"
+        sim.store.apply_objects(apps)
+        wls = _workloads(sim.store)
+        watch.wls = wls
+        watch.floor = floor = {k: min(w.replicas, floors.floor_for(w, cfg).on_demand) for k, w in wls.items()}
+        desired = {k: w.replicas for k, w in wls.items()}
+        watch.wait(
+            lambda: all(tracker.snapshot().get(k, serving.Counts()).total >= n for k, n in desired.items()),
+            # A safety net, not a target: 20,000 pods through the webhook on a busy laptop take minutes.
+            (4 * options.pod_startup) / scale + 60 + sum(desired.values()) / 10,
+            "every pod to be placed and Ready",
+            strict=True,
+        )
+
+        # 2. the notice
+        spot = [n for n in sim.store.list("nodes")[0] if cfg.node_capacity(_labels(n)).value == serving.SPOT]
+        names = doomed(options, spot)
+        by_name = {n["metadata"]["name"]: n for n in spot}
+        rng = random.Random(options.seed)
+        delays = {n: round(rng.uniform(0.0, DRAINER_MAX_DELAY), 3) if options.drainer else 0.0 for n in names}
+        t0 = watch.t0 = sim.clock.now()
+        tracker.arm(desired)
+        before = tracker.snapshot()
+        tracker.will_die(names, t0 + options.reclaim_after)
+        bus.warn([NodeView.from_json(by_name[n]).instance_id for n in names], t0)
+        stack.enter_context(_reclaiming(sim, names, delays, t0, options.reclaim_after))
+        watch.phase.name = f"notice: the doomed nodes go at t={options.reclaim_after:g}s"
+
+        # 3. the reclaim and the surges' end
+        def over() -> bool:
+            current = _workloads(sim.store)
+            watch.phase.surges = sum(1 for w in current.values() if _surging(w))
+            if sim.clock.now() < t0 + options.reclaim_after:
+                return False
+            watch.phase.name = "reclaimed: waiting for the surges to end"
+            counts = tracker.snapshot()
+            return not watch.phase.surges and all(
+                k in current and current[k].replicas == n and counts.get(k, serving.Counts()).total >= n
+                for k, n in desired.items()
+            )
+
+        settled = watch.wait(over, (options.reclaim_after + options.settle_seconds) / scale + 10, "the surges")
+        if not settled:
+            watch.phase.notes.append(
+                f"the surges had not ended {options.settle_seconds:g}s after the reclaim; went on to the return to spot"
+            )
+
+        # 4. back to spot
+        tracker.settle()
+        rejoin = tracker.snapshot()
+        returned = "not asked for"
+        if node_added is not None:
+            returned = _return_to_spot(sim, node_added, [by_name[n] for n in names], options, watch)
+        tracker.settle()
+        after = tracker.snapshot()
+        duration = sim.clock.now() - t0
+        admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
+        watch.phase.name = "done"
+        watch.show()
+        return Outcome(
+            workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
+            before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
+            settled=settled, returned=returned, notes=watch.phase.notes, options=options,
+        )  # fmt: skip
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replicas(obj: Obj) -> int:
+    if obj.get("kind") not in ("Deployment", "StatefulSet"):
+        return 0
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) else 1
+
+
+def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.futures.Executor, exc: Any) -> bool:
+    """Exit a context entered in ``future`` (waiting for it to be entered first)."""
+    try:
+        future.result()
+    except BaseException:
+        return False  # it never started: nothing to stop
+    finally:
+        pool.shutdown(wait=True)
+    return bool(cm.__exit__(*exc))
+
+
+@contextlib.contextmanager
+def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: float = 0.0) -> Iterator[Any]:
+    """The simulated cluster with the scenario's workloads placed by the admission webhook and Ready.
+
+    For replaying events against a scenario or snapshot: yields the running cluster.
+    """
+    infra, apps = split(objs)
+    if not any(o.get("kind") == "Node" for o in infra):
+        raise UserError("the scenario has no nodes: pods would never be placed")
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
+        sim = stack.enter_context(
+            testing.running_cluster(infra, time_scale=time_scale, ready_delay_seconds=pod_startup)
+        )
+        sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
+        stack.enter_context(functions.admission_server(sim, workdir))
+        sim.store.apply_objects(apps)
+        desired = sum(w.replicas for w in _workloads(sim.store).values())
+
+        def ready() -> bool:
+            from spotguard.sim import readiness
+
+            return sum(1 for p in sim.store.list("pods")[0] if readiness.is_ready(p)) >= desired
+
+        functions.wait_until(ready, 60 + desired / 50 + 4 * pod_startup / time_scale, "every pod to be Ready")
+        yield sim
+
+
+def _return_to_spot(sim: Any, node_added: functions.NodeAdded, gone: list[Obj], options: Options, watch: Watch) -> str:
+    if not node_added.available:
+        watch.phase.notes.append(f"return to spot skipped: {node_added.why}")
+        return f"skipped: {node_added.why}"
+    watch.phase.name = "new spot nodes joined; node-added moves workloads back"
+    fresh = [replacement(n) for n in gone]
+    sim.store.apply_objects(fresh)
+    for n in fresh:
+        node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))
+    last_ping = sim.clock.now()
+    last_change = [sim.clock.now(), _spot_serving(watch.tracker)]
+
+    def back() -> bool:
+        nonlocal last_ping
+        now = sim.clock.now()
+        if now - last_ping >= PING_SECONDS:
+            last_ping = now
+            node_added.ping()
+        spot_now = _spot_serving(watch.tracker)
+        if spot_now != last_change[1]:
+            last_change[:] = [now, spot_now]
+        # Every workload at its desired count, and every replica above its floor on spot (the
+        # optimum) or nothing moved for three pings and a pod startup: done.
+        counts = watch.tracker.snapshot()
+        full = all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in watch.wls.items())
+        optimal = all(  # and no move half done (its extra replica still there)
+            counts.get(k, serving.Counts()).serving[serving.SPOT] >= w.replicas - watch.floor.get(k, w.replicas)
+            and counts.get(k, serving.Counts()).total == w.replicas
+            for k, w in watch.wls.items()
+        )
+        return full and (optimal or now - last_change[0] >= 3 * PING_SECONDS + options.pod_startup)
+
+    ok = watch.wait(back, (600 + options.pod_startup * 4) / options.time_scale + 30, "the return to spot")
+    if not ok:
+        watch.phase.notes.append("the workloads had not settled back on spot when the cycle gave up waiting")
+    return "done" if ok else "timed out"
+
+
+def replacement(node: Obj) -> Obj:
+    """A new spot node like ``node`` (its instance type, zone and labels), with a new name and instance."""
+    new = copy.deepcopy(node)
+    old = str(new["metadata"]["name"])
+    name = f"{old}-b"
+    labels = dict(new["metadata"].get("labels") or {})
+    if "kubernetes.io/hostname" in labels:
+        labels["kubernetes.io/hostname"] = name
+    zone = labels.get("topology.kubernetes.io/zone", "us-east-1a")
+    new["metadata"] = {"name": name, "labels": labels}
+    spec = new.setdefault("spec", {})
+    spec.pop("unschedulable", None)
+    spec["taints"] = [t for t in spec.get("taints") or [] if not str(t.get("key", "")).startswith("spotguard.io/")]
+    if not spec["taints"]:
+        spec.pop("taints")
+    spec["providerID"] = f"aws:///{zone}/{scenario_mod.instance_id(name)}"
+    status = new.get("status") or {}
+    new["status"] = {k: v for k, v in status.items() if k in ("capacity", "allocatable", "nodeInfo")}
+    return new
+
+
+def _surging(w: Workload) -> bool:
+    """A surge in progress (a record kept as done, while its nodes linger in the API, is over)."""
+    if SURGE not in w.annotations:
+        return False
+    record = interruption.SurgeRecord.of(w)
+    return record is None or not record.done
+
+
+def _spot_serving(tracker: serving.Serving) -> int:
+    return sum(c.serving[serving.SPOT] for c in tracker.snapshot().values())
+
+
+def _labels(node: Obj) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def _workloads(store: Any) -> dict[str, Workload]:
+    out = {}
+    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+        for obj in store.list(res)[0]:
+            obj.setdefault("kind", kind)
+            w = Workload.from_json(obj)
+            out[w.key] = w
+    return out
+
+
+@contextlib.contextmanager
+def _ticking(tracker: serving.Serving) -> Iterator[None]:
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.02):
+            tracker.tick()
+
+    thread = threading.Thread(target=tick, name="serving-ticker", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def _reclaiming(sim: Any, names: list[str], delays: dict[str, float], t0: float, after: float) -> Iterator[None]:
+    """Mark each node for reclaim at ``t0 + after``, ``delays[node]`` after the notice.
+
+    The simulated drainer (when on) drains a node as soon as it is marked, so the
+    delay is when the drainer acts; the reclaim time is the same for every node.
+    """
+    stop = threading.Event()
+    order = sorted(names, key=lambda n: delays[n])
+
+    def mark() -> None:
+        for name in order:
+            while not stop.is_set():
+                wait = t0 + delays[name] - sim.clock.now()
+                if wait <= 0:
+                    break
+                stop.wait(sim.clock.real(wait))
+            if stop.is_set():
+                return
+            sim.reclaim([name], after_seconds=max(0.0, t0 + after - sim.clock.now()))
+
+    thread = threading.Thread(target=mark, name="reclaim", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)

@@ -1,0 +1,319 @@
+"""What a cycle did to each workload, against the promise: rows, the JSON summary, the table and the plot.
+
+The promise: no Deployment ever serves fewer replicas than it served just
+before the notice, and no StatefulSet falls below its on-demand floor.
+
+Spot shares are fractions of replicas: *before* and *after* count serving
+replicas at the notice and at the end; *during* is the share of pod-seconds on
+spot from the notice until new spot nodes join. The cost counts every pod
+bound to a running node, a spot pod at ``spot_price`` of an on-demand one, from
+the notice to the end, against the workloads' desired replicas all on
+on-demand for the same time.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from spotguard.ops import cycle, serving
+from spotguard.policy.workloads import Kind
+
+SPOT, OD = serving.SPOT, serving.ON_DEMAND
+
+
+@dataclass
+class Row:
+    namespace: str
+    name: str
+    kind: str
+    desired: int
+    floor: int
+    ready_before: int  # serving just before the notice
+    min_ready: int  # lowest serving since
+    lost_service: bool
+    seconds_below_desired: float
+    spot_share_before: float
+    spot_share_during: float
+    spot_share_after: float
+    cost_vs_on_demand: float
+    risk: str  # why it lost service or came close, in words ("" when safe)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+def _share(spot: float, total: float) -> float:
+    return round(spot / total, 4) if total else 0.0
+
+
+def rows(outcome: cycle.Outcome) -> list[Row]:
+    out = []
+    spot_price = outcome.options.spot_price
+    for key in sorted(outcome.workloads):
+        w = outcome.workloads[key]
+        b = outcome.before.get(key, serving.Counts())
+        r = outcome.rejoin.get(key, serving.Counts())
+        a = outcome.after.get(key, serving.Counts())
+        floor = outcome.floors[key]
+        required = b.total if w.kind is Kind.DEPLOYMENT else floor
+        lost = a.lowest < required
+        risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost)
+        during_total = r.pod_seconds[SPOT] + r.pod_seconds[OD]
+        cost_base = w.replicas * outcome.duration
+        cost = (a.pod_seconds[OD] + spot_price * a.pod_seconds[SPOT]) / cost_base if cost_base else 0.0
+        out.append(
+            Row(
+                namespace=w.namespace, name=w.name, kind=str(w.kind), desired=w.replicas, floor=floor,
+                ready_before=b.total, min_ready=a.lowest, lost_service=lost,
+                seconds_below_desired=round(a.below_seconds, 1),
+                spot_share_before=_share(b.serving[SPOT], b.total),
+                spot_share_during=_share(r.pod_seconds[SPOT], during_total),
+                spot_share_after=_share(a.serving[SPOT], a.total),
+                cost_vs_on_demand=round(cost, 4), risk=risk,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _risk(
+    outcome: cycle.Outcome, kind: Kind, b: serving.Counts, a: serving.Counts, *, floor: int, required: int, lost: bool
+) -> str:
+    """Why a workload lost service, or what brought it close, in words ("" when nothing did)."""
+    o = outcome.options
+    if lost:
+        what = "what it served before the notice" if kind is Kind.DEPLOYMENT else "its on-demand floor"
+        why = []
+        if o.drainer:
+            why.append("the drainer evicted its pods before replacements were Ready")
+        if o.pod_startup >= o.reclaim_after:
+            why.append(f"its pods take {o.pod_startup:g}s to start, longer than the {o.reclaim_after:g}s notice")
+        if kind is Kind.STATEFULSET:
+            why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
+        if b.serving[OD] == 0:
+            why.append("none of its replicas ran on on-demand")
+        return f"fell to {a.lowest} serving, below {required} ({what})" + (f": {'; '.join(why)}" if why else "")
+    if kind is Kind.STATEFULSET and a.lowest < b.total:
+        return (
+            f"ran on {a.lowest} of {b.total} replicas for {a.below_seconds:.0f}s: a StatefulSet cannot surge, "
+            f"its floor of {floor} on on-demand kept it serving"
+        )
+    if kind is Kind.DEPLOYMENT and b.serving[OD] == 0 and b.serving[SPOT]:
+        return "every replica ran on spot: it kept serving only because its surge was Ready before the reclaim"
+    return ""
+
+
+def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
+    """The JSON summary (the demo's last line)."""
+    desired = sum(r.desired for r in table)
+    spot_before = sum(outcome.before.get(r.key, serving.Counts()).serving[SPOT] for r in table)
+    total_before = sum(r.ready_before for r in table)
+    during_spot = sum(c.pod_seconds[SPOT] for c in outcome.rejoin.values())
+    during_all = sum(c.pod_seconds[SPOT] + c.pod_seconds[OD] for c in outcome.rejoin.values())
+    after_spot = sum(outcome.after.get(r.key, serving.Counts()).serving[SPOT] for r in table)
+    after_all = sum(outcome.after.get(r.key, serving.Counts()).total for r in table)
+    optimal = sum(max(0, r.desired - r.floor) for r in table)
+    spot_price = outcome.options.spot_price
+    cost = sum(c.pod_seconds[OD] + spot_price * c.pod_seconds[SPOT] for c in outcome.after.values())
+    base = desired * outcome.duration
+    return {
+        "interruption_free": not any(r.lost_service for r in table),
+        "spot_share_before": _share(spot_before, total_before),
+        "spot_share_during": _share(during_spot, during_all),
+        "spot_share_after": _share(after_spot, after_all),
+        "optimal_spot_share": _share(optimal, desired),
+        "cost_vs_on_demand": round(cost / base, 4) if base else 0.0,
+        "spot_nodes_reclaimed": len(outcome.doomed),
+        "drainer": outcome.options.drainer,
+        "drainer_delays": outcome.drainer_delays,
+        "seed": outcome.options.seed,
+        "time_scale": outcome.options.time_scale,
+        "simulated_seconds": round(outcome.duration, 1),
+        "settled": outcome.settled,
+        "return_to_spot": outcome.returned,
+        "notes": outcome.notes,
+        "workloads": [
+            {
+                "namespace": r.namespace,
+                "name": r.name,
+                "kind": r.kind,
+                "desired": r.desired,
+                "floor": r.floor,
+                "ready_before": r.ready_before,
+                "min_ready": r.min_ready,
+                "lost_service": r.lost_service,
+                "seconds_below_desired": r.seconds_below_desired,
+                "spot_share_before": r.spot_share_before,
+                "spot_share_during": r.spot_share_during,
+                "spot_share_after": r.spot_share_after,
+                "cost_vs_on_demand": r.cost_vs_on_demand,
+                "risk": r.risk,
+            }
+            for r in table
+        ],
+    }
+
+
+def rich_table(table: list[Row], limit: int = 40) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    t = Table(
+        title="serving replicas before the notice, lowest since, time below desired; "
+        "spot share before, during, after; cost vs all on-demand",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+    )
+    t.add_column("workload", no_wrap=True)
+    for col in ("floor", "before", "lowest", "below", "spot", "during", "after", "cost"):
+        t.add_column(col, justify="right")
+    t.add_column("promise")
+    shown = sorted(table, key=lambda r: (not r.lost_service, r.key))[:limit]
+    for r in shown:
+        t.add_row(
+            _label(r), str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
+            f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
+            f"{r.cost_vs_on_demand:.0%}", "[red]broken[/red]" if r.lost_service else "[green]kept[/green]",
+        )  # fmt: skip
+    if len(table) > len(shown):
+        t.caption = f"{len(table) - len(shown)} more workloads not shown (all of them are in --json)"
+    return t
+
+
+def _label(r: Row) -> str:
+    """``deploy/shop/web``, ``sts/data/db`` (kubectl's short names)."""
+    return f"{'deploy' if r.kind == 'Deployment' else 'sts'}/{r.namespace}/{r.name}"
+
+
+def verdict(data: dict[str, Any]) -> str:
+    lost = [w for w in data["workloads"] if w["lost_service"]]
+    head = (
+        f"spot share {data['spot_share_before']:.0%} before, {data['spot_share_during']:.0%} during, "
+        f"{data['spot_share_after']:.0%} after (best possible {data['optimal_spot_share']:.0%}); "
+        f"cost {data['cost_vs_on_demand']:.0%} of all on-demand"
+        + (f" (a saving of {1 - data['cost_vs_on_demand']:.0%})" if data["cost_vs_on_demand"] < 1 else "")
+    )
+    if not lost:
+        return (
+            head + "\nthe promise held: no Deployment served fewer replicas than before the notice, "
+            "no StatefulSet fell below its floor"
+        )
+    names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']})"
+                      for w in lost[:10])  # fmt: skip
+    return head + f"\nthe promise broke for {len(lost)} workload(s): {names}"
+
+
+# -- the plot ----------------------------------------------------------------------------------
+
+
+def _steps(outcome: cycle.Outcome) -> tuple[list[float], dict[str, list[tuple[float, int, int]]]]:
+    """Per workload, (t since notice, spot, on-demand) after each change; and the times."""
+    per: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+    for t, key, spot, od in outcome.series:
+        if key in outcome.workloads and t >= outcome.t0 - 1e-9:
+            per[key].append((t - outcome.t0, spot, od))
+    times = sorted({p[0] for v in per.values() for p in v} | {0.0, outcome.duration})
+    return times, per
+
+
+def _totals(times: list[float], per: dict[str, list[tuple[float, int, int]]]) -> tuple[list[int], list[int]]:
+    """Serving on spot and on on-demand, summed over the workloads, at each of ``times`` (one sweep)."""
+    changes = sorted((t, key, spot, od) for key, points in per.items() for t, spot, od in points)
+    current: dict[str, tuple[int, int]] = {}
+    spot_total: list[int] = []
+    od_total: list[int] = []
+    spot_sum = od_sum = 0
+    j = 0
+    for t in times:
+        while j < len(changes) and changes[j][0] <= t:
+            _, key, spot, od = changes[j]
+            old = current.get(key, (0, 0))
+            spot_sum += spot - old[0]
+            od_sum += od - old[1]
+            current[key] = (spot, od)
+            j += 1
+        spot_total.append(spot_sum)
+        od_total.append(od_sum)
+    return spot_total, od_total
+
+
+def _margin(outcome: cycle.Outcome, key: str) -> int:
+    """How far a workload stayed above what the promise requires (negative: broken)."""
+    w = outcome.workloads[key]
+    before = outcome.before.get(key, serving.Counts()).total
+    required = before if w.kind is Kind.DEPLOYMENT else outcome.floors[key]
+    return outcome.after.get(key, serving.Counts()).lowest - required
+
+
+def plot(outcome: cycle.Outcome, path: Path | io.BytesIO, per_workload_limit: int = 12) -> None:
+    """A PNG: serving replicas on spot and on-demand over time, in total and per workload (the 12 that
+    came closest to breaking the promise, where there are more)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times, per = _steps(outcome)
+    spot, od = _totals(times, per)
+    keys = sorted(per, key=lambda k: (_margin(outcome, k), k))[:per_workload_limit]
+    keys.sort()
+    rows_n = 1 + (len(keys) + 2) // 3
+    fig = plt.figure(figsize=(12, 3.2 * rows_n))
+    ax = fig.add_subplot(rows_n, 1, 1)
+    ax.stackplot(times, od, spot, step="post", labels=["on-demand", "spot"], colors=["#4c72b0", "#55a868"])
+    ax.axvline(outcome.options.reclaim_after, color="#c44e52", linestyle="--", label="reclaim")
+    ax.set_title("serving replicas, all workloads")
+    ax.set_xlabel("simulated seconds since the notice")
+    ax.legend(loc="lower right")
+    for i, key in enumerate(keys):
+        sub = fig.add_subplot(rows_n, 3, 4 + i)
+        pts = per[key]
+        ts = [p[0] for p in pts] + [outcome.duration]
+        sp = [p[1] for p in pts] + [pts[-1][1]]
+        o = [p[2] for p in pts] + [pts[-1][2]]
+        sub.stackplot(ts, o, sp, step="post", colors=["#4c72b0", "#55a868"])
+        w = outcome.workloads[key]
+        sub.axhline(w.replicas, color="black", linewidth=0.8, linestyle=":")
+        sub.set_title(key, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=80)
+    plt.close(fig)
+
+
+def write_html(outcome: cycle.Outcome, table: list[Row], data: dict[str, Any], path: Path) -> None:
+    """A self-contained HTML report: the verdict, the table and the plot."""
+    png = io.BytesIO()
+    plot(outcome, png)
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            r.key, r.desired, r.floor, r.ready_before, r.min_ready, f"{r.seconds_below_desired:.0f}s",
+            f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
+            f"{r.cost_vs_on_demand:.0%}", "broken" if r.lost_service else "kept", r.risk,
+        )) + "</tr>"
+        for r in table
+    )  # fmt: skip
+    heads = "".join(f"<th>{h}</th>" for h in (
+        "workload", "desired", "floor", "serving before", "lowest serving", "below desired", "spot before",
+        "spot during", "spot after", "cost vs on-demand", "promise", "at risk because",
+    ))  # fmt: skip
+    image = base64.b64encode(png.getvalue()).decode()
+    verdict_html = html.escape(verdict(data)).replace("\n", "<br>")
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><title>spotguard simulate</title>"
+        "<style>body{font-family:sans-serif}td,th{padding:2px 8px;border-bottom:1px solid #ddd}</style>"
+        f"<h1>spotguard simulate</h1><p>{verdict_html}</p>"
+        f"<img alt='serving replicas over time' src='data:image/png;base64,{image}'>"
+        f"<table><tr>{heads}</tr>{cells}</table>"
+    )
+
+
+def as_dict(row: Row) -> dict[str, Any]:
+    return asdict(row)

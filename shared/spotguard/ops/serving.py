@@ -1,0 +1,215 @@
+"""Serving replicas per workload on the simulated cluster: the truth, not the API's Ready condition.
+
+A pod serves while it is Ready, not terminating, and its node still runs. A
+node stops running at its reclaim time (the instance is gone, whatever the API
+still says for tens of seconds), when it is deleted, or when it goes NotReady.
+:class:`Serving` subscribes to the simulated store, so a dip between two polls
+is still seen, and a ticker calls :meth:`Serving.tick` so that a reclaim with no
+API change still counts at once.
+
+Once armed (at the notice) it keeps, per workload: the serving count just
+before, the lowest since, the simulated seconds below the desired count, and
+the pod-seconds placed on spot and on on-demand (for the cost); and, for the
+plot, every change of serving replicas on spot and on on-demand.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.sim import readiness
+
+Obj = dict[str, Any]
+SPOT = "spot"
+ON_DEMAND = "on-demand"
+
+
+@dataclass
+class Pod:
+    key: str
+    node: str
+    ready: bool  # the API's Ready condition, and not terminating
+
+
+@dataclass
+class Counts:
+    """One workload's numbers now and since the notice."""
+
+    serving: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})
+    placed: dict[str, int] = field(default_factory=lambda: {SPOT: 0, ON_DEMAND: 0})  # bound to a live node
+    before: int = 0  # serving just before the notice
+    lowest: int = 0
+    below_seconds: float = 0.0  # simulated seconds serving < desired
+    pod_seconds: dict[str, float] = field(default_factory=lambda: {SPOT: 0.0, ON_DEMAND: 0.0})
+    since: float = 0.0  # when the integrals were last brought up to date
+
+    @property
+    def total(self) -> int:
+        return self.serving[SPOT] + self.serving[ON_DEMAND]
+
+
+class Serving:
+    """Serving replicas per workload after every change of pods and nodes (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float], capacity_of: Callable[[Mapping[str, str]], str]) -> None:
+        self.clock = clock
+        self.capacity_of = capacity_of  # node labels -> "spot" | "on-demand"
+        self.lock = threading.Lock()
+        self.pods: dict[str, Pod] = {}
+        self.nodes: dict[str, str] = {}  # live node -> capacity
+        self.dead: set[str] = set()
+        self.deaths: dict[str, float] = {}  # node -> simulated time its instance goes
+        self.counts: dict[str, Counts] = defaultdict(Counts)
+        self.desired: dict[str, int] = {}
+        self.armed_at: float | None = None
+        self.series: list[tuple[float, str, int, int]] = []  # (time, key, serving on spot, on on-demand)
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def start(self, store: Any) -> None:
+        """Read the store's nodes and pods, then follow every change."""
+        nodes, _ = store.list("nodes")
+        pods, _ = store.list("pods")
+        with self.lock:
+            for n in nodes:
+                self._node("ADDED", n)
+            for p in pods:
+                self._pod("ADDED", p)
+        store.subscribe(self.on_change)
+
+    def stop(self, store: Any) -> None:
+        store.unsubscribe(self.on_change)
+
+    def on_change(self, event_type: str, resource: str, obj: Obj) -> None:
+        with self.lock:
+            if resource == "pods":
+                self._pod(event_type, obj)
+            elif resource == "nodes":
+                self._node(event_type, obj)
+
+    def will_die(self, nodes: Iterable[str], when: float) -> None:
+        """The instances behind ``nodes`` go at simulated time ``when`` (their pods stop serving then)."""
+        with self.lock:
+            for n in nodes:
+                self.deaths[n] = when
+
+    def tick(self) -> None:
+        """Kill the nodes whose reclaim time has come."""
+        now = self.clock()
+        with self.lock:
+            for name, when in list(self.deaths.items()):
+                if when <= now and name not in self.dead:
+                    self._kill(name)
+
+    def arm(self, desired: Mapping[str, int]) -> None:
+        """The notice: remember each workload's serving count now; record lows and time from here."""
+        now = self.clock()
+        with self.lock:
+            self.desired = dict(desired)
+            self.armed_at = now
+            for key in set(desired) | set(self.counts):
+                c = self.counts[key]
+                c.before = c.lowest = c.total
+                c.since = now
+                self.series.append((now, key, c.serving[SPOT], c.serving[ON_DEMAND]))
+
+    def settle(self) -> None:
+        """Bring the integrals up to now (before reading them)."""
+        now = self.clock()
+        with self.lock:
+            for key in self.counts:
+                self._advance(key, now)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Counts]:
+        with self.lock:
+            return {
+                k: Counts(dict(c.serving), dict(c.placed), c.before, c.lowest, c.below_seconds, dict(c.pod_seconds))
+                for k, c in self.counts.items()
+            }
+
+    def live_nodes(self, capacity: str | None = None) -> list[str]:
+        with self.lock:
+            return sorted(
+                n for n, cap in self.nodes.items() if n not in self.dead and (capacity is None or cap == capacity)
+            )
+
+    # -- internals (under the lock) -------------------------------------------------------
+
+    def _pod(self, event_type: str, obj: Obj) -> None:
+        key = readiness.workload_key(obj)
+        if key is None:
+            return
+        uid = obj["metadata"]["uid"]
+        old = self.pods.pop(uid, None)
+        new = None
+        if event_type != "DELETED":
+            node = (obj.get("spec") or {}).get("nodeName") or ""
+            new = Pod(key, node, readiness.is_ready(obj))
+            self.pods[uid] = new
+        if old != new:
+            self._change(key, old, new)
+
+    def _node(self, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        gone = event_type == "DELETED" or (_has_ready_condition(obj) and not readiness.is_ready(obj))
+        if gone:
+            if name in self.nodes and name not in self.dead:
+                self._kill(name)
+            return
+        if name not in self.nodes and name not in self.dead:
+            self.nodes[name] = self.capacity_of(meta.get("labels") or {})
+            for p in self.pods.values():
+                if p.node == name:
+                    self._change(p.key, None, p)  # counted now that its node is known
+
+    def _kill(self, name: str) -> None:
+        on_it = [p for p in self.pods.values() if p.node == name]
+        for p in on_it:
+            self._change(p.key, p, None)
+        self.dead.add(name)
+
+    def _weight(self, pod: Pod | None) -> tuple[str | None, bool]:
+        """(capacity it counts on, serving) for a pod, or (None, False) where it counts nowhere."""
+        if pod is None or not pod.node or pod.node in self.dead or pod.node not in self.nodes:
+            return None, False
+        return self.nodes[pod.node], pod.ready
+
+    def _change(self, key: str, old: Pod | None, new: Pod | None) -> None:
+        now = self.clock()
+        self._advance(key, now)
+        c = self.counts[key]
+        before = (c.serving[SPOT], c.serving[ON_DEMAND])
+        for pod, sign in ((old, -1), (new, 1)):
+            cap, serving = self._weight(pod)
+            if cap is None:
+                continue
+            c.placed[cap] = c.placed.get(cap, 0) + sign
+            if serving:
+                c.serving[cap] = c.serving.get(cap, 0) + sign
+        if self.armed_at is not None:
+            c.lowest = min(c.lowest, c.total)
+        if (c.serving[SPOT], c.serving[ON_DEMAND]) != before:
+            self.series.append((now, key, c.serving[SPOT], c.serving[ON_DEMAND]))
+
+    def _advance(self, key: str, now: float) -> None:
+        if self.armed_at is None:
+            return
+        c = self.counts[key]
+        span = max(0.0, now - max(c.since, self.armed_at))
+        if span:
+            if c.total < self.desired.get(key, 0):
+                c.below_seconds += span
+            for cap in (SPOT, ON_DEMAND):
+                c.pod_seconds[cap] += span * c.placed.get(cap, 0)
+        c.since = max(c.since, now)
+
+
+def _has_ready_condition(obj: Obj) -> bool:
+    return any(c.get("type") == "Ready" for c in (obj.get("status") or {}).get("conditions") or [])

@@ -1,0 +1,91 @@
+"""Serving replicas are the truth, not the API's Ready: a pod on a reclaimed node stops serving at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotguard.ops import report, serving
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def node(name: str, capacity: str, ready: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"cap": capacity}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]}}  # fmt: skip
+
+
+def pod(uid: str, node_name: str, ready: bool = True, deleting: bool = False, app: str = "web") -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "uid": uid, "name": uid, "namespace": "shop", "labels": {"pod-template-hash": "abc"},
+        "ownerReferences": [{"kind": "ReplicaSet", "name": f"{app}-abc", "controller": True}],
+    }  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node_name},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+
+
+def tracker(clock: Clock) -> serving.Serving:
+    t = serving.Serving(clock, lambda labels: labels["cap"])
+    for n in (node("od-1", "on-demand"), node("spot-1", "spot"), node("spot-2", "spot")):
+        t.on_change("ADDED", "nodes", n)
+    return t
+
+
+KEY = "Deployment/shop/web"
+
+
+def test_a_reclaimed_node_stops_its_pods_serving_though_the_api_still_says_ready() -> None:
+    clock = Clock()
+    t = tracker(clock)
+    for uid, where in (("a", "od-1"), ("b", "spot-1"), ("c", "spot-1"), ("d", "spot-2")):
+        t.on_change("ADDED", "pods", pod(uid, where))
+    assert t.snapshot()[KEY].serving == {"spot": 3, "on-demand": 1}
+    t.arm({KEY: 4})
+    t.will_die(["spot-1"], clock.t + 120)
+    clock.t += 119
+    t.tick()
+    assert t.snapshot()[KEY].total == 4
+    # WHEN the reclaim time comes, with no API change at all
+    clock.t += 1
+    t.tick()
+    # THEN its two pods stop serving at once
+    c = t.snapshot()[KEY]
+    assert c.total == 2 and c.lowest == 2 and c.before == 4
+    # AND a replacement on on-demand counts once Ready, and the time below desired is measured
+    t.on_change("ADDED", "pods", pod("e", "od-1", ready=False))
+    clock.t += 30
+    t.on_change("MODIFIED", "pods", pod("e", "od-1"))
+    t.on_change("ADDED", "pods", pod("f", "od-1"))
+    t.settle()
+    c = t.snapshot()[KEY]
+    assert c.total == 4 and c.lowest == 2
+    assert 29.9 <= c.below_seconds <= 30.1
+
+
+def test_not_ready_nodes_and_terminating_pods_do_not_serve() -> None:
+    clock = Clock()
+    t = tracker(clock)
+    t.on_change("ADDED", "pods", pod("a", "spot-2"))
+    t.on_change("ADDED", "pods", pod("b", "od-1"))
+    t.arm({KEY: 2})
+    t.on_change("MODIFIED", "pods", pod("b", "od-1", deleting=True))  # evicted: out of the endpoints at once
+    assert t.snapshot()[KEY].total == 1
+    t.on_change("MODIFIED", "nodes", node("spot-2", "spot", ready=False))
+    assert t.snapshot()[KEY].total == 0 and t.snapshot()[KEY].lowest == 0
+    # a pod on a node not seen yet counts once the node is known
+    t.on_change("ADDED", "pods", pod("c", "spot-9"))
+    assert t.snapshot()[KEY].total == 0
+    t.on_change("ADDED", "nodes", node("spot-9", "spot"))
+    assert t.snapshot()[KEY].serving["spot"] == 1
+
+
+def test_totals_over_time_sum_the_workloads() -> None:
+    per = {"a": [(0.0, 1, 2), (5.0, 0, 2), (7.0, 1, 1)], "b": [(0.0, 3, 0), (6.0, 0, 3)]}
+    assert report._totals([0.0, 5.0, 6.0, 7.0, 10.0], per) == ([4, 3, 0, 1, 1], [2, 2, 5, 4, 4])

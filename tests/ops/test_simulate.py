@@ -1,0 +1,107 @@
+"""`spotguard simulate`: the what-if, judged by serving replicas, on scenarios, exports and snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.ops.support import SCENARIOS, last_json, plain_error, spotguard
+
+FAST = ("--time-scale", "40", "--no-return")
+
+
+def test_one_node_goes_and_the_promise_holds(tmp_path: Path) -> None:
+    # GIVEN the small scenario WHEN only spot-1 gets the notice
+    report = tmp_path / "whatif.html"
+    proc = spotguard(
+        "simulate", "--scenario", str(SCENARIOS / "small.yaml"), "--interrupt", "spot-1", "--output", "json",
+        "--report", str(report), *FAST,
+    )  # fmt: skip
+    # THEN every workload kept its promise and the report embeds the plot
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = last_json(proc)
+    assert data["interruption_free"] is True and data["spot_nodes_reclaimed"] == 1
+    assert {w["name"] for w in data["workloads"]} == {"web", "api", "worker", "db"}
+    text = report.read_text()
+    assert "data:image/png;base64," in text and "Deployment/shop/web" in text
+
+
+def test_pods_slower_than_the_notice_break_the_promise_and_say_why() -> None:
+    # GIVEN pods that take longer to start than the two-minute notice
+    proc = spotguard(
+        "simulate", "--scenario", str(SCENARIOS / "small.yaml"), "--interrupt", "all-spot", "--pod-startup", "200",
+        "--output", "json", *FAST,
+    )  # fmt: skip
+    # THEN the Deployments with pods on spot lose service, and the what-if says so and why
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = last_json(proc)
+    assert data["interruption_free"] is False
+    web = next(w for w in data["workloads"] if w["name"] == "web")
+    assert web["lost_service"] is True and web["min_ready"] < web["ready_before"]
+    assert "take 200s to start" in web["risk"]
+
+
+def test_a_snapshot_and_a_kubectl_export_are_scenarios(tmp_path: Path) -> None:
+    # GIVEN a simulated cluster running the small scenario, captured two ways
+    import subprocess
+
+    from spotguard.sim import testing
+
+    with testing.running_cluster(SCENARIOS / "small.yaml", time_scale=10) as sim:
+        snap = tmp_path / "snap.yaml"
+        proc = spotguard("snapshot", "--kubeconfig", sim.kubeconfig, "-o", str(snap))
+        assert proc.returncode == 0, proc.stderr
+        export = tmp_path / "export.yaml"
+        kubectl = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
+        if not kubectl.exists():
+            kubectl = Path("kubectl")
+        done = subprocess.run(
+            [str(kubectl), "--kubeconfig", sim.kubeconfig, "get", "nodes,namespaces,deployments,statefulsets,pdb,"
+             "hpa,replicasets,pods", "-A", "-o", "yaml"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        export.write_text(done.stdout)
+    # WHEN each is simulated THEN it runs the cycle on the captured workloads
+    for scenario in (snap, export):
+        proc = spotguard("simulate", "--scenario", str(scenario), "--interrupt", "2", "--output", "json", *FAST)
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        data = last_json(proc)
+        assert {w["name"] for w in data["workloads"]} == {"web", "api", "worker", "db"}, scenario
+        assert data["spot_nodes_reclaimed"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--interrupt", "0"], ["at least 1"]),
+        (["--interrupt", "9"], ["4 spot nodes"]),
+        (["--interrupt", "od-1"], ["od-1", "not a spot node"]),
+        (["--interrupt", "spot-1", "all-spot"], ["stands alone"]),
+        (["--interrupt", "all-spot", "--report", "out.txt"], ["html", "png"]),
+        (["--interrupt", "all-spot", "--report", "/nonexistent/r.html"], ["does not exist"]),
+        (["--interrupt", "all-spot", "--time-scale", "-3"], ["--time-scale"]),
+        (["--interrupt", "all-spot", "--output", "xml"], ["invalid choice"]),
+    ],
+)
+def test_bad_arguments(args: list[str], words: list[str]) -> None:
+    proc = spotguard("simulate", "--scenario", str(SCENARIOS / "small.yaml"), *args, timeout=60)
+    plain_error(proc, *words)
+
+
+def test_missing_arguments_and_bad_files(tmp_path: Path) -> None:
+    plain_error(spotguard("simulate", "--interrupt", "all-spot", timeout=60), "--scenario")
+    plain_error(spotguard("simulate", "--scenario", str(tmp_path / "none.yaml"), "--interrupt", "1"), "not found")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    plain_error(spotguard("simulate", "--scenario", str(bad), "--interrupt", "1", timeout=60), "not a mapping")
+    nokind = tmp_path / "nokind.yaml"
+    nokind.write_text("metadata: {name: x}\n")
+    plain_error(spotguard("simulate", "--scenario", str(nokind), "--interrupt", "1", timeout=60), "no kind")
+
+
+def test_help_has_an_example() -> None:
+    proc = spotguard("simulate", "--help", timeout=60)
+    assert proc.returncode == 0
+    assert "example" in proc.stdout and "spotguard simulate --scenario" in proc.stdout
