@@ -111,7 +111,7 @@ class ReplicaSetController(base.Controller):
         done, failed = slow_start_batch(count, SLOW_START_INITIAL_BATCH, create_one, self.pool)
         if failed:
             self.log.warning("pod creation failed", extra={
-                "replicaset": rs["metadata"]["name"], "namespace": ns, "created": done,
+                "replicaset": rs["metadata"]["name"], "namespace": ns, "pods_created": done,
                 "error": str(failed[0])})
             raise failed[0]
 
