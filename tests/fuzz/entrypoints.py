@@ -324,15 +324,24 @@ def no_bugs(answer: Answer) -> None:
 FAILED_OPEN = "admission failed; allowing the pod unchanged"
 
 
+def _has_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(v is None or _has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(v is None or _has_null(v) for v in value)
+    return False
+
+
 def real_pod(body: bytes) -> bool:
-    """True when the review's object is a Pod kube-apiserver could send (it decodes the
-    object into a typed Pod before any webhook sees it)."""
+    """True when the review's object is a Pod kube-apiserver could send: it decodes the
+    object into a typed Pod before any webhook sees it, so the types are right and there
+    is no JSON null anywhere (a null becomes a zero value, sent as such or left out)."""
     try:
         pod = json.loads(body)["request"]["object"]
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=False)
     except Exception:
         return False
-    return True
+    return not _has_null(pod)
 
 
 def check_admission(sent: Http, answer: Answer) -> None:

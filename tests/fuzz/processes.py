@@ -42,7 +42,7 @@ def tls_files(directory: Path) -> certs.Paths:
 @contextlib.contextmanager
 def serving(command: list[str], url: str, verify: str | bool, log: Path, health: str) -> Iterator[Served]:
     env = {**os.environ, "SPOTGUARD_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "SPOTGUARD_EKS_CLUSTER"):
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "SPOTGUARD_EKS_CLUSTER", "KUBECONFIG"):
         env.pop(name, None)
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -73,14 +73,16 @@ def serving(command: list[str], url: str, verify: str | bool, log: Path, health:
 
 
 @contextlib.contextmanager
-def admission(workdir: Path, kubeconfig: str) -> Iterator[Served]:
+def admission(workdir: Path, kubeconfig: str | None) -> Iterator[Served]:
+    """``kubeconfig`` None: no cluster (every pod is allowed unchanged)."""
     tls = tls_files(workdir / "tls")
     port = free_port()
     command = [
         "serve", "admission", "--host", "127.0.0.1", "--port", str(port),
-        "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
-        "--kubeconfig", kubeconfig, "--workers", "1", "--threads", "4",
+        "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--workers", "1", "--threads", "4",
     ]  # fmt: skip
+    if kubeconfig is not None:
+        command += ["--kubeconfig", kubeconfig]
     with serving(command, f"https://127.0.0.1:{port}", str(tls.ca_cert), workdir / "admission.log", "/healthz") as s:
         yield s
 
