@@ -61,9 +61,9 @@ def configure(level: str | None = None) -> None:
         handler.setFormatter(JsonFormatter())
         handler._spotguard = True  # type: ignore[attr-defined]
         root.addHandler(handler)
-    level = getattr(logging, name, logging.INFO)
-    root.setLevel(level)
+    number = getattr(logging, name, logging.INFO)
+    root.setLevel(number)
     # At DEBUG botocore logs the canonical request and the signature of everything it
     # signs: with the EKS token's presigned URL, enough to rebuild the token (a bearer
     # credential for the cluster). That logger never goes below INFO.
-    logging.getLogger("botocore.auth").setLevel(max(level, logging.INFO))
+    logging.getLogger("botocore.auth").setLevel(max(number, logging.INFO))
