@@ -355,7 +355,8 @@ def check_admission(sent: Http, answer: Answer) -> None:
         assert answer.status != 200 or sent.method in ("GET", "HEAD"), answer
         return
     if sent.method != "POST":
-        assert answer.status == 405, answer
+        too_large = answer.status == 413 and len(sent.body) > admission_transport.MAX_BODY  # read before routing
+        assert answer.status == 405 or too_large, answer
         return
     assert answer.headers.get("Content-Type", answer.headers.get("content-type", "")).startswith("application/json")
     body = answer.json()
