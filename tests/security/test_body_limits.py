@@ -97,3 +97,15 @@ def test_the_knative_admission_function_limits_the_body(monkeypatch: pytest.Monk
         assert answer.json()["reason"] == "BodyTooLarge"
     finally:
         driver.close()
+
+
+def test_a_body_sent_with_the_wrong_method_still_gets_its_answer(tmp_path: Path) -> None:
+    """The admission server read no body for a GET and closed the connection under the
+    client, which saw a TLS EOF instead of the 405 (found by the fuzzer)."""
+    with admission(tmp_path) as server:
+        session = requests.Session()
+        body = b" " * (server.limit - 1)
+        for _ in range(5):
+            answer = session.get(server.served.url + "/mutate", data=body, verify=server.served.verify, timeout=60)
+            assert answer.status_code == 405
+            assert answer.json()["reason"] == "MethodNotAllowed"
