@@ -465,9 +465,13 @@ def check_cloudevent_function(sent: Http, answer: Answer) -> None:
 
 def check_cloudevent_server(sent: Http, answer: Answer) -> None:
     """The local server also limits the body: nothing over the limit is handled."""
-    check_cloudevent_http(sent, answer)
     if len(sent.body) > interruption_app.MAX_BODY:
-        assert 400 <= answer.status < 500, answer
+        # hypercorn stops reading at the limit and answers its own 400, with an empty
+        # body: refused, but not with a reason (docs/evidence.md, known and left alone).
+        no_bugs(answer)
+        assert answer.status in (400, 413), answer
+        return
+    check_cloudevent_http(sent, answer)
 
 
 def check_lambda_event(sent: Any, answer: Answer) -> None:
