@@ -74,22 +74,20 @@ NEEDS: dict[str, set[Grant]] = {
         needs(OWN, "coordination.k8s.io", "leases", "get create update"),  # reservations.py: the slots
         CONFIG,
     ),
-    "spot-interruption": set(),  # filled below (the name of its roles differs)
+    "spotguard-spot-interruption": set().union(
+        needs(CLUSTER, "", "pods nodes namespaces", "list"),  # interruption/handler.py: the snapshot
+        needs(CLUSTER, "apps", "deployments statefulsets", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "policy", "poddisruptionbudgets", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "", "nodes", "get patch"),  # handler.py: the taint (re-read on conflict), its removal
+        needs(CLUSTER, "apps", "deployments", "get patch"),  # handler.py: surge and scale-back
+        needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete"),  # handler.py: the temporary budget
+        needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch"),  # handler.py: minReplicas raised
+        needs(CLUSTER, "", "events", "create"),  # handler.py: what it did, on the objects
+        CONFIG,
+    ),
     "spotguard-node-events": needs(CLUSTER, "", "nodes", "get list watch"),  # Knative ApiServerSource's adapter
 }
-NEEDS["spotguard-spot-interruption"] = set().union(
-    needs(CLUSTER, "", "pods nodes namespaces", "list"),  # interruption/handler.py: the snapshot
-    needs(CLUSTER, "apps", "deployments statefulsets", "list"),  # handler.py: the snapshot
-    needs(CLUSTER, "policy", "poddisruptionbudgets", "list"),  # handler.py: the snapshot
-    needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "list"),  # handler.py: the snapshot
-    needs(CLUSTER, "", "nodes", "get patch"),  # handler.py: the taint (re-read on conflict), its removal
-    needs(CLUSTER, "apps", "deployments", "get patch"),  # handler.py: surge and scale-back
-    needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete"),  # handler.py: the temporary budget
-    needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch"),  # handler.py: minReplicas raised
-    needs(CLUSTER, "", "events", "create"),  # handler.py: what it did, on the objects
-    CONFIG,
-)
-del NEEDS["spot-interruption"]
 NOT_CHECKED_YET = {"spotguard-node-added"}  # no code yet (see the module docstring)
 
 # Declared but not exercised by the run below, each with the reason.
@@ -226,61 +224,40 @@ def scenario() -> list[dict[str, Any]]:
     return out
 
 
+def template(name: str) -> dict[str, Any]:
+    return objects.pod_template(name, containers=[objects.container(name, cpu="100m")], terminationGracePeriodSeconds=0)
+
+
+def ready(k: kube.Kube, app: str) -> int:
+    def is_ready(pod: dict[str, Any]) -> bool:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    pods = k.list(r.PODS, "shop", label_selector=f"app={app}")
+    return sum(1 for p in pods if is_ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+
 def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> None:
     """GIVEN both servers on a simulated cluster, WHEN pods are admitted and a notice is
     handled to the end, THEN every request they made is declared, and every declared
     permission was used."""
-    template = objects.pod_template(
-        "web", containers=[objects.container("web", cpu="100m")], terminationGracePeriodSeconds=0
-    )
-    db = objects.pod_template("db", containers=[objects.container("db", cpu="100m")], terminationGracePeriodSeconds=0)
     with (
         testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2) as sim,
         processes.admission(tmp_path, sim.kubeconfig) as webhook,
         processes.spot_interruption(tmp_path, sim.kubeconfig, reconcile_interval=0.5) as interruption,
     ):
         k = kube.Kube(sim.api_client())
-        ca = Path(str(webhook.verify)).read_bytes()
-        k.create(
-            r.MUTATINGWEBHOOKCONFIGURATIONS,
-            registration.webhook_configuration(webhook.url + "/mutate", base64.b64encode(ca).decode()),
-        )
-        k.create(r.DEPLOYMENTS, objects.deployment("web", 4, namespace="shop", template=template), "shop")
-        k.create(
-            r.DEPLOYMENTS,
-            objects.deployment(
-                "odd",
-                2,
-                namespace="shop",
-                template=objects.pod_template(
-                    "odd", containers=[objects.container("odd", cpu="100m")], terminationGracePeriodSeconds=0
-                ),
-                annotations={"spotguard.io/min-on-demand": "many"},
-            ),
-            "shop",
-        )
-        k.create(r.STATEFULSETS, objects.statefulset("db", 3, namespace="shop", template=db, policy="Parallel"), "shop")
+        ca = base64.b64encode(Path(str(webhook.verify)).read_bytes()).decode()
+        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, registration.webhook_configuration(webhook.url + "/mutate", ca))
+        k.create(r.DEPLOYMENTS, objects.deployment("web", 4, namespace="shop", template=template("web")), "shop")
+        invalid = {"spotguard.io/min-on-demand": "many"}  # reported with an Event
+        odd = objects.deployment("odd", 2, namespace="shop", template=template("odd"), annotations=invalid)
+        k.create(r.DEPLOYMENTS, odd, "shop")
+        db = objects.statefulset("db", 3, namespace="shop", template=template("db"), policy="Parallel")
+        k.create(r.STATEFULSETS, db, "shop")
         k.create(r.HPAS, objects.hpa("web", "web", 4, 10, namespace="shop"), "shop")
-
-        def ready(name: str, replicas: int) -> bool:
-            pods = [
-                p
-                for p in k.list(r.PODS, "shop", label_selector=f"app={name}")
-                if not p["metadata"].get("deletionTimestamp")
-            ]
-            return (
-                sum(
-                    1
-                    for p in pods
-                    if any(
-                        c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in p.get("status", {}).get("conditions") or []
-                    )
-                )
-                >= replicas
-            )
-
-        wait_for(lambda: ready("web", 4) and ready("db", 3) and ready("odd", 2), 60, "the workloads Ready")
+        wanted = {"web": 4, "db": 3, "odd": 2}
+        wait_for(lambda: all(ready(k, app) >= n for app, n in wanted.items()), 240, "the workloads Ready")
         doomed = [
             p["spec"]["nodeName"]
             for p in k.list(r.PODS, "shop", label_selector="app=web")
@@ -308,7 +285,7 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> Non
         surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
         assert surged()
         sim.reclaim([node], after_seconds=5)
-        wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 120, "the scale-back")
+        wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 300, "the scale-back")
         admission_used = used(webhook.url + "/metrics", webhook.verify)
         interruption_used = used(interruption.url + "/metrics", False)
 
