@@ -214,6 +214,19 @@ def table(runs: list[Run], quick: bool, machine: str) -> str:
     return "\n".join(rows)
 
 
+def oversubscribed(runs: list[Run], cores: int) -> list[str]:
+    """A warning when other work shared the machine: the load average was above the core count."""
+    loads = [float(x) for r in runs for x in (r.load_before.split("/")[0], r.load_after.split("/")[0]) if x]
+    if not loads or max(loads) <= cores:
+        return []
+    return [
+        f"**The machine was oversubscribed** (1-minute load average up to {max(loads):.1f} on {cores} cores): "
+        "other work shared it, so times and rates are pessimistic and an aim missed here may be met on an "
+        "idle machine. Counts (API requests, writes) do not depend on the load.",
+        "",
+    ]
+
+
 def write(runs: list[Run], quick: bool, path: Path) -> None:
     cores = os.cpu_count() or 0
     machine = f"{cores} cores, {cpu_model()}"
@@ -232,11 +245,12 @@ def write(runs: list[Run], quick: bool, path: Path) -> None:
         "",
         table(runs, quick, machine),
         "",
+        *oversubscribed(runs, cores),
         "Raw JSON lines:",
         "",
         "```",
         *(
-            json.dumps({"benchmark": r.name, "seconds": round(r.seconds, 1), **(r.result or {"error": r.error})})
+            json.dumps({"benchmark": r.name, "run_seconds": round(r.seconds, 1), **(r.result or {"error": r.error})})
             for r in runs
         ),
         "```",
