@@ -44,11 +44,17 @@ def _body(event: dict[str, Any]) -> bytes:
     return raw.encode("utf-8", "surrogatepass")
 
 
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    http = ((event or {}).get("requestContext") or {}).get("http") or {}
-    method = str(http.get("method") or "POST")
-    path = str(event.get("rawPath") or http.get("path") or "/")
+    http = _field(_field(event, "requestContext"), "http")
+    method = str(_field(http, "method") or "POST")
+    path = str(_field(event, "rawPath") or _field(http, "path") or "/")
     try:
+        if not isinstance(event, dict):
+            raise errors.WrongType("the event must be a Function URL request (payload format 2.0)")
         body = _body(event)
     except errors.WebhookError as exc:
         status, headers, payload = transport.error_answer(exc)

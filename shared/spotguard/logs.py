@@ -87,4 +87,9 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
         handler.setFormatter(formatter)
         handler._spotguard = True  # type: ignore[attr-defined]
         root.addHandler(handler)
-    root.setLevel(getattr(logging, name, logging.INFO))
+    number = getattr(logging, name, logging.INFO)
+    root.setLevel(number)
+    # At DEBUG botocore logs the canonical request and the signature of everything it
+    # signs: with the EKS token's presigned URL, enough to rebuild the token (a bearer
+    # credential for the cluster). That logger never goes below INFO.
+    logging.getLogger("botocore.auth").setLevel(max(number, logging.INFO))

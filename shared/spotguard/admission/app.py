@@ -59,6 +59,8 @@ def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flas
                 return respond(status, {**headers, "Connection": "close"}, body)
             body = request.stream.read(transport.MAX_BODY + 1)
         else:
+            if request.content_length:  # a GET with a body: read it, or the client gets a reset, not our 405
+                _drain(request.stream, request.content_length)
             body = b""
         return respond(*transport.handle(request.method, "/" + path, body, ctx()))
 

@@ -142,6 +142,9 @@ def _serve_http(handler: dispatch.Handler, host: str, port: int, stop: threading
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.graceful_timeout = 30.0
+    # hypercorn reads a WSGI request's whole body into memory before the app sees it
+    # (16 MiB by default): stop reading at the app's own limit (it answers 400).
+    config.wsgi_max_body_size = app.MAX_BODY
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

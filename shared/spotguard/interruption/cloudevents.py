@@ -91,7 +91,7 @@ def decode_http(headers: Mapping[str, str], body: bytes) -> BaseCloudEvent:
     content_type = lowered.get("content-type", "").split(";")[0].strip().lower()
     try:
         return ce_http.from_http_event(ce_http.HTTPMessage(headers=lowered, body=body))
-    except (ce_exceptions.BaseCloudEventException, ValueError, TypeError, AttributeError) as exc:
+    except (ce_exceptions.BaseCloudEventException, ValueError, TypeError, AttributeError, RecursionError) as exc:
         if binary:
             raise NotACloudEvent(f"not a valid CloudEvent in binary mode: {exc}") from None
         if content_type == STRUCTURED:

@@ -122,8 +122,8 @@ def parse_json(text: str | bytes | bytearray, what: str) -> Any:
         raise Malformed(f"{what} is empty")
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Malformed(f"{what} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # too deep, or an integer of over 4300 digits
+        raise Malformed(f"{what} is not JSON: {str(exc)[:200]}") from None
 
 
 def is_eventbridge(payload: object) -> bool:

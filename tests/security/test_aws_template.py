@@ -1,0 +1,64 @@
+"""The AWS template: cfn-lint clean, and its queues admit only the EventBridge rules, over TLS.
+
+``infra/check`` (CI) also runs cfn-lint and parliament (``infra/aws/check_iam.py``,
+tested in tests/infra/test_manifests.py); cfn-lint runs here too so that a
+plain ``pytest`` catches a broken template. Queue encryption and the
+NoticeQueue's allow statement are asserted in tests/infra/test_manifests.py;
+this adds every queue, the TLS-only deny, and that no policy allows anyone else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra import test_manifests as manifests
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "infra" / "aws" / "template.yaml"
+
+
+def cfn_lint(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [manifests.tool("cfn-lint"), str(path)], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_cfn_lint_passes_and_catches_a_broken_template(tmp_path: Path) -> None:
+    done = cfn_lint(TEMPLATE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = TEMPLATE.read_text()
+    broken = text.replace("MessageRetentionPeriod: 1209600", "MessageRetentionPeriod: 99999999", 1)
+    assert broken != text
+    (tmp_path / "broken.yaml").write_text(broken)
+    assert cfn_lint(tmp_path / "broken.yaml").returncode != 0
+
+
+def statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    found = policy["Properties"]["PolicyDocument"]["Statement"]
+    return [found] if isinstance(found, dict) else list(found)
+
+
+@pytest.mark.parametrize("queue", sorted(manifests.resources("AWS::SQS::Queue")))
+def test_every_queue_admits_only_the_rules_and_only_over_tls(queue: str) -> None:
+    props = manifests.sam()["Resources"][queue]["Properties"]
+    assert props.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in props, f"{queue} is not encrypted"
+    policies = [
+        p for p in manifests.resources("AWS::SQS::QueuePolicy").values() if {"Ref": queue} in p["Properties"]["Queues"]
+    ]
+    assert len(policies) == 1, f"{queue}: expected one queue policy, found {len(policies)}"
+    rules = sorted(f"{name}.Arn" for name in manifests.resources("AWS::Events::Rule"))
+    allows = [s for s in statements(policies[0]) if s["Effect"] == "Allow"]
+    denies = [s for s in statements(policies[0]) if s["Effect"] == "Deny"]
+    assert allows, f"{queue}: nothing may send to it"
+    for statement in allows:
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}, statement
+        assert statement["Action"] in ("sqs:SendMessage", ["sqs:SendMessage"]), statement
+        arns = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+        assert sorted(".".join(a["Fn::GetAtt"]) for a in arns) == rules, statement
+    assert any(
+        s["Principal"] == "*" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies
+    ), f"{queue}: no deny of requests without TLS"

@@ -1,0 +1,296 @@
+"""RBAC is least privilege: every Role and ClusterRole in infra/ grants exactly what its
+function's code uses, and the code uses nothing else.
+
+:data:`NEEDS` declares, per function, each permission and where the code uses it.
+Two checks hold the declaration to the truth from both sides:
+
+- the rendered manifests (kustomize, Helm, Knative) grant exactly :data:`NEEDS`:
+  nothing more (least privilege: no watch nobody does, no verb nobody sends) and
+  nothing less (a missing grant is a 403 in production);
+- the shipped servers, run against the simulated cluster through a whole
+  interruption (admission of every pod, the notice, the surge, the reclaim, the
+  scale-back), report on ``/metrics`` (``spotguard_kube_requests_total``) every
+  request they made: each is declared, and each declared permission is used.
+
+node-added has no code yet: its roles get only the generic checks (no wildcards,
+no secrets, no privilege escalation) until its entry in :data:`NEEDS` is written
+and its run is added to the usage test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from spotguard.admission import registration
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.policy.workloads import SURGE
+from spotguard.sim import objects, testing
+
+from tests.fuzz import processes
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".venv" / "bin"
+INFRA = ROOT / "infra"
+EVENTS = ROOT / "tests" / "events"
+
+CLUSTER = "cluster"  # a ClusterRole
+OWN = "spotguard"  # a Role in the spotguard namespace
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    scope: str  # CLUSTER or the Role's namespace
+    group: str
+    resource: str  # "deployments", "pods/eviction"
+    verb: str
+    names: tuple[str, ...] = ()  # resourceNames
+
+
+def needs(scope: str, group: str, resources: str, verbs: str, names: tuple[str, ...] = ()) -> set[Grant]:
+    return {Grant(scope, group, res, verb, names) for res in resources.split() for verb in verbs.split()}
+
+
+CONFIG = needs(OWN, "", "configmaps", "get", ("spotguard-config",))  # gateway/settings.py: the ConfigMap
+NEEDS: dict[str, set[Grant]] = {
+    "spotguard-admission": set().union(
+        needs(CLUSTER, "", "namespaces", "get"),  # admission/resolve.py: opted-out namespaces
+        needs(CLUSTER, "apps", "replicasets deployments statefulsets", "get"),  # resolve.py: the pod's owners
+        needs(CLUSTER, "", "nodes", "list"),  # resolve.py: node capacity
+        needs(CLUSTER, "", "pods", "list"),  # admission/reservations.py: the pods placed so far
+        needs(CLUSTER, "", "events", "create"),  # core.py: invalid annotations reported
+        needs(OWN, "coordination.k8s.io", "leases", "get create update"),  # reservations.py: the slots
+        CONFIG,
+    ),
+    "spotguard-spot-interruption": set().union(
+        needs(CLUSTER, "", "pods nodes namespaces", "list"),  # interruption/handler.py: the snapshot
+        needs(CLUSTER, "apps", "deployments statefulsets", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "policy", "poddisruptionbudgets", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "list"),  # handler.py: the snapshot
+        needs(CLUSTER, "", "nodes", "get patch"),  # handler.py: the taint (re-read on conflict), its removal
+        needs(CLUSTER, "apps", "deployments", "get patch"),  # handler.py: surge and scale-back
+        needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete"),  # handler.py: the temporary budget
+        needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch"),  # handler.py: minReplicas raised
+        needs(CLUSTER, "", "events", "create"),  # handler.py: what it did, on the objects
+        CONFIG,
+    ),
+    "spotguard-node-events": needs(CLUSTER, "", "nodes", "get list watch"),  # Knative ApiServerSource's adapter
+}
+NOT_CHECKED_YET = {"spotguard-node-added"}  # no code yet (see the module docstring)
+
+# Declared but not exercised by the run below, each with the reason.
+NOT_EXERCISED: dict[str, set[Grant]] = {
+    # Re-read only after a 409 Conflict on the taint or the surge.
+    "spotguard-spot-interruption": needs(CLUSTER, "", "nodes", "get") | needs(CLUSTER, "apps", "deployments", "get"),
+}
+
+
+# -- the rendered manifests --------------------------------------------------------------
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/setup")
+    return str(path)
+
+
+@cache
+def rendered(source: str) -> tuple[dict[str, Any], ...]:
+    if source.startswith("helm"):
+        command = [tool("helm"), "template", "spotguard", str(INFRA / "helm" / "spotguard"), "--namespace", "spotguard"]
+    else:
+        command = [tool("kubectl"), "kustomize", str(INFRA / source)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+SOURCES = ["kubernetes/base", "kubernetes/cert-manager", "knative", "helm"]
+
+
+def grants(role: dict[str, Any]) -> set[Grant]:
+    scope = CLUSTER if role["kind"] == "ClusterRole" else role["metadata"]["namespace"]
+    out = set()
+    for rule in role.get("rules") or []:
+        names = tuple(sorted(rule.get("resourceNames") or ()))
+        for group in rule.get("apiGroups") or [""]:
+            for resource in rule.get("resources") or []:
+                for verb in rule.get("verbs") or []:
+                    out.add(Grant(scope, group, resource, verb, names))
+    return out
+
+
+def roles(source: str) -> Iterator[dict[str, Any]]:
+    for obj in rendered(source):
+        if obj.get("kind") in ("Role", "ClusterRole"):
+            yield obj
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_role_grants_wildcards_secrets_or_escalation(source: str) -> None:
+    found = list(roles(source))
+    assert found, f"{source}: no Role or ClusterRole rendered"
+    for role in found:
+        where = f"{source}: {role['kind']} {role['metadata']['name']}"
+        assert "aggregationRule" not in role, where
+        for rule in role.get("rules") or []:
+            assert "nonResourceURLs" not in rule, where
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert not any("*" in item for item in rule.get(key) or []), f"{where}: wildcard in {key}"
+        for grant in grants(role):
+            assert grant.resource.split("/")[0] not in ("secrets", "serviceaccounts"), f"{where}: {grant}"
+            assert grant.verb not in ("escalate", "bind", "impersonate", "deletecollection", "*"), f"{where}: {grant}"
+            assert not grant.group.startswith("rbac.authorization.k8s.io"), f"{where}: {grant}"
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_role_grants_exactly_what_its_function_needs(source: str) -> None:
+    by_name: dict[str, set[Grant]] = {}
+    for role in roles(source):
+        by_name.setdefault(role["metadata"]["name"], set()).update(grants(role))
+    assert set(by_name) - set(NEEDS) <= NOT_CHECKED_YET, f"{source}: roles with no declared needs"
+    for name, granted in by_name.items():
+        if name in NOT_CHECKED_YET:
+            continue
+        extra = sorted(granted - NEEDS[name])
+        missing = sorted(NEEDS[name] - granted)
+        assert not extra, f"{source}: {name} grants more than its code uses: {extra}"
+        assert not missing, f"{source}: {name} lacks what its code uses (a 403): {missing}"
+
+
+# -- what the code really sends ----------------------------------------------------------
+
+BY_NAME = {res.name: res for res in r.ALL}
+
+
+def used(metrics_url: str, verify: str | bool) -> set[Grant]:
+    """The permissions behind every request in ``spotguard_kube_requests_total``."""
+    text = requests.get(metrics_url, verify=verify, timeout=10).text
+    out = set()
+    for family in text_string_to_metric_families(text):
+        if family.name != "spotguard_kube_requests":
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total") or sample.value <= 0:
+                continue
+            name, _, sub = sample.labels["resource"].partition("/")
+            res = BY_NAME[name]
+            resource = f"{res.plural}/{sub}" if sub else res.plural
+            scope = OWN if res in (r.LEASES, r.CONFIGMAPS) else CLUSTER
+            names = ("spotguard-config",) if res is r.CONFIGMAPS else ()
+            out.add(Grant(scope, res.group, resource, sample.labels["verb"], names))
+    return out
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+SPOT = {"spot-a": "i-1234567890abcdef0", "spot-b": "i-0b662ef9931388ba0"}
+
+
+def scenario() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [objects.namespace("shop"), objects.namespace("spotguard")]
+    for name, instance in SPOT.items():
+        out.append(
+            objects.node(name, "spot", cpu="8", memory="32Gi", provider=objects.provider_id("us-east-1a", instance))
+        )
+    for i in range(2):
+        out.append(
+            objects.node(
+                f"od-{i}",
+                "on-demand",
+                cpu="8",
+                memory="32Gi",
+                provider=objects.provider_id("us-east-1a", f"i-0aaaaaaaaaaaaaa{i}"),
+            )
+        )
+    return out
+
+
+def template(name: str) -> dict[str, Any]:
+    return objects.pod_template(name, containers=[objects.container(name, cpu="100m")], terminationGracePeriodSeconds=0)
+
+
+def ready(k: kube.Kube, app: str) -> int:
+    def is_ready(pod: dict[str, Any]) -> bool:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    pods = k.list(r.PODS, "shop", label_selector=f"app={app}")
+    return sum(1 for p in pods if is_ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+
+def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> None:
+    """GIVEN both servers on a simulated cluster, WHEN pods are admitted and a notice is
+    handled to the end, THEN every request they made is declared, and every declared
+    permission was used."""
+    with (
+        testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2) as sim,
+        processes.admission(tmp_path, sim.kubeconfig) as webhook,
+        processes.spot_interruption(tmp_path, sim.kubeconfig, reconcile_interval=0.5) as interruption,
+    ):
+        k = kube.Kube(sim.api_client())
+        ca = base64.b64encode(Path(str(webhook.verify)).read_bytes()).decode()
+        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, registration.webhook_configuration(webhook.url + "/mutate", ca))
+        k.create(r.DEPLOYMENTS, objects.deployment("web", 4, namespace="shop", template=template("web")), "shop")
+        invalid = {"spotguard.io/min-on-demand": "many"}  # reported with an Event
+        odd = objects.deployment("odd", 2, namespace="shop", template=template("odd"), annotations=invalid)
+        k.create(r.DEPLOYMENTS, odd, "shop")
+        db = objects.statefulset("db", 3, namespace="shop", template=template("db"), policy="Parallel")
+        k.create(r.STATEFULSETS, db, "shop")
+        k.create(r.HPAS, objects.hpa("web", "web", 4, 10, namespace="shop"), "shop")
+        wanted = {"web": 4, "db": 3, "odd": 2}
+        wait_for(lambda: all(ready(k, app) >= n for app, n in wanted.items()), 240, "the workloads Ready")
+        doomed = [
+            p["spec"]["nodeName"]
+            for p in k.list(r.PODS, "shop", label_selector="app=web")
+            if p["spec"].get("nodeName", "").startswith("spot-")
+        ]
+        assert doomed, "no web pod on spot: the webhook did not place any"
+        node = doomed[0]
+        notice = json.loads((EVENTS / "ec2-spot-instance-interruption-warning.json").read_text())
+        notice["detail"]["instance-id"] = SPOT[node]
+        notice["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        answer = requests.post(
+            interruption.url + "/",
+            data=json.dumps(notice),
+            headers={
+                "ce-specversion": "1.0",
+                "ce-id": "rbac-1",
+                "ce-source": "test",
+                "ce-type": "dev.knative.eventing.aws-sqs",
+                "Content-Type": "application/json",
+            },
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        assert json.loads(answer.content)["data"]["result"] == "done", answer.text
+        surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
+        assert surged()
+        sim.reclaim([node], after_seconds=5)
+        wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 300, "the scale-back")
+        admission_used = used(webhook.url + "/metrics", webhook.verify)
+        interruption_used = used(interruption.url + "/metrics", False)
+
+    for name, seen in (("spotguard-admission", admission_used), ("spotguard-spot-interruption", interruption_used)):
+        undeclared = sorted(seen - NEEDS[name])
+        unused = sorted(NEEDS[name] - seen - NOT_EXERCISED.get(name, set()))
+        assert not undeclared, f"{name} sent requests its roles do not allow: {undeclared}"
+        assert not unused, f"{name} is granted what it never used: {unused}"
