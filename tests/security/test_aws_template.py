@@ -42,6 +42,15 @@ def statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
     return [found] if isinstance(found, dict) else list(found)
 
 
+def sends_to(rule: dict[str, Any], queue: str) -> bool:
+    """A rule whose target, or whose target's dead-letter queue, is ``queue``."""
+    wanted = {"Fn::GetAtt": [queue, "Arn"]}
+    for target in rule["Properties"].get("Targets") or []:
+        if target.get("Arn") == wanted or (target.get("DeadLetterConfig") or {}).get("Arn") == wanted:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("queue", sorted(manifests.resources("AWS::SQS::Queue")))
 def test_every_queue_admits_only_the_rules_and_only_over_tls(queue: str) -> None:
     props = manifests.sam()["Resources"][queue]["Properties"]
@@ -50,7 +59,9 @@ def test_every_queue_admits_only_the_rules_and_only_over_tls(queue: str) -> None
         p for p in manifests.resources("AWS::SQS::QueuePolicy").values() if {"Ref": queue} in p["Properties"]["Queues"]
     ]
     assert len(policies) == 1, f"{queue}: expected one queue policy, found {len(policies)}"
-    rules = sorted(f"{name}.Arn" for name in manifests.resources("AWS::Events::Rule"))
+    rules = sorted(
+        f"{name}.Arn" for name, rule in manifests.resources("AWS::Events::Rule").items() if sends_to(rule, queue)
+    )
     allows = [s for s in statements(policies[0]) if s["Effect"] == "Allow"]
     denies = [s for s in statements(policies[0]) if s["Effect"] == "Deny"]
     assert allows, f"{queue}: nothing may send to it"
