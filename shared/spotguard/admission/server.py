@@ -25,6 +25,10 @@ def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLCo
     return context
 
 
+BACKLOG = 2048  # pending connections per listening socket (the kernel caps it at net.core.somaxconn)
+WORKER_CONNECTIONS = 1000  # open connections per worker
+
+
 class Server(BaseApplication):  # type: ignore[misc]
     def __init__(self, factory: Callable[[], core.Context], options: dict[str, Any]) -> None:
         self.factory = factory
@@ -58,9 +62,15 @@ def options(
         "workers": workers,
         "worker_class": "gthread",
         "threads": threads,
+        # A burst (a ReplicaSet's slow-start batch of up to 500 pods, several ReplicaSets at
+        # once) opens hundreds of connections within milliseconds: the listen queue holds
+        # them until a worker accepts (a full queue is "connection refused"), and each
+        # worker keeps up to worker_connections open (idle kept-alive ones cost no thread).
+        "backlog": BACKLOG,
+        "worker_connections": WORKER_CONNECTIONS,
         "timeout": 30,
         "graceful_timeout": 10,
-        "keepalive": 75,  # longer than kube-apiserver's idle connection reuse
+        "keepalive": 75,  # longer than kube-apiserver's idle connection reuse (so it reuses, not reconnects)
         "limit_request_line": 8190,
         "limit_request_fields": 100,
         "preload_app": False,
