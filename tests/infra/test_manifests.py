@@ -238,7 +238,10 @@ def test_rbac_is_least_privilege() -> None:
                     assert role["kind"] == "Role", f"{where}: leases only in the spotguard namespace"
                     assert role["metadata"]["namespace"] == "spotguard", where
                 if "configmaps" in rule["resources"]:
-                    assert role["kind"] == "Role" and rule.get("resourceNames") == ["spotguard-config"], where
+                    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "spotguard", where
+                    # Only spot-interruption writes ConfigMaps: its surge ledger in its own namespace.
+                    if rule.get("resourceNames") != ["spotguard-config"]:
+                        assert role["metadata"]["name"] == "spotguard-spot-interruption", where
 
 
 def test_admission_writes_only_leases_and_events() -> None:
@@ -343,7 +346,10 @@ def test_sam_event_source_mapping_reports_partial_failures() -> None:
     function = sam()["Resources"]["SpotInterruptionFunction"]["Properties"]
     queue = sam()["Resources"]["NoticeQueue"]["Properties"]
     visibility = queue["VisibilityTimeout"]
-    assert visibility >= 6 * function["Timeout"] + props["MaximumBatchingWindowInSeconds"]
+    # Lambda requires at least the function timeout; a retry must land inside the two-minute
+    # window even when the function dies, and a failed notice comes back within seconds.
+    assert function["Timeout"] <= visibility <= 60
+    assert 0 < int(function["Environment"]["Variables"]["SPOTGUARD_SQS_RETRY_SECONDS"]) <= 5
 
 
 def test_sam_queue_is_encrypted_bounded_and_dead_lettered() -> None:

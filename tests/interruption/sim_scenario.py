@@ -36,7 +36,7 @@ def hpa(name: str, target: str, min_replicas: int, max_replicas: int, ns: str = 
 
 def mixed_nodes(on_demand: int = 3, spot: int = 6) -> list[Obj]:
     """The end-to-end cluster's namespace and nodes."""
-    objs: list[Obj] = [namespace("shop")]
+    objs: list[Obj] = [namespace("shop"), namespace("spotguard")]
     objs += [node(f"od-{i}", "on-demand") for i in range(on_demand)]
     objs += [node(f"spot-{i}", "spot", cpu="8") for i in range(spot)]
     return objs

@@ -88,7 +88,8 @@ def cluster() -> Iterator[Cluster]:
     web = sc.deployment("web", 3)
     single = sc.deployment("single", 1, **{"spotguard.io/min-on-demand": "0"})
     db = sc.statefulset("db", 3)
-    objs = [sc.namespace("shop"), sc.node("od-0", "on-demand"), sc.node("spot-0", "spot"), sc.node("spot-1", "spot")]
+    objs = [sc.namespace("shop"), sc.namespace("spotguard")]
+    objs += [sc.node("od-0", "on-demand"), sc.node("spot-0", "spot"), sc.node("spot-1", "spot")]
     objs += [web, single, db, sc.hpa("single", "single", 1, 1)]
     objs += [pod(web, 0, "od-0"), pod(web, 1, "spot-0"), pod(web, 2, "spot-1"), pod(single, 0, "spot-0")]
     objs += [pod(db, 0, "od-0"), pod(db, 1, "spot-0"), pod(db, 2, "spot-1")]
@@ -121,11 +122,17 @@ def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster) -> None:
     assert pdb["metadata"]["ownerReferences"][0]["name"] == "web"
     hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 2)
-    assert c.record("single")["hpa"] == {"name": "single", "minReplicas": 1, "maxReplicas": 1}
+    assert c.record("single")["hpa"] == {
+        "name": "single",
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "setMin": 2,
+        "setMax": 2,
+    }
     # Writes: one taint, a patch per workload, a budget each, the autoscaler, Events.
     assert c.kube.stats.count("patch", "nodes") == 1
     assert c.kube.stats.count("patch", "deployments.apps") == 2
-    assert c.kube.stats.count("list") == 7
+    assert c.kube.stats.count("list") == 8  # nodes, pods, budgets, autoscalers, namespaces, ledger, 2 workloads
     reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in c.store.list("events")[0]}
     assert {("Node", "SpotInterruption"), ("Deployment", "SpotInterruptionSurge")} <= reasons
 

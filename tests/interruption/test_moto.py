@@ -28,10 +28,12 @@ from tests.interruption.transport_support import (
     NTH_INSTANCE,
     SPOT_INSTANCE,
     Moto,
+    RecordingHandler,
     interruption_taint,
     lambda_batch,
     lambda_function,
     pods_on,
+    record,
     sample,
     scenario,
     unique,
@@ -194,3 +196,51 @@ def test_the_sample_instances_match_the_scenario() -> None:
     provider_ids = {n["spec"]["providerID"] for n in scenario() if n["kind"] == "Node"}
     assert f"aws:///us-east-2a/{SPOT_INSTANCE}" in provider_ids
     assert f"aws:///us-east-2b/{NTH_INSTANCE}" in provider_ids
+
+
+def test_a_failed_notice_comes_back_within_seconds_not_after_the_visibility_timeout(
+    bus: dict[str, Any], cluster: tuple[Any, kube.Kube], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim, api = cluster
+    # GIVEN the queue as infra/aws deploys it (visibility 30 s) and the Lambda's retry delay
+    bus["sqs"].set_queue_attributes(QueueUrl=bus["queue_url"], Attributes={"VisibilityTimeout": "30"})
+    monkeypatch.setenv("SPOTGUARD_SQS_RETRY_SECONDS", "1")
+    [event_id] = put(bus, "ec2-spot-instance-interruption-warning.json")
+    messages = receive(bus, 1)
+    # WHEN every Deployment write fails (the API server answers 500)
+    sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    function = lambda_function()
+    answer = function.lambda_handler(lambda_batch(messages, bus["queue_arn"]), None)
+    settle(bus, messages, answer)
+    sim.faults.clear()
+    # THEN the message is reported failed
+    assert answer == {"batchItemFailures": [{"itemIdentifier": messages[0]["MessageId"]}]}
+    # AND it is delivered again well before the queue's 30 s visibility timeout would allow
+    again = receive(bus, 1)
+    assert again[0]["MessageId"] == messages[0]["MessageId"]
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    # AND the retry completes the handling: the surge is written
+    answer = function.lambda_handler(lambda_batch(again, bus["queue_arn"]), None)
+    settle(bus, again, answer)
+    assert answer == {"batchItemFailures": []}
+    web = api.get(resources.DEPLOYMENTS, "web", "shop")
+    assert event_id in json.loads(web["metadata"]["annotations"]["spotguard.io/surge"])["events"]
+
+
+def test_fifo_a_failed_message_takes_the_rest_of_its_group_with_it() -> None:
+    from spotguard.interruption import sqs
+
+    # GIVEN a FIFO batch: two groups, the first message of group a fails
+    def rec(message_id: str, group: str, instance: str) -> dict[str, Any]:
+        body = sample("ec2-spot-instance-interruption-warning.json")
+        body["detail"]["instance-id"] = instance
+        r = record(json.dumps(body), message_id)
+        r["attributes"]["MessageGroupId"] = group
+        return r
+
+    batch = {"Records": [rec("m1", "a", "i-fail"), rec("m2", "b", "i-ok"), rec("m3", "a", "i-ok2")]}
+    handler = RecordingHandler(outcomes={"i-fail": "retry"})
+    # WHEN it is handled
+    answer = sqs.handle_batch(batch, handler)
+    # THEN the failed message and every later one of its group are reported, the other group is not
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "m1"}, {"itemIdentifier": "m3"}]}

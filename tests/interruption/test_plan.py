@@ -301,9 +301,12 @@ def test_an_old_surge_ends_even_with_doomed_pods_ready() -> None:
     web = surged_web()
     pods = [pod(web, i, "s1") for i in range(2)]
     done, _ = interruption.finish(
-        workloads=[web], pods=pods, nodes=[node("s1")], now=NOW + interruption.SURGE_MAX_SECONDS + 1
+        workloads=[web],
+        pods=pods,
+        nodes=[node("s1")],
+        now=NOW + interruption.SURGE_MAX_SECONDS + interruption.REPLACEMENT_GRACE + 1,
     )
-    assert len(done) == 1 and "older" in done[0].reason
+    assert len(done) == 1 and "older than its deadline" in done[0].reason
 
 
 def test_selector_semantics() -> None:
@@ -320,3 +323,100 @@ def test_taint_view_is_recognised() -> None:
     assert not interruption.has_interruption_taint(n)
     n = dataclasses.replace(n, taints=(Taint(INTERRUPTION_TAINT, "e", "NoSchedule"),))
     assert interruption.has_interruption_taint(n)
+
+
+# --- the owner's count, deadlines, new notices, draining -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        (9, 6),  # untouched since spotguard wrote it: the count before the surge
+        (6, 6),  # a GitOps revert to the manifest
+        (3, 3),  # scaled down by a person
+        (11, 8),  # scaled up by 2 (a person or an autoscaler): 6 + 2
+        (0, 0),  # the owner scaled to zero: theirs
+    ],
+)
+def test_owner_replicas(current, expected) -> None:
+    rec = SurgeRecord(replicas=6, surge=3, written=9)
+    assert interruption.owner_replicas(rec, current) == expected
+
+
+def test_finish_scales_back_to_the_owners_count_after_a_revert() -> None:
+    rec = SurgeRecord(replicas=6, surge=3, written=9, nodes=("s1",), started=NOW, until=(("s1", NOW + 120),))
+    web = with_surge(deployment("web", 6), rec.to_json())  # reverted to 6 by GitOps
+    pods = [pod(web, i, "od1") for i in range(6)]
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=[node("od1", "on-demand")], now=NOW + 30)
+    assert [f.replicas for f in done] == [6]
+
+
+def test_finish_ends_once_the_node_is_past_its_reclaim_time_whatever_the_api_says() -> None:
+    rec = SurgeRecord(replicas=4, surge=2, written=6, nodes=("s1",), started=NOW, until=(("s1", NOW + 120),))
+    web = with_surge(deployment("web", 6), rec.to_json())
+    # The node is dead but the API still shows it and its pods Ready (a real cluster does, ~40 s).
+    pods = [pod(web, i, "s1") for i in range(2)] + [pod(web, i, "od1") for i in range(2, 6)]
+    nodes = [node("s1"), node("od1", "on-demand")]
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 100)
+    assert done == [] and "still Ready" in waiting[0].reason
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 121)
+    assert [f.replicas for f in done] == [4]
+
+
+def test_a_new_event_id_surges_again_after_a_finished_record() -> None:
+    _nodes, _pods, wls = cluster()
+    old = SurgeRecord(replicas=4, surge=0, events=("rbl-1",), nodes=("s1",), started=NOW - 1000, done=True)
+    wls[0] = with_surge(wls[0], old.to_json())
+    replay = by_name(make_plan([notice("i-s1", "rbl-1")], workloads=wls))["web"]
+    assert replay.added == 0 and not replay.write_workload
+    fresh = by_name(make_plan([notice("i-s1", "itn-2")], workloads=wls))["web"]
+    assert fresh.added == 2 and fresh.record.events == ("itn-2",) and not fresh.record.done
+
+
+def test_an_interruption_takes_over_a_rebalance_surge_with_its_own_deadline() -> None:
+    cfg = dataclasses.replace(CFG, rebalance_action=config.RebalanceAction.SURGE)
+    first = by_name(make_plan([notice("i-s1", "rb-1", NoticeKind.REBALANCE)], config=cfg))["web"]
+    _nodes, _pods, wls = cluster()
+    wls[0] = with_surge(deployment("web", first.replicas), first.record.to_json())
+    later = by_name(make_plan([notice("i-s1", "itn-1")], workloads=wls, config=cfg))["web"]
+    assert later.added == 0 and later.write_workload
+    assert "itn-1" in later.record.events
+    t0 = interruption.notice_time(notice("i-s1"), NOW)
+    assert dict(later.record.until)["s1"] == t0 + 120 < dict(first.record.until)["s1"]
+
+
+def test_a_stale_interruption_is_ignored() -> None:
+    t = notice("i-s1").time.timestamp()
+    on_time = interruption.plan([notice("i-s1")], nodes=cluster()[0], pods=[], workloads=[], config=CFG, now=t + 100)
+    assert on_time.notices[0].verdict is Verdict.DOOMED
+    late = t + 120 + interruption.STALE_SECONDS + 1
+    plan = interruption.plan([notice("i-s1")], nodes=cluster()[0], pods=[], workloads=[], config=CFG, now=late)
+    assert plan.notices[0].verdict is Verdict.IGNORED
+
+
+def test_evictions_keep_the_ready_count_from_before_the_notice() -> None:
+    rec = SurgeRecord(replicas=4, surge=2, written=6, nodes=("s1",), started=NOW, until=(("s1", NOW + 120),), ready=4)
+    web = with_surge(deployment("web", 6), rec.to_json())
+    nodes = [node("s1"), node("od1", "on-demand")]
+    doomed = [pod(web, i, "s1") for i in range(2)]
+    # One replacement Ready: one doomed pod may go.
+    pods = [*doomed, pod(web, 2, "od1"), pod(web, 3, "od1"), pod(web, 4, "od1"), pod(web, 5, "od1", ready=False)]
+    assert len(interruption.evictions(workloads=[web], pods=pods, nodes=nodes, now=NOW + 10)) == 1
+    # Both Ready: both go; past the reclaim time: nothing to evict.
+    pods[-1] = pod(web, 5, "od1")
+    assert len(interruption.evictions(workloads=[web], pods=pods, nodes=nodes, now=NOW + 10)) == 2
+    assert interruption.evictions(workloads=[web], pods=pods, nodes=nodes, now=NOW + 121) == []
+
+
+def test_an_autoscaler_that_undid_the_surge_before_its_minimum_was_raised_is_overruled() -> None:
+    rec = SurgeRecord(replicas=4, surge=2, written=6, events=("ev-1",), nodes=("s1",), started=NOW)
+    hpa = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=4, max_replicas=8)]
+    web = with_surge(deployment("web", 4), rec.to_json())  # the autoscaler scaled it back to 4
+    step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=hpa))["web"]
+    assert (step.replicas, step.record.replicas, step.write_workload) == (6, 4, True)
+    assert step.autoscaler == interruption.AutoscalerStep("web", 6, 8)
+    # With its minimum raised, a lower count is someone else's choice: theirs.
+    raised = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=6, max_replicas=8)]
+    three = with_surge(deployment("web", 3), dataclasses.replace(rec, hpa="web", hpa_min=4, hpa_set=6).to_json())
+    step = by_name(make_plan([notice("i-s1")], workloads=[three], autoscalers=raised))["web"]
+    assert step.record.replicas == 3

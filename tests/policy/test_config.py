@@ -48,6 +48,9 @@ VALID: list[tuple[str, str, Any]] = [
     ("reservation_ttl_seconds", "45", 45),
     ("rebalance_max_workloads_per_step", "3", 3),
     ("rebalance_max_pods_per_workload", "2", 2),
+    ("rebalance_surge_seconds", "300", 300),
+    ("drain", "true", True),
+    ("drain", " False ", False),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -66,6 +69,8 @@ INVALID: list[tuple[str, str]] = [
     ("reservation_ttl_seconds", "30s"),
     ("rebalance_max_workloads_per_step", "-2"),
     ("rebalance_max_pods_per_workload", "many"),
+    ("rebalance_surge_seconds", "-5"),
+    ("drain", "sometimes"),
 ]
 
 

@@ -18,6 +18,7 @@ the event Lambda received:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +48,7 @@ def handle(event: object, handler: dispatch.Handler) -> dict[str, Any]:
     """Handle one Lambda invocation; see the module docstring for the shapes."""
     if sqs.is_batch(event):
         assert isinstance(event, Mapping)
-        return dict(sqs.handle_batch(event, handler))
+        return dict(sqs.handle_batch(event, handler, retry_delay=sqs.retry_delay_from_env(os.environ)))
     if is_schedule(event):
         if not dispatch.reconcile(handler, transport="lambda-schedule"):
             raise RetryLater("reconcile failed; see the log")

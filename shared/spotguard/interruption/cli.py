@@ -114,13 +114,17 @@ def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str 
         k = kube.connect(kubeconfig)
     except Exception as exc:
         raise logs.UserError(f"cannot connect to the cluster: {exc}") from exc
-    config, _problems = settings.load(k)  # problems are logged by settings
+    settings.load(k)  # read once now: problems are logged at start
+
+    def current() -> Any:
+        return settings.load(k)[0]  # re-read at the settings' TTL
+
     ec2: Any = None
     if region:
         import boto3
 
         ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
-    return handler.Handler(k, config, ec2)
+    return handler.Handler(k, current, ec2)
 
 
 def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading.Event) -> None:

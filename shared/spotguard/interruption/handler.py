@@ -4,11 +4,17 @@
 StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, Namespaces: a
 fixed number of list calls whatever the size of the burst), asks the pure
 :mod:`spotguard.policy.interruption` for one plan for the whole batch, then
-writes it: one taint per doomed node, and per affected Deployment one patch
-(replicas and the ``spotguard.io/surge`` record together), the temporary
-budget where the user has none, the autoscaler's minimum where one scales it,
-and Events. It then scales back the surges that are over. ``reconcile()`` does
-only the last part, on a schedule.
+writes it: first the temporary budgets where the user has none (so a drainer
+acting at the notice meets them), then one taint per doomed node (with the
+notice recorded beside it, ``spotguard.io/notice``) and per affected
+Deployment one patch (replicas and the ``spotguard.io/surge`` record
+together), the autoscaler's limits, and Events. It then scales back the
+surges that are over (to the count the owner wants now), evicts doomed pods
+whose replacements are Ready (``drain: true``), untaints nodes that survived
+their notice, and keeps the surge ledger (:mod:`spotguard.interruption.ledger`).
+``reconcile()`` does the same on a schedule, after re-planning every notice
+still pending on a tainted node, which finishes a handling cut off half-way.
+The settings are a function re-read at their TTL (:attr:`Handler.config`).
 
 Every write is idempotent or guarded by the object's resourceVersion; a write
 that fails transiently makes the notices it serves ``RETRY`` (what succeeded
@@ -19,6 +25,7 @@ for what the objects do not record yet).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import gc
 import logging
@@ -27,17 +34,28 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
-from spotguard.gateway.errors import AlreadyExists, ApiError, BadRequest, Conflict, Invalid, NotFound
-from spotguard.interruption import finder, metrics, records
-from spotguard.policy import interruption
+from spotguard.gateway.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Conflict,
+    Invalid,
+    NotFound,
+    TooManyRequests,
+    Transient,
+)
+from spotguard.interruption import finder, ledger, metrics, records
+from spotguard.policy import floors, interruption
+from spotguard.policy import notices as notices_mod
+from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
-from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
-from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
+from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 
@@ -71,17 +89,34 @@ class Snapshot:
     budgets: list[Obj]
     autoscalers: list[Obj]
     namespaces: dict[str, dict[str, str]]
+    # The surge ledger (workload key -> record), as read before the workloads.
+    ledger: dict[str, SurgeRecord] = field(default_factory=dict)
     node_views: list[NodeView] = field(default_factory=list)
     pod_views: list[PodView] = field(default_factory=list)
     workload_views: list[Workload] = field(default_factory=list)
     budget_views: list[Budget] = field(default_factory=list)
     autoscaler_views: list[Autoscaler] = field(default_factory=list)
+    node_notices: dict[str, NodeNotice] = field(default_factory=dict)
+    lost: dict[str, SurgeRecord] = field(default_factory=dict)  # records only the ledger still has
     _nodes_by_name: dict[str, Obj] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.node_views = [NodeView.from_json(n) for n in self.nodes]
+        for n in self.nodes:
+            meta = n.get("metadata") or {}
+            mark = NodeNotice.parse((meta.get("annotations") or {}).get(notices_mod.NODE_NOTICE))
+            if mark is not None:
+                self.node_notices[str(meta.get("name"))] = mark
         self.pod_views = [_pod_view(p) for p in self.pods]
-        self.workload_views = [Workload.from_json(w) for w in self.workloads.values()]
+        self.workload_views = []
+        for key, w in self.workloads.items():
+            view = Workload.from_json(w)
+            if key in self.ledger and SURGE not in view.annotations:
+                # The workload lost its record (replaced): the ledger's copy stands in for it.
+                self.lost[key] = self.ledger[key]
+                extra = {SURGE: self.ledger[key].to_json(), interruption.LOST: "true"}
+                view = dataclasses.replace(view, annotations={**view.annotations, **extra})
+            self.workload_views.append(view)
         self.budget_views = [Budget.from_json(b) for b in self.budgets]
         self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
 
@@ -106,6 +141,8 @@ class Batch:
     plan: Plan
     failures: Failures
     events: list[Event] = field(default_factory=list)
+    # Records written or removed by this handling (None: removed), for the ledger.
+    records: dict[str, SurgeRecord | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,31 +157,35 @@ class Handler:
     def __init__(
         self,
         kube: kube_mod.Kube,
-        config: Config,
+        config: Config | Callable[[], Config],
         ec2: Any = None,
         clock: Callable[[], float] = time.time,
         *,
         workers: int = WORKERS,
     ) -> None:
         self.kube = kube
-        self.config = config
+        # A Config, or a function giving the current one (the settings, re-read at their TTL).
+        self._config = config
         self.ec2 = ec2
         self.clock = clock
         self.workers = workers
         self.last_timings: dict[str, float] = {}  # seconds of the last handle(), by phase
 
+    @property
+    def config(self) -> Config:
+        return self._config() if callable(self._config) else self._config
+
     @classmethod
     def from_environment(cls) -> Handler:
-        """The Kubernetes connection, the configuration and an EC2 client where a region is known."""
+        """The Kubernetes connection, the settings (re-read at their TTL) and an EC2 client."""
         k = kube_mod.connect()
-        config = _load_config(k)
         ec2 = None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             import boto3
 
             ec2 = boto3.client("ec2", region_name=region)
-        return cls(k, config, ec2)
+        return cls(k, lambda: _load_config(k), ec2)
 
     # -- the entry points ------------------------------------------------------------------
 
@@ -167,23 +208,13 @@ class Handler:
             plan = self._plan(notices, snap, resolved, now)
         planned = time.perf_counter()
         batch = Batch(notices, snap, resolved, plan, Failures())
-        failures, events = batch.failures, batch.events
+        failures = batch.failures
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            # Taints first (queued first), then the surges; Events after both: they are
-            # best effort, and must not delay a surge.
-            taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
-            surges = [pool.submit(self._surge, s, batch) for s in plan.surges]
-            for f in (*taints, *surges):
-                f.result()
+            self._carry_out(batch, pool)
             written = time.perf_counter()
-            new_taints = {t.node for t in plan.taints}
-            for w in plan.warnings:
-                if new_taints & set(w.nodes):
-                    pool.submit(self._warn_quorum, w, snap)
-            list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), events))
             told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
-            self._finish_all(snap, pool, skip=surged)
+            self._upkeep(snap, pool, skip=surged, batch=batch)
         self.last_timings = {
             "read": read - started,
             "plan": planned - read,
@@ -227,21 +258,78 @@ class Handler:
         )
         return self._count(notices, outcomes)
 
+    def _carry_out(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
+        """Write a plan: the temporary budgets first (a drainer acting at the notice then meets
+        them before its first eviction), then the taints and the surges; Events after all of
+        them: they are best effort, and must not delay a surge."""
+        plan, snap = batch.plan, batch.snap
+        for f in [pool.submit(self._budget, s, batch) for s in plan.surges if s.budget is not None]:
+            f.result()
+        taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
+        surges = [pool.submit(self._surge, s, batch) for s in plan.surges]
+        for f in (*taints, *surges):
+            f.result()
+        new_taints = {t.node for t in plan.taints}
+        for w in plan.warnings:
+            if new_taints & set(w.nodes):
+                pool.submit(self._warn_quorum, w, snap)
+        list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), batch.events))
+
     def reconcile(self) -> None:
-        """Scale back the surges that are over; delete budgets left behind."""
+        """Finish what a handling left half-done, scale back the surges that are over, drain
+        (where configured), untaint the nodes that survived, and keep the ledger.
+
+        Half-done handling: a node tainted for a notice that is still pending (its record
+        on the node, ``spotguard.io/notice``) whose workloads lack their surge, budget or
+        autoscaler minimum gets them now: the notice is planned again, which only adds
+        what the objects do not record yet.
+        """
         if not self._anything_to_reconcile():
             return
         with _gc_paused():
             snap = self.snapshot()
+        now = self.clock()
+        pending = self._pending_notices(snap, now)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            self._finish_all(snap, pool, skip=set())
+            batch = Batch(pending, snap, {}, self._plan(pending, snap, {}, now), Failures())
+            if pending:
+                self._carry_out(batch, pool)
+            skip = {s.workload.key for s in batch.plan.surges if s.write_workload}
+            self._upkeep(snap, pool, skip=skip, batch=batch)
+
+    def _pending_notices(self, snap: Snapshot, now: float) -> list[Notice]:
+        """The notices recorded on tainted nodes that still doom them (for the reconcile)."""
+        out: list[Notice] = []
+        for node in snap.node_views:
+            mark = snap.node_notices.get(node.name)
+            if mark is None or not interruption.has_interruption_taint(node) or now >= mark.until:
+                continue
+            out.append(
+                Notice(
+                    event_id=mark.event_id,
+                    kind=mark.kind,
+                    instance_id=node.instance_id or node.provider_id.rsplit("/", 1)[-1],
+                    time=datetime.fromtimestamp(mark.time, UTC),
+                    state=mark.state,
+                    action=mark.action,
+                )
+            )
+        return out
 
     def _anything_to_reconcile(self) -> bool:
-        """A cheap look (two lists) before reading every pod: a surge record, or a budget of ours."""
+        """A cheap look before reading every pod: a surge record, a budget of ours, a node
+        of ours, a ledger entry."""
         for d in self.kube.list(r.DEPLOYMENTS):
             if SURGE in ((d.get("metadata") or {}).get("annotations") or {}):
                 return True
-        return any(Budget.from_json(b).ours for b in self.kube.list(r.PODDISRUPTIONBUDGETS))
+        if any(Budget.from_json(b).ours for b in self.kube.list(r.PODDISRUPTIONBUDGETS)):
+            return True
+        for n in self.kube.list(r.NODES):
+            if notices_mod.NODE_NOTICE in ((n.get("metadata") or {}).get("annotations") or {}):
+                return True
+            if interruption.has_interruption_taint(NodeView.from_json(n)):
+                return True
+        return bool(ledger.read(self.kube))
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -260,6 +348,9 @@ class Handler:
             nodes_f = pool.submit(k.list, r.NODES)
             budgets = k.list(r.PODDISRUPTIONBUDGETS)
             autoscalers = k.list(r.HPAS)
+            # The ledger before the workloads (and written after them): a surge written
+            # between the two reads is never taken for a lost record.
+            kept = ledger.read(k)
             namespaces = {
                 str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
                 for ns in k.list(r.NAMESPACES)
@@ -272,7 +363,7 @@ class Handler:
                     workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
             nodes = nodes_f.result()
             pods = pods_f.result()
-        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces)
+        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
         """instance id -> node for the instances no providerID names (asks EC2 once)."""
@@ -300,6 +391,7 @@ class Handler:
             autoscalers=snap.autoscaler_views,
             resolved=resolved,
             namespace_annotations=snap.namespaces,
+            node_notices=snap.node_notices,
         )
 
     # -- writing: taints -----------------------------------------------------------------
@@ -317,7 +409,7 @@ class Handler:
                     break
                 except Conflict:
                     node = self.kube.find(r.NODES, step.node)
-                    if node is not None and interruption.has_interruption_taint(NodeView.from_json(node)):
+                    if node is not None and _marked(node, step):
                         return
             else:
                 raise Conflict(409, "Conflict", f"node {step.node} kept changing")
@@ -340,6 +432,75 @@ class Handler:
 
     # -- writing: surges -----------------------------------------------------------------
 
+    def _budget(self, step: SurgeStep, batch: Batch) -> None:
+        """The temporary budget, before anything else of the plan is written."""
+        wl = step.workload
+        raw = batch.snap.workloads.get(wl.key)
+        if raw is None or step.budget is None:
+            return
+        try:
+            self.kube.create(r.PODDISRUPTIONBUDGETS, records.budget_object(raw, step.budget, step.record), wl.namespace)
+            log.info(
+                "temporary budget created",
+                extra={"workload": wl.key, "budget": step.budget.name, "min_available": step.budget.min_available},
+            )
+        except AlreadyExists:
+            pass
+        except NotFound:
+            return
+        except ApiError as exc:
+            nodes = sorted(set(step.record.nodes) & set(batch.plan.node_events))
+            self._failed(
+                "budget", exc=exc, failures=batch.failures, nodes=nodes, event_ids=step.record.events, workload=wl.key
+            )
+
+    def _raise_autoscaler(self, namespace: str, step: interruption.AutoscalerStep, hpa: Autoscaler | None) -> None:
+        """Raise the autoscaler's limits, guarded by its resourceVersion; on a conflict (its
+        status, or the user) re-read it and raise from what it holds then."""
+        rv = hpa.resource_version if hpa is not None else ""
+        want_min, want_max = step.min_replicas, step.max_replicas
+        for _ in range(CONFLICT_ATTEMPTS):
+            body: Obj = {"spec": {"minReplicas": want_min, "maxReplicas": want_max}}
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.kube.patch(r.HPAS, step.name, body, namespace)
+                return
+            except Conflict:
+                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, step.name, namespace))
+                rv = fresh.resource_version
+                want_min = max(fresh.min_replicas, step.min_replicas)
+                want_max = max(fresh.max_replicas, want_min)
+        raise Transient(409, "Conflict", f"autoscaler {namespace}/{step.name} kept changing")
+
+    def _restore_autoscaler(self, namespace: str, fin: Finish, hpa: Autoscaler | None) -> bool:
+        """Put the autoscaler's limits back where they still hold spotguard's values."""
+        rv = hpa.resource_version if hpa is not None else ""
+        want_min, want_max = fin.hpa_min, fin.hpa_max
+        for _ in range(CONFLICT_ATTEMPTS):
+            spec: Obj = {}
+            if want_min is not None:
+                spec["minReplicas"] = want_min
+            if want_max is not None:
+                spec["maxReplicas"] = want_max
+            if not spec:
+                return True
+            body: Obj = {"spec": spec}
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.kube.patch(r.HPAS, fin.record.hpa, body, namespace)
+                return True
+            except Conflict:
+                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, fin.record.hpa, namespace))
+                rv = fresh.resource_version
+                rec = fin.record
+                if rec.hpa_set is not None and fresh.min_replicas != rec.hpa_set:
+                    want_min = None  # the user changed it meanwhile: theirs wins
+                if rec.hpa_max_set is not None and fresh.max_replicas != rec.hpa_max_set:
+                    want_max = None
+        return False
+
     def _surge(self, step: SurgeStep, batch: Batch) -> None:
         snap, failures = batch.snap, batch.failures
         wl = step.workload
@@ -348,16 +509,13 @@ class Handler:
         try:
             if raw is None:
                 return
-            if step.added > 0:
+            if step.write_workload:
                 step, raw = self._write_surge(step, raw, batch)
+                batch.records[wl.key] = step.record
             if step.autoscaler is not None:
                 a = step.autoscaler
-                self.kube.patch(
-                    r.HPAS,
-                    a.name,
-                    {"spec": {"minReplicas": a.min_replicas, "maxReplicas": a.max_replicas}},
-                    wl.namespace,
-                )
+                hpa = next((h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == a.name), None)
+                self._raise_autoscaler(wl.namespace, a, hpa)
                 log.info(
                     "autoscaler minimum raised for the surge",
                     extra={
@@ -367,21 +525,6 @@ class Handler:
                         "event_ids": list(step.record.events),
                     },
                 )
-            if step.budget is not None:
-                try:
-                    self.kube.create(
-                        r.PODDISRUPTIONBUDGETS, records.budget_object(raw, step.budget, step.record), wl.namespace
-                    )
-                    log.info(
-                        "temporary budget created",
-                        extra={
-                            "workload": wl.key,
-                            "budget": step.budget.name,
-                            "min_available": step.budget.min_available,
-                        },
-                    )
-                except AlreadyExists:
-                    pass
         except NotFound:
             return  # the workload (or its autoscaler) is gone: nothing to protect
         except ApiError as exc:
@@ -404,11 +547,17 @@ class Handler:
                 raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
                 raw.setdefault("kind", "Deployment")
                 again = self._replan_one(raw, snap, notices, resolved)
-                if again is None or again.added == 0:
+                if again is None or not again.write_workload:
                     return (again or step), raw
                 step = again
         else:
             raise Conflict(409, "Conflict", f"{wl.key} kept changing")
+        if step.added <= 0:
+            log.info(
+                "surge record updated",
+                extra={"workload": wl.key, "event_ids": list(step.new_events), "nodes": list(step.record.nodes)},
+            )
+            return step, raw
         now = self.clock()
         metrics.SURGES.labels("workloads").inc()
         metrics.SURGES.labels("replicas").inc(step.added)
@@ -454,32 +603,117 @@ class Handler:
 
     # -- scaling back --------------------------------------------------------------------
 
-    def _finish_all(self, snap: Snapshot, pool: ThreadPoolExecutor, skip: set[str]) -> None:
+    def _upkeep(self, snap: Snapshot, pool: ThreadPoolExecutor, skip: set[str], batch: Batch) -> None:
+        """After a plan (or alone, on schedule): scale back what is over, drain, untaint, keep the ledger."""
+        now = self.clock()
+        config = self.config
+        views = [w for w in snap.workload_views if w.key not in skip]
         done, waiting = interruption.finish(
-            workloads=[w for w in snap.workload_views if w.key not in skip],
+            workloads=views,
             pods=snap.pod_views,
             nodes=snap.node_views,
-            now=self.clock(),
+            now=now,
             autoscalers=snap.autoscaler_views,
         )
         for w in waiting:
             log.debug("surge in progress", extra={"workload": w.workload.key, "reason": w.reason})
-        list(pool.map(lambda f: self._finish(f, snap), done))
+        list(pool.map(lambda f: self._finish(f, snap, batch), done))
+        if config.drain:
+            evictions = interruption.evictions(
+                workloads=[w for w in views if w.key not in {f.workload.key for f in done}],
+                pods=snap.pod_views,
+                nodes=snap.node_views,
+                now=now,
+            )
+            list(pool.map(self._evict, evictions))
+        self._untaint_survivors(snap, pool, now)
         self._sweep_budgets(snap, pool)
+        self._keep_ledger(snap, batch)
+        self._gauges(snap, now, config, batch)
 
-    def _finish(self, fin: Finish, snap: Snapshot) -> None:
+    def _evict(self, ev: interruption.Eviction) -> None:
+        try:
+            self.kube.evict(ev.pod, ev.namespace)
+            metrics.EVICTIONS.inc()
+            log.info(
+                "doomed pod evicted: its replacement is Ready",
+                extra={"workload": ev.workload, "pod": f"{ev.namespace}/{ev.pod}", "node": ev.node},
+            )
+        except TooManyRequests:
+            log.debug("eviction refused by a budget; later", extra={"pod": f"{ev.namespace}/{ev.pod}"})
+        except NotFound:
+            pass
+        except ApiError as exc:
+            metrics.ERRORS.labels("evict").inc()
+            log.warning("could not evict", extra={"pod": f"{ev.namespace}/{ev.pod}", "error": str(exc)})
+
+    def _untaint_survivors(self, snap: Snapshot, pool: ThreadPoolExecutor, now: float) -> None:
+        """A node that is Ready again past the notice it was tainted for survived it
+        (a stop and start, a rebalance recommendation never followed): untaint it."""
+        for node in snap.node_views:
+            mark = snap.node_notices.get(node.name)
+            if mark is None or not node.ready or now < mark.until + interruption.STALE_SECONDS:
+                continue
+            raw = snap.node(node.name)
+            if raw is not None:
+                pool.submit(self._untaint, raw, mark)
+
+    def _untaint(self, raw: Obj, mark: NodeNotice) -> None:
+        name = str((raw.get("metadata") or {}).get("name"))
+        try:
+            self.kube.patch(r.NODES, name, records.untaint_patch(raw))
+        except (Conflict, NotFound):
+            return  # changed (a new notice?) or gone: the next reconcile looks again
+        except ApiError as exc:
+            metrics.ERRORS.labels("untaint").inc()
+            log.warning("could not untaint a node", extra={"node": name, "error": str(exc)})
+            return
+        log.info("node survived its notice: untainted", extra={"node": name, "event_id": mark.event_id})
+        self.kube.create_event(
+            raw,
+            "SpotInterruptionOver",
+            f"still Ready after notice {mark.event_id} ({mark.kind}): taint removed",
+            "Normal",
+            best_effort=True,
+        )
+
+    def _keep_ledger(self, snap: Snapshot, batch: Batch) -> None:
+        want: dict[str, SurgeRecord | None] = {}
+        for w in snap.workload_views:
+            want[w.key] = SurgeRecord.of(w)
+        want.update(batch.records)
+        for key in snap.ledger:
+            if key not in snap.workloads:
+                want[key] = None  # the workload is gone
+        ledger.sync(self.kube, want, snap.ledger)
+
+    def _gauges(self, snap: Snapshot, now: float, config: Config, batch: Batch) -> None:
+        """The gauges an operator alerts on, as this handling leaves the records."""
+        surging = overdue = 0
+        for w in snap.workload_views:
+            rec = batch.records[w.key] if w.key in batch.records else SurgeRecord.of(w)
+            if rec is None or rec.done:
+                continue
+            surging += 1
+            if interruption.deadline_passed(rec, now):
+                overdue += 1
+        metrics.SURGING.set(surging)
+        metrics.OVERDUE.set(overdue)
+        metrics.BELOW_FLOOR.set(_below_floor(snap, config))
+
+    def _finish(self, fin: Finish, snap: Snapshot, batch: Batch) -> None:
         wl = fin.workload
         raw = snap.workloads.get(wl.key)
         try:
             if raw is None:
                 return
             if fin.hpa_min is not None or fin.hpa_max is not None:
-                spec: Obj = {}
-                if fin.hpa_min is not None:
-                    spec["minReplicas"] = fin.hpa_min
-                if fin.hpa_max is not None:
-                    spec["maxReplicas"] = fin.hpa_max
-                self.kube.patch(r.HPAS, fin.record.hpa, {"spec": spec}, wl.namespace)
+                hpa = next(
+                    (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
+                    None,
+                )
+                if not self._restore_autoscaler(wl.namespace, fin, hpa):
+                    return  # the autoscaler kept changing: the next reconcile decides again
             # The budget goes before the record: a failure here leaves the record, and the
             # next reconcile finishes again (a record removed first would orphan the budget).
             if fin.budget:
@@ -494,12 +728,19 @@ class Handler:
                         records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
                         wl.namespace,
                     )
+                    batch.records[wl.key] = keep
                     break
                 except Conflict:
                     raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
                     raw.setdefault("kind", "Deployment")
+                    view = Workload.from_json(raw)
+                    if fin.record.lost and SURGE not in view.annotations:
+                        view = dataclasses.replace(
+                            view,
+                            annotations={**view.annotations, SURGE: fin.record.to_json(), interruption.LOST: "true"},
+                        )
                     again, _ = interruption.finish(
-                        workloads=[Workload.from_json(raw)],
+                        workloads=[view],
                         pods=snap.pod_views,
                         nodes=snap.node_views,
                         now=self.clock(),
@@ -617,6 +858,14 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _marked(node: Obj, step: TaintStep) -> bool:
+    """The node carries our taint and the step's notice already (another writer was first)."""
+    if not interruption.has_interruption_taint(NodeView.from_json(node)):
+        return False
+    mark = NodeNotice.parse(((node.get("metadata") or {}).get("annotations") or {}).get(notices_mod.NODE_NOTICE))
+    return step.notice is None or (mark is not None and mark.until <= step.notice.until)
+
+
 def _ids(notices: Iterable[Notice]) -> list[str]:
     out: list[str] = []
     for n in notices:
@@ -636,6 +885,24 @@ def _parse_time(text: Any) -> float | None:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def _below_floor(snap: Snapshot, config: Config) -> int:
+    """Workloads with fewer Ready pods on on-demand nodes than their floor (without a surge)."""
+    capacity = {n.name: config.node_capacity(n.labels) for n in snap.node_views}
+    on_demand: dict[str, int] = {}
+    for p in snap.pod_views:
+        if not (p.active and p.ready) or capacity.get(p.node_name) is not Capacity.ON_DEMAND:
+            continue
+        key = interruption.workload_key_of(p)
+        if key is not None:
+            on_demand[key] = on_demand.get(key, 0) + 1
+    count = 0
+    for w in snap.workload_views:
+        floor = floors.floor_for(w, config, snap.namespaces.get(w.namespace))
+        if floor.enabled and w.replicas > 0 and on_demand.get(w.key, 0) < floor.on_demand - floor.surge:
+            count += 1
+    return count
 
 
 def _load_config(k: kube_mod.Kube) -> Config:

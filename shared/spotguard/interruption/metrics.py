@@ -6,7 +6,7 @@ count what the handler did with the notices.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 NOTICES = Counter(
     "spotguard_interruption_notices_total",
@@ -32,4 +32,18 @@ NOTICE_TO_SURGE = Histogram(
     "spotguard_interruption_notice_to_surge_seconds",
     "Time from the notice (its EventBridge time) to the surge written on the workload.",
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300),
+)
+EVICTIONS = Counter(
+    "spotguard_interruption_evictions_total",
+    "Doomed pods evicted by spotguard itself (drain: true) once their replacements were Ready.",
+)
+# What an operator alerts on (set by every handling and reconcile).
+SURGING = Gauge("spotguard_interruption_workloads_surging", "Workloads with a surge in progress.")
+OVERDUE = Gauge(
+    "spotguard_interruption_surges_overdue",
+    "Surges in progress whose every doomed node is past its deadline (the reclaim time): they should be ending.",
+)
+BELOW_FLOOR = Gauge(
+    "spotguard_workloads_below_floor",
+    "Workloads with fewer Ready pods on on-demand nodes than their on-demand floor.",
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from spotguard.policy import interruption
 from spotguard.policy.interruption import BudgetStep, SurgeRecord, TaintStep
+from spotguard.policy.notices import NODE_NOTICE
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE
 
 SURGE_FOR = "spotguard.io/surge-for"  # on the temporary budget: the workload it protects
@@ -25,9 +26,21 @@ def taint_patch(node: Obj, step: TaintStep) -> Obj:
     taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != INTERRUPTION_TAINT]
     taints.append(step.taint_json())
     meta = node.get("metadata") or {}
-    patch: Obj = {"spec": {"taints": taints}}
+    patch: Obj = {"spec": {"taints": taints}, "metadata": {}}
+    if step.notice is not None:
+        patch["metadata"]["annotations"] = {NODE_NOTICE: step.notice.to_json()}
     if meta.get("resourceVersion"):
-        patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+    return patch
+
+
+def untaint_patch(node: Obj) -> Obj:
+    """Remove the interruption taint and the notice recorded beside it (guarded by the resourceVersion)."""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != INTERRUPTION_TAINT]
+    meta = node.get("metadata") or {}
+    patch: Obj = {"spec": {"taints": taints or None}, "metadata": {"annotations": {NODE_NOTICE: None}}}
+    if meta.get("resourceVersion"):
+        patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
     return patch
 
 

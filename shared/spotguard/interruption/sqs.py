@@ -103,7 +103,9 @@ def decode_message(message: Mapping[str, Any]) -> dispatch.Delivery:
     return dispatch.Delivery.decode(key, lambda: events.decode_json(body, what=f"SQS message {key} body"))
 
 
-def handle_batch(event: Mapping[str, Any], handler: dispatch.Handler) -> BatchResponse:
+def handle_batch(
+    event: Mapping[str, Any], handler: dispatch.Handler, *, retry_delay: int | None = None
+) -> BatchResponse:
     """Handle a Lambda SQS event; the answer lists only the messages to deliver again."""
     records = event.get("Records")
     if not isinstance(records, list):
@@ -111,10 +113,19 @@ def handle_batch(event: Mapping[str, Any], handler: dispatch.Handler) -> BatchRe
     items = [decode_record(record, index) for index, record in enumerate(records)]
     results = dispatch.deliver(handler, items, transport="lambda-sqs")
     failures: list[BatchItemFailure] = []
+    failed_groups: set[str] = set()
+    retry: list[Mapping[str, Any]] = []
     for record, item, result in zip(records, items, results, strict=True):
-        if result.acknowledged:
+        group = _group(record)
+        if result.acknowledged and not (group and group in failed_groups):
             continue
-        # A retried item always decoded, so it has its messageId.
+        # FIFO: once a message of a group fails, every later one of the group is reported
+        # too (Lambda requires it: the group's order must hold on redelivery).
+        if group:
+            failed_groups.add(group)
+        if isinstance(record, Mapping):
+            retry.append(record)
+        # A retried item always decoded (or follows one in its FIFO group): it has its messageId.
         failures.append({"itemIdentifier": item.key})
         receive_count = ""
         if isinstance(record, Mapping):
@@ -124,4 +135,56 @@ def handle_batch(event: Mapping[str, Any], handler: dispatch.Handler) -> BatchRe
             item.key,
             extra={"message_id": item.key, "receive_count": receive_count},
         )
+    if retry and retry_delay is not None:
+        _retry_soon(retry, retry_delay)
     return {"batchItemFailures": failures}
+
+
+# A failed notice is delivered again after this many seconds (the queue's visibility
+# timeout would be much longer: the two-minute window would be over).
+RETRY_DELAY_SECONDS = 2
+
+
+def retry_delay_from_env(env: Mapping[str, str]) -> int | None:
+    """``$SPOTGUARD_SQS_RETRY_SECONDS``; in Lambda (``$AWS_LAMBDA_FUNCTION_NAME``) 2 s by default."""
+    raw = env.get("SPOTGUARD_SQS_RETRY_SECONDS")
+    if raw:
+        try:
+            return max(0, min(int(raw), 43200))
+        except ValueError:
+            log.warning("SPOTGUARD_SQS_RETRY_SECONDS is not a number; using %ds", RETRY_DELAY_SECONDS)
+            return RETRY_DELAY_SECONDS
+    return RETRY_DELAY_SECONDS if env.get("AWS_LAMBDA_FUNCTION_NAME") else None
+
+
+def _group(record: object) -> str:
+    if not isinstance(record, Mapping):
+        return ""
+    return str((record.get("attributes") or {}).get("MessageGroupId") or "")
+
+
+def _retry_soon(records: list[Mapping[str, Any]], delay: int) -> None:
+    """Make the failed messages visible again in ``delay`` seconds (ChangeMessageVisibility).
+
+    Best effort: without it the queue's visibility timeout applies. The queue URL comes
+    from the record's ``eventSourceARN`` (``arn:aws:sqs:<region>:<account>:<name>``).
+    """
+    try:
+        import boto3
+
+        clients: dict[str, Any] = {}
+        urls: dict[str, str] = {}
+        for record in records:
+            arn = str(record.get("eventSourceARN") or "")
+            parts = arn.split(":")
+            if len(parts) < 6 or not record.get("receiptHandle"):
+                continue
+            region, account, name = parts[3], parts[4], parts[5]
+            client = clients.setdefault(region, boto3.client("sqs", region_name=region))
+            if arn not in urls:
+                urls[arn] = client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            client.change_message_visibility(
+                QueueUrl=urls[arn], ReceiptHandle=record["receiptHandle"], VisibilityTimeout=delay
+            )
+    except Exception as exc:  # botocore errors, no credentials: the visibility timeout applies
+        log.warning("could not bring failed messages back sooner", extra={"error": str(exc)})

@@ -61,6 +61,13 @@ class Config:
     reservation_ttl_seconds: int = 30
     rebalance_max_workloads_per_step: int = 10
     rebalance_max_pods_per_workload: int = 1
+    # A surge made for a rebalance recommendation alone (rebalance_action surge) ends
+    # after this long, and the taint of a rebalance never followed by an interruption
+    # is removed after it.
+    rebalance_surge_seconds: int = 600
+    # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
+    # replacement is Ready elsewhere (create before evict), before the reclaim time.
+    drain: bool = False
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -77,6 +84,15 @@ def _positive_int(text: str) -> int:
     if value < 0:
         raise ValueError("must not be negative")
     return value
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1", "on"):
+        return True
+    if value in ("false", "no", "0", "off", ""):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _floor_spec(text: str) -> floors.FloorSpec:
@@ -109,6 +125,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "reservation_ttl_seconds": _positive_int,
     "rebalance_max_workloads_per_step": _positive_int,
     "rebalance_max_pods_per_workload": _positive_int,
+    "rebalance_surge_seconds": _positive_int,
+    "drain": _boolean,
 }
 
 

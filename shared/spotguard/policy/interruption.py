@@ -17,12 +17,18 @@ notice whose nodes are already in a workload's record adds nothing: the plan
 only completes what is missing (budget, autoscaler), so a handling cut off
 half-way is finished by the next delivery.
 
-:func:`finish` says which surges are over (the replacements are Ready and the
-doomed pods are gone or not Ready) and how to scale each one back.
+:func:`finish` says which surges are over (no pod Ready on a doomed node that
+exists before its deadline, the replacements Ready) and how to scale each one
+back: to the count the owner wants now (:func:`owner_replicas`).
+:func:`evictions` says which doomed pods spotguard may evict itself (create
+before evict). Every notice with an event id not in a record gets its
+protection; each node of a record has its deadline (``until``: the reclaim
+time, or the end of a rebalance's surge).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections import defaultdict
@@ -31,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotguard.policy import floors
+from spotguard.policy import notices as notices_mod
 from spotguard.policy.config import Config, RebalanceAction
-from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, Kind, Workload
 
@@ -56,7 +63,13 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SurgeRecord:
-    """What a surge did, written as JSON on the workload (``spotguard.io/surge``)."""
+    """What a surge did, written as JSON on the workload (``spotguard.io/surge``).
+
+    ``replicas`` is the count the owner wanted when the surge began and ``written``
+    the count spotguard last wrote: a workload whose ``spec.replicas`` is no longer
+    ``written`` was changed by someone else (GitOps, a person, an autoscaler), and
+    the scale back keeps that change (:func:`owner_replicas`).
+    """
 
     replicas: int  # spec.replicas before the surge (where the user left it)
     surge: int  # replicas added
@@ -70,6 +83,24 @@ class SurgeRecord:
     # Scaled back while a doomed node still exists: kept (surge 0) so that a
     # replayed notice for those nodes changes nothing; removed once they are gone.
     done: bool = False
+    written: int | None = None  # spec.replicas spotguard last wrote (None: replicas + surge)
+    until: tuple[tuple[str, float], ...] = ()  # node -> its reclaim time (or a rebalance's end)
+    hpa_set: int | None = None  # the minReplicas spotguard set (restored only while it holds)
+    hpa_max_set: int | None = None  # the maxReplicas spotguard set
+    ready: int = 0  # Ready pods when the surge began: the serving count to keep
+    # Read from the ledger because the workload lost its annotation (kubectl replace,
+    # Argo CD Replace=true): never written on the workload again.
+    lost: bool = False
+
+    @property
+    def last_written(self) -> int:
+        return self.replicas + self.surge if self.written is None else self.written
+
+    def deadline(self, node: str, default: float) -> float:
+        for name, t in self.until:
+            if name == node:
+                return t
+        return default
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -79,8 +110,18 @@ class SurgeRecord:
             "nodes": list(self.nodes),
             "started": round(self.started, 3),
         }
+        if self.written is not None:
+            out["written"] = self.written
+        if self.until:
+            out["until"] = {n: round(t, 3) for n, t in self.until}
+        if self.ready:
+            out["ready"] = self.ready
         if self.hpa:
             out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "maxReplicas": self.hpa_max}
+            if self.hpa_set is not None:
+                out["hpa"]["setMin"] = self.hpa_set
+            if self.hpa_max_set is not None:
+                out["hpa"]["setMax"] = self.hpa_max_set
         if self.budget:
             out["budget"] = self.budget
         if self.done:
@@ -98,25 +139,59 @@ class SurgeRecord:
             return None
         try:
             hpa = raw.get("hpa") or {}
+            if not isinstance(hpa, dict):
+                hpa = {}
+            until = raw.get("until") or {}
             return cls(
                 replicas=_int(raw["replicas"]),
                 surge=_int(raw["surge"]),
                 events=tuple(str(e) for e in raw.get("events") or ()),
                 nodes=tuple(str(n) for n in raw.get("nodes") or ()),
                 started=float(raw.get("started") or 0.0),
-                hpa=str(hpa.get("name") or "") if isinstance(hpa, dict) else "",
-                hpa_min=_opt_int(hpa.get("minReplicas")) if isinstance(hpa, dict) else None,
-                hpa_max=_opt_int(hpa.get("maxReplicas")) if isinstance(hpa, dict) else None,
+                hpa=str(hpa.get("name") or ""),
+                hpa_min=_opt_int(hpa.get("minReplicas")),
+                hpa_max=_opt_int(hpa.get("maxReplicas")),
                 budget=str(raw.get("budget") or ""),
                 done=raw.get("done") is True,
+                written=_opt_int(raw.get("written")),
+                until=tuple(sorted((str(n), float(t)) for n, t in until.items())) if isinstance(until, dict) else (),
+                hpa_set=_opt_int(hpa.get("setMin")),
+                hpa_max_set=_opt_int(hpa.get("setMax")),
+                ready=_int(raw.get("ready") or 0),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
     @classmethod
     def of(cls, workload: Workload) -> SurgeRecord | None:
         raw = workload.annotations.get(SURGE)
-        return cls.parse(raw) if raw else None
+        if not raw:
+            return None
+        record = cls.parse(raw)
+        if record is not None and workload.annotations.get(LOST) == "true":
+            record = dataclasses.replace(record, lost=True)
+        return record
+
+
+# Set (on the workload view only, never on the cluster) by the adapter when the record
+# came from the ledger because the workload's own annotation is gone.
+LOST = "spotguard.io/surge-lost"
+
+
+def owner_replicas(record: SurgeRecord, current: int) -> int:
+    """The count the workload's owner wants now, at the end of a surge.
+
+    Unchanged since spotguard wrote it: the count before the surge. Lowered by
+    someone else (a GitOps revert, a person scaling down, a replace): theirs, as it
+    is. Raised by someone else (a person or an autoscaler adding replicas): the
+    count before the surge plus what they added.
+    """
+    written = record.last_written
+    if current == written:
+        return record.replicas
+    if current > written:
+        return record.replicas + (current - written)
+    return current
 
 
 def _int(value: Any) -> int:
@@ -158,6 +233,7 @@ class Autoscaler:
     target_name: str
     min_replicas: int = 1
     max_replicas: int = 1
+    resource_version: str = ""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Autoscaler:
@@ -172,6 +248,7 @@ class Autoscaler:
             target_name=str(ref.get("name", "")),
             min_replicas=1 if mn is None else int(mn),
             max_replicas=int(spec.get("maxReplicas") or 1),
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
 
 
@@ -188,6 +265,7 @@ class TaintStep:
     node: str
     event_id: str
     kind: NoticeKind
+    notice: NodeNotice | None = None  # recorded on the node beside the taint
 
     def taint_json(self) -> dict[str, str]:
         return {"key": INTERRUPTION_TAINT, "value": self.event_id, "effect": "NoSchedule"}
@@ -221,9 +299,11 @@ class SurgeStep:
     budget: BudgetStep | None = None  # create this temporary budget
     autoscaler: AutoscalerStep | None = None  # raise the autoscaler to this
 
+    changed: bool = False  # the record changed (new event ids, a new deadline)
+
     @property
     def write_workload(self) -> bool:
-        return self.added > 0
+        return self.added > 0 or self.changed
 
 
 @dataclass(frozen=True)
@@ -330,8 +410,10 @@ def match_nodes(
     return out
 
 
-def _verdict(notice: Notice, config: Config) -> tuple[Verdict, str]:
+def _verdict(notice: Notice, config: Config, now: float) -> tuple[Verdict, str]:
     if notice.kind is NoticeKind.INTERRUPTION:
+        if now > deadline(notice, config, now) + STALE_SECONDS:
+            return Verdict.IGNORED, "spot interruption warning past its reclaim time: the node outlived it"
         return Verdict.DOOMED, f"spot interruption warning ({notice.action or 'terminate'})"
     if notice.kind is NoticeKind.REBALANCE:
         action = config.rebalance_action
@@ -343,6 +425,41 @@ def _verdict(notice: Notice, config: Config) -> tuple[Verdict, str]:
     if notice.state in DOOMED_STATES:
         return Verdict.DOOMED, f"instance state {notice.state}"
     return Verdict.IGNORED, f"instance state {notice.state or 'unknown'}: nothing to do"
+
+
+# A notice whose time is this far from our clock is a replay of a recorded event (or a
+# clock gone wrong): its deadlines count from now instead.
+CLOCK_TRUST_SECONDS = 3600.0
+# A notice this long past its deadline is stale: the node it names outlived it.
+STALE_SECONDS = 60.0
+
+
+def notice_time(notice: Notice, now: float) -> float:
+    t = notice.time.timestamp()
+    return t if abs(now - t) <= CLOCK_TRUST_SECONDS else now
+
+
+def deadline(notice: Notice, config: Config, now: float) -> float:
+    """Until when a notice dooms its node: the reclaim time, or the end of a rebalance's surge."""
+    t = notice_time(notice, now)
+    if notice.kind is NoticeKind.INTERRUPTION:
+        return t + notices_mod.INTERRUPTION_WINDOW
+    if notice.kind is NoticeKind.REBALANCE:
+        return t + config.rebalance_surge_seconds
+    # shutting-down, stopping, terminated: going now, but the API may show its pods for a
+    # while; a surge still ends as soon as they are gone.
+    return t + notices_mod.INTERRUPTION_WINDOW
+
+
+def node_notice(notice: Notice, config: Config, now: float) -> NodeNotice:
+    return NodeNotice(
+        event_id=notice.event_id,
+        kind=notice.kind,
+        time=notice_time(notice, now),
+        until=deadline(notice, config, now),
+        state=notice.state,
+        action=notice.action,
+    )
 
 
 def has_interruption_taint(node: NodeView) -> bool:
@@ -365,8 +482,12 @@ def plan(
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     resolved: Mapping[str, str] | None = None,
     namespace_annotations: Mapping[str, Mapping[str, str]] | None = None,
+    node_notices: Mapping[str, NodeNotice] | None = None,
 ) -> Plan:
-    """One plan for a whole batch of notices (see the module docstring)."""
+    """One plan for a whole batch of notices (see the module docstring).
+
+    ``node_notices``: the notice recorded on each tainted node (``spotguard.io/notice``).
+    """
     node_by_name = {n.name: n for n in nodes}
     matched = match_nodes(notices, nodes, resolved)
 
@@ -379,7 +500,7 @@ def plan(
         if not name:
             results.append(NoticeResult(n, "", Verdict.FOREIGN, f"no node runs instance {n.instance_id}"))
             continue
-        verdict, reason = _verdict(n, config)
+        verdict, reason = _verdict(n, config, now)
         results.append(NoticeResult(n, name, verdict, reason))
         if verdict is Verdict.DOOMED:
             doomed.setdefault(name, []).append(n)
@@ -388,17 +509,25 @@ def plan(
         if verdict in (Verdict.DOOMED, Verdict.TAINT) and n.event_id not in node_events[name]:
             node_events[name].append(n.event_id)
 
-    # One taint per node; the first notice (interruption first) names it.
+    # One taint per node; the first notice (interruption first) names it. A node tainted
+    # already is written again only where this notice dooms it sooner, or where the
+    # recorded notice is over (a node that survived an earlier one).
     taints: list[TaintStep] = []
+    recorded = node_notices or {}
     for name in sorted(set(doomed) | set(tainted)):
         node = node_by_name[name]
-        if has_interruption_taint(node):
-            continue
         first = sorted(
             doomed.get(name, []) + tainted.get(name, []),
             key=lambda x: (x.kind is not NoticeKind.INTERRUPTION, x.time, x.event_id),
         )[0]
-        taints.append(TaintStep(name, first.event_id, first.kind))
+        mark = node_notice(first, config, now)
+        if has_interruption_taint(node):
+            old = recorded.get(name)
+            if old is not None and (old.event_id == first.event_id or (old.until > now and old.until <= mark.until)):
+                continue
+            if old is None:
+                continue  # tainted before notices were recorded on nodes
+        taints.append(TaintStep(name, first.event_id, first.kind, mark))
 
     # Pods on doomed nodes, by workload.
     wl_by_key = {w.key: w for w in workloads}
@@ -443,6 +572,7 @@ def plan(
                 budgets=budget_index,
                 autoscalers=[a] if (a := hpa_by_target.get((wl.namespace, str(wl.kind), wl.name))) else [],
                 now=now,
+                config=config,
             )
         )
 
@@ -521,22 +651,34 @@ def _surge_step(
     budgets: Sequence[Budget] | BudgetIndex,
     autoscalers: Sequence[Autoscaler],
     now: float,
+    config: Config | None = None,
 ) -> SurgeStep:
+    cfg = config or Config()
     existing = SurgeRecord.of(wl)
-    covered = set(existing.nodes) if existing else set()
+    asking = [n for node in per_node for n in doomed[node]]
     if existing is not None and existing.done:
-        if not any(n not in covered for n in per_node):
+        if all(n.event_id in existing.events for n in asking):
             return SurgeStep(wl, existing, wl.replicas, 0, (), (), 0, 0)
-        existing = None  # a new surge; the finished one's nodes stay covered
+        existing = None  # a new notice: a new surge, whatever the finished one covered
+    covered = set(existing.nodes) if existing else set()
     new_nodes = tuple(sorted(n for n in per_node if n not in covered))
     added = sum(per_node[n] for n in new_nodes)
     events: list[str] = list(existing.events) if existing else []
     new_events: list[str] = []
-    for n in new_nodes:
-        for notice in doomed[n]:
-            if notice.event_id not in events:
-                events.append(notice.event_id)
-                new_events.append(notice.event_id)
+    for notice in sorted(asking, key=lambda x: (x.time, x.event_id)):
+        if notice.event_id not in events:
+            events.append(notice.event_id)
+            new_events.append(notice.event_id)
+    # Each node's deadline: an interruption (or a state change) takes over a rebalance's.
+    until = dict(existing.until) if existing else {}
+    for node in per_node:
+        for notice in doomed[node]:
+            t = deadline(notice, cfg, now)
+            if notice.kind is NoticeKind.REBALANCE:
+                if node not in until:
+                    until[node] = t
+            elif node not in until or until[node] <= now or t < until[node]:
+                until[node] = t  # the earliest reclaim time wins, a rebalance's end gives way
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
     index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
@@ -547,26 +689,47 @@ def _surge_step(
         original = wl.replicas
         total = added
         started = now
-    else:
-        original = existing.replicas
+        serving = ready
+    replicas = wl.replicas + added
+    if existing is not None:
         total = existing.surge + added
         started = existing.started
-    replicas = wl.replicas + added
+        serving = existing.ready or ready
+        written = existing.last_written
+        if hpa is not None and wl.replicas < written and hpa.min_replicas < written:
+            # Lowered while the autoscaler's minimum was not raised yet (a handling cut off
+            # between the two writes): the autoscaler undid the surge. Put it back.
+            original = existing.replicas
+            replicas = written + added
+        else:
+            # Someone else changed the count during the surge: what they want is the new base.
+            original = owner_replicas(existing, wl.replicas)
 
     # The autoscaler: raise its minimum to the surged count (record the original once).
     hpa_step: AutoscalerStep | None = None
     hpa_name, hpa_min, hpa_max = "", None, None
+    hpa_set = hpa_max_set = None
     if existing is not None and existing.hpa:
         hpa_name, hpa_min, hpa_max = existing.hpa, existing.hpa_min, existing.hpa_max
+        hpa_set, hpa_max_set = existing.hpa_set, existing.hpa_max_set
     if hpa is not None:
-        if not hpa_name:
-            hpa_name, hpa_min = hpa.name, hpa.min_replicas
+        if not hpa_name or hpa_name != hpa.name:
+            hpa_name, hpa_min, hpa_max, hpa_set, hpa_max_set = hpa.name, hpa.min_replicas, None, None, None
+        # The user changed a limit during the surge: their value is the one to put back.
+        if hpa_set is not None and hpa.min_replicas != hpa_set:
+            hpa_min = hpa.min_replicas
+        if hpa_max_set is not None and hpa.max_replicas != hpa_max_set:
+            hpa_max = hpa.max_replicas
         want_min = max(hpa.min_replicas, replicas)
         want_max = max(hpa.max_replicas, want_min)
         if hpa_max is None and want_max != hpa.max_replicas:
             hpa_max = hpa.max_replicas
         if want_min != hpa.min_replicas or want_max != hpa.max_replicas:
             hpa_step = AutoscalerStep(hpa.name, want_min, want_max)
+        if want_min != hpa.min_replicas or hpa_set is not None:
+            hpa_set = want_min
+        if want_max != hpa.max_replicas or hpa_max_set is not None:
+            hpa_max_set = want_max
 
     # The temporary budget: only where no budget of the user's selects the pods.
     budget_step: BudgetStep | None = None
@@ -574,7 +737,7 @@ def _surge_step(
     if not users and (ready > 0 or name):
         name = name or budget_name(wl)
         if not any(b.name == name for b in own_budgets) and ready > 0:
-            budget_step = BudgetStep(name, ready)
+            budget_step = BudgetStep(name, min(ready, serving) if serving else ready)
     elif users:
         name = ""
 
@@ -588,6 +751,14 @@ def _surge_step(
         hpa_min=hpa_min,
         hpa_max=hpa_max,
         budget=name,
+        written=replicas,
+        until=tuple(sorted(until.items())),
+        hpa_set=hpa_set,
+        hpa_max_set=hpa_max_set,
+        ready=serving,
+    )
+    changed = (
+        existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added
     )
     record_nodes = set(record.nodes)
     doomed_pods = sum(1 for p in wl_pods if p.active and p.node_name in record_nodes)
@@ -602,6 +773,7 @@ def _surge_step(
         ready=ready,
         budget=budget_step,
         autoscaler=hpa_step,
+        changed=changed,
     )
 
 
@@ -640,7 +812,16 @@ def finish(
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     max_seconds: float = SURGE_MAX_SECONDS,
 ) -> tuple[list[Finish], list[Waiting]]:
-    """Which recorded surges are over, and which still wait (with why)."""
+    """Which recorded surges are over, and which still wait (with why).
+
+    A surge waits while a pod of the workload is Ready on a doomed node that still
+    exists and is before its deadline (the reclaim time, or the end of a rebalance's
+    surge): a node past its reclaim time serves nothing, whatever the API still says
+    about its pods. Then it waits for the replacements to be Ready, at most
+    ``REPLACEMENT_GRACE`` seconds past the last deadline. It then goes back to the
+    count the owner wants now (:func:`owner_replicas`), never below the autoscaler's
+    minimum.
+    """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
     for p in pods:
@@ -653,39 +834,60 @@ def finish(
         record = SurgeRecord.of(wl)
         if record is None:
             continue
+        default_until = record.started + max_seconds
+        last = max((record.deadline(n, default_until) for n in record.nodes), default=default_until)
         doomed_nodes = set(record.nodes)
         nodes_gone = not (doomed_nodes & alive)
+        over = nodes_gone or now >= last + STALE_SECONDS
         if record.done:
-            if nodes_gone:
+            if over:
                 done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
             continue
+        live = {n for n in doomed_nodes if n in alive and now < record.deadline(n, default_until)}
         wl_pods = pods_by_key.get(wl.key, [])
-        doomed_ready = sum(
-            1 for p in wl_pods if p.active and p.ready and p.node_name in doomed_nodes and p.node_name in alive
-        )
+        doomed_ready = sum(1 for p in wl_pods if p.active and p.ready and p.node_name in live)
         ready_elsewhere = sum(1 for p in wl_pods if p.active and p.ready and p.node_name not in doomed_nodes)
-        target = max(0, wl.replicas - record.surge)
-        age = now - record.started
-        if age > max_seconds:
-            reason = f"surge older than {int(max_seconds)}s"
-        elif doomed_ready:
-            waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
-            continue
-        elif ready_elsewhere < target:
-            waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))
-            continue
-        else:
-            reason = "replacements Ready and the doomed pods gone"
         hpa = autoscaler_for(wl, autoscalers) if record.hpa else None
         hpa_min = hpa_max = None
+        floor = 0
         if hpa is not None and hpa.name == record.hpa:
             # Restore only what still holds our value: a change the user made wins.
-            if record.hpa_min is not None and hpa.min_replicas >= wl.replicas:
-                hpa_min = record.hpa_min
-            if record.hpa_max is not None and hpa.max_replicas >= wl.replicas:
-                hpa_max = max(record.hpa_max, hpa_min or 1)
-        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, nodes_gone))
+            if record.hpa_min is not None:
+                ours = (
+                    hpa.min_replicas == record.hpa_set
+                    if record.hpa_set is not None
+                    else hpa.min_replicas >= wl.replicas
+                )
+                if ours:
+                    hpa_min = record.hpa_min
+            if record.hpa_max is not None:
+                ours = (
+                    hpa.max_replicas == record.hpa_max_set
+                    if record.hpa_max_set is not None
+                    else hpa.max_replicas >= wl.replicas
+                )
+                if ours:
+                    hpa_max = max(record.hpa_max, hpa_min or 1)
+            floor = hpa.min_replicas if hpa_min is None else hpa_min
+        target = max(owner_replicas(record, wl.replicas), floor)
+        if doomed_ready:
+            waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
+            continue
+        if record.lost:
+            reason = "the surge record was lost (the workload was replaced): the owner's spec wins"
+        elif ready_elsewhere < target and now < last + REPLACEMENT_GRACE:
+            waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))
+            continue
+        elif ready_elsewhere < target:
+            reason = f"surge older than its deadline by {int(REPLACEMENT_GRACE)}s"
+        else:
+            reason = "replacements Ready and the doomed pods gone"
+        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost))
     return done, waiting
+
+
+# How long past its last deadline a surge waits for replacements that are not Ready.
+REPLACEMENT_GRACE = 300.0
 
 
 def finished_record(record: SurgeRecord) -> SurgeRecord:
@@ -697,4 +899,67 @@ def finished_record(record: SurgeRecord) -> SurgeRecord:
         nodes=record.nodes,
         started=record.started,
         done=True,
+        until=record.until,
     )
+
+
+def deadline_passed(record: SurgeRecord, now: float, max_seconds: float = SURGE_MAX_SECONDS) -> bool:
+    """True when every node of a surge in progress is past its deadline (for alerting)."""
+    default_until = record.started + max_seconds
+    return all(now >= record.deadline(n, default_until) for n in record.nodes) if record.nodes else False
+
+
+# --- draining (create before evict) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Eviction:
+    namespace: str
+    pod: str
+    workload: str
+    node: str
+
+
+def evictions(
+    *,
+    workloads: Sequence[Workload],
+    pods: Sequence[PodView],
+    nodes: Sequence[NodeView],
+    now: float,
+    replicaset_owners: Mapping[tuple[str, str], str] | None = None,
+    max_seconds: float = SURGE_MAX_SECONDS,
+) -> list[Eviction]:
+    """The doomed pods spotguard may evict now, where it drains the doomed nodes itself.
+
+    Per workload with a surge in progress: its pods on doomed nodes before their
+    deadline, as many as leave at least the Ready count it had when the surge began
+    (a doomed pod goes once a replacement is Ready elsewhere). Pods that are not
+    Ready serve nothing and may go at once. The Eviction API still checks budgets.
+    """
+    alive = {n.name for n in nodes}
+    pods_by_key: dict[str, list[PodView]] = defaultdict(list)
+    for p in pods:
+        key = workload_key_of(p, replicaset_owners)
+        if key is not None:
+            pods_by_key[key].append(p)
+    out: list[Eviction] = []
+    for wl in workloads:
+        record = SurgeRecord.of(wl)
+        if record is None or record.done:
+            continue
+        default_until = record.started + max_seconds
+        live = {n for n in record.nodes if n in alive and now < record.deadline(n, default_until)}
+        if not live:
+            continue
+        wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]
+        doomed = sorted((p for p in wl_pods if p.node_name in live), key=lambda p: (p.ready, p.name))
+        ready_total = sum(1 for p in wl_pods if p.ready and p.node_name not in set(record.nodes) - live)
+        keep = record.ready or record.replicas
+        spare = ready_total - keep
+        for p in doomed:
+            if p.ready:
+                if spare <= 0:
+                    break
+                spare -= 1
+            out.append(Eviction(p.namespace, p.name, wl.key, p.node_name))
+    return out

@@ -1,0 +1,123 @@
+"""A drainer beside spotguard, end to end through the served function (CloudEvents).
+
+The simulated cluster's drainer acts as aws-node-termination-handler does without
+cordon-only: it cordons and evicts everything on a node as soon as the node is marked
+for reclaim. Both orders are run:
+
+- spotguard first: the notice reaches spotguard, then the drainer starts. The temporary
+  budgets are written before anything else, so the drainer's evictions wait for the
+  replacements;
+- the drainer first: the drainer is already evicting when the warning reaches spotguard.
+  That race cannot be won at the warning; it is won earlier, when the rebalance
+  recommendation arrives (``rebalance_action: surge`` puts the budget and the surge in
+  place minutes before).
+
+And spotguard as the drainer (``drain: true``, nobody else draining): each doomed pod is
+evicted once a replacement is Ready elsewhere, before the reclaim time.
+
+In every case no Deployment has fewer Ready pods than just before the notice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from spotguard.policy import config
+from spotguard.sim import testing
+
+from tests.interruption import e2e_harness as h
+from tests.interruption import sim_scenario
+from tests.interruption.test_e2e_owners import (
+    READY_DELAY,
+    TIME_SCALE,
+    rebalance,
+    reconcile,
+    record,
+    spot_nodes,
+    warning,
+)
+
+
+def scenario() -> list[dict[str, Any]]:
+    return [
+        *sim_scenario.mixed_nodes(on_demand=2, spot=2),
+        sim_scenario.deployment("web", 6),
+        sim_scenario.deployment("api", 3),
+    ]
+
+
+def pods_on(store: Any, nodes: list[str]) -> int:
+    return sum(
+        1
+        for p in store.list("pods")[0]
+        if p["spec"].get("nodeName") in nodes and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+def ready_counts(store: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in store.list("pods")[0]:
+        key = h.workload_key(p)
+        if key and h.is_ready(p):
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("order", ["spotguard-first", "drainer-first"])
+def test_a_drainer_at_the_notice_never_takes_a_deployment_below_its_serving_count(order: str) -> None:
+    cfg = dataclasses.replace(config.Config(), rebalance_action=config.RebalanceAction.SURGE)
+    with testing.running_cluster(
+        scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY, drainer=True
+    ) as sim:
+        store = sim.store
+        h.wait_until(lambda: sum(ready_counts(store).values()) == 9, 30, "every pod Ready")
+        handler = h.handler_for(sim, config=cfg)
+        spot = spot_nodes(store)
+        before = ready_counts(store)
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm(spot)
+        if order == "spotguard-first":
+            warning(handler, sim, spot)
+            sim.reclaim(spot, after_seconds=120)  # the drainer acts now
+        else:
+            rebalance(handler, sim, spot)  # minutes before: protection in place
+            sim.reclaim(spot, after_seconds=120)  # the drainer acts now...
+            warning(handler, sim, spot)  # ...and the warning reaches spotguard after it
+        assert record(store, "web") is not None
+
+        def drained() -> bool:
+            reconcile(handler)
+            return not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
+
+        h.wait_until(drained, 60, "the spot nodes to go", step=0.2)
+        for key, count in before.items():
+            assert watcher.lowest[key] >= count, (order, key, watcher.lowest[key], count)
+
+
+def test_spotguard_drains_the_doomed_nodes_itself_create_before_evict() -> None:
+    cfg = dataclasses.replace(config.Config(), drain=True)
+    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+        store = sim.store
+        h.wait_until(lambda: sum(ready_counts(store).values()) == 9, 30, "every pod Ready")
+        handler = h.handler_for(sim, config=cfg)
+        spot = spot_nodes(store)
+        assert pods_on(store, spot) > 0
+        before = ready_counts(store)
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm(spot)
+        warning(handler, sim, spot)
+        sim.reclaim(spot, after_seconds=120)
+
+        def emptied() -> bool:
+            reconcile(handler)
+            return pods_on(store, spot) == 0
+
+        # The doomed pods leave while their nodes still exist (before the reclaim time).
+        h.wait_until(emptied, 60, "spotguard to drain the doomed nodes", step=0.2)
+        assert {n["metadata"]["name"] for n in store.list("nodes")[0]} >= set(spot)
+        for key, count in before.items():
+            assert watcher.lowest[key] >= count, (key, watcher.lowest[key], count)
