@@ -19,11 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
+    "reconcile": ("spotguard.nodeadded.once", "run one node-added reconcile pass (--dry-run: print the plan)"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {
     "admission": ("spotguard.admission.cli", "serve the admission webhook over HTTPS"),
     "spot-interruption": ("spotguard.interruption.cli", "serve the spot-interruption function"),
+    "node-added": ("spotguard.nodeadded.cli", "serve the node-added function (CloudEvents, a reconcile timer)"),
 }
 
 

@@ -369,8 +369,17 @@ def test_sam_queue_is_encrypted_bounded_and_dead_lettered() -> None:
     assert dead["MessageRetentionPeriod"] > notice["MessageRetentionPeriod"]
 
 
+def queue_rules() -> dict[str, Any]:
+    """The rules that feed the notice queue (the node-added rule targets its function)."""
+    return {
+        name: rule
+        for name, rule in resources("AWS::Events::Rule").items()
+        if rule["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": ["NoticeQueue", "Arn"]}
+    }
+
+
 def test_sam_rules_deliver_the_three_notices_to_the_queue() -> None:
-    rules = resources("AWS::Events::Rule")
+    rules = queue_rules()
     detail_types: set[str] = set()
     for rule in rules.values():
         pattern = rule["Properties"]["EventPattern"]
@@ -385,8 +394,27 @@ def test_sam_rules_deliver_the_three_notices_to_the_queue() -> None:
     }
 
 
+def test_sam_node_added_runs_when_an_instance_runs_and_every_minute() -> None:
+    rules = {n: r for n, r in resources("AWS::Events::Rule").items() if n not in queue_rules()}
+    [(name, rule)] = rules.items()
+    assert rule["Properties"]["EventPattern"]["detail"] == {"state": ["running"]}
+    [target] = rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["NodeAddedFunction", "Arn"]}
+    source = {"Fn::GetAtt": [name, "Arn"]}
+    [permission] = [p for p in resources("AWS::Lambda::Permission").values() if p["Properties"]["SourceArn"] == source]
+    assert permission["Properties"]["Principal"] == "events.amazonaws.com"
+    schedules = [
+        s for s in resources("AWS::Scheduler::Schedule").values()
+        if s["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["NodeAddedFunction", "Arn"]}
+    ]
+    [schedule] = schedules
+    assert json.loads(schedule["Properties"]["Target"]["Input"])["spotguard"] == "reconcile"
+    entries = resources("AWS::EKS::AccessEntry")
+    assert entries["NodeAddedAccessEntry"]["Properties"]["KubernetesGroups"] == ["spotguard:node-added"]
+
+
 def test_sam_queue_policy_admits_only_the_rules() -> None:
-    rule_arns = [{"Fn::GetAtt": [name, "Arn"]} for name in resources("AWS::Events::Rule")]
+    rule_arns = [{"Fn::GetAtt": [name, "Arn"]} for name in queue_rules()]
     policies = resources("AWS::SQS::QueuePolicy")
     covered: set[str] = set()
     for policy in policies.values():
@@ -415,13 +443,17 @@ def test_sam_function_url_and_cluster_access() -> None:
     assert groups == {
         "AdmissionRole": ["spotguard:admission"],
         "SpotInterruptionRole": ["spotguard:spot-interruption"],
+        "NodeAddedRole": ["spotguard:node-added"],
     }
     env = sam()["Globals"]["Function"]["Environment"]["Variables"]
     assert env["SPOTGUARD_EKS_CLUSTER"] == {"Ref": "ClusterName"}
-    [schedule] = resources("AWS::Scheduler::Schedule").values()
+    [schedule] = [
+        s
+        for s in resources("AWS::Scheduler::Schedule").values()
+        if s["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["SpotInterruptionFunction", "Arn"]}
+    ]
     assert schedule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     target = schedule["Properties"]["Target"]
-    assert target["Arn"] == {"Fn::GetAtt": ["SpotInterruptionFunction", "Arn"]}
     assert json.loads(target["Input"]) == {"spotguard": "reconcile"}
 
 

@@ -51,6 +51,9 @@ VALID: list[tuple[str, str, Any]] = [
     ("rebalance_surge_seconds", "300", 300),
     ("drain", "true", True),
     ("drain", " False ", False),
+    ("rebalance_move_timeout_seconds", "120", 120),
+    ("rebalance_hold_seconds", "60", 60),
+    ("rebalance_settle_seconds", "0", 0),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -71,6 +74,9 @@ INVALID: list[tuple[str, str]] = [
     ("rebalance_max_pods_per_workload", "many"),
     ("rebalance_surge_seconds", "-5"),
     ("drain", "sometimes"),
+    ("rebalance_hold_seconds", "-1"),
+    ("rebalance_move_timeout_seconds", "5m"),
+    ("rebalance_settle_seconds", "-3"),
 ]
 
 

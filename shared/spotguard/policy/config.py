@@ -68,6 +68,13 @@ class Config:
     # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
     # replacement is Ready elsewhere (create before evict), before the reclaim time.
     drain: bool = False
+    # node-added: a move whose new replica is not Ready by then is undone; after a
+    # move that made no progress the workload is left alone this long.
+    rebalance_move_timeout_seconds: int = 300
+    rebalance_hold_seconds: int = 600
+    # A workload whose newest pod is younger than this is left alone: the admission
+    # webhook's own count of it may still be settling.
+    rebalance_settle_seconds: int = 30
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -127,6 +134,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rebalance_max_pods_per_workload": _positive_int,
     "rebalance_surge_seconds": _positive_int,
     "drain": _boolean,
+    "rebalance_move_timeout_seconds": _positive_int,
+    "rebalance_hold_seconds": _positive_int,
+    "rebalance_settle_seconds": _positive_int,
 }
 
 

@@ -15,27 +15,38 @@ floors, :func:`plan` says
   most ``rebalance_max_pods_per_workload`` pods of at most
   ``rebalance_max_workloads_per_step`` workloads, and never more pods of a
   workload than it has above its floor;
-- which workloads fell below their floor (``deficits``) and by how much;
-- why the other workloads above their floor are not moved (``skipped``).
+- which workloads fell below their floor (``deficits``) and by how much, and
+  for those that can be repaired now, the repair (``repairs``): one replica
+  back on on-demand, where an on-demand node (Ready, schedulable, without
+  notice) has room for it;
+- why the other workloads off their optimum are not moved (``skipped``).
 
-Pure: no I/O; the adapter carries the plan out (create before evict, through
-the Eviction API).
+Every move and repair says its method (:mod:`spotguard.policy.moves`): a
+Deployment's goes by create before evict (scale up one, then back with the pod
+ranked first), a StatefulSet's by eviction, one pod at a time, only while
+every replica is Ready and the quorum (the floor) holds without it, and not
+where a budget allows no disruption now. A workload with a move recorded
+(``spotguard.io/rebalance``), an interruption surge in progress, a rollout in
+progress (pods of two ReplicaSets), or fewer pods than replicas is left alone.
+
+Pure: no I/O; the adapter carries the plan out.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.policy import fit, patches, placement
+from spotguard.policy import fit, moves, patches, placement
 from spotguard.policy.capacity import Capacity, classify
 from spotguard.policy.config import Config
+from spotguard.policy.moves import MOVE, Direction, Method
 from spotguard.policy.placement import Placement
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
 
 
 class SkipReason(enum.StrEnum):
@@ -46,6 +57,13 @@ class SkipReason(enum.StrEnum):
     NO_MOVABLE_PODS = "no-movable-pods"
     NO_SPOT_ROOM = "no-spot-room"
     STEP_LIMIT = "step-limit"
+    MOVE_IN_PROGRESS = "move-in-progress"
+    ROLLOUT = "rollout-in-progress"
+    PODS_MISSING = "pods-missing"
+    NO_ON_DEMAND_ROOM = "no-on-demand-room"
+    BUDGET = "budget-allows-no-disruption"
+    QUORUM = "quorum"
+    SETTLING = "settling"
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,8 @@ class Move:
     from_node: str
     to_node: str  # the spot node whose room this move was planned against
     reason: str
+    method: Method = Method.SCALE
+    direction: Direction = Direction.TO_SPOT
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,9 @@ class Plan:
     surplus: tuple[Surplus, ...] = ()
     deficits: tuple[Deficit, ...] = ()
     skipped: tuple[Skip, ...] = ()
+    # One replica back on on-demand per workload below its floor (direction to-on-demand;
+    # ``pod`` is the spot replica that goes, ``to_node`` the on-demand node with room).
+    repairs: tuple[Move, ...] = ()
 
     def moves_by_workload(self) -> dict[str, list[Move]]:
         out: dict[str, list[Move]] = {}
@@ -109,11 +132,34 @@ class Plan:
     def empty(self) -> bool:
         return not self.moves and not self.deficits
 
+    def first_step(self) -> list[Move]:
+        """What to start now: the repairs, then at most one move per workload (never two at once)."""
+        out: list[Move] = list(self.repairs)
+        seen = {m.workload.key for m in out}
+        for m in self.moves:
+            if m.workload.key not in seen:
+                seen.add(m.workload.key)
+                out.append(m)
+        return out
+
 
 def spot_target_problem(node: NodeView, config: Config) -> str | None:
     """Why a node cannot take a pod moved to spot, or None."""
     if classify(node.labels, config.label_schemes) is not Capacity.SPOT:
         return "not a spot node"
+    if any(t.key == INTERRUPTION_TAINT for t in node.taints):
+        return "under interruption notice"
+    if node.unschedulable:
+        return "unschedulable"
+    if not node.ready:
+        return "not Ready"
+    return None
+
+
+def on_demand_target_problem(node: NodeView, config: Config) -> str | None:
+    """Why a node cannot take a replica restored to on-demand, or None."""
+    if config.node_capacity(node.labels) is not Capacity.ON_DEMAND:
+        return "not an on-demand node"
     if any(t.key == INTERRUPTION_TAINT for t in node.taints):
         return "under interruption notice"
     if node.unschedulable:
@@ -179,23 +225,79 @@ def _summarise(fits: Sequence[fit.Fit]) -> str:
     return f"no spot node has room ({len(fits)} tried: " + ", ".join(parts[:4]) + ")"
 
 
+PodSource = Iterable[PodView] | Callable[[], Iterable[PodView]]
+
+
+def _blocked(
+    state: WorkloadState,
+    active: Sequence[PodView],
+    budgets: Mapping[str, int] | None,
+    settle: tuple[float, float] | None = None,
+) -> Skip | None:
+    """Why the workload may not be touched now, whatever the direction (or None)."""
+    wl = state.workload
+    if MOVE in wl.annotations:
+        record = moves.MoveRecord.of(wl)
+        what = "a hold" if record is not None and record.held else "a move"
+        return Skip(wl, SkipReason.MOVE_IN_PROGRESS, f"{what} is recorded ({MOVE})")
+    if moves.surge_in_progress(wl):
+        return Skip(wl, SkipReason.SURGE_IN_PROGRESS, "an interruption surge is in progress")
+    if wl.kind is Kind.DEPLOYMENT and len({p.owner.name for p in active if p.owner}) > 1:
+        return Skip(wl, SkipReason.ROLLOUT, "pods of more than one ReplicaSet")
+    pending = [p for p in active if not p.node_name]
+    if pending:
+        return Skip(wl, SkipReason.PENDING_PODS, f"{len(pending)} pod(s) pending")
+    not_ready = [p for p in active if not p.ready]
+    if not_ready:
+        return Skip(wl, SkipReason.NOT_READY_PODS, f"{len(not_ready)} pod(s) not Ready")
+    if len(active) < wl.replicas:
+        return Skip(wl, SkipReason.PODS_MISSING, f"{len(active)} of {wl.replicas} pods exist")
+    if settle is not None:
+        now, seconds = settle
+        newest = max((p.created for p in active), default=0.0)
+        if now - newest < seconds:
+            return Skip(wl, SkipReason.SETTLING, f"its newest pod is {max(0, int(now - newest))}s old")
+    if wl.kind is Kind.STATEFULSET:
+        if len(active) - 1 < state.floor.on_demand or len(active) < 2:
+            return Skip(wl, SkipReason.QUORUM, "its quorum would not hold without one replica")
+        if budgets is not None and budgets.get(wl.key, 1) <= 0:
+            return Skip(wl, SkipReason.BUDGET, "a PodDisruptionBudget allows no disruption now")
+    return None
+
+
+def method_for(workload: Workload) -> Method:
+    return Method.EVICT if workload.kind is Kind.STATEFULSET else Method.SCALE
+
+
 def plan(
     config: Config,
     nodes: Iterable[NodeView],
-    pods: Iterable[PodView],
+    pods: PodSource,
     workloads: Iterable[WorkloadState],
+    *,
+    budgets: Mapping[str, int] | None = None,
+    now: float | None = None,
 ) -> Plan:
-    """The rebalance plan for one step. ``pods`` are all pods in the cluster (for node usage)."""
+    """The rebalance plan for one step.
+
+    ``pods`` are all pods in the cluster (for node usage), or a function that
+    returns them: it is called only when some workload is off its optimum. The
+    workloads' own pods may be light views (``PodView.from_json(scheduling=False)``):
+    where ``pods`` holds the full view of one (same uid), fit reads that.
+    ``budgets`` maps a workload key to the disruptions its PodDisruptionBudgets
+    allow now (the lowest; absent: no budget). With ``now``, a workload whose
+    newest pod was created less than ``rebalance_settle_seconds`` ago is left
+    alone (``settling``): the admission webhook may not have counted it yet.
+    """
     node_list = sorted(nodes, key=lambda n: n.name)
     capacity_of = {n.name: config.node_capacity(n.labels) for n in node_list}
-    usage = fit.usage_by_node(pods)
-    targets = [n for n in node_list if spot_target_problem(n, config) is None]
     ours = _ours(config)
 
     surplus: list[Surplus] = []
     deficits: list[Deficit] = []
     skipped: list[Skip] = []
     candidates: list[_Candidate] = []
+    short: list[tuple[WorkloadState, int, list[PodView]]] = []
     for state in sorted(workloads, key=lambda s: s.key):
         wl, floor = state.workload, state.floor
         if not floor.enabled:
@@ -206,23 +308,32 @@ def plan(
             p for p in active if placement.placement_of(p, capacity_of) is Placement.ON_DEMAND
         ]
         count = len(on_demand)
+        if count == floor.on_demand:
+            continue
         if count < floor.on_demand:
             deficits.append(Deficit(wl, floor.on_demand, count))
-        if count <= floor.on_demand:
+        else:
+            surplus.append(Surplus(wl, floor.on_demand, count))
+        settle = None if now is None else (now, float(config.rebalance_settle_seconds))
+        blocked = _blocked(state, active, budgets, settle)
+        if blocked is not None:
+            skipped.append(blocked)
             continue
-        surplus.append(Surplus(wl, floor.on_demand, count))
-        if SURGE in wl.annotations:
-            skipped.append(Skip(wl, SkipReason.SURGE_IN_PROGRESS, f"{SURGE} is set"))
-            continue
-        pending = [p for p in active if not p.node_name]
-        if pending:
-            skipped.append(Skip(wl, SkipReason.PENDING_PODS, f"{len(pending)} pod(s) pending"))
-            continue
-        not_ready = [p for p in active if not p.ready]
-        if not_ready:
-            skipped.append(
-                Skip(wl, SkipReason.NOT_READY_PODS, f"{len(not_ready)} pod(s) not Ready")
-            )
+        if count < floor.on_demand:
+            spot = [
+                p
+                for p in active
+                if placement.placement_of(p, capacity_of) is Placement.SPOT and not pinned_by_user(p, config)
+            ]
+            if wl.kind is Kind.STATEFULSET:
+                # The low ordinals are the ones an ordinal-placing admission puts on on-demand.
+                spot.sort(key=lambda p: (p.ordinal is None, p.ordinal or 0, p.name))
+            else:
+                spot.sort(key=lambda p: (p.node_name, p.name))
+            if not spot:
+                skipped.append(Skip(wl, SkipReason.NO_MOVABLE_PODS, "no spot replica that is not pinned"))
+                continue
+            short.append((state, floor.on_demand - count, spot))
             continue
         movable = [
             p
@@ -236,6 +347,55 @@ def plan(
             continue
         candidates.append(_Candidate(state, count - floor.on_demand, movable))
 
+    if not candidates and not short:
+        return Plan((), tuple(surplus), tuple(deficits), tuple(skipped))
+
+    all_pods = list(pods() if callable(pods) else pods)
+    usage = fit.usage_by_node(all_pods)
+    # The workloads' pods may be light views (no requests, tolerations or affinity): fit
+    # reads the full view of the same pod, by uid, where ``pods`` has one.
+    full = {p.uid: p for p in all_pods if p.uid}
+
+    def complete(p: PodView) -> PodView:
+        return full.get(p.uid, p) if p.uid else p
+
+    targets = [n for n in node_list if spot_target_problem(n, config) is None]
+    od_targets = [n for n in node_list if on_demand_target_problem(n, config) is None]
+
+    # Repairs first: a floor matters more than a saving.
+    repairs: list[Move] = []
+    for state, missing, spot in short:
+        wl = state.workload
+        if len(repairs) >= config.rebalance_max_workloads_per_step:
+            skipped.append(Skip(wl, SkipReason.STEP_LIMIT, "step limit reached; next step"))
+            continue
+        pod = complete(spot[0])
+        fits = [
+            fit.check(pod, n, usage.get(n.name, fit.EMPTY), ignore_expression=ours) for n in od_targets
+        ]
+        room = [(-usage.get(f.node, fit.EMPTY).pods, f.node) for f in fits if f.ok]
+        if not room:
+            detail = _summarise(fits).replace("spot node", "on-demand node")
+            skipped.append(Skip(wl, SkipReason.NO_ON_DEMAND_ROOM, detail))
+            continue
+        # The fullest on-demand node with room: keep the emptiest ones free to go.
+        target = min(room)[1]
+        usage[target] = usage.get(target, fit.EMPTY).plus(pod.requests)
+        repairs.append(
+            Move(
+                workload=wl,
+                pod=pod,
+                from_node=pod.node_name,
+                to_node=target,
+                reason=(
+                    f"{state.floor.on_demand - missing} on-demand replicas, floor "
+                    f"{state.floor.on_demand}; on-demand node {target} has room"
+                ),
+                method=method_for(wl),
+                direction=Direction.TO_ON_DEMAND,
+            )
+        )
+
     def emptiness(p: PodView) -> tuple[int, int, str]:
         u = usage.get(p.node_name, fit.EMPTY)
         return (u.pods, u.requests.get("cpu", 0), p.node_name)
@@ -244,17 +404,19 @@ def plan(
         ((p, c) for c in candidates for p in c.pods),
         key=lambda pc: (*emptiness(pc[0]), pc[1].state.key, pc[0].name, pc[0].uid),
     )
-    moves: list[Move] = []
+    planned: list[Move] = []
     moved: dict[str, int] = {}
     failed: dict[str, str] = {}
-    for pod, cand in victims:
+    budget_left = max(0, config.rebalance_max_workloads_per_step - len(repairs))
+    for light, cand in victims:
+        pod = complete(light)
         key = cand.state.key
         if key in failed:
             continue
         limit = min(cand.excess, config.rebalance_max_pods_per_workload)
         if moved.get(key, 0) >= limit:
             continue
-        if key not in moved and len(moved) >= config.rebalance_max_workloads_per_step:
+        if key not in moved and len(moved) >= budget_left:
             continue
         fits = [
             fit.check(
@@ -274,7 +436,7 @@ def plan(
         target = min(room)[1]
         usage[target] = usage.get(target, fit.EMPTY).plus(pod.requests)
         moved[key] = moved.get(key, 0) + 1
-        moves.append(
+        planned.append(
             Move(
                 workload=cand.state.workload,
                 pod=pod,
@@ -284,6 +446,7 @@ def plan(
                     f"{cand.excess + cand.state.floor.on_demand} on-demand replicas, "
                     f"floor {cand.state.floor.on_demand}; spot node {target} has room"
                 ),
+                method=method_for(cand.state.workload),
             )
         )
     for cand in candidates:
@@ -295,4 +458,4 @@ def plan(
             skipped.append(Skip(wl, SkipReason.NO_SPOT_ROOM, failed[key]))
         else:
             skipped.append(Skip(wl, SkipReason.STEP_LIMIT, "step limit reached; next step"))
-    return Plan(tuple(moves), tuple(surplus), tuple(deficits), tuple(skipped))
+    return Plan(tuple(planned), tuple(surplus), tuple(deficits), tuple(skipped), tuple(repairs))

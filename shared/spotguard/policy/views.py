@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from spotguard.policy import quantities
@@ -13,6 +14,16 @@ from spotguard.policy.tolerations import Taint, Toleration
 from spotguard.policy.workloads import PLACEMENT_LABEL
 
 _ORDINAL = re.compile(r"-(\d+)$")
+
+
+def _epoch(text: Any) -> float:
+    """An RFC 3339 time (``2026-11-26T01:02:03Z``) as epoch seconds; 0.0 when absent or unreadable."""
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -84,10 +95,16 @@ class PodView:
     # empty ``nodeSelectorTerms`` list (which matches no node). Non-empty
     # ``required_terms`` imply it.
     required_affinity: bool = False
+    creation_timestamp: str = ""  # metadata.creationTimestamp, as the API server wrote it
 
     @property
     def has_required_affinity(self) -> bool:
         return self.required_affinity or bool(self.required_terms)
+
+    @property
+    def created(self) -> float:
+        """When the API server created the pod (its clock), epoch seconds; 0.0 when unknown."""
+        return _epoch(self.creation_timestamp)
 
     @property
     def placement_label(self) -> str | None:
@@ -137,6 +154,7 @@ class PodView:
             phase=str(status.get("phase") or "Pending"),
             ready=ready,
             terminating=bool(meta.get("deletionTimestamp")),
+            creation_timestamp=str(meta.get("creationTimestamp") or ""),
         )
         if not scheduling:
             return view

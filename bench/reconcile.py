@@ -1,0 +1,238 @@
+"""Benchmark one node-added reconcile pass over the large scenario, at its optimum.
+
+The simulated cluster is ``infra/scenarios/large.yaml`` (1,000 nodes: 300
+on-demand, 700 spot; 360 Deployments of 50 replicas and 200 StatefulSets of 10:
+20,000 pods), served over HTTPS by this process and loaded in its steady state:
+every pod bound and Ready, each workload's floor on on-demand nodes and the rest
+spread over spot nodes (the optimum), a ReplicaSet per Deployment, and the
+admission webhook's reservation Lease per ReplicaSet. The controllers are off.
+The reconciler runs in a child process (its own core, as in its own pod or
+Lambda) and makes one pass, which must find nothing to do: only list calls and
+no writes.
+
+Prints ONE JSON line at the end::
+
+    {"nodes": 1000, "pods": 20000, "seconds": ..., "max_rss_mb": ..., "api_requests": ...,
+     "api_writes": 0, "by_verb": {...}, ...}
+
+    .venv/bin/python bench/reconcile.py [--scenario infra/scenarios/large.yaml] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+Obj = dict[str, Any]
+
+
+def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
+    """The scenario's objects plus, at the optimum, every pod, ReplicaSet and reservation Lease."""
+    from spotguard.policy import config, floors
+    from spotguard.policy.workloads import Workload
+    from spotguard.sim import objects
+    from spotguard.sim import scenario as scenario_mod
+
+    objs = scenario_mod.load(scenario)
+    objs.append(objects.namespace("spotguard"))
+    nodes = [o for o in objs if o["kind"] == "Node"]
+    capacity = objects.CAPACITY
+    on_demand = [n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(capacity) == "on-demand"]
+    spot = [n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(capacity) == "spot"]
+    cfg = config.Config()
+    cursor = {"on-demand": 0, "spot": 0}
+    pods: list[Obj] = []
+    extra: list[Obj] = []
+    workloads = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    for w, wl in enumerate(workloads):
+        meta, spec = wl["metadata"], wl["spec"]
+        name, ns = meta["name"], meta["namespace"]
+        uid = f"00000000-0000-4000-8000-{w:012x}"
+        meta["uid"] = uid
+        floor = floors.floor_for(Workload.from_json(wl), cfg).on_demand
+        template = spec["template"]
+        sts = wl["kind"] == "StatefulSet"
+        h = f"{w:010x}"
+        if not sts:
+            extra.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "metadata": {
+                        "name": f"{name}-{h}",
+                        "namespace": ns,
+                        "labels": {**template["metadata"]["labels"], "pod-template-hash": h},
+                        "ownerReferences": [owner_ref("Deployment", name, uid)],
+                    },
+                    "spec": {
+                        "replicas": spec["replicas"],
+                        "selector": {"matchLabels": {**spec["selector"]["matchLabels"], "pod-template-hash": h}},
+                        "template": template,
+                    },
+                }
+            )
+        for p in range(spec["replicas"]):
+            where = "on-demand" if p < floor else "spot"
+            pool = on_demand if where == "on-demand" else spot
+            node = pool[cursor[where] % len(pool)]
+            cursor[where] += 1
+            labels = {**template["metadata"]["labels"], "spotguard.io/placement": where}
+            if sts:
+                pod_name, owner = f"{name}-{p}", {"kind": "StatefulSet", "name": name, "uid": uid}
+                labels["apps.kubernetes.io/pod-index"] = str(p)
+            else:
+                pod_name, owner = f"{name}-{h}-{p:05d}", {"kind": "ReplicaSet", "name": f"{name}-{h}", "uid": uid}
+                labels["pod-template-hash"] = h
+            pod_spec = {**template["spec"], "nodeName": node}
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": ns,
+                        "labels": labels,
+                        "creationTimestamp": "2026-01-01T00:00:00Z",
+                        "ownerReferences": [{"apiVersion": "apps/v1", **owner, "controller": True}],
+                    },
+                    "spec": pod_spec,
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+                    },
+                }
+            )
+    counts = {"nodes": len(nodes), "pods": len(pods), "workloads": len(workloads)}
+    return objs + extra + pods, counts
+
+
+def owner_ref(kind: str, name: str, uid: str) -> Obj:
+    return {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def lease(rs: Obj) -> Obj:
+    """The admission webhook's reservation Lease of a ReplicaSet (spotguard.admission.reservations)."""
+    meta = rs["metadata"]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": f"admission.{meta['namespace']}.{meta['name']}",
+            "namespace": "spotguard",
+            "labels": {"app.kubernetes.io/managed-by": "spotguard", "app.kubernetes.io/component": "admission"},
+            "annotations": {
+                "spotguard.io/replicaset-uid": meta["uid"],
+                "spotguard.io/replicaset": f"{meta['namespace']}/{meta['name']}",
+            },
+        },
+        "spec": {"holderIdentity": "spotguard-admission"},
+    }
+
+
+def child(args: argparse.Namespace) -> int:
+    """One pass against the served cluster."""
+    from spotguard.gateway import kube
+    from spotguard.nodeadded.reconciler import Reconciler
+    from spotguard.policy.config import Config
+
+    logging.basicConfig(level=logging.WARNING)
+    k = kube.connect(args.kubeconfig)
+    rec = Reconciler(k, Config())
+    started = time.perf_counter()
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        report = profile.runcall(rec.reconcile)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    else:
+        report = rec.reconcile()
+    seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    stats = k.stats.snapshot()
+    by_verb: dict[str, int] = defaultdict(int)
+    for verb, n in stats.by_verb.items():
+        by_verb[verb] += n
+    print(
+        json.dumps(
+            {
+                "seconds": round(seconds, 3),
+                "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
+                # CPU of the whole child (imports and connection included): what the pass costs
+                # on a machine that others share.
+                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+                "read_seconds": round(rec.last_timings.get("read", 0.0), 3),
+                "plan_seconds": round(rec.last_timings.get("plan", 0.0), 3),
+                "api_requests": stats.requests,
+                "api_writes": stats.writes,
+                "by_verb": dict(by_verb),
+                "optimal": report.optimal,
+                "off_optimum": len(report.plan.surplus) + len(report.plan.deficits),
+            }
+        )
+    )
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default=str(ROOT / "infra" / "scenarios" / "large.yaml"))
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+
+    from spotguard.sim import testing
+
+    logging.basicConfig(level=logging.WARNING)
+    t = time.perf_counter()
+    objs, counts = build(args.scenario)
+    with testing.running_cluster(controllers=False) as sim:
+        sim.store.apply_objects(objs)
+        del objs
+        sim.store.apply_objects([lease(rs) for rs in sim.store.list("replicasets")[0]])
+        # The simulated API server shares this process: keep the loaded objects out of the
+        # cyclic garbage collector's way.
+        gc.collect()
+        gc.freeze()
+        load_seconds = time.perf_counter() - t
+        command = [sys.executable, __file__, "--child", "--kubeconfig", str(sim.kubeconfig)]
+        proc = subprocess.run(
+            command + (["--profile"] if args.profile else []),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0 or args.profile:
+        sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        return proc.returncode
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    line = {
+        "nodes": counts["nodes"],
+        "pods": counts["pods"],
+        "workloads": counts["workloads"],
+        **result,
+        "load_seconds": round(load_seconds, 1),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Serve the node-added function: CloudEvents over HTTP, and a reconcile on a timer.
+
+POST / takes CloudEvents in binary or structured mode (a Node added, a ping);
+GET /healthz and GET /metrics answer. With --reconcile-interval S (> 0), a pass
+also runs every S seconds: the shape for clusters without Knative or Lambda.
+SIGTERM and SIGINT stop it cleanly: a pass in progress finishes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import threading
+
+from spotguard import logs
+from spotguard.nodeadded import service, triggers
+
+log = logging.getLogger("spotguard.nodeadded")
+
+DEFAULT_PORT = 8080
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT}; 0: none)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=0.0,
+        help="seconds between scheduled passes (default 0: only when an event asks)",
+    )
+
+
+def build_service(kubeconfig: str | None) -> service.Service:
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise logs.UserError(f"--kubeconfig {kubeconfig}: no such file")
+    from spotguard.nodeadded.reconciler import Reconciler
+
+    try:
+        rec = Reconciler.from_environment(kubeconfig)
+    except Exception as exc:
+        raise logs.UserError(f"cannot connect to the cluster: {exc}") from exc
+    return service.Service(lambda: rec)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port < 65536:
+        raise logs.UserError(f"--port must be 0 to 65535, not {args.port}")
+    if args.reconcile_interval < 0:
+        raise logs.UserError("--reconcile-interval must not be negative")
+    if not args.port and not args.reconcile_interval:
+        raise logs.UserError("nothing to do: give --port, --reconcile-interval, or both")
+    svc = build_service(args.kubeconfig)
+    stop = threading.Event()
+    timer = None
+    if args.reconcile_interval > 0:
+        timer = threading.Thread(
+            target=_every, args=(svc, args.reconcile_interval, stop), name="reconcile", daemon=True
+        )
+        timer.start()
+    try:
+        if args.port:
+            _serve_http(svc, args.host, args.port)
+        else:
+            _wait_for_signal(stop)
+    finally:
+        stop.set()
+        if timer is not None:
+            timer.join()
+    log.info("stopped")
+    return 0
+
+
+def _every(svc: service.Service, interval: float, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        try:
+            svc.handle(triggers.Trigger(triggers.Kind.SCHEDULE, detail="timer"))
+        except service.Transient as exc:
+            log.warning("scheduled pass failed; next interval tries again", extra={"error": str(exc)})
+
+
+def _serve_http(svc: service.Service, host: str, port: int) -> None:
+    import hypercorn.asyncio
+    import hypercorn.config
+
+    from spotguard.nodeadded import app
+
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 60.0
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopped.set)
+        log.info("serving CloudEvents", extra={"url": f"http://{host}:{port}/"})
+        await hypercorn.asyncio.serve(app.create_app(svc), config, shutdown_trigger=stopped.wait, mode="wsgi")
+
+    asyncio.run(main())
+
+
+def _wait_for_signal(stop: threading.Event) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("signal received: stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass

@@ -1,0 +1,43 @@
+"""Prometheus metrics of the node-added reconcile (module level: one registry per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PASSES = Counter(
+    "spotguard_nodeadded_passes_total",
+    "Reconcile passes, by trigger (node-added, ping, state-change, schedule, cli) and result (done, failed).",
+    ["trigger", "result"],
+)
+PASS_SECONDS = Histogram(
+    "spotguard_nodeadded_pass_seconds",
+    "Time one reconcile pass took.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+MOVES = Counter(
+    "spotguard_nodeadded_moves_total",
+    "Moves by direction (to-spot, to-on-demand), method (scale, evict) and step "
+    "(started, finished, aborted, blocked, held, ended, failed).",
+    ["direction", "method", "step"],
+)
+SKIPPED = Gauge(
+    "spotguard_nodeadded_skipped_workloads",
+    "Workloads off their optimum that the last pass left alone, by reason.",
+    ["reason"],
+)
+OFF_OPTIMUM = Gauge(
+    "spotguard_nodeadded_workloads_off_optimum",
+    "Workloads off their optimum at the last pass: above their floor on on-demand (surplus) or below it (deficit).",
+    ["kind"],
+)
+CLEANUPS = Counter(
+    "spotguard_nodeadded_cleanups_total",
+    "Leftovers removed: reservation Leases of ReplicaSets that no longer exist, interruption taints on "
+    "nodes that survived.",
+    ["what"],
+)
+ERRORS = Counter(
+    "spotguard_nodeadded_errors_total",
+    "Kubernetes API calls that failed, by step (list, move, finish, lease, taint, interruption).",
+    ["step"],
+)

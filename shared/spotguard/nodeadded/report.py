@@ -1,0 +1,37 @@
+"""A pass's report as text (``spotguard reconcile``, ``--dry-run`` included)."""
+
+from __future__ import annotations
+
+from spotguard.nodeadded.reconciler import Report
+from spotguard.policy.moves import Action, Method
+
+
+def text(rep: Report) -> str:
+    verb = "would " if rep.dry_run else ""
+    lines: list[str] = []
+    plan = rep.plan
+    lines.append(
+        f"{len(plan.surplus)} workload(s) above their floor on on-demand, {len(plan.deficits)} below it"
+        + (" (dry run: nothing written)" if rep.dry_run else "")
+    )
+    for p in rep.progress:
+        if p.action is Action.WAIT:
+            lines.append(f"  {p.workload.key}: move in progress ({p.reason})")
+        else:
+            lines.append(f"  {p.workload.key}: {verb}{p.action} the recorded move ({p.reason})")
+    for m in rep.started:
+        how = "scale up one, then back with it ranked first" if m.method is Method.SCALE else "evict it"
+        lines.append(f"  {m.workload.key}: {verb}move {m.pod.name} {m.direction} ({how}): {m.reason}")
+    for s in plan.skipped:
+        lines.append(f"  {s.workload.key}: left alone, {s.reason}: {s.detail}")
+    for lease in rep.leases:
+        lines.append(f"  lease {lease.namespace}/{lease.name}: {verb}delete (ReplicaSet {lease.replicaset} is gone)")
+    for t in rep.taints:
+        lines.append(f"  node {t.node}: {verb}{t.step} the interruption taint ({t.reason})")
+    for key in rep.surges_over:
+        lines.append(f"  {key}: surge over; the spot-interruption reconcile {verb}scale(s) it back")
+    if rep.optimal:
+        lines.append("the cluster is at its optimum: nothing to do")
+    if rep.failures:
+        lines.append(f"{rep.failures} write(s) failed; see the log")
+    return "\n".join(lines) + "\n"

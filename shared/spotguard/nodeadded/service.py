@@ -1,0 +1,147 @@
+"""The one entry every transport calls: a trigger in, a pass run, an answer out.
+
+A Node that was just added is often not Ready yet, and an EC2 instance that is
+``running`` has usually not joined the cluster yet (its kubelet registers a
+minute or so later). Spot room on it counts only once it is Ready, so for those
+triggers :class:`Service` waits for the node, checking every ``poll`` seconds
+for at most ``join_wait`` seconds (``$SPOTGUARD_NODE_JOIN_WAIT_SECONDS``,
+default 60; keep it inside the Lambda timeout), then runs the pass either way:
+a node that joins later is the next scheduled pass's (it never waits forever,
+and never fails the delivery for it).
+
+One pass at a time per process (a lock), so HTTP workers and a timer never
+plan over each other's half-written moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spotguard.gateway import resources as r
+from spotguard.gateway.errors import ApiError
+from spotguard.nodeadded import metrics, triggers
+from spotguard.nodeadded.reconciler import Reconciler, Report
+from spotguard.nodeadded.triggers import Kind, Trigger
+from spotguard.policy.views import NodeView
+
+log = logging.getLogger("spotguard.nodeadded")
+
+DEFAULT_JOIN_WAIT = 60.0
+
+
+class Transient(RuntimeError):
+    """The pass could not run (the API server unreachable): deliver the trigger again."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    trigger: Trigger
+    result: str  # reconciled, ignored
+    joined: bool | None = None
+    report: Report | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"result": self.result, "trigger": self.trigger.to_json()}
+        if self.joined is not None:
+            out["joined"] = self.joined
+        if self.report is not None:
+            rep = self.report
+            out["started"] = [f"{m.workload.key}:{m.direction}:{m.pod.name}" for m in rep.started]
+            out["progressed"] = [
+                f"{p.workload.key}:{p.action}" for p in rep.progress if str(p.action) != "wait"
+            ]
+            out["skipped"] = len(rep.plan.skipped)
+            out["leases_deleted"] = len(rep.leases)
+            out["failures"] = rep.failures
+            out["seconds"] = round(rep.seconds, 3)
+        return out
+
+
+class Service:
+    def __init__(
+        self,
+        build: Callable[[], Reconciler],
+        *,
+        join_wait: float | None = None,
+        poll: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._build = build
+        self._reconciler: Reconciler | None = None
+        if join_wait is None:
+            join_wait = float(os.environ.get("SPOTGUARD_NODE_JOIN_WAIT_SECONDS") or DEFAULT_JOIN_WAIT)
+        self.join_wait = join_wait
+        self.poll = poll
+        self.sleep = sleep
+        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
+
+    @property
+    def reconciler(self) -> Reconciler:
+        with self._build_lock:
+            if self._reconciler is None:
+                self._reconciler = self._build()
+            return self._reconciler
+
+    def handle(self, trigger: Trigger, *, dry_run: bool = False) -> Answer:
+        """Run a pass for ``trigger``; raises :class:`Transient` when it could not."""
+        if trigger.kind is Kind.NOTHING:
+            log.info("trigger needs nothing", extra=trigger.to_json())
+            return Answer(trigger, "ignored")
+        try:
+            rec = self.reconciler
+            joined = None
+            if trigger.kind in (Kind.NODE_ADDED, Kind.INSTANCE_RUNNING):
+                joined = self._wait_for_node(rec, trigger)
+            with self._lock:
+                report = rec.reconcile(dry_run=dry_run, trigger=str(trigger.kind))
+        except ApiError as exc:
+            raise Transient(f"reconcile failed: {exc}") from exc
+        except Transient:
+            raise
+        except Exception as exc:
+            metrics.ERRORS.labels("pass").inc()
+            log.exception("reconcile failed", extra={"trigger": str(trigger.kind)})
+            raise Transient(f"reconcile failed: {type(exc).__name__}: {exc}") from exc
+        return Answer(trigger, "reconciled", joined, report)
+
+    def _wait_for_node(self, rec: Reconciler, trigger: Trigger) -> bool:
+        deadline = time.monotonic() + self.join_wait
+        while True:
+            if self._ready(rec, trigger):
+                return True
+            if time.monotonic() + self.poll > deadline:
+                log.info(
+                    "the node has not joined (or is not Ready) yet: passing now, the next schedule picks it up",
+                    extra=trigger.to_json(),
+                )
+                return False
+            self.sleep(self.poll)
+
+    @staticmethod
+    def _ready(rec: Reconciler, trigger: Trigger) -> bool:
+        if trigger.node:
+            node = rec.kube.find(r.NODES, trigger.node)
+            return node is not None and NodeView.from_json(node).ready and _has_ready(node)
+        for raw in rec.kube.list(r.NODES):
+            view = NodeView.from_json(raw)
+            if view.provider_id.rsplit("/", 1)[-1] == trigger.instance_id:
+                return view.ready and _has_ready(raw)
+        return False
+
+
+def _has_ready(node: dict[str, Any]) -> bool:
+    """A Ready condition that is True (a node with no conditions yet has not joined)."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+__all__ = ["Answer", "Service", "Transient", "triggers"]

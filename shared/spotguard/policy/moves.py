@@ -1,0 +1,291 @@
+"""One move of the node-added reconcile, recorded on the workload, and how it ends.
+
+A move changes which capacity one replica runs on, one replica at a time:
+
+- ``to-spot``: an on-demand replica above the floor is replaced on spot;
+- ``to-on-demand``: a workload below its floor gets an on-demand replica back.
+
+Two methods:
+
+- ``scale`` (Deployments, create before evict): the pod to remove is ranked
+  first for deletion (``controller.kubernetes.io/pod-deletion-cost``), the
+  workload is scaled up by one (the admission webhook places the new pod on the
+  capacity the floor asks for), and once the new pod is Ready the workload is
+  scaled back to the owner's count: the ReplicaSet controller removes the
+  ranked pod. Never fewer Ready replicas than before.
+- ``evict`` (StatefulSets): the pod is evicted through the Eviction API (its
+  budget decides) and comes back under the same name, placed by the admission
+  webhook. Only one at a time, only while every replica is Ready and the
+  quorum (the floor) holds without it.
+
+The record (``spotguard.io/rebalance``, JSON on the workload) is the lock: it is
+written with the workload's resourceVersion before anything else, so two
+reconciles never move one workload at once, and a reconcile cut off half-way
+is finished by the next one. :func:`progress` says what a recorded move needs
+now. A move that made no progress (the new pod landed on the wrong capacity,
+or never became Ready) leaves a ``hold`` on the record: the workload is left
+alone until it ends, so nothing is retried in a loop.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.placement import Placement, placement_of
+from spotguard.policy.state import WorkloadState
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import SURGE, Workload
+
+MOVE = "spotguard.io/rebalance"
+# The deletion cost given to the pod a scale move removes: below every replica's
+# (spot pods carry none, 0; the admission webhook gives on-demand pods 1000).
+FIRST_TO_GO = -1_000_000
+# A move whose new pod is not Ready by then is undone.
+MOVE_TIMEOUT_SECONDS = 300.0
+# After a move that made no progress, the workload is left alone this long.
+HOLD_SECONDS = 600.0
+
+
+class Direction(enum.StrEnum):
+    TO_SPOT = "to-spot"
+    TO_ON_DEMAND = "to-on-demand"
+
+    @property
+    def target(self) -> Placement:
+        return Placement.SPOT if self is Direction.TO_SPOT else Placement.ON_DEMAND
+
+
+class Method(enum.StrEnum):
+    SCALE = "scale"  # create before evict: scale up one, then back with the pod ranked first
+    EVICT = "evict"  # the Eviction API (StatefulSets)
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """What a move did, written as JSON on the workload (``spotguard.io/rebalance``)."""
+
+    direction: Direction
+    method: Method
+    pod: str  # the pod that goes
+    uid: str
+    replicas: int  # the owner's count when the move began
+    scaled_to: int  # what the move set spec.replicas to (replicas + 1; evict: replicas)
+    started: float  # epoch seconds
+    on_demand: int  # the workload's on-demand replicas when the move began
+    cost: str | None = None  # the pod's deletion cost before (None: it had none)
+    hold_until: float = 0.0  # > 0: the move is over; leave the workload alone until then
+    reason: str = ""
+
+    @property
+    def held(self) -> bool:
+        return self.hold_until > 0
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {
+            "direction": str(self.direction),
+            "method": str(self.method),
+            "pod": self.pod,
+            "uid": self.uid,
+            "replicas": self.replicas,
+            "scaledTo": self.scaled_to,
+            "started": round(self.started, 3),
+            "onDemand": self.on_demand,
+        }
+        if self.cost is not None:
+            out["cost"] = self.cost
+        if self.hold_until:
+            out["holdUntil"] = round(self.hold_until, 3)
+        if self.reason:
+            out["reason"] = self.reason[:300]
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str) -> MoveRecord | None:
+        """The record in ``text``, or None where it is not one (never raises)."""
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                return None
+            cost = raw.get("cost")
+            return cls(
+                direction=Direction(raw["direction"]),
+                method=Method(raw["method"]),
+                pod=str(raw["pod"]),
+                uid=str(raw.get("uid") or ""),
+                replicas=_int(raw["replicas"]),
+                scaled_to=_int(raw["scaledTo"]),
+                started=float(raw["started"]),
+                on_demand=_int(raw.get("onDemand", 0)),
+                cost=None if cost is None else str(cost),
+                hold_until=float(raw.get("holdUntil") or 0.0),
+                reason=str(raw.get("reason") or ""),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def of(cls, workload: Workload) -> MoveRecord | None:
+        raw = workload.annotations.get(MOVE)
+        return cls.parse(raw) if raw else None
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    return value
+
+
+def surge_in_progress(workload: Workload) -> bool:
+    """An interruption surge that is not over (the spot-interruption function owns the workload)."""
+    raw = workload.annotations.get(SURGE)
+    if not raw:
+        return False
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return True  # unreadable: leave it to its owner
+    return not (isinstance(doc, dict) and doc.get("done") is True)
+
+
+class Action(enum.StrEnum):
+    WAIT = "wait"  # the new pod is not Ready yet
+    FINISH = "finish"  # scale back to the owner's count (the ranked pod goes) and end the record
+    ABORT = "abort"  # undo: restore the pod's cost, scale back, hold
+    EVICT = "evict"  # (again) evict the recorded pod: the record was written, the eviction not done
+    END = "end"  # remove the record (a hold that is over, a count someone else changed, an eviction done)
+    HOLD = "hold"  # replace the record by a hold (the move ended without progress)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a recorded move needs now."""
+
+    workload: Workload
+    record: MoveRecord
+    action: Action
+    reason: str
+    replicas: int | None = None  # spec.replicas to set (FINISH, ABORT)
+    restore_cost: bool = False  # put the pod's deletion cost back
+    hold: MoveRecord | None = None  # the record to leave (FINISH/ABORT without progress, HOLD)
+
+
+def held(record: MoveRecord, now: float, reason: str, seconds: float = HOLD_SECONDS) -> MoveRecord:
+    return replace(record, hold_until=now + seconds, reason=reason)
+
+
+def count_on(pods: Sequence[PodView], capacity_of: Mapping[str, Capacity], where: Placement) -> int:
+    return sum(1 for p in pods if p.active and placement_of(p, capacity_of) is where)
+
+
+def progress(
+    state: WorkloadState,
+    record: MoveRecord,
+    capacity_of: Mapping[str, Capacity],
+    now: float,
+    *,
+    timeout: float = MOVE_TIMEOUT_SECONDS,
+    hold_seconds: float = HOLD_SECONDS,
+) -> Progress:
+    """What the recorded move of ``state``'s workload needs now (see the module docstring)."""
+    wl = state.workload
+
+    def held(record: MoveRecord, now: float, reason: str) -> MoveRecord:
+        return replace(record, hold_until=now + hold_seconds, reason=reason)
+
+    if record.held:
+        if now >= record.hold_until:
+            # The pod a move ranked first that is still there gets its deletion cost back.
+            still = record.method is Method.SCALE and any(p.active and p.uid == record.uid for p in state.pods)
+            return Progress(wl, record, Action.END, "hold over", restore_cost=bool(record.uid) and still)
+        return Progress(wl, record, Action.WAIT, f"held: {record.reason}")
+    if surge_in_progress(wl):
+        return Progress(wl, record, Action.WAIT, "an interruption surge is in progress")
+    active = [p for p in state.pods if p.active]
+    marked = next((p for p in active if record.uid and p.uid == record.uid), None)
+    age = now - record.started
+    if record.method is Method.EVICT:
+        return _evict_progress(
+            record, wl, active, marked=marked, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
+        )
+    if wl.replicas != record.scaled_to:
+        # Someone else set the count meanwhile (an autoscaler, GitOps, a person): theirs wins.
+        # Holding keeps an autoscaler that scales it straight back from a loop of moves.
+        why = f"replicas changed to {wl.replicas} by someone else"
+        return Progress(
+            wl, record, Action.HOLD, why, restore_cost=marked is not None, hold=held(record, now, why)
+        )
+    ready_others = sum(1 for p in active if p.ready and p is not marked)
+    if ready_others >= record.replicas:
+        others = [p for p in active if p is not marked]
+        moved = _progressed(record, others, capacity_of)
+        hold = None if moved else held(record, now, "the new replica did not land on " + str(record.direction.target))
+        return Progress(
+            wl,
+            record,
+            Action.FINISH,
+            f"{ready_others} replicas Ready without {record.pod}",
+            replicas=record.replicas,
+            hold=hold,
+        )
+    if age > timeout:
+        return Progress(
+            wl,
+            record,
+            Action.ABORT,
+            f"the new replica was not Ready within {int(timeout)}s",
+            replicas=record.replicas,
+            restore_cost=marked is not None,
+            hold=held(record, now, "the new replica did not become Ready"),
+        )
+    return Progress(wl, record, Action.WAIT, f"{ready_others} of {record.replicas} Ready besides {record.pod}")
+
+
+def _progressed(record: MoveRecord, pods: Sequence[PodView], capacity_of: Mapping[str, Capacity]) -> bool:
+    """Did the workload (without the pod that goes) move the way the record wanted?"""
+    on_demand = count_on(pods, capacity_of, Placement.ON_DEMAND)
+    if record.direction is Direction.TO_SPOT:
+        return on_demand < record.on_demand
+    return on_demand > record.on_demand
+
+
+def _evict_progress(
+    record: MoveRecord,
+    wl: Workload,
+    active: Sequence[PodView],
+    *,
+    marked: PodView | None,
+    capacity_of: Mapping[str, Capacity],
+    now: float,
+    timeout: float,
+    hold: Callable[[MoveRecord, float, str], MoveRecord],
+) -> Progress:
+    held = hold
+    age = now - record.started
+    if marked is not None:
+        if age > timeout:
+            return Progress(wl, record, Action.HOLD, "the pod was not evicted", hold=held(record, now, "not evicted"))
+        return Progress(wl, record, Action.EVICT, f"{record.pod} is still there")
+    back = next((p for p in active if p.name == record.pod), None)
+    if back is not None and back.ready and back.node_name:
+        if placement_of(back, capacity_of) is record.direction.target:
+            return Progress(wl, record, Action.END, f"{record.pod} is back, on {record.direction.target}")
+        return Progress(
+            wl,
+            record,
+            Action.HOLD,
+            f"{record.pod} came back on the same capacity",
+            hold=held(record, now, f"{record.pod} did not land on {record.direction.target}"),
+        )
+    if age > timeout:
+        return Progress(
+            wl, record, Action.HOLD, f"{record.pod} is not back", hold=held(record, now, f"{record.pod} not Ready")
+        )
+    return Progress(wl, record, Action.WAIT, f"waiting for {record.pod} to come back Ready")
+

@@ -1,0 +1,194 @@
+"""Drive the node-added reconcile against the simulated cluster, with the served admission webhook.
+
+The admission function (:func:`tests.interruption.e2e_harness.admission_webhook`)
+places every pod the simulated controllers create, as in production; the
+reconciler runs its passes against the same cluster over HTTPS, with the
+simulated clock.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.nodeadded import reconciler
+from spotguard.policy import config as config_mod
+from spotguard.policy.workloads import Workload
+from spotguard.sim import tls
+
+from tests.interruption import e2e_harness as ih
+from tests.interruption import sim_scenario
+
+Obj = dict[str, Any]
+CAPACITY = sim_scenario.CAPACITY
+wait_until = ih.wait_until
+admission_webhook = ih.admission_webhook
+Watcher = ih.Watcher
+
+
+def reconciler_for(sim: Any, cfg: config_mod.Config | None = None, **kw: Any) -> reconciler.Reconciler:
+    k = kube.Kube(sim.api_client())
+    return reconciler.Reconciler(k, cfg or config_mod.Config(), clock=sim.clock.now, **kw)
+
+
+def capacity_of(store: Any) -> dict[str, str]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"].get(CAPACITY, "") for n in store.list("nodes")[0]}
+
+
+def live(pod: Obj) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
+def placement(store: Any) -> dict[str, tuple[int, int, int]]:
+    """key -> (on-demand, spot, not scheduled) of the live pods, by the node's capacity label."""
+    caps = capacity_of(store)
+    out: dict[str, list[int]] = {}
+    for p in store.list("pods")[0]:
+        key = ih.workload_key(p)
+        if key is None or not live(p):
+            continue
+        row = out.setdefault(key, [0, 0, 0])
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node:
+            row[2] += 1
+        elif caps.get(node) == "spot":
+            row[1] += 1
+        else:
+            row[0] += 1
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def floors_of(store: Any) -> dict[str, tuple[int, int]]:
+    return ih.floors_of(store)
+
+
+def ready_pods(store: Any) -> int:
+    return sum(1 for p in store.list("pods")[0] if ih.is_ready(p))
+
+
+def workloads(store: Any) -> dict[str, Workload]:
+    out = {}
+    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+        for obj in store.list(res)[0]:
+            obj.setdefault("kind", kind)
+            w = Workload.from_json(obj)
+            out[w.key] = w
+    return out
+
+
+def passes_until(
+    rec: reconciler.Reconciler, done: Callable[[reconciler.Report], bool], max_passes: int, pause: float = 0.3
+) -> list[reconciler.Report]:
+    """Run passes until ``done(report)``; every report, in order. Fails after ``max_passes``."""
+    reports = []
+    for _ in range(max_passes):
+        rep = rec.reconcile()
+        reports.append(rep)
+        if done(rep):
+            return reports
+        time.sleep(pause)
+    raise AssertionError(f"not done after {max_passes} passes; last: {summary(reports[-1])}")
+
+
+def summary(rep: reconciler.Report) -> str:
+    return (
+        f"surplus={[s.workload.key for s in rep.plan.surplus]} deficits={[d.workload.key for d in rep.plan.deficits]} "
+        f"skipped={[(s.workload.key, str(s.reason), s.detail) for s in rep.plan.skipped]} "
+        f"progress={[(p.workload.key, str(p.action), p.reason) for p in rep.progress]}"
+    )
+
+
+def settled(rep: reconciler.Report) -> bool:
+    return rep.optimal
+
+
+def cordon(k: kube.Kube, names: list[str], on: bool = True) -> None:
+    """``kubectl cordon`` / ``uncordon``, through the API."""
+    for name in names:
+        k.patch(r.NODES, name, {"spec": {"unschedulable": True if on else None}})
+
+
+def nodes_named(store: Any, capacity: str) -> list[str]:
+    return sorted(n for n, c in capacity_of(store).items() if c == capacity)
+
+
+def at_optimum(store: Any, keys: list[str] | None = None) -> bool:
+    """Every (or each given) workload has exactly its floor on on-demand, all of its pods Ready on a node."""
+    places, wanted = placement(store), floors_of(store)
+    for key in keys or list(wanted):
+        replicas, floor = wanted[key]
+        on_demand, spot, pending = places.get(key, (0, 0, 0))
+        if pending or on_demand + spot != replicas or on_demand != floor:
+            return False
+    return True
+
+
+class Refuser:
+    """A second mutating webhook, called after spotguard's (configurations run sorted by name), that
+    refuses the first pod of an app that spotguard placed on on-demand: a policy engine or quota
+    refusing a pod after its on-demand slot was reserved."""
+
+    def __init__(self, app: str) -> None:
+        self.app = app
+        self.refused: list[str] = []
+        self.lock = threading.Lock()
+
+    def serve(self, store: Any) -> Callable[[], None]:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                request = review["request"]
+                labels = (request.get("object") or {}).get("metadata", {}).get("labels") or {}
+                allowed = True
+                if labels.get("app") == outer.app and labels.get("spotguard.io/placement") == "on-demand":
+                    with outer.lock:
+                        if not outer.refused:
+                            outer.refused.append(request["uid"])
+                            allowed = False
+                answer: dict[str, Any] = {"uid": request["uid"], "allowed": allowed}
+                if not allowed:
+                    answer["status"] = {"code": 403, "message": "refused by a policy"}
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        server, url, ca = tls.serve_https(Handler)
+        store.create(
+            "mutatingwebhookconfigurations",
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "zz-policy"},
+                "webhooks": [
+                    {
+                        "name": "policy.example.com",
+                        "clientConfig": {"url": url + "/", "caBundle": ca},
+                        "rules": [
+                            {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+                        ],
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 5,
+                    }
+                ],
+            },
+        )
+        return server.shutdown

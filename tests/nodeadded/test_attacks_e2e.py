@@ -1,0 +1,144 @@
+"""The reconcile as users' clusters treat it: a pass cut off half-way, two reconcilers at once,
+GitOps putting the replica count back in the middle of a move.
+
+Each starts from a Deployment that spilled to on-demand while spot was full (4 replicas, floor 1),
+with the served admission webhook placing every pod.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.policy import config, moves
+from spotguard.sim import testing
+
+from tests.interruption import sim_scenario
+from tests.nodeadded import harness as h
+
+TIME_SCALE = 20.0
+CFG = config.Config(rebalance_move_timeout_seconds=200, rebalance_hold_seconds=100, rebalance_settle_seconds=0)
+KEY = "Deployment/shop/web"
+
+
+@pytest.fixture
+def spilled(tmp_path: Any) -> Iterator[Any]:
+    nodes = [sim_scenario.namespace("shop"), sim_scenario.node("od-0", "on-demand")]
+    nodes += [sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=10) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        k = kube.Kube(sim.api_client())
+        spot = h.nodes_named(sim.store, "spot")
+        h.cordon(k, spot)
+        sim.store.apply_objects([sim_scenario.deployment("web", 4)])
+        h.wait_until(lambda: h.placement(sim.store).get(KEY) == (4, 0, 0), 30, "4 on on-demand")
+        h.wait_until(lambda: h.ready_pods(sim.store) == 4, 30, "4 Ready")
+        h.cordon(k, spot, on=False)
+        yield sim
+
+
+def costs(store: Any) -> list[str | None]:
+    return [
+        (p["metadata"].get("annotations") or {}).get("controller.kubernetes.io/pod-deletion-cost")
+        for p in store.list("pods", "shop")[0]
+        if h.live(p)
+    ]
+
+
+def test_a_pass_cut_off_after_the_record_is_finished_by_the_next(spilled: Any) -> None:
+    sim = spilled
+    watcher = h.Watcher()
+    watcher.start(sim.store)
+    watcher.arm([])
+    rec = h.reconciler_for(sim, CFG)
+    rule = sim.faults.set(verb="patch", resource="pods", error_rate=1.0, status=500)
+    first = rec.reconcile()
+    assert first.failures == 1  # the record and the scale-up written, the ranking not
+    web = sim.store.get("deployments", "web", "shop")
+    assert moves.MOVE in web["metadata"]["annotations"] and web["spec"]["replicas"] == 5
+    assert str(moves.FIRST_TO_GO) not in costs(sim.store)
+    sim.faults.clear()
+    assert rule
+    h.passes_until(rec, lambda rep: not rep.progress and h.at_optimum(sim.store, [KEY]), max_passes=80)
+    assert h.placement(sim.store)[KEY] == (1, 3, 0)
+    assert watcher.lowest[KEY] >= 4
+    assert str(moves.FIRST_TO_GO) not in costs(sim.store)  # nothing left ranked first
+
+
+def test_two_reconcilers_at_once_never_move_one_workload_twice(spilled: Any) -> None:
+    sim = spilled
+    highest = {"replicas": 0}
+    lock = threading.Lock()
+
+    def watch(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "deployments" and obj["metadata"]["name"] == "web":
+            with lock:
+                highest["replicas"] = max(highest["replicas"], obj["spec"]["replicas"])
+
+    sim.store.subscribe(watch)
+    watcher = h.Watcher()
+    watcher.start(sim.store)
+    watcher.arm([])
+    recs = [h.reconciler_for(sim, CFG), h.reconciler_for(sim, CFG)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(rec: Any) -> None:
+        try:
+            while not stop.is_set():
+                rec.reconcile()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(rec,)) for rec in recs]
+    for t in threads:
+        t.start()
+    try:
+        h.wait_until(
+            lambda: h.at_optimum(sim.store, [KEY])
+            and moves.MOVE not in (sim.store.get("deployments", "web", "shop")["metadata"].get("annotations") or {}),
+            90,
+            "web at its optimum",
+            step=0.2,
+        )
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors
+    assert highest["replicas"] == 5  # one move at a time: never 4 + 2
+    assert watcher.lowest[KEY] >= 4
+    assert h.floors_of(sim.store)[KEY] == (4, 1)
+
+
+def test_gitops_puts_the_count_back_during_a_move_theirs_wins(spilled: Any) -> None:
+    sim = spilled
+    k = kube.Kube(sim.api_client())
+    rec = h.reconciler_for(sim, CFG)
+    first = rec.reconcile()
+    [move] = first.started
+    assert sim.store.get("deployments", "web", "shop")["spec"]["replicas"] == 5
+    k.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 4}}, "shop")  # Argo CD self-heal
+    h.wait_until(lambda: len([p for p in sim.store.list("pods", "shop")[0] if h.live(p)]) == 4, 30, "4 pods")
+    second = rec.reconcile()
+    [step] = second.progress
+    assert step.action is moves.Action.HOLD
+    web = sim.store.get("deployments", "web", "shop")
+    assert web["spec"]["replicas"] == 4  # the owner's count stays
+    record = moves.MoveRecord.parse(web["metadata"]["annotations"][moves.MOVE])
+    assert record is not None and record.held
+    # The pod ranked first by the move (if the scale-down spared it) has its cost back.
+    pods = {p["metadata"]["uid"]: p for p in sim.store.list("pods", "shop")[0] if h.live(p)}
+    if move.pod.uid in pods:
+        annotations = pods[move.pod.uid]["metadata"].get("annotations") or {}
+        assert annotations.get("controller.kubernetes.io/pod-deletion-cost") != str(moves.FIRST_TO_GO)
+    # Held: passes write nothing until the hold ends.
+    writes = rec.kube.stats.writes
+    rec.reconcile()
+    assert rec.kube.stats.writes == writes

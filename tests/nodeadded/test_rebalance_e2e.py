@@ -1,0 +1,225 @@
+"""Back to spot on the simulated cluster, through the served admission webhook.
+
+- After every spot node is reclaimed at once (the spot-interruption function
+  surges, the nodes go, the surges end) and new spot nodes join, every workload
+  returns to its optimum within a bounded number of passes, with no moment
+  where a Deployment has fewer Ready replicas than it had, nor a StatefulSet
+  fewer than its quorum.
+- A budget that forbids disruption blocks the eviction moves (StatefulSets)
+  without errors piling up, while create-before-evict moves proceed.
+- Spot without room: nothing moves, nothing is written, pass after pass.
+- Leftovers: reservation Leases of ReplicaSets that are gone, interruption taints
+  on nodes that survived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.nodeadded import cleanup
+from spotguard.policy import config
+from spotguard.policy.rebalance import SkipReason
+from spotguard.sim import testing
+
+from tests.interruption import e2e_harness as ih
+from tests.interruption import sim_scenario
+from tests.nodeadded import harness as h
+
+TIME_SCALE = 20.0
+READY_DELAY = 10.0
+CFG = config.Config(rebalance_move_timeout_seconds=200, rebalance_hold_seconds=100, rebalance_settle_seconds=120)
+NS = "shop"
+
+
+def spot_nodes(prefix: str, n: int) -> list[dict[str, Any]]:
+    return [sim_scenario.node(f"{prefix}-{i}", "spot", cpu="8") for i in range(n)]
+
+
+def test_every_workload_back_to_spot_after_a_mass_reclaim(tmp_path: Any) -> None:
+    with (
+        testing.running_cluster(
+            sim_scenario.mixed_nodes(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
+        ) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        workloads = sim_scenario.mixed_workloads()
+        store.apply_objects(workloads)
+        count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
+        h.wait_until(lambda: len(h.floors_of(store)) == count, 5, "the workloads")
+        before = h.floors_of(store)
+        total = sum(replicas for replicas, _ in before.values())
+        h.wait_until(lambda: h.ready_pods(store) == total, 30, "every pod Ready")
+
+        # Every spot node is reclaimed at once; the spot-interruption function surges, and
+        # the reconcile's own call to its scale-back ends the surges.
+        spot = h.nodes_named(store, "spot")
+        handler = ih.handler_for(sim)
+        ih.deliver(handler, ih.notices_for(sim, spot))
+        sim.reclaim(spot, after_seconds=120)
+        rec = h.reconciler_for(sim, CFG)
+
+        def over() -> bool:
+            rec.reconcile()
+            if set(h.nodes_named(store, "spot")) & set(spot):
+                return False
+            deployments = store.list("deployments")[0]
+            if any("spotguard.io/surge" in (d["metadata"].get("annotations") or {}) for d in deployments):
+                return False
+            return h.floors_of(store) == before and h.ready_pods(store) == total
+
+        h.wait_until(over, 60, "the reclaim to be over", step=0.3)
+        off = {k for k, (od, spot_count, _) in h.placement(store).items() if od > before[k][1]}
+        assert off, "after the reclaim, workloads run above their floor on on-demand"
+
+        # New spot nodes join; passes run until every workload is at its optimum.
+        store.apply_objects(spot_nodes("spot-new", 6))
+        watcher = h.Watcher()
+        watcher.start(store)
+        h.wait_until(lambda: h.ready_pods(store) == total, 30, "every pod Ready")
+        watcher.arm([])
+        ready_before = watcher.counts()
+        reports = h.passes_until(rec, lambda rep: rep.optimal and h.at_optimum(store), max_passes=200)
+
+        for key, (replicas, floor) in before.items():
+            on_demand, spot_count, pending = h.placement(store)[key]
+            assert (on_demand, spot_count, pending) == (floor, replicas - floor, 0), key
+            lowest = watcher.lowest[key]
+            if key.startswith("Deployment/"):
+                assert lowest >= ready_before[key] == replicas, (key, lowest)
+            else:
+                assert lowest >= floor, (key, lowest)
+        assert h.floors_of(store) == before  # every owner's count kept
+        assert not any(rep.failures for rep in reports)
+        # Bounded: one move per replica above the floor, none wasted.
+        moves = sum(len(rep.started) for rep in reports)
+        excess = {k: h.placement(store)[k] for k in off}
+        assert moves <= sum(before[k][0] for k in off), (moves, excess)
+        # No flapping: nothing ever moved back to on-demand (no floor was broken by a move).
+        assert all(m.direction.value == "to-spot" for rep in reports for m in rep.started)
+        # At the optimum: two passes write nothing.
+        writes = rec.kube.stats.writes
+        assert rec.reconcile().optimal and rec.reconcile().optimal
+        assert rec.kube.stats.writes == writes
+        # What moved is told on the workloads.
+        events = [e for e in store.list("events", NS)[0] if e.get("reason") == "SpotguardRebalance"]
+        assert {e["involvedObject"]["name"] for e in events} >= {k.rsplit("/", 1)[1] for k in off}
+
+
+def test_a_budget_blocks_evictions_not_create_before_evict(tmp_path: Any) -> None:
+    nodes = [sim_scenario.namespace(NS)] + [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        store.apply_objects(
+            [
+                sim_scenario.deployment("web", 3),
+                sim_scenario.pdb("web", "web", max_unavailable=0),
+                sim_scenario.statefulset("queue", 5),
+                sim_scenario.pdb("queue", "queue", max_unavailable=0),
+            ]
+        )
+        h.wait_until(lambda: h.ready_pods(store) == 8, 30, "every pod Ready")
+        store.apply_objects(spot_nodes("spot", 3))
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm([])
+        rec = h.reconciler_for(sim, CFG)
+        reports = h.passes_until(
+            rec, lambda rep: h.at_optimum(store, ["Deployment/shop/web"]) and not rep.progress, max_passes=80
+        )
+        assert h.placement(store)["Deployment/shop/web"] == (1, 2, 0)
+        assert watcher.lowest["Deployment/shop/web"] >= 3
+        # The StatefulSet's budget allows no disruption: it is left alone, quietly.
+        assert h.placement(store)["StatefulSet/shop/queue"] == (5, 0, 0)
+        last = rec.reconcile()
+        [skip] = [s for s in last.plan.skipped if s.workload.key == "StatefulSet/shop/queue"]
+        assert skip.reason is SkipReason.BUDGET
+        evictions = rec.kube.stats.count(resource="pods/eviction")
+        assert evictions == 0 and not any(rep.failures for rep in reports)
+        writes = rec.kube.stats.writes
+        for _ in range(3):
+            rec.reconcile()
+        assert rec.kube.stats.writes == writes  # no retry loop against the budget
+        warnings = [e for e in store.list("events", NS)[0] if e.get("type") == "Warning"]
+        assert not warnings
+
+
+def test_spot_without_room_nothing_moves(tmp_path: Any) -> None:
+    nodes = [sim_scenario.namespace(NS)] + [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        store.apply_objects([sim_scenario.deployment("web", 4), sim_scenario.statefulset("db", 3)])
+        h.wait_until(lambda: h.ready_pods(store) == 7, 30, "every pod Ready")
+        # Spot nodes join, but without room: one takes no more pods, one is cordoned.
+        store.apply_objects(
+            [sim_scenario.node("spot-full", "spot", pods="0"), sim_scenario.node("spot-cordoned", "spot")]
+        )
+        k = kube.Kube(sim.api_client())
+        h.cordon(k, ["spot-cordoned"])
+        rec = h.reconciler_for(sim, dataclasses.replace(CFG, rebalance_settle_seconds=0))
+        first = rec.reconcile()
+        reasons = {s.workload.key: s.reason for s in first.plan.skipped}
+        assert reasons == {
+            "Deployment/shop/web": SkipReason.NO_SPOT_ROOM,
+            "StatefulSet/shop/db": SkipReason.NO_SPOT_ROOM,
+        }
+        assert not first.started
+        writes = rec.kube.stats.writes
+        for _ in range(3):
+            rep = rec.reconcile()
+            assert not rep.started and not rep.progress
+        assert rec.kube.stats.writes == writes
+        assert h.placement(store)["Deployment/shop/web"] == (4, 0, 0)
+
+
+def test_leftovers_cleaned(tmp_path: Any) -> None:
+    nodes = [sim_scenario.namespace(NS), sim_scenario.node("od-0", "on-demand"), *spot_nodes("spot", 2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        k = kube.Kube(sim.api_client())
+        store.apply_objects([sim_scenario.deployment("web", 3), sim_scenario.deployment("gone", 2)])
+        h.wait_until(lambda: h.ready_pods(store) == 5, 30, "every pod Ready")
+
+        def leases() -> set[str]:
+            return {x["metadata"]["name"] for x in k.list(r.LEASES, "spotguard")}
+
+        assert leases() == {f"admission.shop.{rs['metadata']['name']}" for rs in k.list(r.REPLICASETS, NS)}
+        k.delete(r.DEPLOYMENTS, "gone", NS, propagation_policy="Foreground")
+        h.wait_until(
+            lambda: not [rs for rs in k.list(r.REPLICASETS, NS) if rs["metadata"]["name"].startswith("gone-")],
+            30,
+            "the ReplicaSet of gone deleted",
+        )
+        # A node survived its notice: tainted, Ready, no surge covers it.
+        taint = {"key": "spotguard.io/interruption", "value": "rbl-spot-1", "effect": "NoSchedule"}
+        k.patch(r.NODES, "spot-1", {"spec": {"taints": [taint]}})
+        grace = 40.0  # simulated seconds (the default is 600)
+        rec = h.reconciler_for(sim, CFG, taint_grace=grace)
+        gone = {n for n in leases() if n.startswith("admission.shop.gone-")}
+        assert gone
+        first = rec.reconcile()
+        assert {lease.name for lease in first.leases} == gone
+        assert leases() and all(n.startswith("admission.shop.web-") for n in leases())  # web's lease stays
+        node = k.get(r.NODES, "spot-1")
+        assert cleanup.SEEN in node["metadata"]["annotations"]  # marked, still tainted
+        assert node["spec"]["taints"] == [taint]
+        sim.clock.sleep(grace + 1)
+        rec.reconcile()
+        node = k.get(r.NODES, "spot-1")
+        assert not node["spec"].get("taints")
+        assert cleanup.SEEN not in (node["metadata"].get("annotations") or {})
+        writes = rec.kube.stats.writes
+        assert rec.reconcile().optimal
+        assert rec.kube.stats.writes == writes

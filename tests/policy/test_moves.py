@@ -1,0 +1,212 @@
+"""The node-added plan's extensions: repairs, what leaves a workload alone, and how a recorded move ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from spotguard.policy import config, floors, moves, rebalance
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.moves import Action, Direction, Method, MoveRecord
+from spotguard.policy.rebalance import SkipReason
+from spotguard.policy.state import WorkloadState
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import Kind, Workload
+
+from tests.policy.builders import node, pod
+
+CFG = config.Config()
+NOW = 1_800_000_000.0
+NODES = [node("od-1", "on-demand"), node("od-2", "on-demand"), node("spot-1", "spot"), node("spot-2", "spot")]
+CAPACITY = {n.name: CFG.node_capacity(n.labels) for n in NODES}
+
+
+def wpod(i: int, node_name: str | None, *, kind: Kind = Kind.DEPLOYMENT, ready: bool = True, **kw: Any) -> PodView:
+    owner = ("StatefulSet", "db") if kind is Kind.STATEFULSET else ("ReplicaSet", "web-7d9f")
+    name = f"db-{i}" if kind is Kind.STATEFULSET else f"web-7d9f-{i:05d}"
+    return pod(name, owner=owner, node_name=node_name, ready=ready, labels={"app": "web"}, **kw)
+
+
+def state(
+    pods: Sequence[PodView], *, kind: Kind = Kind.DEPLOYMENT, replicas: int | None = None, **ann: str
+) -> WorkloadState:
+    name = "db" if kind is Kind.STATEFULSET else "web"
+    wl = Workload(kind, "shop", name, len(pods) if replicas is None else replicas, ann)
+    return WorkloadState(wl, floors.floor_for(wl, CFG), tuple(pods))
+
+
+def plan(*states: WorkloadState, cfg: config.Config = CFG, **kw: Any) -> rebalance.Plan:
+    pods = [p for s in states for p in s.pods]
+    return rebalance.plan(cfg, NODES, pods, states, **kw)
+
+
+# -- repairs ------------------------------------------------------------------------------
+
+
+def test_a_deployment_below_its_floor_gets_a_replica_back_on_on_demand() -> None:
+    s = state([wpod(0, "spot-1"), wpod(1, "spot-2"), wpod(2, "spot-1")])
+    p = plan(s)
+    [repair] = p.repairs
+    assert repair.direction is Direction.TO_ON_DEMAND and repair.method is Method.SCALE
+    assert repair.to_node in ("od-1", "od-2") and repair.pod.node_name.startswith("spot-")
+    assert p.first_step() == [repair]
+
+
+def test_a_statefulset_repair_evicts_its_lowest_ordinal_on_spot() -> None:
+    s = state([wpod(i, "spot-1", kind=Kind.STATEFULSET) for i in range(3)], kind=Kind.STATEFULSET)
+    [repair] = plan(s).repairs
+    assert repair.method is Method.EVICT and repair.pod.name == "db-0"
+
+
+def test_no_on_demand_room_no_repair() -> None:
+    full = [node("od-1", "on-demand", pods=1), node("spot-1", "spot")]
+    s = state([wpod(0, "spot-1"), wpod(1, "spot-1")])
+    other = pod("other", owner=None, node_name="od-1")
+    p = rebalance.plan(CFG, full, [*s.pods, other], [s])
+    assert not p.repairs
+    [skip] = p.skipped
+    assert skip.reason is SkipReason.NO_ON_DEMAND_ROOM
+
+
+@pytest.mark.parametrize(
+    ("pods", "reason"),
+    [
+        ([wpod(0, "spot-1"), wpod(1, None)], SkipReason.PENDING_PODS),
+        ([wpod(0, "spot-1"), wpod(1, "spot-2", ready=False)], SkipReason.NOT_READY_PODS),
+        ([wpod(0, "spot-1")], SkipReason.PODS_MISSING),  # 1 of 2
+    ],
+)
+def test_a_workload_in_motion_is_left_alone(pods: list[PodView], reason: SkipReason) -> None:
+    s = state(pods, replicas=2)
+    p = plan(s)
+    assert not p.repairs and [x.reason for x in p.skipped] == [reason]
+
+
+def test_a_rollout_is_left_alone() -> None:
+    other = pod("web-8e0a-00001", owner=("ReplicaSet", "web-8e0a"), node_name="spot-1", labels={"app": "web"})
+    s = state([wpod(0, "spot-1"), other])
+    assert [x.reason for x in plan(s).skipped] == [SkipReason.ROLLOUT]
+
+
+def test_a_recorded_move_or_a_surge_leaves_the_workload_alone() -> None:
+    record = MoveRecord(Direction.TO_SPOT, Method.SCALE, "x", "u", 3, 4, NOW, 2)
+    s = state([wpod(0, "od-1"), wpod(1, "od-2")], **{moves.MOVE: record.to_json()})
+    assert [x.reason for x in plan(s).skipped] == [SkipReason.MOVE_IN_PROGRESS]
+    surge = json.dumps({"replicas": 3, "surge": 1, "events": [], "nodes": [], "started": NOW})
+    s = state([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "od-1")], **{"spotguard.io/surge": surge})
+    assert [x.reason for x in plan(s).skipped] == [SkipReason.SURGE_IN_PROGRESS]
+    done = json.dumps({"replicas": 2, "surge": 0, "events": [], "nodes": [], "started": NOW, "done": True})
+    s = state([wpod(0, "od-1"), wpod(1, "od-2")], **{"spotguard.io/surge": done})
+    assert len(plan(s).moves) == 1  # a finished surge no longer holds it
+
+
+def test_a_budget_allowing_no_disruption_blocks_statefulset_moves_only() -> None:
+    sts = state([wpod(i, "od-1", kind=Kind.STATEFULSET) for i in range(5)], kind=Kind.STATEFULSET)
+    dep = state([wpod(0, "od-1"), wpod(1, "od-2")])
+    p = plan(sts, dep, budgets={sts.key: 0, dep.key: 0})
+    assert [m.workload.key for m in p.moves] == [dep.key]
+    assert [(x.workload.key, x.reason) for x in p.skipped] == [(sts.key, SkipReason.BUDGET)]
+
+
+def test_young_pods_settle_before_anything_moves() -> None:
+    young = dataclasses.replace(wpod(1, "spot-2"), creation_timestamp="2027-01-15T08:00:00Z")
+    s = state([wpod(0, "spot-1"), young])
+    now = young.created + 10
+    p = plan(s, now=now)
+    assert [x.reason for x in p.skipped] == [SkipReason.SETTLING] and not p.repairs
+    assert plan(s, now=now + CFG.rebalance_settle_seconds).repairs
+
+
+def test_an_optimal_cluster_plans_nothing_and_never_reads_every_pod() -> None:
+    s = state([wpod(0, "od-1"), wpod(1, "spot-1")])
+
+    def pods() -> list[PodView]:
+        raise AssertionError("read every pod for nothing")
+
+    p = rebalance.plan(CFG, NODES, pods, [s])
+    assert p.empty and not p.repairs and not p.skipped
+
+
+# -- the record and how a move ends --------------------------------------------------------
+
+
+def record(**kw: Any) -> MoveRecord:
+    base = {
+        "direction": Direction.TO_SPOT,
+        "method": Method.SCALE,
+        "pod": "web-7d9f-00000",
+        "uid": "uid-shop-web-7d9f-00000",
+        "replicas": 2,
+        "scaled_to": 3,
+        "started": NOW,
+        "on_demand": 2,
+        "cost": "1000",
+    }
+    base.update(kw)
+    return MoveRecord(**base)
+
+
+def test_the_record_round_trips_and_garbage_is_none() -> None:
+    r = record(hold_until=NOW + 5, reason="why")
+    assert MoveRecord.parse(r.to_json()) == r
+    for text in ("", "[]", "{}", '{"direction": "sideways"}', "not json"):
+        assert MoveRecord.parse(text) is None
+
+
+def progress(pods: Sequence[PodView], r: MoveRecord, *, replicas: int = 3, now: float = NOW + 10) -> moves.Progress:
+    s = state(pods, replicas=replicas, **{moves.MOVE: r.to_json()})
+    return moves.progress(s, r, CAPACITY, now, timeout=300, hold_seconds=600)
+
+
+def test_finish_once_the_new_replica_is_ready_on_spot() -> None:
+    p = progress([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "spot-1")], record())
+    assert p.action is Action.FINISH and p.replicas == 2 and p.hold is None
+
+
+def test_finish_with_a_hold_when_the_new_replica_landed_on_on_demand() -> None:
+    p = progress([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "od-1")], record())
+    assert p.action is Action.FINISH and p.hold is not None and p.hold.held
+
+
+def test_wait_while_the_new_replica_is_not_ready_then_abort() -> None:
+    pods = [wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "spot-1", ready=False)]
+    assert progress(pods, record()).action is Action.WAIT
+    p = progress(pods, record(), now=NOW + 301)
+    assert p.action is Action.ABORT and p.replicas == 2 and p.restore_cost and p.hold is not None
+
+
+def test_someone_else_changed_the_count_theirs_wins_and_nothing_loops() -> None:
+    p = progress([wpod(0, "od-1"), wpod(1, "od-2")], record(), replicas=2)
+    assert p.action is Action.HOLD and p.replicas is None and p.restore_cost and p.hold is not None
+
+
+def test_a_hold_ends_and_gives_the_cost_back() -> None:
+    held = record(hold_until=NOW + 50, reason="x")
+    assert progress([wpod(0, "od-1"), wpod(1, "od-2")], held, replicas=2).action is Action.WAIT
+    p = progress([wpod(0, "od-1"), wpod(1, "od-2")], held, replicas=2, now=NOW + 51)
+    assert p.action is Action.END and p.restore_cost
+
+
+def test_an_eviction_move_ends_when_the_pod_is_back_where_wanted() -> None:
+    r = record(method=Method.EVICT, pod="db-2", uid="old", replicas=3, scaled_to=3)
+    sts = [wpod(0, "od-1", kind=Kind.STATEFULSET), wpod(1, "od-1", kind=Kind.STATEFULSET)]
+    back_on_spot = wpod(2, "spot-1", kind=Kind.STATEFULSET)
+    back_on_od = wpod(2, "od-2", kind=Kind.STATEFULSET)
+    still = dataclasses.replace(back_on_od, uid="old")
+
+    def step(pods: list[PodView], now: float = NOW + 10) -> moves.Progress:
+        s = state(pods, kind=Kind.STATEFULSET, replicas=3)
+        return moves.progress(s, r, CAPACITY, now, timeout=300, hold_seconds=600)
+
+    assert step([*sts, back_on_spot]).action is Action.END
+    assert step([*sts, back_on_od]).action is Action.HOLD
+    assert step([*sts, still]).action is Action.EVICT
+    assert step(sts).action is Action.WAIT
+    assert step(sts, NOW + 400).action is Action.HOLD
+
+
+def test_capacity_of_unknown_nodes_is_the_configured_one() -> None:
+    assert CAPACITY["od-1"] is Capacity.ON_DEMAND
