@@ -41,6 +41,7 @@ from spotguard.policy import floors, moves
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import SURGE, Workload
+from spotguard.sim import clock as clock_mod
 from spotguard.sim import objects, readiness, testing
 from spotguard.sim import settings as sim_settings
 
@@ -486,9 +487,22 @@ class Chaos:
             last[:] = self.leftovers()
             return not last
 
-        wait_until(back, timeout, lambda: "everything back: " + "; ".join(last), step=0.25)
+        wait_until(back, timeout, lambda: "everything back: " + "; ".join(last) + f"; told: {self.told()}", step=0.25)
         self.recovered_at = self.sim.clock.now()
         self.stop_functions()
+
+    def told(self, keys: Any = None) -> list[tuple[float, str, str]]:
+        """What spotguard told in its Events about surges (seconds after t0, workload, message)."""
+        out = []
+        for e in self.sim.store.list("events")[0]:
+            if e.get("reason") not in ("SpotInterruptionScaledBack", "SpotInterruptionSurge"):
+                continue
+            name = e["involvedObject"]["name"]
+            if keys is not None and f"Deployment/shop/{name}" not in keys:
+                continue
+            when = clock_mod.parse_iso(e.get("lastTimestamp") or e.get("firstTimestamp")) - (self.t0 or 0.0)
+            out.append((round(when, 1), name, str(e.get("message"))))
+        return sorted(out)
 
     def check_promise(self) -> None:
         """No Deployment ever served fewer replicas than just before the first notice; no
@@ -502,7 +516,16 @@ class Chaos:
             if key.startswith("StatefulSet/") and low < max(self.floor[key], 1):
                 below[key] = (low, self.floor[key])
         dips = [d for d in self.dips if d[1] in below]
-        assert not below, f"the promise broke (lowest serving, promised): {below}; dips (t, key, serving): {dips}"
+        told = [
+            (e.get("lastTimestamp") or e.get("eventTime"), e["involvedObject"]["name"], e.get("message"))
+            for e in self.sim.store.list("events")[0]
+            if e.get("reason") == "SpotInterruptionScaledBack"
+            and f"Deployment/shop/{e['involvedObject']['name']}" in below
+        ]
+        assert not below, (
+            f"the promise broke (lowest serving, promised): {below}; dips (t, key, serving): {dips}; "
+            f"scale backs: {told}; t0 {self.sim.clock.iso(self.t0)}"
+        )
         self.check_notices()
 
     def check_notices(self) -> None:
