@@ -14,7 +14,7 @@ from spotguard.policy.workloads import SURGE
 from spotguard.sim import readiness
 
 from tests.chaos import harness as h
-from tests.chaos.test_chaos import FAULTS, full
+from tests.chaos.test_chaos import DELAY_FAULTS, EARLY_SCALE_BACK, FAULTS, full
 from tests.interruption.transport_support import Moto
 
 
@@ -46,7 +46,13 @@ def assert_surged_once(c: h.Chaos, doomed: Counter[str], highest: dict[str, int]
 
 
 def fault_cases(quick: str) -> list[Any]:
-    return [pytest.param(f, id=f, marks=[] if f == quick else [full]) for f in FAULTS]
+    out = []
+    for f in FAULTS:
+        marks: list[Any] = [] if f == quick else [full]
+        if f in DELAY_FAULTS:
+            marks.append(pytest.mark.xfail(strict=False, reason=EARLY_SCALE_BACK))
+        out.append(pytest.param(f, id=f, marks=marks))
+    return out
 
 
 @pytest.mark.parametrize("fault", fault_cases("no-faults"))
@@ -72,7 +78,7 @@ def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path
         assert_surged_once(c, doomed, highest)
 
 
-@pytest.mark.parametrize("fault", fault_cases("faults-20pct-mixed"))
+@pytest.mark.parametrize("fault", fault_cases("faults-20pct-500"))
 def test_duplicated_reordered_and_foreign_messages(fault: str, tmp_path: Path, aws_env: Moto) -> None:
     with h.chaos(tmp_path, aws_env.url) as c:
         FAULTS[fault](c)
