@@ -801,9 +801,17 @@ class Handler:
         Past its deadline a doomed node serves nothing, but the API keeps its pods Ready
         until the node lifecycle controller notices (50 s and more): among equally Ready
         pods the ReplicaSet would as soon remove a serving replacement as a dead pod
-        (found by tests/chaos). False where a pod could not be ranked (try again later).
+        (found by tests/chaos). Only where the node's notice says its instance is
+        terminated (or the node is gone): a rebalance recommendation's node lives on, and
+        a stopped instance may start again, with spot pods worth keeping. False where a
+        pod could not be ranked (try again later).
         """
-        doomed = set(record.nodes)
+        doomed = {
+            n
+            for n in record.nodes
+            if (mark := snap.node_notices.get(n)) is None
+            or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
+        }
         first = str(FIRST_TO_GO)
         for p in snap.pod_views:
             if p.node_name not in doomed or p.terminating or p.annotations.get(DELETION_COST) == first:
