@@ -55,9 +55,10 @@ from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
+from spotguard.policy.moves import FIRST_TO_GO
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import SURGE, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, SURGE, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -721,6 +722,8 @@ class Handler:
                 )
                 if not self._restore_autoscaler(wl.namespace, fin, hpa):
                     return  # the autoscaler kept changing: the next reconcile decides again
+            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(wl, fin.record, snap):
+                return  # the next reconcile scales back
             # The budget goes before the record: a failure here leaves the record, and the
             # next reconcile finishes again (a record removed first would orphan the budget).
             if fin.budget:
@@ -791,6 +794,39 @@ class Handler:
                 "Normal",
                 best_effort=True,
             )
+
+    def _doomed_first(self, wl: Workload, record: SurgeRecord, snap: Snapshot) -> bool:
+        """Rank the workload's pods on its doomed nodes first to go before a scale back.
+
+        Past its deadline a doomed node serves nothing, but the API keeps its pods Ready
+        until the node lifecycle controller notices (50 s and more): among equally Ready
+        pods the ReplicaSet would as soon remove a serving replacement as a dead pod
+        (found by tests/chaos). Only where the node's notice says its instance is
+        terminated (or the node is gone): a rebalance recommendation's node lives on, and
+        a stopped instance may start again, with spot pods worth keeping. False where a
+        pod could not be ranked (try again later).
+        """
+        doomed = {
+            n
+            for n in record.nodes
+            if (mark := snap.node_notices.get(n)) is None
+            or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
+        }
+        first = str(FIRST_TO_GO)
+        for p in snap.pod_views:
+            if p.node_name not in doomed or p.terminating or p.annotations.get(DELETION_COST) == first:
+                continue
+            if interruption.workload_key_of(p) != wl.key:
+                continue
+            try:
+                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": {DELETION_COST: first}}}, p.namespace)
+            except NotFound:
+                continue
+            except ApiError as exc:
+                metrics.ERRORS.labels("finish").inc()
+                log.warning("could not rank a doomed pod first to go", extra={"workload": wl.key, "error": str(exc)})
+                return False
+        return True
 
     def _sweep_budgets(self, snap: Snapshot, pool: ThreadPoolExecutor) -> None:
         """Delete our budgets whose workload has no surge in progress (left by a crash)."""

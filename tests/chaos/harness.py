@@ -1,0 +1,590 @@
+"""The chaos bed: the simulated cluster with every spotguard function wired as in production.
+
+- the admission webhook served over HTTPS and registered with the shipped
+  MutatingWebhookConfiguration (failurePolicy Ignore, 3 s timeout): it places
+  every pod the simulated controllers create, and can be taken down;
+- EC2 notices as EventBridge sends them to SQS (moto in server mode), read by
+  the spot-interruption process's poller, with its reconcile every 15 s;
+- the node-added reconcile every minute;
+- a :class:`spotguard.sim.readiness.Tracker` that sees every change of the
+  serving pods (Ready, not terminating, on a node whose instance runs).
+
+:meth:`Chaos.settle` waits until everything is back (no surge, no move, no
+budget, taint, raised autoscaler, ledger entry or stale reservation; every
+workload at its owner's count and serving it; the queue empty), and
+:meth:`Chaos.check_promise` asserts the promise on what the tracker saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spotguard import certs
+from spotguard.admission import app as admission_app
+from spotguard.admission import core, registration, reservations
+from spotguard.gateway import kube
+from spotguard.interruption import ledger
+from spotguard.policy import config as config_mod
+from spotguard.policy import floors, moves
+from spotguard.policy.interruption import Budget
+from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
+from spotguard.policy.workloads import SURGE, Workload
+from spotguard.sim import clock as clock_mod
+from spotguard.sim import objects, readiness, testing
+from spotguard.sim import settings as sim_settings
+
+from tests.chaos import functions
+
+Obj = dict[str, Any]
+ROOT = Path(__file__).resolve().parents[2]
+
+TIME_SCALE = 20.0
+READY_DELAY = 30.0  # simulated seconds a started pod takes to be Ready
+RECLAIM_AFTER = 120.0  # the two-minute notice
+# SQS runs in real time. A failed notice comes back after RETRY_DELAY real seconds (20
+# simulated: production's poller waits 5 s, so this is harsher) and a message whose
+# consumer died after VISIBILITY real seconds (40 simulated: infra/aws sets 30 to 60 s).
+VISIBILITY = 2
+RETRY_DELAY = 1
+MAX_RECEIVES = 20  # the dead-letter queue's redrive policy (infra/aws: 5 receives over minutes)
+SETTLE_TIMEOUT = 150.0  # real seconds
+TAINT_KEY = "spotguard.io/interruption"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+DETAIL_TYPES = {
+    NoticeKind.INTERRUPTION: "EC2 Spot Instance Interruption Warning",
+    NoticeKind.REBALANCE: "EC2 Instance Rebalance Recommendation",
+    NoticeKind.STATE_CHANGE: "EC2 Instance State-change Notification",
+}
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+
+
+def wait_until(what: Callable[[], bool], timeout: float, message: str | Callable[[], str], step: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message() if callable(message) else message}")
+
+
+# -- the cluster -------------------------------------------------------------------------------
+
+
+def node(name: str, capacity: str, zone: str, *, cpu: str, pods: str = "110") -> Obj:
+    provider = objects.provider_id(zone, objects.instance_id(name))
+    return objects.node(name, capacity, zone=zone, cpu=cpu, pods=pods, provider=provider)
+
+
+def nodes(*, on_demand: int = 3, spot: int = 6, on_demand_pods: str = "110") -> list[Obj]:
+    out: list[Obj] = [objects.namespace("shop"), objects.namespace("spotguard")]
+    out += [node(f"od-{i}", "on-demand", ZONES[i % 3], cpu="16", pods=on_demand_pods) for i in range(on_demand)]
+    out += [node(f"spot-{i}", "spot", ZONES[i % 3], cpu="8") for i in range(spot)]
+    return out
+
+
+def workloads() -> list[Obj]:
+    """Many replicas and one, a user budget, an autoscaler, a percentage floor, a single
+    replica allowed on spot, two StatefulSets (33 pods)."""
+    ns = "shop"
+    return [
+        objects.deployment("web", 6, namespace=ns),
+        objects.pdb("web", "web", namespace=ns, max_unavailable=1),
+        objects.deployment("api", 3, namespace=ns),
+        objects.hpa("api", "api", 3, 8, namespace=ns, cpu_utilization=80),
+        objects.deployment("cart", 4, namespace=ns, annotations={"spotguard.io/min-on-demand": "50%"}),
+        objects.deployment("single", 1, namespace=ns),
+        objects.deployment("solo", 1, namespace=ns, annotations={"spotguard.io/min-on-demand": "0"}),
+        objects.deployment("worker", 8, namespace=ns),
+        objects.statefulset("db", 3, namespace=ns, policy="Parallel"),
+        objects.statefulset("queue", 5, namespace=ns, policy="Parallel"),
+    ]
+
+
+def eventbridge(kind: NoticeKind, instance_id: str, event_id: str, when: float, state: str = "") -> str:
+    """An EC2 event as EventBridge puts it on the queue (the message body)."""
+    detail: Obj = {"instance-id": instance_id}
+    if kind is NoticeKind.INTERRUPTION:
+        detail["instance-action"] = "terminate"
+    if kind is NoticeKind.STATE_CHANGE:
+        detail["state"] = state
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "detail-type": DETAIL_TYPES[kind],
+            "source": "aws.ec2",
+            "account": ACCOUNT,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+            "region": REGION,
+            "resources": [f"arn:aws:ec2:{REGION}a:instance/{instance_id}"],
+            "detail": detail,
+        }
+    )
+
+
+# -- the admission webhook ---------------------------------------------------------------------
+
+
+class Webhook:
+    """``spotguard serve admission`` over HTTPS on loopback, registered with the shipped configuration."""
+
+    def __init__(self, sim: Any, workdir: Path, k: kube.Kube) -> None:
+        self.sim = sim
+        self.paths = certs.make(workdir / "webhook-certs", ["localhost"], ["127.0.0.1"])
+        self.k = k
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+        self.registered = False
+
+    def start(self) -> None:
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        ctx = core.Context(config_mod.Config(), self.k)
+        # The webhook caches the workload for 2 s of real time: scale it with the cluster's time.
+        scale = max(1.0, float(self.sim.clock.time_scale))
+        ctx.resolver.workload_ttl /= scale
+        ctx.resolver.node_ttl /= scale
+        self.server = make_server(
+            "127.0.0.1",
+            0,
+            admission_app.create_app(ctx),
+            threaded=True,
+            ssl_context=(str(self.paths.cert), str(self.paths.key)),
+        )
+        self.thread = threading.Thread(target=self.server.serve_forever, name="admission", daemon=True)
+        self.thread.start()
+        hook = registration.webhook_configuration(
+            f"https://127.0.0.1:{self.server.server_port}/mutate", self.paths.ca_bundle
+        )
+        if self.registered:
+            old = self.sim.store.get("mutatingwebhookconfigurations", hook["metadata"]["name"])
+            hook["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            self.sim.store.update("mutatingwebhookconfigurations", hook)
+        else:
+            self.sim.store.create("mutatingwebhookconfigurations", hook)
+            self.registered = True
+
+    def stop(self) -> None:
+        """Down: the API server's calls fail to connect (the configuration stays registered)."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.thread is not None:
+            self.thread.join(10)
+
+
+# -- the queue ---------------------------------------------------------------------------------
+
+
+class Queue:
+    """The spot-interruption queue and its dead-letter queue on moto (server mode)."""
+
+    def __init__(self, sqs: Any) -> None:
+        self.sqs = sqs
+        name = f"chaos-{uuid.uuid4().hex[:10]}"
+        self.dlq_url = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVES)})
+        self.url = sqs.create_queue(
+            QueueName=name,
+            Attributes={"VisibilityTimeout": str(VISIBILITY), "RedrivePolicy": redrive},
+        )["QueueUrl"]
+
+    def send(self, bodies: Sequence[str]) -> None:
+        for i in range(0, len(bodies), 10):
+            entries = [{"Id": str(j), "MessageBody": b} for j, b in enumerate(bodies[i : i + 10])]
+            answer = self.sqs.send_message_batch(QueueUrl=self.url, Entries=entries)
+            assert not answer.get("Failed"), answer
+
+    def depth(self, url: str | None = None) -> int:
+        """Messages on the queue, visible or in flight."""
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=url or self.url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+# -- the bed -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    event_id: str
+    node: str
+    kind: NoticeKind
+
+
+@dataclass
+class Chaos:
+    sim: Any
+    k: kube.Kube
+    queue: Queue
+    webhook: Webhook
+    cfg: config_mod.Config
+    workdir: Path
+    tracker: readiness.Tracker = field(default_factory=readiness.Tracker)
+    owner: dict[str, int] = field(default_factory=dict)  # key -> the count its owner wants
+    floor: dict[str, int] = field(default_factory=dict)
+    autoscalers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max)
+    before: dict[str, int] = field(default_factory=dict)  # serving just before the first notice
+    sent: list[Sent] = field(default_factory=list)
+    taints_seen: dict[str, set[str]] = field(default_factory=dict)  # node -> event ids of its taints/notices
+    dips: list[tuple[float, str, int]] = field(default_factory=list)  # (seconds after t0, key, serving) below before
+    doomed: set[str] = field(default_factory=set)
+    t0: float | None = None  # simulated time of the first notice
+    recovered_at: float | None = None
+    interruption: functions.InterruptionProcess | None = None
+    node_added: functions.Schedule | None = None
+    child: subprocess.Popen[bytes] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- setup
+
+    def spot(self) -> list[str]:
+        return sorted(n["metadata"]["name"] for n in self.sim.store.list("nodes")[0] if _capacity(n) == "spot")
+
+    def workload_views(self) -> dict[str, Workload]:
+        out = {}
+        for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+            for obj in self.sim.store.list(res)[0]:
+                obj.setdefault("kind", kind)
+                w = Workload.from_json(obj)
+                out[w.key] = w
+        return out
+
+    def serving(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for p in self.sim.store.list("pods")[0]:
+            key = readiness.workload_key(p)
+            if key and self.sim.serving(p):
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def all_serving(self) -> bool:
+        now = self.serving()
+        return all(now.get(k, 0) == n for k, n in self.owner.items())
+
+    def everything_serving(self) -> bool:
+        """Every live pod of every workload scheduled and serving (surge pods included)."""
+        for p in self.sim.store.list("pods")[0]:
+            live = readiness.workload_key(p) and not p["metadata"].get("deletionTimestamp")
+            if live and not self.sim.serving(p):
+                return False
+        return True
+
+    def below_floor(self) -> dict[str, tuple[int, int]]:
+        """Workloads with fewer serving pods on on-demand nodes than their floor now: key -> (have, floor)."""
+        caps = {n["metadata"]["name"]: _capacity(n) for n in self.sim.store.list("nodes")[0]}
+        have: dict[str, int] = {}
+        for p in self.sim.store.list("pods")[0]:
+            key = readiness.workload_key(p)
+            if key and self.sim.serving(p) and caps.get(p["spec"].get("nodeName", "")) == "on-demand":
+                have[key] = have.get(key, 0) + 1
+        out = {}
+        for key, w in self.workload_views().items():
+            want = floors.floor_for(w, self.cfg).on_demand
+            if have.get(key, 0) < want:
+                out[key] = (have.get(key, 0), want)
+        return out
+
+    def load(self, objs: list[Obj]) -> None:
+        self.sim.store.apply_objects(objs)
+        count = sum(1 for o in objs if o["kind"] in ("Deployment", "StatefulSet"))
+        wait_until(lambda: len(self.workload_views()) >= count, 10, "the workloads")
+        self.record_owner()
+        wait_until(self.all_serving, 60, lambda: f"every pod serving: {self.serving()} of {self.owner}")
+
+    def record_owner(self) -> None:
+        for key, w in self.workload_views().items():
+            self.owner[key] = w.replicas
+            self.floor[key] = floors.floor_for(w, self.cfg).on_demand
+        for h in self.sim.store.list("horizontalpodautoscalers")[0]:
+            self.autoscalers[h["metadata"]["name"]] = (h["spec"].get("minReplicas", 1), h["spec"]["maxReplicas"])
+
+    def start_functions(self, *, interruption_in_process: bool = True) -> None:
+        policy = functions.scaled_policy(self.sim.clock.time_scale)
+        clock = self.sim.clock.now
+        if interruption_in_process:
+            self.interruption = functions.InterruptionProcess(
+                kube.Kube(self.sim.api_client(), policy=policy),
+                self.cfg,
+                clock,
+                self.queue.sqs,
+                self.queue.url,
+                time_scale=self.sim.clock.time_scale,
+                visibility=VISIBILITY,
+                retry_delay=RETRY_DELAY,
+            ).start()
+        else:
+            self.start_child()
+        self.node_added = functions.node_added(
+            kube.Kube(self.sim.api_client(), policy=policy), self.cfg, clock, self.sim.clock.time_scale
+        ).start()
+
+    def start_child(self) -> None:
+        """The spot-interruption process as a separate OS process (it can be killed)."""
+        c = self.sim.clock
+        spec = f"{c._sim0!r},{c._offset!r},{c._real0!r},{c.time_scale!r}"
+        log = (self.workdir / f"interruption-{time.monotonic_ns()}.log").open("wb")
+        cmd = [
+            sys.executable, "-m", "tests.chaos.functions", "--kubeconfig", str(self.sim.kubeconfig),
+            "--queue-url", self.queue.url, "--clock", spec, "--visibility", str(VISIBILITY),
+            "--retry-delay", str(RETRY_DELAY),
+        ]  # fmt: skip
+        env = {**os.environ, "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION}
+        self.child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, env=env)
+        assert self.child.stdout is not None
+        line = self.child.stdout.readline()
+        assert line.strip() == b"ready", f"the interruption process did not start: {line!r}"
+
+    def kill_child(self) -> None:
+        assert self.child is not None
+        self.child.kill()
+        self.child.wait(10)
+        self.child = None
+
+    def stop_functions(self) -> None:
+        if self.interruption is not None:
+            self.interruption.stop()
+        if self.node_added is not None:
+            self.node_added.stop()
+        if self.child is not None:
+            self.child.terminate()
+            try:
+                self.child.wait(20)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+            self.child = None
+
+    def arm(self) -> None:
+        """The moment just before the first notice: the serving counts to keep from now on."""
+        if self.t0 is not None:
+            return
+        self.tracker.start(self.sim.store)
+        self.tracker.arm(self.spot())
+        self.before = self.tracker.counts()
+        self.t0 = self.sim.clock.now()
+        self.sim.store.subscribe(self._on_change)
+        self.sim.cloud.subscribe(lambda *_: self._dip())
+
+    def _on_change(self, event_type: str, resource: str, obj: Obj) -> None:
+        if resource == "pods":
+            self._dip()
+        if resource != "nodes" or event_type == "DELETED":
+            return
+        name = obj["metadata"]["name"]
+        mark = NodeNotice.parse((obj["metadata"].get("annotations") or {}).get(NODE_NOTICE))
+        for t in (obj.get("spec") or {}).get("taints") or []:
+            if t.get("key") == TAINT_KEY:
+                with self.lock:
+                    seen = self.taints_seen.setdefault(name, set())
+                    seen.add(str(t.get("value", "")))
+                    if mark is not None:
+                        seen.add(mark.event_id)
+
+    def _dip(self) -> None:
+        """Record when a workload serves fewer than before (for the failure message)."""
+        if self.t0 is None:
+            return
+        now = self.tracker.counts()
+        with self.lock:
+            for key, had in self.before.items():
+                if now.get(key, 0) < had and not any(d[1] == key and d[2] <= now.get(key, 0) for d in self.dips):
+                    self.dips.append((round(self.sim.clock.now() - self.t0, 1), key, now.get(key, 0)))
+
+    # -- what happens to the cluster
+
+    def bodies(self, names: Sequence[str], kind: NoticeKind = NoticeKind.INTERRUPTION, state: str = "") -> list[str]:
+        now = self.sim.clock.now()
+        out = []
+        for n in names:
+            event_id = str(uuid.uuid4())
+            self.sent.append(Sent(event_id, n, kind))
+            out.append(eventbridge(kind, objects.instance_id(n), event_id, now, state))
+        return out
+
+    def notify(self, names: Sequence[str], kind: NoticeKind = NoticeKind.INTERRUPTION) -> None:
+        self.arm()
+        self.queue.send(self.bodies(names, kind))
+
+    def interrupt(self, names: Sequence[str], *, reclaim_after: float = RECLAIM_AFTER) -> None:
+        """EC2's interruption warning for ``names`` now, the instances terminated two minutes later."""
+        self.notify(names)
+        self.doomed.update(names)
+        self.sim.reclaim(names, after_seconds=reclaim_after)
+
+    def sleep(self, sim_seconds: float) -> None:
+        self.sim.clock.sleep(sim_seconds)
+
+    # -- the end
+
+    def leftovers(self) -> list[str]:
+        """What is not back yet (empty: everything is)."""
+        store = self.sim.store
+        out: list[str] = []
+        names = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
+        gone = [n for n in self.doomed if n in names]
+        if gone:
+            out.append(f"doomed nodes still in the API: {sorted(gone)}")
+        for n, obj in names.items():
+            if any(t.get("key") == TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or []):
+                out.append(f"node {n} still tainted {TAINT_KEY}")
+        for key, w in self.workload_views().items():
+            if SURGE in w.annotations:
+                out.append(f"{key} still has a surge record")
+            if moves.MOVE in w.annotations:
+                out.append(f"{key} has a node-added move in progress")
+            if key in self.owner and w.replicas != self.owner[key]:
+                out.append(f"{key} at {w.replicas} replicas, its owner wants {self.owner[key]}")
+        for h in store.list("horizontalpodautoscalers")[0]:
+            name = h["metadata"]["name"]
+            now = (h["spec"].get("minReplicas", 1), h["spec"]["maxReplicas"])
+            if name in self.autoscalers and now != self.autoscalers[name]:
+                out.append(f"autoscaler {name} at {now}, its owner set {self.autoscalers[name]}")
+        for b in store.list("poddisruptionbudgets")[0]:
+            if Budget.from_json(b).ours:
+                out.append(f"temporary budget {b['metadata']['namespace']}/{b['metadata']['name']} left")
+        for cm in store.list("configmaps", ledger.namespace())[0]:
+            if cm["metadata"]["name"].startswith(ledger.PREFIX) and cm.get("data"):
+                out.append(f"ledger {cm['metadata']['name']} holds {sorted(cm['data'])}")
+        live = {
+            reservations.lease_name(rs["metadata"]["namespace"], rs["metadata"]["name"])
+            for rs in store.list("replicasets")[0]
+        }
+        for lease in store.list("leases", "spotguard")[0]:
+            name = lease["metadata"]["name"]
+            if name.startswith("admission.") and name not in live:
+                out.append(f"reservation lease {name} of a deleted ReplicaSet")
+        serving = self.serving()
+        short = {k: (serving.get(k, 0), n) for k, n in self.owner.items() if serving.get(k, 0) != n}
+        if short:
+            out.append(f"not serving their count yet (serving, wanted): {short}")
+        if not out and self.queue.depth():
+            out.append("messages still on the queue")
+        return out
+
+    def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Wait until everything is back (see :meth:`leftovers`); then stop the functions."""
+        last: list[str] = []
+
+        def back() -> bool:
+            last[:] = self.leftovers()
+            return not last
+
+        wait_until(back, timeout, lambda: "everything back: " + "; ".join(last) + f"; told: {self.told()}", step=0.25)
+        self.recovered_at = self.sim.clock.now()
+        self.stop_functions()
+
+    def told(self, keys: Any = None) -> list[tuple[float, str, str]]:
+        """What spotguard told in its Events about surges (seconds after t0, workload, message)."""
+        out = []
+        for e in self.sim.store.list("events")[0]:
+            if e.get("reason") not in ("SpotInterruptionScaledBack", "SpotInterruptionSurge"):
+                continue
+            name = e["involvedObject"]["name"]
+            if keys is not None and f"Deployment/shop/{name}" not in keys:
+                continue
+            when = clock_mod.parse_iso(e.get("lastTimestamp") or e.get("firstTimestamp")) - (self.t0 or 0.0)
+            out.append((round(when, 1), name, str(e.get("message"))))
+        return sorted(out)
+
+    def check_promise(self) -> None:
+        """No Deployment ever served fewer replicas than just before the first notice; no
+        StatefulSet fell below its floor; no notice lost."""
+        assert self.t0 is not None, "no notice was sent"
+        below = {}
+        for key, had in self.before.items():
+            low = self.tracker.lowest.get(key, 0)
+            if key.startswith("Deployment/") and low < had:
+                below[key] = (low, had)
+            if key.startswith("StatefulSet/") and low < max(self.floor[key], 1):
+                below[key] = (low, self.floor[key])
+        dips = [d for d in self.dips if d[1] in below]
+        told = [
+            (e.get("lastTimestamp") or e.get("eventTime"), e["involvedObject"]["name"], e.get("message"))
+            for e in self.sim.store.list("events")[0]
+            if e.get("reason") == "SpotInterruptionScaledBack"
+            and f"Deployment/shop/{e['involvedObject']['name']}" in below
+        ]
+        assert not below, (
+            f"the promise broke (lowest serving, promised): {below}; dips (t, key, serving): {dips}; "
+            f"scale backs: {told}; t0 {self.sim.clock.iso(self.t0)}"
+        )
+        self.check_notices()
+
+    def check_notices(self) -> None:
+        """Every notice was acknowledged (queue and dead-letter queue empty) and every warning
+        or recommendation for a node of the cluster got its taint."""
+        assert self.queue.depth() == 0, "messages left on the queue"
+        assert self.queue.depth(self.queue.dlq_url) == 0, "messages went to the dead-letter queue"
+        kinds = {NoticeKind.INTERRUPTION}
+        if self.cfg.rebalance_action is not config_mod.RebalanceAction.IGNORE:
+            kinds.add(NoticeKind.REBALANCE)
+        # A notice taints its node (a warning after a recommendation may keep the recommendation's taint).
+        untainted = [(s.node, s.kind.value) for s in self.sent if s.kind in kinds and not self.taints_seen.get(s.node)]
+        assert not untainted, f"notices whose node was never tainted: {untainted}"
+
+    def figures(self) -> dict[str, Any]:
+        """For the benchmark: lowest serving against before, and the time to recover."""
+        assert self.t0 is not None and self.recovered_at is not None
+        return {
+            "lowest_serving": {k: self.tracker.lowest.get(k, 0) for k in sorted(self.before)},
+            "before": dict(sorted(self.before.items())),
+            "floors": {k: self.floor[k] for k in sorted(self.before)},
+            "recovered_after_s": round(self.recovered_at - self.t0, 1),
+        }
+
+
+def _capacity(n: Obj) -> str:
+    return str(config_mod.Config().node_capacity((n.get("metadata") or {}).get("labels") or {}).value)
+
+
+@contextlib.contextmanager
+def chaos(
+    workdir: Path,
+    moto_url: str,
+    *,
+    cfg: config_mod.Config | None = None,
+    nodes_: list[Obj] | None = None,
+    drainer: bool = False,
+    time_scale: float = TIME_SCALE,
+    settings: sim_settings.Settings | None = None,
+    interruption_in_process: bool = True,
+) -> Iterator[Chaos]:
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=moto_url, region_name=REGION)
+    with testing.running_cluster(
+        nodes_ if nodes_ is not None else nodes(),
+        time_scale=time_scale,
+        ready_delay_seconds=READY_DELAY,
+        drainer=drainer,
+        settings=settings,
+    ) as sim:
+        k = kube.Kube(sim.api_client())
+        webhook = Webhook(sim, workdir, k)
+        webhook.start()
+        c = Chaos(sim, k, Queue(sqs), webhook, cfg or config_mod.Config(), workdir)
+        try:
+            c.load(workloads())
+            c.start_functions(interruption_in_process=interruption_in_process)
+            yield c
+        finally:
+            c.stop_functions()
+            webhook.stop()

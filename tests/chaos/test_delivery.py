@@ -1,0 +1,108 @@
+"""Chaos in the delivery: the function process killed half-way, SQS's duplicates, disorder
+and messages that are not ours; each with the promise checked end to end (``harness``)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spotguard.policy.notices import NoticeKind
+from spotguard.policy.workloads import SURGE
+from spotguard.sim import readiness
+
+from tests.chaos import harness as h
+from tests.chaos.test_chaos import DELAY_FAULTS, EARLY_SCALE_BACK, FAULTS, full
+from tests.interruption.transport_support import Moto
+
+
+def on_nodes(c: h.Chaos, names: list[str]) -> Counter[str]:
+    """Deployment pods on ``names``, per workload."""
+    return Counter(
+        key
+        for p in c.sim.store.list("pods")[0]
+        if p["spec"].get("nodeName") in names and (key := readiness.workload_key(p) or "").startswith("Deployment/")
+    )
+
+
+def highest_replicas(c: h.Chaos) -> dict[str, int]:
+    """The highest spec.replicas each Deployment reaches from now on (updated by a watch)."""
+    highest: dict[str, int] = {}
+
+    def seen(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "deployments":
+            key = f"Deployment/{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            highest[key] = max(highest.get(key, 0), int(obj["spec"].get("replicas", 1)))
+
+    c.sim.store.subscribe(seen)
+    return highest
+
+
+def assert_surged_once(c: h.Chaos, doomed: Counter[str], highest: dict[str, int]) -> None:
+    for key, n in doomed.items():
+        assert highest.get(key, 0) <= c.owner[key] + n, f"{key} surged more than once: {highest.get(key)}"
+
+
+def fault_cases(quick: str) -> list[Any]:
+    out = []
+    for f in FAULTS:
+        marks: list[Any] = [] if f == quick else [full]
+        if f in DELAY_FAULTS:
+            marks.append(pytest.mark.xfail(strict=False, reason=EARLY_SCALE_BACK))
+        out.append(pytest.param(f, id=f, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("fault", fault_cases("no-faults"))
+def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path, aws_env: Moto) -> None:
+    with h.chaos(tmp_path, aws_env.url, interruption_in_process=False) as c:
+        FAULTS[fault](c)
+        spot = c.spot()
+        doomed = on_nodes(c, spot)
+        highest = highest_replicas(c)
+        # Every Deployment write takes a second: the process dies with its surges in flight.
+        c.sim.faults.set(verb="patch", resource="deployments", latency_seconds=1.0)
+        c.interrupt(spot)
+        h.wait_until(lambda: bool(c.taints_seen), 30, "the handling to start (the first taint)")
+        c.kill_child()
+        surged = {k for k, w in c.workload_views().items() if SURGE in w.annotations}
+        assert surged < set(doomed), "every surge was written before the kill"
+        assert c.queue.depth() > 0, "the notices were deleted before they were handled"
+        c.sim.faults.clear()
+        FAULTS[fault](c)
+        c.start_child()  # a new process; the messages come back after their visibility timeout
+        c.settle()
+        c.check_promise()
+        assert_surged_once(c, doomed, highest)
+
+
+@pytest.mark.parametrize("fault", fault_cases("faults-20pct-500"))
+def test_duplicated_reordered_and_foreign_messages(fault: str, tmp_path: Path, aws_env: Moto) -> None:
+    with h.chaos(tmp_path, aws_env.url) as c:
+        FAULTS[fault](c)
+        rnd = random.Random(11)
+        spot = c.spot()
+        doomed = on_nodes(c, spot)
+        highest = highest_replicas(c)
+        c.arm()
+        now = c.sim.clock.now()
+        warnings = c.bodies(spot)
+        bodies = warnings * 3  # at-least-once: the same message body again
+        bodies += c.bodies(spot, NoticeKind.REBALANCE)  # the recommendation, after its warning
+        bodies += [
+            h.eventbridge(NoticeKind.INTERRUPTION, f"i-0fffffffffffff{i:03d}", f"foreign-{i}", now) for i in range(6)
+        ]  # another cluster's instances
+        bodies += [
+            h.eventbridge(NoticeKind.STATE_CHANGE, f"i-0eeeeeeeeeeeee{i:03d}", f"running-{i}", now, "running")
+            for i in range(3)
+        ]
+        bodies += ["Hello from SQS!", '{"detail-type": "EC2 Spot Instance Interruption Warning"}', "{}"]
+        rnd.shuffle(bodies)
+        c.doomed.update(spot)
+        c.sim.reclaim(spot, after_seconds=h.RECLAIM_AFTER)
+        c.queue.send(bodies)
+        c.settle()
+        c.check_promise()
+        assert_surged_once(c, doomed, highest)
