@@ -12,6 +12,13 @@
    endpoint (a Flask app answering ``allowed`` under the same gunicorn
    configuration and TLS), interleaved in blocks; p50/p99 and the p99 ratio.
 3. Throughput: concurrent clients against the webhook for a few seconds.
+4. Burst (``--burst N``, default 400; 0 skips it): N AdmissionReviews in flight
+   at once against a webhook server with its default sizing, each on its own
+   new connection and with the shipped webhook timeout, as kube-apiserver sends
+   a ReplicaSet's slow-start batch; each answered patch is applied and the pod
+   stored, as the API server does. Reports the burst's p50/p99, errors (refused
+   or reset connections, timeouts, non-200 answers, fail-opens), throughput and
+   whether the on-demand pods equal the floor.
 
 Prints one JSON line at the end.
 """
@@ -29,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -83,17 +91,16 @@ class NoopServer(server.Server):
         return noop_app()
 
 
-def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, sizes: tuple[int, int]) -> None:
+def serve(kind: str, port: int, tls: certs.Paths, kubeconfig: str, sizes: tuple[int | None, int | None]) -> None:
     workers, threads = sizes
     os.environ["SPOTGUARD_NAMESPACE"] = "spotguard"
-    options = server.options(
-        host="127.0.0.1", port=port, certfile=str(tls.cert), keyfile=str(tls.key), workers=workers, threads=threads
-    )
+    sizing = {k: v for k, v in (("workers", workers), ("threads", threads)) if v is not None}
+    options = server.options(host="127.0.0.1", port=port, certfile=str(tls.cert), keyfile=str(tls.key), **sizing)
     factory = lambda: core.context_from_env(dict(os.environ), kubeconfig)  # noqa: E731
     (NoopServer if kind == "noop" else server.Server)(factory, options).run()
 
 
-def start(kind: str, tls: certs.Paths, kubeconfig: str, workers: int, threads: int) -> tuple[Any, str]:
+def start(kind: str, tls: certs.Paths, kubeconfig: str, workers: int | None, threads: int | None) -> tuple[Any, str]:
     port = free_port()
     process = multiprocessing.get_context("spawn").Process(
         target=serve, args=(kind, port, tls, kubeconfig, (workers, threads)), daemon=True
@@ -112,12 +119,15 @@ def start(kind: str, tls: certs.Paths, kubeconfig: str, workers: int, threads: i
         time.sleep(0.1)
 
 
-def start_sim(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_sim(workdir: Path, no_controllers: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    workdir.mkdir(parents=True, exist_ok=True)
     scenario_file = workdir / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump_all(scenario()))
     kubeconfig = workdir / "kubeconfig"
     command = [sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "sim", "serve"]
     command += ["--kubeconfig", str(kubeconfig), "--scenario", str(scenario_file)]
+    if no_controllers:
+        command.append("--no-controllers")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
@@ -217,9 +227,136 @@ def timed_posts(session: requests.Session, url: str, body: bytes, n: int) -> lis
     return out
 
 
+def _burst_ready() -> None:
+    import jsonpatch  # noqa: F401 - imported before the burst starts, not during it
+
+
+def _burst_part(job: dict[str, Any]) -> tuple[list[float], list[str], list[tuple[float, float]]]:
+    """One client process's share of the burst: ``n`` threads, each one review and its pod."""
+    kubeconfig, url, ca, rs, n, timeout, at = (job[x] for x in ("kubeconfig", "url", "ca", "rs", "n", "timeout", "at"))
+    import jsonpatch
+
+    k = kube.connect(kubeconfig)
+    bodies = [review_body(rs) for _ in range(n)]
+    latencies: list[float] = []
+    errors: list[str] = []
+    spans: list[tuple[float, float]] = []  # (sent, answered) wall times of the answered reviews
+    lock = threading.Lock()
+
+    def one(body: bytes) -> None:
+        session = requests.Session()
+        time.sleep(max(0.0, at - time.time()))
+        sent = time.time()
+        started = time.perf_counter()
+        try:
+            answer = session.post(
+                url + "/mutate", data=body, headers={"Content-Type": "application/json"}, timeout=timeout, verify=ca
+            )
+            elapsed = (time.perf_counter() - started) * 1000
+            with lock:
+                spans.append((sent, time.time()))
+            response = answer.json()["response"] if answer.status_code == 200 else None
+            problem = None if response is not None else f"HTTP {answer.status_code}"
+            if response is not None and "failed_open" in str(response.get("auditAnnotations")):
+                problem = "failed open"
+            if problem is None and response is not None:
+                pod = json.loads(body)["request"]["object"]
+                patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+                k.create(r.PODS, patched, NS)
+        except requests.RequestException as exc:
+            elapsed, problem = (time.perf_counter() - started) * 1000, type(exc).__name__
+        finally:
+            session.close()
+        with lock:
+            latencies.append(elapsed)
+            if problem:
+                errors.append(problem)
+
+    threads = [threading.Thread(target=one, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, errors, spans
+
+
+def burst(k: kube.Kube, kubeconfig: str, url: str, *, ca: str, n: int, timeout: float) -> dict[str, Any]:
+    """``n`` reviews at once for a fresh ``n``-replica Deployment (floor 10%); see the docstring."""
+    dep = k.create(r.DEPLOYMENTS, deployment("burst", 0), NS)
+    dep = k.patch(r.DEPLOYMENTS, "burst", {"metadata": {"annotations": {"spotguard.io/min-on-demand": "10%"}}}, NS)
+    hash_ = "b0b0"
+    labels = {"app": "burst", "pod-template-hash": hash_}
+    rs = k.create(
+        r.REPLICASETS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"burst-{hash_}",
+                "namespace": NS,
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": "burst",
+                        "uid": dep["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {**dep["spec"]["template"], "metadata": {"labels": labels}},
+            },
+        },
+        NS,
+    )
+    # The Deployment's controller is off in this cluster (--no-controllers): the benchmark is the only creator.
+    k.patch(r.DEPLOYMENTS, "burst", {"spec": {"replicas": n}}, NS)
+    k.patch(r.REPLICASETS, rs["metadata"]["name"], {"spec": {"replicas": n}}, NS)
+    # Several client processes (a Python client alone cannot open 400 TLS connections at once),
+    # all released at the same instant.
+    procs = min(4, n)
+    shares = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(procs, initializer=_burst_ready) as pool:
+        pool.map(time.sleep, [0.5] * procs)  # every client process started and imported
+        at = time.time() + 1.0
+        jobs = [
+            {"kubeconfig": kubeconfig, "url": url, "ca": ca, "rs": rs, "n": share, "timeout": timeout, "at": at}
+            for share in shares
+        ]
+        parts = pool.map(_burst_part, jobs)
+    latencies = [x for part in parts for x in part[0]]
+    errors = [e for part in parts for e in part[1]]
+    spans = [x for part in parts for x in part[2]]
+    took = max(end for _, end in spans) - min(sent for sent, _ in spans) if spans else float("inf")
+    pods = k.list(r.PODS, NS, label_selector="app=burst")
+    on_demand = sum(1 for p in pods if p["metadata"]["labels"].get("spotguard.io/placement") == "on-demand")
+    kinds: dict[str, int] = {}
+    for e in errors:
+        kinds[e] = kinds.get(e, 0) + 1
+    return {
+        "burst_reviews": n,
+        "burst_errors": len(errors),
+        "burst_error_kinds": kinds,
+        "burst_p50_ms": round(statistics.median(latencies), 1),
+        "burst_p99_ms": round(percentile(latencies, 99), 1),
+        "burst_throughput_rps": round(len(spans) / took, 1),  # answers per second while the burst lasted
+        "burst_on_demand": on_demand,
+        "burst_floor": -(-n // 10),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+class _SkipToBurst(Exception):
+    pass
 
 
 def main() -> int:
@@ -228,6 +365,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="throughput run length")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients for throughput")
     parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
+    parser.add_argument("--burst", type=int, default=400, help="reviews in flight at once (0: skip the burst)")
+    parser.add_argument("--only-burst", action="store_true", help="run the burst alone")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="spotguard-bench-"))
@@ -239,6 +378,8 @@ def main() -> int:
     k = kube.connect(kubeconfig)
     servers: list[Any] = []
     try:
+        if args.only_burst:
+            raise _SkipToBurst
         hook, hook_url = start("webhook", tls, kubeconfig, 1, args.threads)
         servers.append(hook)
         noop, noop_url = start("noop", tls, kubeconfig, 1, args.threads)
@@ -301,13 +442,30 @@ def main() -> int:
             list(pool.map(client, range(args.clients)))
         results["throughput_rps"] = round(sum(counts) / (time.monotonic() - started), 1)
         results["latency_samples"] = len(samples["webhook"])
-        results["load_average"] = round(os.getloadavg()[0], 2)
+    except _SkipToBurst:
+        pass
     finally:
         for p in servers:
             p.terminate()
             p.join(10)
         sim.terminate()
         sim.wait(10)
+    if args.burst:
+        # 4. A burst against a server with its default sizing, on a cluster without controllers.
+        sim, kubeconfig = start_sim(workdir / "burst", no_controllers=True)
+        k = kube.connect(kubeconfig)
+        try:
+            hook, hook_url = start("webhook", tls, kubeconfig, None, None)
+            servers = [hook]
+            timeout = float(yaml.safe_load(registration.MANIFEST.read_text())["webhooks"][0]["timeoutSeconds"])
+            results.update(burst(k, kubeconfig, hook_url, ca=ca, n=args.burst, timeout=timeout))
+        finally:
+            for p in servers:
+                p.terminate()
+                p.join(10)
+            sim.terminate()
+            sim.wait(10)
+    results["load_average"] = round(os.getloadavg()[0], 2)
     print(json.dumps(results), flush=True)
     return 0
 

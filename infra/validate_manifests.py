@@ -10,7 +10,8 @@ Knative objects (``*.knative.dev``) are left to infra/knative/validate (the
 Knative CRD schemas), except that the pod template of a Knative Service is
 also validated strictly as a core Pod, which catches misspelt container
 fields the Knative schemas let through. cert-manager objects have no schema
-here and are listed as skipped. Exit status 1 on any problem.
+here, nor has the Prometheus Operator's ServiceMonitor: both are listed as
+skipped. Exit status 1 on any problem.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import kubernetes_validate
 import yaml
 
 # Custom resource groups without a schema in this repository: named, not guessed.
-SKIPPED_GROUPS = ("cert-manager.io",)
+SKIPPED_GROUPS = ("cert-manager.io", "monitoring.coreos.com")
 # Fields of a Knative revision template spec that a core PodSpec does not have.
 KNATIVE_REVISION_FIELDS = (
     "containerConcurrency",

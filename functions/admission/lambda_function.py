@@ -15,6 +15,7 @@ import binascii
 import threading
 from typing import Any
 
+from spotguard import emf
 from spotguard.admission import core, errors, transport
 
 _state: dict[str, core.Context] = {}
@@ -43,7 +44,7 @@ def _body(event: dict[str, Any]) -> bytes:
     return raw.encode("utf-8", "surrogatepass")
 
 
-def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     http = ((event or {}).get("requestContext") or {}).get("http") or {}
     method = str(http.get("method") or "POST")
     path = str(event.get("rawPath") or http.get("path") or "/")
@@ -55,3 +56,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         status, headers, payload = transport.handle(method, path, body, _context())
     text = payload.decode("utf-8", "replace")
     return {"statusCode": status, "headers": headers, "body": text, "isBase64Encoded": False}
+
+
+# CloudWatch metrics (EMF) around every invocation: spotguard.emf.
+lambda_handler = emf.instrument("admission", emf.admission_review)(handle)

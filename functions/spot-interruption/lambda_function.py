@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from spotguard import emf
 from spotguard.interruption import awslambda, dispatch
 
 _state: dict[str, dispatch.Handler] = {}
@@ -36,7 +37,11 @@ def _handler() -> dispatch.Handler:
         return _state["handler"]
 
 
-def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
+def handle(event: Any, context: Any) -> dict[str, Any]:
     # Built on first use: a batch of malformed or foreign messages is acknowledged
     # even while the cluster is unreachable; notices are then retried.
     return awslambda.handle(event, dispatch.Lazy(_handler))
+
+
+# CloudWatch metrics (EMF) around every invocation: spotguard.emf.
+lambda_handler = emf.instrument("spot-interruption", emf.sqs_batch)(handle)

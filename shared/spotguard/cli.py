@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
     "reconcile": ("spotguard.nodeadded.once", "run one node-added reconcile pass (--dry-run: print the plan)"),
+    "package": ("spotguard.packaging", "build the Lambda zips or stage the Knative function folders"),
 }
 # spotguard serve <function>
 SERVE: dict[str, tuple[str, str]] = {

@@ -41,8 +41,8 @@ def running(
     workdir: Path,
     *,
     kubeconfig: str | None = None,
-    workers: int = 1,
-    threads: int = 8,
+    workers: int | None = 1,
+    threads: int | None = 8,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     with running_many(1, tls, workdir, kubeconfig=kubeconfig, workers=workers, threads=threads, env=env) as many:
@@ -56,8 +56,8 @@ def running_many(
     workdir: Path,
     *,
     kubeconfig: str | None = None,
-    workers: int = 1,
-    threads: int = 8,
+    workers: int | None = 1,
+    threads: int | None = 8,
     env: dict[str, str] | None = None,
 ) -> Iterator[list[Server]]:
     """``count`` separate server processes, started at once."""
@@ -80,12 +80,21 @@ def running_many(
 
 
 def _start(
-    tls: certs.Paths, workdir: Path, *, kubeconfig: str | None, workers: int, threads: int, env: dict[str, str] | None
+    tls: certs.Paths,
+    workdir: Path,
+    *,
+    kubeconfig: str | None,
+    workers: int | None,
+    threads: int | None,
+    env: dict[str, str] | None,
 ) -> Server:
     port = free_port()
     args = [sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "serve", "admission"]
     args += ["--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-    args += ["--workers", str(workers), "--threads", str(threads)]
+    if workers is not None:  # None: the server's own default sizing
+        args += ["--workers", str(workers)]
+    if threads is not None:
+        args += ["--threads", str(threads)]
     if kubeconfig:
         args += ["--kubeconfig", kubeconfig]
     environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG" and not k.startswith("SPOTGUARD_")}

@@ -25,8 +25,20 @@ def k() -> FakeKube:
     return fake
 
 
+# In-process there is no webhook timeout to stay inside, and a loaded test machine can starve a
+# thread for seconds: the review deadline is generous here (tests/admission/test_deadline.py and
+# the end-to-end tests hold the real one).
+REVIEW_SECONDS = 30.0
+
+
 def make_ctx(k: FakeKube, trust: float = 3.0, **config: object) -> core.Context:
-    return core.Context(dataclasses.replace(Config(), **config), k, "spotguard", trust_seconds=trust)  # type: ignore[arg-type]
+    return core.Context(
+        dataclasses.replace(Config(), **config),  # type: ignore[arg-type]
+        k,
+        "spotguard",
+        trust_seconds=trust,
+        review_seconds=REVIEW_SECONDS,
+    )
 
 
 # -- decoding --------------------------------------------------------------------------
@@ -132,10 +144,14 @@ def test_the_on_demand_pod_gets_required_affinity_and_the_spot_pod_a_preference(
     _, first = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     _, second = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     required = first["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == cluster.CAPACITY
+    assert {"key": cluster.CAPACITY, "operator": "NotIn", "values": ["spot"]} in (
+        required["nodeSelectorTerms"][0]["matchExpressions"]
+    )
     assert first["metadata"]["annotations"][POD_ANNOTATION]
     preferred = second["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert preferred[0]["preference"]["matchExpressions"][0]["values"] == ["spot"]
+    assert {"key": cluster.CAPACITY, "operator": "In", "values": ["spot"]} in [
+        p["preference"]["matchExpressions"][0] for p in preferred
+    ]
     assert {c["topologyKey"] for c in second["spec"]["topologySpreadConstraints"]} == {
         "kubernetes.io/hostname",
         "topology.kubernetes.io/zone",
@@ -249,28 +265,34 @@ def test_three_instances_admitting_60_pods_at_once_hand_out_exactly_the_floor(an
         assert cluster.placements(k) == {"on-demand": floor, "spot": 60 - floor}
 
 
-def test_a_reservation_for_a_pod_never_created_expires() -> None:
+def test_a_pod_refused_after_its_reservation_leaves_the_slot_to_its_retry() -> None:
+    # GIVEN an on-demand slot reserved for a pod that a later webhook refused (never stored)
     k = FakeKube()
     cluster.basic_cluster(k)
     _, rs = cluster.deployment(k, "web", 3)
-    ctx = make_ctx(k, trust=0.0, reservation_ttl_seconds=1)
+    ctx = make_ctx(k)
     rev = cluster.review(cluster.pod_for(rs), "shop")
     assert "on-demand" in str(core.serve(rev, ctx)["response"]["auditAnnotations"])  # never stored
-    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
-    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
-    time.sleep(1.1)
-    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
-    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+    # WHEN the ReplicaSet controller retries at once (a few milliseconds later)
+    _, retry = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    # THEN the retry waited out the dead reservation's grace and took the slot
+    assert retry["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+    _, third = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert third["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+    assert cluster.placements(k) == {"on-demand": 1, "spot": 1}
 
 
-def test_a_counted_pod_consumes_its_reservation(k: FakeKube) -> None:
+def test_a_reservation_whose_pod_was_seen_is_removed_once_every_trusted_count_shows_the_pod(k: FakeKube) -> None:
     _, rs = cluster.deployment(k, "web", 3)
     ctx = make_ctx(k, trust=0.0)
     cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    cluster.admit_and_create(ctx, k, cluster.pod_for(rs))  # counts, and sees the first pod
+    name = lease_name("shop", rs["metadata"]["name"])
+    assert '"pending":{"' in k.get(r.LEASES, name, "spotguard")["metadata"]["annotations"][ANNOTATION]
+    time.sleep(1.1)  # the trust window (0 s) and the margin (1 s) since the sighting
     cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
-    lease = k.get(r.LEASES, lease_name("shop", rs["metadata"]["name"]), "spotguard")
-    doc = lease["metadata"]["annotations"][ANNOTATION]
-    assert '"pending":{}' in doc and '"on_demand":["web-' in doc
+    assert '"pending":{}' in k.get(r.LEASES, name, "spotguard")["metadata"]["annotations"][ANNOTATION]
+    assert cluster.placements(k) == {"on-demand": 1, "spot": 2}
 
 
 def test_scale_down_then_up_keeps_the_floor_and_a_lost_on_demand_pod_is_replaced(k: FakeKube) -> None:
@@ -324,7 +346,7 @@ def test_a_reservation_whose_pod_came_and_went_between_two_counts_is_dropped() -
     k = FakeKube()
     cluster.basic_cluster(k)
     _, rs = cluster.deployment(k, "web", 4, annotations={"spotguard.io/min-on-demand": "2"})
-    ctx = core.Context(Config(), k, trust_seconds=0.2, pending_grace=0.3)
+    ctx = core.Context(Config(), k, trust_seconds=0.2, pending_grace=0.3, review_seconds=REVIEW_SECONDS)
     for _ in range(2):
         cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     for p in k.all(r.PODS, "shop"):
@@ -334,3 +356,49 @@ def test_a_reservation_whose_pod_came_and_went_between_two_counts_is_dropped() -
     _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     # THEN they take the slots again
     assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+
+
+# -- timings -----------------------------------------------------------------------------
+
+
+def test_a_reservation_ttl_shorter_than_the_other_timings_is_raised_to_cover_them(k: FakeKube) -> None:
+    ctx = core.Context(Config(), k, trust_seconds=3.0, pending_grace=1.0, review_seconds=2.0)
+    minimum = 3.0 + 1.0 + 1.0 + 2 * 2.0  # trust + seen margin + grace + two review deadlines
+    assert ctx.reservations.minimum_ttl() == minimum
+    assert ctx.reservations.ttl(dataclasses.replace(Config(), reservation_ttl_seconds=2)) == minimum
+    assert ctx.reservations.ttl(dataclasses.replace(Config(), reservation_ttl_seconds=45)) == 45
+
+
+@pytest.mark.parametrize(
+    ("env", "trust", "grace", "deadline"),
+    [
+        ({}, 3.0, 1.0, 2.0),
+        ({"SPOTGUARD_ADMISSION_TRUST_SECONDS": "soon", "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "-1"}, 3.0, 1.0, 2.0),
+        ({"SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"}, 3.0, 1.0, 2.0),  # no time left inside the deadline
+        (
+            {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10", "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"},
+            3.0,
+            5.0,
+            10.0,
+        ),
+    ],
+)
+def test_admission_timings_from_the_environment_are_validated(
+    env: dict[str, str], trust: float, grace: float, deadline: float
+) -> None:
+    fake = FakeKube()
+    ctx = core.context_from_env({"SPOTGUARD_NAMESPACE": "spotguard", **env}, connect=lambda _: fake)  # type: ignore[arg-type,return-value]
+    assert (ctx.reservations.trust_seconds, ctx.reservations.pending_grace, ctx.review_seconds) == (
+        trust,
+        grace,
+        deadline,
+    )
+
+
+def test_a_review_past_its_deadline_is_allowed_unchanged_and_writes_nothing(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 2)
+    ctx = core.Context(Config(), k, "spotguard", review_seconds=0.0)
+    answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
+    assert "patch" not in answer["response"]
+    assert "failed_open" in answer["response"]["auditAnnotations"]["spotguard.io/decision"]
+    assert k.stats.writes == 0

@@ -50,11 +50,11 @@ SCENARIO = (
 )
 
 
-# Shorter windows than the defaults (3 s, 5 s) so the repeated bursts below need not wait long.
+# A shorter trust window than the default (3 s) so the repeated bursts below need not wait long.
 SERVER_ENV = {
     "SPOTGUARD_NAMESPACE": "spotguard",
     "SPOTGUARD_ADMISSION_TRUST_SECONDS": "1",
-    "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "2",
+    "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "1",
 }
 
 

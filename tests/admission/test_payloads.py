@@ -187,7 +187,7 @@ def test_user_node_affinity_terms_are_kept_and_each_gets_the_on_demand_requireme
     terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    want = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+    want = {"key": "node.kubernetes.io/capacity", "operator": "NotIn", "values": ["spot"]}
     original = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]

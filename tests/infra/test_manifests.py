@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -281,10 +282,51 @@ def test_kustomize_and_helm_grant_the_same_rules() -> None:
 # --------------------------------------------------------------- Knative
 
 
+@cache
+def knative_with_node_added() -> tuple[dict[str, Any], ...]:
+    """infra/knative with its node-added component, rendered from a scratch copy (as infra/check does)."""
+    scratch = Path(tempfile.mkdtemp(prefix="spotguard-knative-"))
+    try:
+        shutil.copytree(INFRA / "knative", scratch / "knative", ignore=shutil.ignore_patterns("validate"))
+        shutil.copytree(INFRA / "kubernetes", scratch / "kubernetes", ignore=shutil.ignore_patterns("generated"))
+        with (scratch / "knative" / "kustomization.yaml").open("a") as f:
+            f.write("components:\n  - node-added\n")
+        return tuple(objects(run(tool("kubectl"), "kustomize", str(scratch / "knative"))))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def knative_services(rendered: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    return {s["metadata"]["name"]: s for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"}
+
+
+def test_knative_deploys_only_functions_that_exist() -> None:
+    from spotguard import cli
+
+    existing = {d.name for d in (ROOT / "functions").iterdir() if (d / "func.yaml").is_file()} & set(cli.SERVE)
+    services = knative_services(kustomize("knative"))
+    assert {"admission", "spot-interruption"} <= existing
+    assert set(services) == {f"spotguard-{f}" for f in existing}, (
+        "infra/knative must deploy exactly the functions that exist (functions/<name>/ and `spotguard serve <name>`);"
+        " add the node-added component to infra/knative/kustomization.yaml once node-added exists"
+    )
+    parser = cli.build_parser()
+    for name, service in services.items():
+        [container] = service["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:2] == ["serve", name.removeprefix("spotguard-")]
+        parser.parse_args(container["args"])
+    # Every object the default render carries belongs to a function it deploys.
+    for obj in kustomize("knative"):
+        ref = ((obj.get("spec") or {}).get("subscriber") or {}).get("ref") or {}
+        assert not ref or ref["name"] in services
+    # The component for node-added renders on its own terms.
+    assert "spotguard-node-added" in knative_services(knative_with_node_added())
+
+
 def test_knative_admission_stays_warm_and_cluster_local() -> None:
     rendered = kustomize("knative")
-    services = {s["metadata"]["name"]: s for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"}
-    assert set(services) == {f"spotguard-{f}" for f in FUNCTIONS}
+    services = knative_services(rendered)
+    assert {"spotguard-admission", "spotguard-spot-interruption"} <= set(services)
     admission = services["spotguard-admission"]
     annotations = admission["spec"]["template"]["metadata"]["annotations"]
     assert annotations["autoscaling.knative.dev/min-scale"] == "1"
@@ -292,6 +334,8 @@ def test_knative_admission_stays_warm_and_cluster_local() -> None:
         assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
         [container] = service["spec"]["template"]["spec"]["containers"]
         assert container["ports"] == [{"containerPort": 8080}]
+        assert "--port=8080" in container["args"] and "--host=0.0.0.0" in container["args"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
         function = service["metadata"]["name"]
         assert service["spec"]["template"]["spec"]["serviceAccountName"] == function
     hook = one(rendered, "MutatingWebhookConfiguration", "spotguard-admission")["webhooks"][0]
@@ -299,7 +343,7 @@ def test_knative_admission_stays_warm_and_cluster_local() -> None:
 
 
 def test_knative_events_reach_the_right_function() -> None:
-    rendered = kustomize("knative")
+    rendered = knative_with_node_added()
     brokers = {b["metadata"]["name"] for b in of_kind(rendered, "Broker")}
     services = {s["metadata"]["name"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"}
     routes: dict[str, set[str]] = {}
@@ -311,6 +355,8 @@ def test_knative_events_reach_the_right_function() -> None:
     assert routes["dev.knative.eventing.aws-sqs"] == {"spotguard-spot-interruption"}
     assert routes["dev.knative.apiserver.resource.add"] == {"spotguard-node-added"}
     assert routes["dev.knative.sources.ping"] == {"spotguard-spot-interruption", "spotguard-node-added"}
+    default_routes = {t["spec"]["subscriber"]["ref"]["name"] for t in of_kind(kustomize("knative"), "Trigger")}
+    assert default_routes == {"spotguard-spot-interruption", "spotguard-node-added"}  # node-added included
     [sqs] = of_kind(rendered, "IntegrationSource")
     assert sqs["apiVersion"] == "sources.knative.dev/v1alpha1"
     assert sqs["spec"]["aws"]["sqs"]["arn"].startswith("arn:aws:sqs:")
@@ -323,6 +369,46 @@ def test_knative_events_reach_the_right_function() -> None:
         assert ping["spec"]["schedule"] == "* * * * *"
         source = f"/apis/v1/namespaces/spotguard/pingsources/{ping['metadata']['name']}"
         assert any(t["spec"]["filter"]["attributes"].get("source") == source for t in of_kind(rendered, "Trigger"))
+
+
+def retry_span(delivery: dict[str, Any]) -> float:
+    """Seconds from the first failure to the last retry (Knative: linear n*delay, exponential delay*2^n)."""
+    delay = float(delivery["backoffDelay"].removeprefix("PT").removesuffix("S"))
+    tries = range(1, delivery["retry"] + 1)
+    if delivery["backoffPolicy"] == "linear":
+        return sum(n * delay for n in tries)
+    return sum(delay * 2 ** (n - 1) for n in tries)
+
+
+def test_knative_notices_are_retried_for_two_minutes_then_dead_lettered() -> None:
+    rendered = knative_with_node_added()
+    [broker] = of_kind(rendered, "Broker")
+    [sink] = of_kind(rendered, "IntegrationSink")
+    sink_ref = {"apiVersion": "sinks.knative.dev/v1alpha1", "kind": "IntegrationSink", "name": sink["metadata"]["name"]}
+    assert broker["spec"]["delivery"]["deadLetterSink"]["ref"] == sink_ref
+    [source] = of_kind(rendered, "IntegrationSource")
+    assert sink["spec"]["aws"]["sqs"]["arn"] != source["spec"]["aws"]["sqs"]["arn"]
+    assert sink["spec"]["aws"]["auth"]["serviceAccountName"] == source["spec"]["aws"]["auth"]["serviceAccountName"]
+    for trigger in of_kind(rendered, "Trigger"):
+        attributes = trigger["spec"]["filter"]["attributes"]
+        delivery = trigger["spec"].get("delivery")
+        if attributes["type"] == "dev.knative.eventing.aws-sqs":
+            # a notice: retried over most of its two minutes, then kept in the dead-letter queue
+            assert delivery["deadLetterSink"]["ref"] == sink_ref
+            assert 60 <= retry_span(delivery) <= 120
+        else:
+            # pings and node events: their own delivery, so the Broker's dead-letter queue never fills with them
+            assert delivery is not None and "deadLetterSink" not in delivery, trigger["metadata"]["name"]
+
+
+def test_the_dead_letter_sink_may_write_to_the_dead_letter_queue() -> None:
+    role = sam()["Resources"]["SqsSourceRole"]["Properties"]
+    statements = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    sends = [s for s in statements if "sqs:SendMessage" in s["Action"]]
+    assert [s["Resource"] for s in sends] == [{"Fn::GetAtt": ["NoticeDeadLetterQueue", "Arn"]}]
+    association = sam()["Resources"]["SqsSourcePodIdentity"]["Properties"]
+    [sink] = of_kind(kustomize("knative"), "IntegrationSink")
+    assert association["ServiceAccount"] == sink["spec"]["aws"]["auth"]["serviceAccountName"]
 
 
 # ------------------------------------------------------------------- SAM
@@ -517,7 +603,7 @@ def test_strict_validation_catches_misspelt_fields() -> None:
 def test_every_knative_object_kind_is_known_to_the_validator() -> None:
     # The Node validator (run by infra/check) resolves models by group/version/kind;
     # this pins the kinds the manifests use to the ones @kubernetes-models/knative ships.
-    kinds = {(o["apiVersion"], o["kind"]) for o in kustomize("knative") if "knative.dev" in o["apiVersion"]}
+    kinds = {(o["apiVersion"], o["kind"]) for o in knative_with_node_added() if "knative.dev" in o["apiVersion"]}
     assert kinds == {
         ("serving.knative.dev/v1", "Service"),
         ("eventing.knative.dev/v1", "Broker"),
@@ -525,6 +611,7 @@ def test_every_knative_object_kind_is_known_to_the_validator() -> None:
         ("sources.knative.dev/v1", "PingSource"),
         ("sources.knative.dev/v1", "ApiServerSource"),
         ("sources.knative.dev/v1alpha1", "IntegrationSource"),
+        ("sinks.knative.dev/v1alpha1", "IntegrationSink"),
     }
     lock = json.loads((INFRA / "knative" / "validate" / "package-lock.json").read_text())
     assert lock["packages"]["node_modules/@kubernetes-models/knative"]["version"] == "4.0.0"
@@ -539,3 +626,272 @@ def test_helm_chart_refuses_a_longer_webhook_timeout() -> None:
     )
     assert done.returncode != 0
     assert "timeoutSeconds" in done.stderr
+
+
+# ------------------------------------------------------- Helm: shipping
+
+
+def helm_with(values: str, namespace: str = "platform", *sets: str) -> tuple[dict[str, Any], ...]:
+    args = [tool("helm"), "template", "sg", str(CHART), "--namespace", namespace, "-f", str(CHART / "ci" / values)]
+    for item in sets:
+        args += ["--set", item]
+    return tuple(objects(run(*args)))
+
+
+NAMESPACED = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
+              "Secret", "Certificate", "Issuer", "ServiceMonitor"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "sets", "namespace"),
+    [
+        ("generate-values.yaml", (), "platform"),
+        ("cert-manager-values.yaml", (), "platform"),
+        ("generate-values.yaml", ("namespaceOverride=tools",), "tools"),
+        ("queue-processor-values.yaml", (), "platform"),
+    ],
+)
+def test_helm_puts_everything_in_the_release_namespace(values: str, sets: tuple[str, ...], namespace: str) -> None:
+    rendered = helm_with(values, "platform", *sets)
+    kinds = {o["kind"] for o in rendered}
+    assert kinds & NAMESPACED
+    for obj in rendered:
+        if obj["kind"] in NAMESPACED:
+            assert obj["metadata"]["namespace"] == namespace, f"{obj['kind']} {obj['metadata']['name']}"
+        for subject in obj.get("subjects") or []:
+            if subject["kind"] == "ServiceAccount":
+                assert subject["namespace"] == namespace
+    for deployment in of_kind(rendered, "Deployment"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert {"name": "SPOTGUARD_NAMESPACE", "value": namespace} in container["env"]
+    config = one(rendered, "ConfigMap", "spotguard-config")
+    assert namespace in config["data"]["excluded-namespaces"].split(",")
+    for hook_config in of_kind(rendered, "MutatingWebhookConfiguration"):
+        [hook] = hook_config["webhooks"]
+        assert hook["clientConfig"]["service"]["namespace"] == namespace
+        names = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}["kubernetes.io/metadata.name"]
+        assert namespace in names["values"]
+    for certificate in of_kind(rendered, "Certificate"):
+        if certificate["metadata"]["name"] == "spotguard-admission":
+            assert f"spotguard-admission.{namespace}.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_helm_generated_certificate_names_the_release_namespace() -> None:
+    rendered = helm_with("generate-values.yaml", "platform")
+    cert = x509.load_pem_x509_certificate(
+        base64.b64decode(one(rendered, "Secret", "spotguard-admission-tls")["data"]["tls.crt"])
+    )
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "spotguard-admission.platform.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_helm_webhook_defaults_match_the_node_termination_handler() -> None:
+    pod = one(helm(), "Deployment", "spotguard-admission")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    keys = [c["topologyKey"] for c in pod["topologySpreadConstraints"]]
+    assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    assert "nodeAffinity" in pod["affinity"]
+    assert not of_kind(helm(), "ServiceMonitor")
+    assert "spotguard-spot-interruption" not in {d["metadata"]["name"] for d in of_kind(helm(), "Deployment")}
+
+
+def test_helm_pod_settings_and_service_accounts_are_per_component() -> None:
+    rendered = helm_with("queue-processor-values.yaml")
+    accounts = {a["metadata"]["name"]: a for a in of_kind(rendered, "ServiceAccount")}
+    # admission: create false, an existing account is bound instead
+    assert "existing-admission" not in accounts and "spotguard-admission" not in accounts
+    irsa = accounts["spot-interruption"]["metadata"]["annotations"]
+    assert irsa == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/spotguard-spot-interruption"}
+    assert "spotguard-node-added" in accounts
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        subjects = one(rendered, kind, "spotguard-admission")["subjects"]
+        assert subjects == [{"kind": "ServiceAccount", "name": "existing-admission", "namespace": "platform"}]
+        subjects = one(rendered, kind, "spotguard-spot-interruption")["subjects"]
+        assert [s["name"] for s in subjects] == ["spot-interruption"]
+    admission = one(rendered, "Deployment", "spotguard-admission")["spec"]["template"]
+    assert admission["spec"]["serviceAccountName"] == "existing-admission"
+    assert admission["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
+    assert "priorityClassName" not in admission["spec"]
+    required = admission["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["ON_DEMAND"]
+    assert [c["whenUnsatisfiable"] for c in admission["spec"]["topologySpreadConstraints"]] == ["DoNotSchedule"]
+    poller = one(rendered, "Deployment", "spotguard-spot-interruption")
+    template = poller["spec"]["template"]
+    assert poller["spec"]["replicas"] == 2
+    assert template["spec"]["serviceAccountName"] == "spot-interruption"
+    assert template["metadata"]["labels"]["example.com/tier"] == "system"
+    assert template["metadata"]["annotations"]["example.com/team"] == "platform"
+    assert template["spec"]["priorityClassName"] == "system-node-critical"
+    assert template["spec"]["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    assert template["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    # the selector still matches the pods whatever podLabels adds
+    selector = poller["spec"]["selector"]["matchLabels"]
+    assert all(template["metadata"]["labels"][k] == v for k, v in selector.items())
+
+
+def test_helm_poller_runs_the_cli_against_the_queue() -> None:
+    rendered = helm_with("queue-processor-values.yaml")
+    pod = one(rendered, "Deployment", "spotguard-spot-interruption")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["spotguard"]
+    args = container["args"]
+    assert args[:2] == ["serve", "spot-interruption"]
+    assert "--sqs-queue-url=https://sqs.eu-west-1.amazonaws.com/123456789012/spotguard-NoticeQueue-abc" in args
+    assert "--region=eu-west-1" in args and "--host=0.0.0.0" in args
+    # every flag the chart passes is one the command accepts
+    from spotguard import cli
+
+    parser = cli.build_parser()
+    parser.parse_args(args)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_helm_metrics_are_plain_http_and_the_service_monitor_finds_them() -> None:
+    rendered = helm_with("queue-processor-values.yaml")
+    [monitor] = of_kind(rendered, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["scheme"], endpoint["path"]) == ("metrics", "http", "/metrics")
+    selected = [
+        s
+        for s in of_kind(rendered, "Service")
+        if all(s["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    ]
+    assert {s["metadata"]["name"] for s in selected} == {"spotguard-admission", "spotguard-spot-interruption-metrics"}
+    deployments = {d["metadata"]["name"]: d for d in of_kind(rendered, "Deployment")}
+    for service in selected:
+        [port] = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
+        pod = next(
+            d["spec"]["template"]
+            for d in deployments.values()
+            if all(
+                d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items()
+            )
+        )
+        [container] = pod["spec"]["containers"]
+        assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    admission = deployments["spotguard-admission"]["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-port=9090" in admission["args"]
+    cli_args = admission["args"]
+    from spotguard import cli
+
+    cli.build_parser().parse_args(cli_args)
+
+
+def test_helm_without_metrics_has_no_metrics_port() -> None:
+    rendered = helm("metrics.enabled=false")
+    container = one(rendered, "Deployment", "spotguard-admission")["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in container["args"] if a.startswith("--metrics-port")]
+    assert [p["name"] for p in one(rendered, "Service", "spotguard-admission")["spec"]["ports"]] == ["https"]
+
+
+# ------------------------------------------------------------- images
+
+
+def test_every_in_cluster_shape_runs_the_one_image() -> None:
+    renders = {
+        "kustomize": kustomize("kubernetes/base"),
+        "knative": kustomize("knative"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        assert pods, source
+        for pod in pods:
+            for container in pod["containers"]:
+                assert container["image"] == "ghcr.io/spotguard/spotguard:0.1.0", source
+                assert container["command"] == ["spotguard"], source
+                assert container["args"][0] == "serve", source
+
+
+# ---------------------------------------------------------- SAM: shipping
+
+
+def test_sam_functions_deploy_the_packaged_zips() -> None:
+    lambda_functions = sorted(d.name for d in (ROOT / "functions").iterdir() if (d / "lambda_function.py").is_file())
+    code = {name: props["Properties"]["CodeUri"] for name, props in resources("AWS::Serverless::Function").items()}
+    assert sorted(code.values()) == sorted(f"dist/{f}.zip" for f in lambda_functions)
+    assert not resources("AWS::Serverless::LayerVersion")
+    assert "Layers" not in sam()["Globals"]["Function"]
+    for name, props in resources("AWS::Serverless::Function").items():
+        assert "Metadata" not in props or "BuildMethod" not in props["Metadata"], name
+    assert not (INFRA / "aws" / "Makefile").exists()
+
+
+def test_sam_alarms_on_dead_letters_and_errors() -> None:
+    alarms = resources("AWS::CloudWatch::Alarm")
+
+    def watching(namespace: str, metric: str) -> list[dict[str, Any]]:
+        return [
+            a["Properties"]
+            for a in alarms.values()
+            if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
+        ]
+
+    [dead] = watching("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert dead["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["NoticeDeadLetterQueue", "QueueName"]}}
+    ]
+    assert (dead["Threshold"], dead["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    errors = {a["Dimensions"][0]["Value"]["Ref"] for a in watching("AWS/Lambda", "Errors")}
+    assert errors == set(resources("AWS::Serverless::Function"))
+    [retries] = watching("spotguard", "BatchItemFailures")
+    assert retries["Dimensions"] == [{"Name": "service", "Value": "spot-interruption"}]
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        assert props["TreatMissingData"] == "notBreaching"
+        assert props["AlarmActions"] == {
+            "Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]
+        }
+
+
+@cache
+def kustomize_with_spot_interruption() -> tuple[dict[str, Any], ...]:
+    """infra/kubernetes/base with the spot-interruption component, from a scratch overlay (as infra/check)."""
+    scratch = Path(tempfile.mkdtemp(prefix="spotguard-kustomize-"))
+    try:
+        shutil.copytree(INFRA / "kubernetes", scratch / "kubernetes", ignore=shutil.ignore_patterns("generated"))
+        overlay = scratch / "kubernetes" / "with-spot-interruption"
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            "resources: [../base]\ncomponents: [../spot-interruption]\n"
+        )
+        return tuple(objects(run(tool("kubectl"), "kustomize", str(overlay))))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_kustomize_and_helm_run_the_same_commands() -> None:
+    from spotguard import cli
+
+    parser = cli.build_parser()
+    kustomized = kustomize_with_spot_interruption()
+    helmed = helm(
+        "spotInterruption.enabled=true",
+        "spotInterruption.sqsQueueUrl=https://sqs.us-east-1.amazonaws.com/123456789012/q",
+        "spotInterruption.region=us-east-1",
+    )
+    for name in ("spotguard-admission", "spotguard-spot-interruption"):
+        k = one(kustomized, "Deployment", name)["spec"]["template"]["spec"]
+        h = one(helmed, "Deployment", name)["spec"]["template"]["spec"]
+        [kc], [hc] = k["containers"], h["containers"]
+        assert kc["image"] == hc["image"] == "ghcr.io/spotguard/spotguard:0.1.0"
+
+        def flags(args: list[str]) -> list[str]:
+            return sorted(a.split("=")[0] for a in args)
+
+        assert flags(kc["args"]) == flags(hc["args"]), name
+        parser.parse_args(kc["args"])
+        assert kc["env"] == hc["env"] == [{"name": "SPOTGUARD_NAMESPACE", "value": "spotguard"}]
+        assert {p["name"] for p in kc["ports"]} == {p["name"] for p in hc["ports"]}
+        assert kc["securityContext"]["readOnlyRootFilesystem"] is True
+        assert k["serviceAccountName"] == f"spotguard-{name.removeprefix('spotguard-')}"
+    # the metrics Services match as well
+    for service in ("spotguard-admission", "spotguard-spot-interruption-metrics"):
+        kp = {p["name"]: p["port"] for p in one(kustomized, "Service", service)["spec"]["ports"]}
+        hp = {p["name"]: p["port"] for p in one(helmed, "Service", service)["spec"]["ports"]}
+        assert kp == hp, service

@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any
 
 from hypothesis import strategies as st
-from spotguard.policy import capacity, config, floors
+from spotguard.policy import config, floors
+from spotguard.policy.capacity import Capacity
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.tolerations import Toleration
 from spotguard.policy.views import NodeView, PodView
@@ -214,8 +215,6 @@ def pods_json(draw: st.DrawFn, owner_kind: str | None = None) -> Json:
 
 @st.composite
 def configs(draw: st.DrawFn) -> config.Config:
-    schemes = capacity.DEFAULT_SCHEMES
-    affinity = draw(st.sampled_from([s.key for s in schemes]))
     spot_tolerations = draw(
         st.sampled_from(
             [
@@ -227,8 +226,8 @@ def configs(draw: st.DrawFn) -> config.Config:
     )
     return dataclasses.replace(
         config.Config(),
-        affinity_label=affinity,
         spot_tolerations=spot_tolerations,
+        unknown_capacity=draw(st.sampled_from([Capacity.ON_DEMAND, Capacity.SPOT])),
         spread_topology_keys=draw(st.sampled_from([(HOST, ZONE), (ZONE,), ()])),
         on_demand_deletion_cost=draw(st.sampled_from([0, 1000])),
         spot_preference_weight=draw(st.integers(1, 100)),

@@ -14,6 +14,7 @@ from spotguard.policy.capacity import Capacity
         ({"node.kubernetes.io/capacity": "on-demand"}, Capacity.ON_DEMAND),
         ({"karpenter.sh/capacity-type": "spot"}, Capacity.SPOT),
         ({"karpenter.sh/capacity-type": "on-demand"}, Capacity.ON_DEMAND),
+        ({"karpenter.sh/capacity-type": "reserved"}, Capacity.ON_DEMAND),  # not interruptible
         ({"eks.amazonaws.com/capacityType": "SPOT"}, Capacity.SPOT),
         ({"eks.amazonaws.com/capacityType": "ON_DEMAND"}, Capacity.ON_DEMAND),
         ({"cloud.google.com/gke-spot": "true"}, Capacity.SPOT),
@@ -32,10 +33,14 @@ from spotguard.policy.capacity import Capacity
             {"node.kubernetes.io/capacity": "weird", "karpenter.sh/capacity-type": "spot"},
             Capacity.SPOT,
         ),
-        # the first scheme that knows wins
+        # spot under any scheme wins over on-demand under another (the node is interruptible)
         (
             {"node.kubernetes.io/capacity": "on-demand", "karpenter.sh/capacity-type": "spot"},
-            Capacity.ON_DEMAND,
+            Capacity.SPOT,
+        ),
+        (
+            {"eks.amazonaws.com/capacityType": "ON_DEMAND", "cloud.google.com/gke-spot": "true"},
+            Capacity.SPOT,
         ),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -58,8 +59,6 @@ VALID: list[tuple[str, str, Any]] = [
 INVALID: list[tuple[str, str]] = [
     ("label_schemes", "karpenter.sh/capacity-type"),
     ("label_schemes", ""),
-    ("affinity_label", "not-a-scheme-key"),
-    ("affinity_label", " "),
     ("default_min_on_demand", "half"),
     ("default_min_on_demand", "120%"),
     ("spot_tolerations", "spot=true:Sometimes"),
@@ -86,13 +85,18 @@ def test_every_setting_is_covered() -> None:
     assert {f for f, _ in INVALID} == set(config.SETTINGS) - {
         "excluded_namespaces",
         "spread_topology_keys",
+        "affinity_label",  # deprecated and ignored: any text is accepted
     }  # any text is a valid list
 
 
 def test_defaults() -> None:
     cfg = Config()
     assert cfg.label_schemes == capacity.DEFAULT_SCHEMES
-    assert cfg.affinity_label == "node.kubernetes.io/capacity"
+    assert cfg.affinity_label == ""  # deprecated: the patch covers every scheme
+    assert {t.key for t in cfg.spot_tolerations} == {
+        "kubernetes.azure.com/scalesetpriority",
+        "cloud.google.com/gke-spot",
+    }
     assert "kube-system" in cfg.excluded_namespaces
     assert cfg.default_min_on_demand is None
     assert cfg.unknown_capacity is Capacity.ON_DEMAND
@@ -146,18 +150,10 @@ def test_env_ignores_other_variables_and_configmap_keys_in_env_form() -> None:
     assert (cfg, problems) == (Config(), [])
 
 
-def test_label_schemes_move_the_affinity_label_unless_it_is_given() -> None:
-    schemes = "karpenter.sh/capacity-type=spot:on-demand,node.kubernetes.io/capacity=spot:on-demand"
-    cfg, _ = config.from_env({"SPOTGUARD_LABEL_SCHEMES": schemes})
-    assert cfg.affinity_label == "karpenter.sh/capacity-type"
-    cfg, problems = config.from_env(
-        {
-            "SPOTGUARD_LABEL_SCHEMES": schemes,
-            "SPOTGUARD_AFFINITY_LABEL": "node.kubernetes.io/capacity",
-        }
-    )
-    assert problems == [] and cfg.affinity_label == "node.kubernetes.io/capacity"
-    assert cfg.affinity_scheme().key == "node.kubernetes.io/capacity"
+def test_the_deprecated_affinity_label_is_accepted_and_changes_nothing() -> None:
+    cfg, problems = config.from_env({"SPOTGUARD_AFFINITY_LABEL": "node.kubernetes.io/capacity"})
+    assert problems == []
+    assert dataclasses.replace(cfg, affinity_label="") == Config()
 
 
 def test_configmap_over_env_base() -> None:

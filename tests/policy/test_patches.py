@@ -17,8 +17,29 @@ from tests.policy.builders import expr, pod_json, required
 CFG = config.Config()
 REQ = "requiredDuringSchedulingIgnoredDuringExecution"
 PREF = "preferredDuringSchedulingIgnoredDuringExecution"
-OD = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
-SPOT = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["spot"]}
+# "not spot under any scheme": one NotIn per default scheme, sorted by key
+OD = [
+    {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]},
+    {"key": "eks.amazonaws.com/capacityType", "operator": "NotIn", "values": ["SPOT"]},
+    {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+    {"key": "kubernetes.azure.com/scalesetpriority", "operator": "NotIn", "values": ["spot"]},
+    {"key": "node.kubernetes.io/capacity", "operator": "NotIn", "values": ["spot"]},
+]
+# spot preferred under each scheme
+SPOT_PREFS = [
+    {"weight": 100, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}}
+    for key, value in [
+        ("cloud.google.com/gke-spot", "true"),
+        ("eks.amazonaws.com/capacityType", "SPOT"),
+        ("karpenter.sh/capacity-type", "spot"),
+        ("kubernetes.azure.com/scalesetpriority", "spot"),
+        ("node.kubernetes.io/capacity", "spot"),
+    ]
+]
+DEFAULT_TOLERATIONS = [
+    {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+]
 ZONE = "topology.kubernetes.io/zone"
 
 
@@ -53,7 +74,7 @@ def test_on_demand_plain_pod_exact() -> None:
         {
             "op": "add",
             "path": "/spec/affinity",
-            "value": {"nodeAffinity": {REQ: {"nodeSelectorTerms": [{"matchExpressions": [OD]}]}}},
+            "value": {"nodeAffinity": {REQ: {"nodeSelectorTerms": [{"matchExpressions": OD}]}}},
         },
         {"op": "add", "path": "/metadata/labels/spotguard.io~1placement", "value": "on-demand"},
         {
@@ -73,8 +94,9 @@ def test_spot_plain_pod_exact() -> None:
         {
             "op": "add",
             "path": "/spec/affinity",
-            "value": {"nodeAffinity": {PREF: [{"weight": 100, "preference": {"matchExpressions": [SPOT]}}]}},
+            "value": {"nodeAffinity": {PREF: SPOT_PREFS}},
         },
+        {"op": "add", "path": "/spec/tolerations", "value": DEFAULT_TOLERATIONS},
         {
             "op": "add",
             "path": "/spec/topologySpreadConstraints",
@@ -120,14 +142,14 @@ def test_user_terms_each_get_the_on_demand_expression() -> None:
     ops, patched = build_and_check(pod, Placement.ON_DEMAND)
     base = "/spec/affinity/nodeAffinity/" + REQ + "/nodeSelectorTerms"
     assert ops == [
-        {"op": "add", "path": base + "/0/matchExpressions/-", "value": OD},
-        {"op": "add", "path": base + "/1/matchExpressions", "value": [OD]},
+        *({"op": "add", "path": base + "/0/matchExpressions/-", "value": e} for e in OD),
+        {"op": "add", "path": base + "/1/matchExpressions", "value": OD},
         {"op": "add", "path": "/metadata/labels/spotguard.io~1placement", "value": "on-demand"},
     ]  # the user's own deletion cost is kept
     affinity = patched["spec"]["affinity"]
     assert affinity["nodeAffinity"][REQ]["nodeSelectorTerms"] == [
-        {"matchExpressions": [*user_a, OD]},
-        {"matchFields": fields, "matchExpressions": [OD]},
+        {"matchExpressions": [*user_a, *OD]},
+        {"matchFields": fields, "matchExpressions": OD},
     ]
     assert affinity["nodeAffinity"][PREF] == spec["affinity"]["nodeAffinity"][PREF]
     assert affinity["podAntiAffinity"] == spec["affinity"]["podAntiAffinity"]
@@ -139,7 +161,7 @@ def test_empty_term_list_is_replaced() -> None:
     assert ops[0] == {
         "op": "replace",
         "path": "/spec/affinity/nodeAffinity/" + REQ + "/nodeSelectorTerms",
-        "value": [{"matchExpressions": [OD]}],
+        "value": [{"matchExpressions": OD}],
     }
 
 
@@ -159,12 +181,9 @@ def test_spot_keeps_user_preferences_tolerations_and_spread() -> None:
     }
     cfg = dataclasses.replace(CFG, spot_tolerations=(Toleration("capacity", "Equal", "spot", "NoSchedule"),))
     ops, patched = build_and_check(pod_json(spec=spec), Placement.SPOT, cfg)
-    assert ops[:3] == [
-        {
-            "op": "add",
-            "path": "/spec/affinity/nodeAffinity/" + PREF + "/-",
-            "value": {"weight": 100, "preference": {"matchExpressions": [SPOT]}},
-        },
+    n = len(SPOT_PREFS)
+    assert ops[: n + 2] == [
+        *({"op": "add", "path": "/spec/affinity/nodeAffinity/" + PREF + "/-", "value": pref} for pref in SPOT_PREFS),
         {
             "op": "add",
             "path": "/spec/tolerations/-",
@@ -216,16 +235,36 @@ def test_no_deletion_cost_when_configured_off() -> None:
     assert not [op for op in ops if "annotations" in op["path"]]
 
 
-def test_spot_only_scheme_uses_does_not_exist_for_on_demand() -> None:
+def test_spot_only_scheme_uses_not_in_for_on_demand() -> None:
     gke = capacity.scheme("cloud.google.com/gke-spot", ["true"])
-    cfg = dataclasses.replace(CFG, label_schemes=(gke,), affinity_label=gke.key)
+    cfg = dataclasses.replace(CFG, label_schemes=(gke,))
     ops, _ = build_and_check(pod_json(), Placement.ON_DEMAND, cfg)
     terms = ops[0]["value"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}]
+    assert terms == [
+        {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]}
+    ]
     ops, _ = build_and_check(pod_json(), Placement.SPOT, cfg)
     assert ops[0]["value"]["nodeAffinity"][PREF][0]["preference"]["matchExpressions"] == [
         {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]}
     ]
+
+
+def test_unknown_capacity_as_spot_requires_on_demand_under_some_scheme_in_each_user_term() -> None:
+    """Terms are ORed: each user term is crossed with each scheme that has on-demand values."""
+    cfg = dataclasses.replace(CFG, unknown_capacity=capacity.Capacity.SPOT)
+    user = [expr(ZONE, "In", "a")]
+    _, patched = build_and_check(pod_json(spec=required(user)), Placement.ON_DEMAND, cfg)
+    terms = patched["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
+    on_demand_keys = [
+        "eks.amazonaws.com/capacityType",
+        "karpenter.sh/capacity-type",
+        "kubernetes.azure.com/scalesetpriority",
+        "node.kubernetes.io/capacity",
+    ]
+    assert len(terms) == len(on_demand_keys)
+    for term, key in zip(terms, on_demand_keys, strict=True):
+        assert term["matchExpressions"][: len(user) + len(OD)] == [*user, *OD]
+        assert term["matchExpressions"][-1]["key"] == key and term["matchExpressions"][-1]["operator"] == "In"
 
 
 @pytest.mark.parametrize("placement", list(Placement))

@@ -126,11 +126,45 @@ def test_unknown_capacity_nodes_count_as_mapped_by_the_caller() -> None:
 )
 def test_statefulset_by_ordinal(replicas: int, name: str, labels: dict[str, str], expected: Placement) -> None:
     wl = workload(Kind.STATEFULSET, replicas)
-    # siblings are irrelevant to a StatefulSet: its ordinals decide
-    siblings = [labelled(f"db-{i}", None, "od-1") for i in range(5)]
-    got = decide(pod(name, labels=labels, owner=("StatefulSet", "db")), wl, siblings)
+    # a new set (no pods yet): the lowest ordinals take the floor
+    got = decide(pod(name, labels=labels, owner=("StatefulSet", "db")), wl)
     assert got.placement is expected
     assert "ordinal" in got.reason
+
+
+def sts_pod(ordinal: int, where: str | None = None, node_name: str | None = None) -> PodView:
+    labels = {"app": "db"} | ({"spotguard.io/placement": where} if where else {})
+    return pod(f"db-{ordinal}", node_name=node_name, labels=labels, owner=("StatefulSet", "db"))
+
+
+def test_a_statefulset_grown_from_3_to_7_places_exactly_4_on_demand() -> None:
+    # GIVEN pods 0, 1 on on-demand and pod 2 on spot, placed at size 3 (floor 2)
+    placed = [sts_pod(0, "on-demand", "od-1"), sts_pod(1, "on-demand", "od-2"), sts_pod(2, "spot", "spot-1")]
+    wl = workload(Kind.STATEFULSET, 7)  # floor 4
+    # WHEN pods 3..6 are admitted one after the other
+    for o in range(3, 7):
+        got = decide(sts_pod(o), wl, placed)
+        placed.append(sts_pod(o, got.placement.value if got.placement else None))
+    # THEN pods 3 and 4 fill the two missing slots: 4 of 7 on on-demand
+    assert [p.placement_label for p in placed] == ["on-demand"] * 2 + ["spot"] + ["on-demand"] * 2 + ["spot"] * 2
+
+
+def test_statefulset_ordinals_start_counts_from_the_start() -> None:
+    wl = workload(Kind.STATEFULSET, 3)  # floor 2, ordinals 5, 6, 7
+    got = [
+        placement.decide(
+            pod=sts_pod(o), workload=wl, floor=floors.floor_for(wl, CFG), node_capacity=NODES, ordinal_start=5
+        ).placement
+        for o in (5, 6, 7)
+    ]
+    assert got == [Placement.ON_DEMAND, Placement.ON_DEMAND, Placement.SPOT]
+
+
+def test_statefulset_pods_beyond_the_replicas_are_not_counted() -> None:
+    wl = workload(Kind.STATEFULSET, 3)  # floor 2; pods 3, 4 are being scaled away
+    placed = [sts_pod(0, "on-demand", "od-1"), sts_pod(3, "on-demand", "od-1"), sts_pod(4, "on-demand", "od-2")]
+    assert decide(sts_pod(1), wl, placed).placement is Placement.ON_DEMAND
+    assert decide(sts_pod(2), wl, placed).placement is Placement.SPOT
 
 
 def test_statefulset_without_ordinal_is_left_alone() -> None:

@@ -100,7 +100,7 @@ def test_on_demand_patch_is_the_user_affinity_anded_with_on_demand(
     patched = jsonpatch.apply_patch(pod, patches.build(pod, Placement.ON_DEMAND, cfg))
     before = fit.matches_required_affinity(PodView.from_json(pod), node)
     after = fit.matches_required_affinity(PodView.from_json(patched), node)
-    on_demand = fit.match_requirement(patches.on_demand_expression(cfg), node.labels)
+    on_demand = cfg.node_capacity(node.labels) is Capacity.ON_DEMAND
     assert after == (before and on_demand)
 
 

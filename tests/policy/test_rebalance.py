@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from spotguard.policy import config, floors, rebalance
+from spotguard.policy import config, floors, patches, rebalance
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.tolerations import Toleration
@@ -16,7 +16,8 @@ from spotguard.policy.workloads import Kind, Workload
 from tests.policy.builders import expr, node, pod, required
 
 CFG = config.Config()
-ON_DEMAND_EXPR = expr("node.kubernetes.io/capacity", "In", "on-demand")
+# the on-demand requirement the admission patch adds ("not spot under any scheme")
+ON_DEMAND_EXPRS = patches.on_demand_expressions(CFG)
 
 
 def state(
@@ -40,7 +41,7 @@ def state(
 
 def wpod(workload: str, i: int, node_name: str | None, **kw: Any) -> PodView:
     labels = {"app": workload, "spotguard.io/placement": "on-demand"}
-    kw.setdefault("spec", required([ON_DEMAND_EXPR]))
+    kw.setdefault("spec", required(ON_DEMAND_EXPRS))
     return pod(f"{workload}-{i}", node_name=node_name, labels=labels, **kw)
 
 
@@ -144,7 +145,7 @@ def test_unusable_spot_nodes_are_not_targets() -> None:
         node("spot-cordoned", "spot", unschedulable=True),
         node("spot-down", "spot", ready=False),
     ]
-    tolerate_all = {"tolerations": [{"operator": "Exists"}]} | required([ON_DEMAND_EXPR])
+    tolerate_all = {"tolerations": [{"operator": "Exists"}]} | required(ON_DEMAND_EXPRS)
     pods = [wpod("web", i, "od", spec=tolerate_all) for i in range(2)]
     plan = run(nodes, [state("web", pods)])
     assert plan.moves == ()
@@ -171,7 +172,7 @@ def test_spot_tolerations_from_config_count() -> None:
 def test_user_affinity_is_respected_but_the_on_demand_requirement_is_not() -> None:
     zone = "topology.kubernetes.io/zone"
     nodes = [node("od", "on-demand"), node("spot-a", "spot", zone="a"), node("spot-b", "spot", zone="b")]
-    spec = required([expr(zone, "In", "b"), ON_DEMAND_EXPR])
+    spec = required([expr(zone, "In", "b"), *ON_DEMAND_EXPRS])
     pods = [wpod("web", i, "od", spec=spec) for i in range(2)]
     [move] = run(nodes, [state("web", pods)]).moves
     assert move.to_node == "spot-b"

@@ -44,9 +44,10 @@ class Function:
         return True, "OK"
 
     def ready(self) -> tuple[bool, str]:
-        if self.ctx is not None and self.ctx.ready:
+        reason = self.ctx.readiness() if self.ctx is not None else "not started"
+        if reason is None:
             return True, "OK"
-        return False, "not connected: " + (self.ctx.connect_error if self.ctx else "not started")
+        return False, reason
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.ctx is None:  # served without the lifespan protocol

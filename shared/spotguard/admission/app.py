@@ -6,6 +6,7 @@ a cap (:data:`transport.MAX_BODY`) and every error is a JSON answer.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,11 +32,17 @@ def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flas
     (after gunicorn forks its workers, so each worker has its own connection)."""
     app = flask.Flask("spotguard.admission")
     state: dict[str, core.Context] = {}
+    lock = threading.Lock()
 
     def ctx() -> core.Context:
-        if "ctx" not in state:
-            state["ctx"] = context() if callable(context) else context
-        return state["ctx"]
+        with lock:
+            if "ctx" not in state:
+                state["ctx"] = context() if callable(context) else context
+            return state["ctx"]
+
+    if callable(context):
+        # Connect (and warm the caches) now, in this worker, not on the first review.
+        threading.Thread(target=ctx, name="spotguard-admission-connect", daemon=True).start()
 
     def respond(status: int, headers: dict[str, str], body: bytes) -> flask.Response:
         return flask.Response(body, status=status, headers=headers)

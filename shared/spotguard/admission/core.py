@@ -17,27 +17,31 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from spotguard.admission import errors, metrics, reviews
-from spotguard.admission.reservations import POD_ANNOTATION, Reservations
+from spotguard.admission import deadline, errors, health, metrics, reviews
+from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
-from spotguard.gateway import retry
-from spotguard.policy import floors, patches, placement
+from spotguard.gateway import resources, retry
+from spotguard.policy import fit, floors, patches, placement
+from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
-from spotguard.policy.views import PodView
+from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Kind
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_NAMESPACE = "spotguard"
 # Admission runs under a three-second webhook timeout: short API deadlines, few retries.
 API_POLICY = retry.Policy(attempts=2, deadline=1.5, timeout=1.0, connect_timeout=0.5, base_delay=0.05)
 EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workload
+DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Outcome:
 class EventReporter:
     """Warning Events for invalid annotations, deduplicated in-process."""
 
-    def __init__(self, kube: kube_mod.Kube | None, interval: float = EVENT_INTERVAL) -> None:
+    def __init__(self, kube: Any | None, interval: float = EVENT_INTERVAL) -> None:
         self.kube = kube
         self.interval = interval
         self._sent: dict[tuple[str, str], float] = {}
@@ -90,27 +94,40 @@ class Context:
 
     ``config`` is either a fixed :class:`Config` or a callable returning the current
     one (the gateway's cached settings loader: environment plus ConfigMap).
+    ``review_seconds`` is the deadline of one review (well inside the webhook's
+    3 s timeout); ``pending_grace`` how long a reservation may wait for its pod.
     """
 
     def __init__(
         self,
         config: Config | Callable[[], Config],
-        kube: kube_mod.Kube | None,
+        kube: Any | None,
         namespace: str = DEFAULT_NAMESPACE,
         *,
         trust_seconds: float = 3.0,
         connect_error: str = "",
-        pending_grace: float = 5.0,
+        pending_grace: float = 1.0,
+        review_seconds: float = DEFAULT_REVIEW_SECONDS,
     ) -> None:
         self._config = config
-        self.kube = kube
         self.namespace = namespace
         self.connect_error = connect_error
-        self.events = EventReporter(kube)
-        if kube is not None:
-            self.resolver = Resolver(kube)
+        self.review_seconds = review_seconds
+        self.pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="spotguard-admission")
+        self.kube = None if kube is None else deadline.DeadlineKube(kube, API_POLICY)
+        self.events = EventReporter(self.kube)
+        self.health = health.Health(self)
+        if self.kube is not None:
+            self.resolver = Resolver(self.kube)
             self.reservations = Reservations(
-                kube, self.resolver, namespace, trust_seconds=trust_seconds, pending_grace=pending_grace
+                self.kube,
+                self.resolver,
+                namespace,
+                trust_seconds=trust_seconds,
+                pending_grace=pending_grace,
+                review_seconds=review_seconds,
+                # its own threads: a Lease read must never queue behind prefetches and warm-ups
+                pool=futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="spotguard-lease"),
             )
 
     @property
@@ -119,7 +136,41 @@ class Context:
 
     @property
     def ready(self) -> bool:
-        return self.kube is not None
+        return self.readiness() is None
+
+    def readiness(self) -> str | None:
+        """None when ready; otherwise why not (for ``/readyz``)."""
+        if self.kube is None:
+            return f"no Kubernetes connection: {self.connect_error}"
+        return self.health.problem()
+
+    def warm_up(self) -> None:
+        """Read the configuration, the nodes and the state namespace ahead of the first review."""
+        if self.kube is None:
+            return
+        for fn in (lambda: self.config, self.health.problem):
+            self.pool.submit(_quietly, fn)
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # a warm-up only: the review that needs it will report it
+        log.debug("warm-up failed", extra={"error": str(exc)})
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+        if not value >= 0:  # negative, or NaN
+            raise ValueError("must be a non-negative number")
+        return value
+    except ValueError as exc:
+        log.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
+        return default
 
 
 def context_from_env(
@@ -134,8 +185,15 @@ def context_from_env(
 
     env = dict(os.environ if env is None else env)
     namespace = env.get("SPOTGUARD_NAMESPACE") or DEFAULT_NAMESPACE
-    trust = float(env.get("SPOTGUARD_ADMISSION_TRUST_SECONDS") or 3.0)
-    grace = float(env.get("SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS") or 5.0)
+    trust = _seconds(env, "SPOTGUARD_ADMISSION_TRUST_SECONDS", 3.0)
+    grace = _seconds(env, "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS", 1.0)
+    review = _seconds(env, "SPOTGUARD_ADMISSION_DEADLINE_SECONDS", DEFAULT_REVIEW_SECONDS) or DEFAULT_REVIEW_SECONDS
+    if grace + LIST_RESERVE >= review:
+        log.warning(
+            "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS leaves no time inside the review deadline; shortened",
+            extra={"grace": grace, "deadline": review},
+        )
+        grace = max(0.0, review / 2)
     try:
         k = (connect or kube_mod.connect)(kubeconfig or env.get("SPOTGUARD_KUBECONFIG") or None)
         k = k.with_policy(API_POLICY)
@@ -144,9 +202,13 @@ def context_from_env(
         config, problems = config_mod.from_env(env)
         for p in problems:
             log.warning("invalid setting; using the default", extra={"problem": str(p)})
-        return Context(config, None, namespace, trust_seconds=trust, connect_error=str(exc))
+        return Context(config, None, namespace, trust_seconds=trust, connect_error=str(exc), review_seconds=review)
     loader = settings.Loader(k, env)
-    return Context(lambda: loader.get()[0], k, namespace, trust_seconds=trust, pending_grace=grace)
+    ctx = Context(
+        lambda: loader.get()[0], k, namespace, trust_seconds=trust, pending_grace=grace, review_seconds=review
+    )
+    ctx.warm_up()
+    return ctx
 
 
 # -- decoding ----------------------------------------------------------------------------
@@ -228,9 +290,17 @@ def placement_patch(
 
 
 def admit(request: reviews.Request, ctx: Context) -> Outcome:
-    """Decide for one request; never raises (an internal error fails open)."""
+    """Decide for one request; never raises (an internal error fails open).
+
+    The whole decision runs under one deadline (``ctx.review_seconds``): past it the
+    answer is "allowed, unchanged" and nothing more is written.
+    """
     try:
-        return _admit(request, ctx)
+        with deadline.running(deadline.Deadline.after(ctx.review_seconds)) as d:
+            outcome = _admit(request, ctx)
+            if outcome.outcome == "patched" and d.remaining() <= 0:
+                raise deadline.DeadlineExceeded("review deadline passed while deciding")
+            return outcome
     except errors.WebhookError:
         raise
     except Exception as exc:
@@ -239,7 +309,7 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
         log.error(
             "admission failed; allowing the pod unchanged",
             extra={"uid": request.get("uid"), "error": str(exc), "kind": kind},
-            exc_info=not isinstance(exc, kube_mod.ApiError),
+            exc_info=not isinstance(exc, (kube_mod.ApiError, deadline.DeadlineExceeded, Busy)),
         )
         return Outcome("failed_open", f"internal error: {kind}")
 
@@ -265,8 +335,17 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
     if ctx.kube is None:
         raise RuntimeError(f"no Kubernetes connection: {ctx.connect_error}")
-    ns_annotations = ctx.resolver.namespace_annotations(namespace)
+    # First round trip: the namespace, the nodes and the pod's owner at the same time
+    # (warm caches need no thread hand-off at all).
+    ns_future = _soon(ctx, ctx.resolver.has_namespace(namespace), ctx.resolver.namespace_annotations, namespace)
+    nodes_future = _soon(ctx, ctx.resolver.has_nodes(), ctx.resolver.nodes)
+    owner_rs = ctx.resolver.replicaset_of(view)
+    warm: futures.Future[None] | None = None
+    if owner_rs is not None and ctx.reservations.needs_count(owner_rs):
+        # Second round trip: the Lease and the pod count while the Deployment is read.
+        warm = deadline.submit(ctx.pool, ctx.reservations.warm, owner_rs, config)
     resolved = ctx.resolver.resolve(view)
+    ns_annotations = ns_future.result()
     if isinstance(resolved, Unresolved):
         return Outcome("skipped", resolved.reason)
     if resolved.workload.replicas < 1:
@@ -281,6 +360,9 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     ctx.events.report(resolved, floor.problems)
     if not floor.enabled:
         return Outcome("skipped", f"{workload.key} opted out")
+    forced = _forced(view, nodes_future.result(), config, resolved, ctx)
+    if forced is not None and forced.placement is not None:
+        return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
 
     def decide(held: int) -> placement.Decision:
         return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
@@ -299,9 +381,13 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return w.replicas, lambda held: placement.decide(pod=view, workload=w, floor=f, reserved_on_demand=held)
 
     token: str | None = None
-    if workload.kind is Kind.STATEFULSET or floor.on_demand == 0:
-        decision = decide(0)  # by ordinal, or nothing to reserve
+    if workload.kind is Kind.STATEFULSET:
+        decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
+    elif floor.on_demand == 0:
+        decision = decide(0)  # nothing to reserve
     else:
+        if warm is not None:
+            warm.result()
         claim = ctx.reservations.claim(
             resolved=resolved,
             floor=floor.on_demand,
@@ -317,6 +403,83 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("skipped", decision.reason)
     ops = placement_patch(pod, decision.placement, config, token)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _soon(ctx: Context, cached: bool, fn: Callable[..., T], *args: Any) -> futures.Future[T]:
+    """``fn(*args)`` now when its answer is cached, else in the pool (alongside other lookups)."""
+    if not cached:
+        return deadline.submit(ctx.pool, fn, *args)
+    done: futures.Future[T] = futures.Future()
+    done.set_result(fn(*args))
+    return done
+
+
+def _forced(
+    pod: PodView, nodes: Sequence[NodeView], config: Config, resolved: Resolved, ctx: Context
+) -> placement.Decision | None:
+    """The slot the pod's own spec leaves it, when only one capacity is in its reach.
+
+    A pod pinned to a node pool whose nodes are all spot will run on spot whatever
+    spotguard asks: it is placed (and counted) as spot, and never given an on-demand
+    requirement that no node could meet. Likewise a pod that only on-demand nodes
+    can take is on-demand. With nothing in reach (no node matches yet: an autoscaler
+    may add one) the floor decides as usual.
+    """
+    if not nodes:
+        return None
+    reach = fit.within_reach(pod, nodes, config)
+    if reach == {Capacity.SPOT}:
+        if not pod.has_required_affinity and not pod.node_selector:
+            # No pin of the user's at all: the cluster has no on-demand node.
+            ctx.health.report_unplaceable(resolved, Placement.ON_DEMAND)
+        return placement.Decision(Placement.SPOT, "only spot nodes match the pod's own node requirements")
+    if reach == {Capacity.ON_DEMAND}:
+        return placement.Decision(Placement.ON_DEMAND, "only on-demand nodes match the pod's own node requirements")
+    return None
+
+
+def _statefulset_decision(
+    view: PodView, resolved: Resolved, config: Config, ns_annotations: Mapping[str, str], ctx: Context
+) -> placement.Decision:
+    """By the pods actually placed: the set's live pods and the set itself, both read now.
+
+    The set is read again even when cached: a scale-down right before a scale-up
+    leaves a cached copy with more replicas (a higher floor) than the set has.
+    The GET rides along with the LIST, so it costs no extra round trip.
+    """
+    assert ctx.kube is not None
+    fresh: futures.Future[Resolved] | None = None
+    if not resolved.fresh:
+        fresh = deadline.submit(ctx.pool, ctx.resolver.refresh_workload, resolved)
+    obj = resolved.obj
+    spec = obj.get("spec") or {}
+    match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
+    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+    metrics.api_call("list", "pods")
+    raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
+    if fresh is not None:
+        resolved = fresh.result()
+    workload = resolved.workload
+    floor = floors.floor_for(workload, config, ns_annotations, replicas=max(workload.replicas, 1))
+    spec = resolved.obj.get("spec") or {}
+    start = (spec.get("ordinals") or {}).get("start") or 0
+    if not isinstance(start, int) or start < 0:
+        start = 0
+    uid = workload.uid
+    siblings = [
+        p
+        for p in (PodView.from_json(x, scheduling=False) for x in raw)
+        if p.owner is not None and p.owner.kind == "StatefulSet" and (not uid or p.owner.uid == uid)
+    ]
+    capacity = ctx.resolver.node_capacity(config, [p.node_name for p in siblings if p.node_name])
+    return placement.decide(
+        pod=view,
+        workload=workload,
+        floor=floor,
+        siblings=siblings,
+        node_capacity=capacity,
+        ordinal_start=start,
+    )
 
 
 def _beyond_ordinals(resolved: Resolved, pod: PodView) -> bool:

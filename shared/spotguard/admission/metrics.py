@@ -13,6 +13,9 @@
   instance (each is re-read and recomputed).
 * ``spotguard_admission_stale_workloads_total``: workloads read again because the
   pod being admitted showed the cached copy was older than it (a surge or a scale).
+* ``spotguard_admission_nodes{capacity}``: nodes counting as on-demand / spot.
+* ``spotguard_admission_ready{reason}``: 1 when ready, else 0 with why not.
+* ``spotguard_admission_unplaceable_total{placement}``: slots no reachable node offers.
 
 With several gunicorn workers each worker has its own registry; scrape with one
 worker, or point ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory.
@@ -50,6 +53,22 @@ CONFLICTS = prometheus_client.Counter(
 STALE = prometheus_client.Counter(
     "spotguard_admission_stale_workloads",
     "Workloads read again because the pod showed the cached copy was older than it",
+)
+
+NODES = prometheus_client.Gauge(
+    "spotguard_admission_nodes",
+    "Nodes by the capacity they count as (at the last readiness check)",
+    ["capacity"],
+)
+READY = prometheus_client.Gauge(
+    "spotguard_admission_ready",
+    "1 when ready; 0 with the reason admission is not ready",
+    ["reason"],
+)
+UNPLACEABLE = prometheus_client.Counter(
+    "spotguard_admission_unplaceable",
+    "Slots that no node the pod can run on offers (the pod went where it can run)",
+    ["placement"],
 )
 
 

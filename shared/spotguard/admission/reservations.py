@@ -1,99 +1,74 @@
 """Exact on-demand slot counting for Deployment pods, across processes and invocations.
 
-The problem: a ReplicaSet creates 60 pods at once, several webhook instances
-(gunicorn workers, Knative pods, Lambda invocations) admit them in parallel,
-and the pods do not exist yet when they are admitted (``generateName``: no
-name either). The on-demand slots handed out must equal the floor.
+The problem: a ReplicaSet creates hundreds of pods in slow-start batches,
+several webhook instances (gunicorn workers, Knative pods, Lambda
+invocations) admit them in parallel, and the pods do not exist yet when they
+are admitted (``generateName``: no name either). The on-demand slots handed
+out must equal the floor, even when a pod is refused after spotguard admitted
+it, the API server is slow, or the instances' clocks disagree.
 
-The design: one Lease per ReplicaSet, in spotguard's namespace, is the single
-source of truth for "on-demand slots handed out". Every on-demand decision is
-a conditional write of that Lease (``resourceVersion``: a lost race answers
-409 Conflict, and the loser re-reads and decides again), so on-demand
-decisions are serialised cluster-wide. Spot decisions need no write: the count
-of slots held only grows while a burst is being admitted, so a spot decision
-made on a slightly older copy stays right.
+The design: one Lease per ReplicaSet, in spotguard's namespace, holds the
+on-demand *reservations* handed out. Every on-demand decision is a
+conditional write of that Lease (``resourceVersion``: a lost race answers 409
+Conflict, and the loser re-reads and decides again), so on-demand decisions
+are serialised cluster-wide. The Lease ``admission.<namespace>.<replicaset>``
+(or ``admission.<sha256>`` when that name would be too long) carries, in the
+annotation ``spotguard.io/reservations``::
 
-The Lease ``admission.<namespace>.<replicaset>`` (or ``admission.<sha256>`` when
-that name would be too long) carries, in the annotation
-``spotguard.io/reservations``, a JSON document::
-
-    {"v": 1,
-     "checked": 1764107000.25,           # wall-clock time of the last pod count
-     "pods": 4,                          # active pods of the ReplicaSet counted then
-     "on_demand": ["web-7c9f-abcde"],    # active pods counted on on-demand then
-     "pending": {"<request uid>": [1764107000.1, 1764107030.1]}}  # token -> [made, expires]
+    {"v": 2, "seq": 17, "pending": {"<request uid>": 16, ...}}   # token -> sequence
 
 and ``spotguard.io/replicaset-uid`` (a ReplicaSet re-created under the same
-name starts from scratch). ``spec.holderIdentity``, ``renewTime`` and
-``leaseDurationSeconds`` say who wrote it last and when.
+name starts from scratch). The patch writes the token into the pod's
+``spotguard.io/reservation`` annotation.
 
-* Slots held = ``len(on_demand)`` + unexpired ``pending`` tokens.
-* An on-demand decision adds a pending token (the AdmissionReview uid) and the
-  patch writes the same token into the pod's ``spotguard.io/reservation``
-  annotation. A pending token is consumed when a later count lists a pod
-  carrying it (it is then counted as a pod), or it expires after
-  ``reservation_ttl_seconds`` (a pod that was never created: another webhook
-  denied it, a quota refused it). A count also drops a token older than
-  ``pending_grace`` seconds (default 5) whose pod it does not see: that pod was
-  created and deleted again between two counts (a quick scale up and down), or
-  never created. A pod is stored milliseconds after its admission answer, so
-  a live reservation is never that old unless the API server is very slow (then
-  at worst one extra replica lands on on-demand).
-* Counting lists the ReplicaSet's pods (its selector, then ownerReference uid)
-  and classifies each by its node's capacity once scheduled, else by its
-  ``spotguard.io/placement`` label (``placement.placement_of``). The Lease is
-  read first and the pods second: a token missing from the Lease was consumed
-  by a count that saw its pod, which this listing sees too, so no slot is lost
-  or counted twice between the two reads.
-* A count is trusted for ``trust_seconds`` (default 3): within that window the
-  Lease alone answers and no pod is listed. An on-demand pod deleted inside the
-  window is noticed at the next count (the node-added reconcile also restores
-  floors).
-* Each process keeps the last Lease it read or wrote. A spot decision on that
-  copy costs no API request at all; an on-demand decision on a stale copy loses
-  its conditional write and re-reads. Within a process, decisions for one
-  ReplicaSet are serialised by a lock, so the processes only race each other.
+No wall-clock time is compared between instances: every age below is a local
+``time.monotonic()`` duration measured by the instance that uses it, and the
+only shared order is the sequence number (which reservation is older).
 
-A stale workload: the Deployment is cached for 2 s (``Resolver``), and a
-change that creates pods (the interruption handler's surge: ``spec.replicas``
-and ``spotguard.io/surge`` in one patch; a scale under a percentage floor)
-can land inside that window. Its pods must see the new floor. Every process
-knows a lower bound of the ReplicaSet's pods: ``pods`` at the last count, plus
-the unexpired reservations (pods admitted on-demand since, by any process),
-plus the spot admissions this process made since that count. When that bound
-plus the pod being admitted exceeds the cached ``spec.replicas``, the pod
-belongs to a scale the cache has not seen: ``claim`` calls ``refresh`` (one
-GET of the Deployment, bypassing the cache) and decides on the new floor. If
-the fresh replicas still do not cover it, the bound is too high: pods deleted
-since the count (replacements), or admitted and never created (a later
-webhook or a quota refused them). Then the rule is held off for that
-ReplicaSet for ``stale_hold`` seconds (0.5), so such pods cost at most one GET
-per ReplicaSet per ``stale_hold``, not one per pod, until the next count
-(``trust_seconds``) corrects the bound (counting at once would cost a LIST of
-the ReplicaSet's pods each time: dearer than the GETs it saves). A burst
-that only creates the pods of the cached scale never trips the rule: the
-common case costs no extra request. Known limits: a surge landing within
-``stale_hold`` after such a refuted re-read is decided on the cached floor
-(until the hold ends or the cache expires); and with several webhook
-processes, the spot admissions of the others are not in the bound (they write
-nothing), so a surge inside the cache window right after a burst those
-processes shared can be decided on the old floor until one process's bound
-trips (or the cache expires, 2 s at most).
+* Each instance counts the ReplicaSet's pods itself (a LIST, with the Lease
+  read at the same time) and trusts its own count for ``trust_seconds``.
+  Slots held = on-demand pods in the count + reservations whose pod the count
+  does not show. A pod is classified by its node's capacity once scheduled,
+  else by its ``spotguard.io/placement`` label.
+* A reservation whose pod the count shows is kept in the Lease until that
+  sighting is older than ``trust_seconds`` + 1 s: by then every instance's
+  trusted count was made after the pod existed, so removing it loses no slot.
+* A reservation whose pod has not appeared is *young* until this instance has
+  known it for ``pending_grace`` seconds. A spot decision that depends on
+  young reservations (the floor is met only by counting them) waits for them:
+  it lists again until their pods appear (the usual case: a few
+  milliseconds) or the grace has passed without them. A pod refused after its
+  reservation (a later webhook, a ResourceQuota, a policy engine) is retried
+  by the ReplicaSet controller within milliseconds; that retry finds the dead
+  reservation, waits out its grace, and takes the slot. A pod that takes
+  longer than the grace to be stored after its admission answer (a very slow
+  API server) costs at most one extra replica on on-demand.
+* Bound: the ReplicaSet never has more pods than its Deployment's replicas, so
+  a fresh count whose pods plus unseen reservations plus this pod exceed the
+  replicas proves that many unseen reservations dead; the oldest go.
+* ``reservation_ttl_seconds`` is a backstop for reservations no count ever
+  decides on; it is raised to cover the other timings (:meth:`Reservations.ttl`).
 
-API cost per admitted pod, warm: 0 requests for a spot pod while the count is
-trusted, 1 write for an on-demand pod (plus a GET after a lost race), and a GET
-+ LIST + PUT per ReplicaSet per trust window. dryRun reads (GET, LIST if the
-count is stale) and never writes.
+A stale workload: the Deployment is cached for 2 s (``Resolver``), and a change
+that creates pods (the interruption handler's surge; a scale under a
+percentage floor) can land inside that window. The pods known to this
+instance (its count's active pods, the unseen reservations and its own spot
+admissions since the count) plus this pod exceeding the cached ``spec.replicas``
+is evidence the copy is stale: ``refresh()`` reads it again. If the fresh copy
+does not cover the pods either, the known number is too high (pods deleted since
+the count, or reservations never created): the count is redone, dead
+reservations found by the bound are dropped, and the rule is held off for
+``stale_hold`` seconds for that ReplicaSet.
 
-Why per ReplicaSet: a rollout's new ReplicaSet gets its own floor and its own
-Lease, so while both exist the Deployment briefly has up to two floors on
-on-demand (never fewer than one); once the old ReplicaSet is scaled to zero
-the count is exactly the floor again.
+API cost, warm: 0 requests for a spot pod while the count is trusted and no
+young reservation decides it, 1 write for an on-demand pod (plus a GET after a
+lost race), a LIST + GET per ReplicaSet per trust window per instance, and a
+LIST while a spot decision waits on a young reservation. dryRun reads and
+never writes or waits.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -101,10 +76,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotguard.admission import metrics
+from spotguard.admission import deadline, metrics
 from spotguard.admission.resolve import Resolved, Resolver
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
@@ -121,45 +97,27 @@ RS_ANNOTATION = "spotguard.io/replicaset"
 POD_ANNOTATION = "spotguard.io/reservation"
 HOLDER = "spotguard-admission"
 MAX_NAME = 253
+SEEN_MARGIN = 1.0  # seconds beyond the trust window before a seen reservation is removed
+LIST_RESERVE = 0.3  # seconds a review keeps for its answer when it stops waiting on young reservations
 Obj = dict[str, Any]
 
 
 class Busy(Exception):
-    """The Lease kept changing under us for longer than the deadline."""
+    """The Lease kept changing under us until the review's deadline."""
 
 
 @dataclass
-class State:
-    checked: float = 0.0
-    on_demand: list[str] = field(default_factory=list)
-    pending: dict[str, tuple[float, float]] = field(default_factory=dict)  # token -> (made, expires)
-    pods: int = 0  # active pods at the count (0 in a Lease written before this field existed)
+class Doc:
+    """The reservations of one ReplicaSet as the Lease holds them."""
 
-    def held(self, now: float) -> int:
-        return len(self.on_demand) + self.reserved(now)
+    seq: int = 0
+    pending: dict[str, int] = field(default_factory=dict)  # token -> sequence number
 
-    def reserved(self, now: float) -> int:
-        return sum(1 for _, exp in self.pending.values() if exp > now)
-
-    def known_pods(self, now: float) -> int:
-        """A lower bound of the ReplicaSet's pods: those counted, plus reservations not counted yet."""
-        return max(self.pods, len(self.on_demand)) + self.reserved(now)
-
-    def to_json(self, now: float) -> str:
-        pending = {t: [round(m, 3), round(e, 3)] for t, (m, e) in self.pending.items() if e > now}
-        return json.dumps(
-            {
-                "v": 1,
-                "checked": round(self.checked, 3),
-                "pods": self.pods,
-                "on_demand": sorted(self.on_demand),
-                "pending": pending,
-            },
-            separators=(",", ":"),
-        )
+    def to_json(self) -> str:
+        return json.dumps({"v": 2, "seq": self.seq, "pending": self.pending}, separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> State:
+    def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> Doc:
         if not lease:
             return cls()
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
@@ -167,15 +125,38 @@ class State:
             return cls()
         try:
             doc = json.loads(annotations.get(ANNOTATION) or "{}")
-            return cls(
-                checked=float(doc.get("checked") or 0.0),
-                pods=max(0, int(doc.get("pods") or 0)),
-                on_demand=[str(n) for n in doc.get("on_demand") or []],
-                pending={str(t): _pending(v) for t, v in (doc.get("pending") or {}).items()},
-            )
+            raw = doc.get("pending") or {}
+            if doc.get("v", 1) == 1:  # written by an older version: [made, expires] per token
+                return cls(seq=len(raw), pending={str(t): 0 for t in raw})
+            return cls(seq=int(doc.get("seq") or 0), pending={str(t): int(v) for t, v in raw.items()})
         except (ValueError, TypeError, AttributeError):
-            log.warning("unreadable reservation lease; recounting", extra={"lease": _name_of(lease)})
+            log.warning("unreadable reservation lease; starting afresh", extra={"lease": _name_of(lease)})
             return cls()
+
+
+@dataclass(frozen=True)
+class Count:
+    """One instance's count of a ReplicaSet's pods."""
+
+    started: float  # time.monotonic() when the LIST was sent
+    on_demand: frozenset[str]  # active pods on on-demand (by node, else by label)
+    seen: frozenset[str]  # reservation tokens that listed pods carry
+    pods: int  # active pods
+
+
+@dataclass
+class Local:
+    """What this instance knows of one ReplicaSet."""
+
+    lease: Obj | None = None
+    lease_read: bool = False
+    count: Count | None = None
+    first_seen: dict[str, float] = field(default_factory=dict)  # token -> when this instance first knew it
+    seen_at: dict[str, float] = field(default_factory=dict)  # token -> when a count of ours first showed its pod
+    dead: set[str] = field(default_factory=set)  # unseen tokens proven dead (bound, grace, ttl)
+    spot: int = 0  # spot admissions of this instance since its count
+    refuted: float = -1e18  # when a re-read last showed no newer scale
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -191,13 +172,6 @@ class Claim:
 Refresh = Callable[[], tuple[int, Callable[[int], Decision]]]
 
 
-def _pending(value: Any) -> tuple[float, float]:
-    if isinstance(value, (int, float)):
-        return float(value), float(value)
-    made, expires = value
-    return float(made), float(expires)
-
-
 def lease_name(namespace: str, replicaset: str) -> str:
     name = f"admission.{namespace}.{replicaset}"
     if len(name) <= MAX_NAME:
@@ -209,52 +183,155 @@ def _name_of(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _micro_time(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class Reservations:
     def __init__(
         self,
-        kube: kube_mod.Kube,
+        kube: Any,
         resolver: Resolver,
         namespace: str,
         *,
         trust_seconds: float = 3.0,
-        pending_grace: float = 5.0,
-        deadline: float = 2.0,
-        wall: Callable[[], float] = time.time,
+        pending_grace: float = 1.0,
+        review_seconds: float = 2.0,
         stale_hold: float = 0.5,
+        pool: futures.Executor | None = None,  # for the Lease read beside a LIST: only ever runs _read
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.resolver = resolver
         self.namespace = namespace
         self.trust_seconds = trust_seconds
         self.pending_grace = pending_grace
-        self.deadline = deadline
-        self.wall = wall
-        self._leases: dict[str, Obj | None] = {}  # rs uid -> last Lease seen (None: none exists)
-        self._spot: dict[str, tuple[float, int]] = {}  # rs uid -> (count it follows, spot admissions since)
-        self._refuted: dict[str, float] = {}  # rs uid -> when a re-read last showed no newer scale
+        self.review_seconds = review_seconds
         self.stale_hold = stale_hold
-        self._locks: dict[str, threading.Lock] = {}
+        self.pool = pool
+        self.clock = clock
+        self._locals: dict[str, Local] = {}
         self._guard = threading.Lock()
+        self._ttl_warned: set[int] = set()
 
-    def _lock(self, key: str) -> threading.Lock:
+    # -- timings ---------------------------------------------------------------------
+
+    def minimum_ttl(self) -> float:
+        """The shortest backstop that never drops a reservation the other rules still need."""
+        return self.trust_seconds + SEEN_MARGIN + self.pending_grace + 2 * self.review_seconds
+
+    def ttl(self, config: Config) -> float:
+        """``reservation_ttl_seconds``, raised (with a warning, once) to :meth:`minimum_ttl`."""
+        wanted = config.reservation_ttl_seconds
+        floor = self.minimum_ttl()
+        if wanted >= floor:
+            return float(wanted)
+        if wanted not in self._ttl_warned:
+            self._ttl_warned.add(wanted)
+            log.warning(
+                "reservation_ttl_seconds is shorter than the trust window, the grace and two review "
+                "deadlines together; using the minimum",
+                extra={"configured": wanted, "using": round(floor, 3)},
+            )
+        return floor
+
+    # -- per ReplicaSet state --------------------------------------------------------
+
+    def _local(self, rs_uid: str) -> Local:
         with self._guard:
-            lock = self._locks.get(key)
-            if lock is None:
-                if len(self._locks) > 10_000:
-                    self._locks.clear()
-                    self._leases.clear()
-                    self._spot.clear()
-                    self._refuted.clear()
-                lock = self._locks[key] = threading.Lock()
-            return lock
+            local = self._locals.get(rs_uid)
+            if local is None:
+                if len(self._locals) > 10_000:
+                    self._locals.clear()
+                local = self._locals[rs_uid] = Local()
+            return local
 
     def _read(self, name: str) -> Obj | None:
         metrics.api_call("get", r.LEASES.name)
-        return self.kube.find(r.LEASES, name, self.namespace)
+        found: Obj | None = self.kube.find(r.LEASES, name, self.namespace)
+        return found
+
+    def _count(self, rs: Mapping[str, Any], config: Config) -> Count:
+        meta = rs.get("metadata") or {}
+        namespace, uid = str(meta.get("namespace")), str(meta.get("uid") or "")
+        match = ((rs.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+        started = self.clock()
+        metrics.api_call("list", r.PODS.name)
+        raw = self.kube.list(r.PODS, namespace, label_selector=selector)
+        pods = [PodView.from_json(p, scheduling=False) for p in raw]
+        mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
+        capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
+        return Count(
+            started=started,
+            on_demand=frozenset(
+                p.name for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND
+            ),
+            seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
+            pods=sum(1 for p in mine if p.active),
+        )
+
+    def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
+        """Read the Lease and list the pods, at the same time (two round trips become one)."""
+        if self.pool is not None:
+            lease_f = deadline.submit(self.pool, self._read, name)
+            count = self._count(rs, config)
+            lease = lease_f.result()
+        else:
+            lease = self._read(name)
+            count = self._count(rs, config)
+        local.lease, local.lease_read, local.count = lease, True, count
+        local.spot = 0
+        for t in count.seen:
+            local.seen_at.setdefault(t, count.started)
+
+    def needs_count(self, rs: Mapping[str, Any]) -> bool:
+        """Whether a claim for this ReplicaSet would list its pods first (no trusted count here)."""
+        local = self._local(str((rs.get("metadata") or {}).get("uid") or ""))
+        return local.count is None or self.clock() - local.count.started > self.trust_seconds
+
+    def warm(self, rs: Mapping[str, Any], config: Config) -> None:
+        """Count ahead while the caller resolves the Deployment (a cold start's round trips overlap)."""
+        meta = rs.get("metadata") or {}
+        local = self._local(str(meta.get("uid") or ""))
+        if not local.lock.acquire(blocking=False):
+            return  # a claim is counting already (and a blocked warm-up would hold a pool thread)
+        try:
+            if local.count is None or self.clock() - local.count.started > self.trust_seconds:
+                self._recount(local, lease_name(str(meta.get("namespace")), str(meta.get("name"))), rs, config)
+        finally:
+            local.lock.release()
+
+    # -- deciding --------------------------------------------------------------------
+
+    def _observe(self, local: Local, doc: Doc, config: Config, now: float) -> None:
+        """Note newly known tokens; mark dead the ones past the grace or the backstop."""
+        count = local.count
+        ttl = self.ttl(config)
+        for t in doc.pending:
+            first = local.first_seen.setdefault(t, now)
+            if count is None or t in count.seen:
+                continue
+            if count.started >= first + self.pending_grace or now - first > ttl:
+                local.dead.add(t)
+        for stale in [t for t in local.first_seen if t not in doc.pending]:
+            local.first_seen.pop(stale, None)
+            local.seen_at.pop(stale, None)
+            local.dead.discard(stale)
+
+    def _unseen(self, local: Local, doc: Doc) -> list[str]:
+        """Live reservations whose pods this instance's count does not show, oldest first."""
+        seen = local.count.seen if local.count is not None else frozenset()
+        return sorted((t for t in doc.pending if t not in seen and t not in local.dead), key=lambda t: doc.pending[t])
+
+    def _prunable(self, local: Local, doc: Doc, now: float) -> list[str]:
+        gone = [t for t in doc.pending if t in local.dead]
+        gone += [
+            t
+            for t in doc.pending
+            if t not in local.dead and t in local.seen_at and now - local.seen_at[t] > self.trust_seconds + SEEN_MARGIN
+        ]
+        return gone
+
+    def _known(self, local: Local, doc: Doc) -> int:
+        pods = local.count.pods if local.count is not None else 0
+        return pods + len(self._unseen(local, doc)) + local.spot
 
     def claim(
         self,
@@ -278,116 +355,167 @@ class Reservations:
         meta = rs.get("metadata") or {}
         rs_uid, rs_name, rs_ns = str(meta.get("uid") or ""), str(meta.get("name")), str(meta.get("namespace"))
         name = lease_name(rs_ns, rs_name)
-        started = time.monotonic()
+        local = self._local(rs_uid)
+        began = self.clock()
+        if not local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0))):
+            raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
+        try:
+            return self._claim(
+                local=local,
+                name=name,
+                rs=rs,
+                rs_uid=rs_uid,
+                began=began,
+                floor=floor,
+                token=token,
+                config=config,
+                decide=decide,
+                dry_run=dry_run,
+                replicas=replicas,
+                refresh=refresh,
+            )
+        finally:
+            local.lock.release()
+
+    def _claim(
+        self,
+        *,
+        local: Local,
+        name: str,
+        rs: Mapping[str, Any],
+        rs_uid: str,
+        began: float,
+        floor: int,
+        token: str,
+        config: Config,
+        decide: Callable[[int], Decision],
+        dry_run: bool,
+        replicas: int | None,
+        refresh: Refresh | None,
+    ) -> Claim:
         attempt = 0
         refreshed = False
-        with self._lock(rs_uid):
-            while True:
-                attempt += 1
-                cached = rs_uid in self._leases
-                lease = self._leases[rs_uid] if cached else self._read(name)
-                state = State.from_lease(lease, rs_uid)
-                now = self.wall()
-                if token in state.pending:  # our own write landed (an earlier try timed out)
-                    return Claim(Decision(Placement.ON_DEMAND, "reserved"), state.held(now), token)
-                if cached and now - state.checked > self.trust_seconds:
-                    lease = self._read(name)
-                    state = State.from_lease(lease, rs_uid)
-                    cached = False
-                counted = False
-                if now - state.checked > self.trust_seconds:
-                    state = self._count(state, rs, config, now)
-                    counted = True
-                if (
-                    replicas is not None
-                    and refresh is not None
-                    and self._beyond(state, rs_uid, now, replicas)
-                    and time.monotonic() - self._refuted.get(rs_uid, -1e18) > self.stale_hold
-                ):
-                    replicas, decide = refresh()
-                    refresh = None
-                    refreshed = True
-                    if self._beyond(state, rs_uid, now, replicas):
-                        # The fresh workload does not cover the pods known either: the bound
-                        # holds pods deleted since the count (or pods never created). Hold the
-                        # rule off for a moment; the next count corrects the bound.
-                        self._refuted[rs_uid] = time.monotonic()
-                held = state.held(now)
-                decision = decide(held)
-                if decision.placement is not Placement.ON_DEMAND:
-                    if not dry_run and decision.placement is Placement.SPOT:
-                        self._note_spot(rs_uid, state.checked)
-                    if counted and not dry_run:
-                        self._write(name, lease=lease, state=state, rs=rs, config=config, now=now, best_effort=True)
-                    elif not cached and lease is not None:
-                        self._leases[rs_uid] = lease
-                    return Claim(decision, held, refreshed=refreshed)
-                if dry_run:
-                    return Claim(decision, held, refreshed=refreshed)
-                state.pending[token] = (now, now + config.reservation_ttl_seconds)
-                try:
-                    self._write(name, lease=lease, state=state, rs=rs, config=config, now=now)
-                    return Claim(decision, held, token, refreshed)
-                except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
-                    metrics.CONFLICTS.inc()
-                    self._leases.pop(rs_uid, None)
-                    if time.monotonic() - started > self.deadline:
-                        raise Busy(f"lease {self.namespace}/{name} busy after {attempt} tries") from exc
-                    time.sleep(random.uniform(0.0, min(0.05, 0.005 * attempt)))
+        pause = 0.02
+        while True:
+            attempt += 1
+            now = self.clock()
+            if local.count is None or now - local.count.started > self.trust_seconds:
+                self._recount(local, name, rs, config)
+            elif not local.lease_read:
+                local.lease, local.lease_read = self._read(name), True
+            doc = Doc.from_lease(local.lease, rs_uid)
+            now = self.clock()
+            self._observe(local, doc, config, now)
+            if token in doc.pending:  # our own write landed (an earlier try timed out)
+                return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
+            if (
+                replicas is not None
+                and refresh is not None
+                and self._known(local, doc) + 1 > replicas
+                and now - local.refuted > self.stale_hold
+            ):
+                replicas, decide = refresh()
+                refresh = None
+                refreshed = True
+                if self._known(local, doc) + 1 > replicas:
+                    # The fresh workload does not cover the known pods either: pods deleted
+                    # since the count, or reservations whose pods were never created.
+                    if local.count is None or local.count.started < began:
+                        self._recount(local, name, rs, config)
+                        doc = Doc.from_lease(local.lease, rs_uid)
+                        self._observe(local, doc, config, self.clock())
+                    self._apply_bound(local, doc, replicas)
+                    local.refuted = self.clock()
+            unseen = self._unseen(local, doc)
+            held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
+            decision = decide(held)
+            if (
+                decision.placement is Placement.SPOT
+                and not dry_run
+                and unseen
+                and held - len(unseen) < floor
+                and self._wait(local, doc, unseen, pause)
+            ):
+                # The floor is met only by reservations whose pods have not appeared yet:
+                # look again (they appear within milliseconds, or they are dead).
+                pause = min(0.2, pause * 2)
+                self._recount(local, name, rs, config)
+                continue
+            if decision.placement is not Placement.ON_DEMAND:
+                if not dry_run:
+                    if decision.placement is Placement.SPOT:
+                        local.spot += 1
+                    if self._prunable(local, doc, self.clock()):
+                        self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
+                return Claim(decision, held, refreshed=refreshed)
+            if dry_run:
+                return Claim(decision, held, refreshed=refreshed)
+            doc.seq += 1
+            doc.pending[token] = doc.seq
+            try:
+                self._write(local, name, doc=doc, rs=rs, config=config)
+                local.first_seen.setdefault(token, self.clock())
+                return Claim(decision, held, token, refreshed)
+            except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
+                metrics.CONFLICTS.inc()
+                if deadline.remaining() <= deadline.WRITE_RESERVE:
+                    raise Busy(f"lease {self.namespace}/{name} busy after {attempt} tries") from exc
+                local.lease, local.lease_read = self._read(name), True
+                time.sleep(random.uniform(0.0, min(0.05, 0.005 * attempt)))
 
-    def _beyond(self, state: State, rs_uid: str, now: float, replicas: int) -> bool:
-        """Whether this pod would take the ReplicaSet past ``replicas`` by what is known of its pods."""
-        at, spot = self._spot.get(rs_uid, (state.checked, 0))
-        known = state.known_pods(now) + (spot if at == state.checked else 0)
-        return known + 1 > replicas
+    def _wait(self, local: Local, doc: Doc, unseen: list[str], pause: float) -> bool:
+        """Sleep until the young reservations may have appeared; False when there is no time left."""
+        count = local.count
+        assert count is not None
+        due = min(local.first_seen.get(t, count.started) for t in unseen) + self.pending_grace
+        sleep = max(0.0, min(pause, due - self.clock()))
+        if deadline.remaining() - sleep <= LIST_RESERVE:
+            log.info(
+                "no time left to wait for reserved pods to appear; counting them as placed",
+                extra={"reservations": len(unseen)},
+            )
+            return False
+        if sleep:
+            time.sleep(sleep)
+        return True
 
-    def _note_spot(self, rs_uid: str, checked: float) -> None:
-        at, spot = self._spot.get(rs_uid, (checked, 0))
-        self._spot[rs_uid] = (checked, spot + 1 if at == checked else 1)
-
-    def _count(self, previous: State, rs: Mapping[str, Any], config: Config, now: float) -> State:
-        meta = rs.get("metadata") or {}
-        namespace, uid = str(meta.get("namespace")), str(meta.get("uid") or "")
-        match = ((rs.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
-        metrics.api_call("list", r.PODS.name)
-        raw = self.kube.list(r.PODS, namespace, label_selector=selector)
-        pods = [PodView.from_json(p) for p in raw]
-        mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
-        capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
-        seen = {p.annotations.get(POD_ANNOTATION) for p in mine}
-        on_demand = [p.name for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND]
-        pending = {
-            t: (made, expires)
-            for t, (made, expires) in previous.pending.items()
-            if expires > now and t not in seen and now - made <= self.pending_grace
-        }
-        pods_now = sum(1 for p in mine if p.active)
-        return State(checked=now, on_demand=on_demand, pending=pending, pods=pods_now)
+    def _apply_bound(self, local: Local, doc: Doc, replicas: int) -> None:
+        """Pods + unseen reservations + this pod beyond the replicas: the oldest unseen ones are dead."""
+        if local.count is None:
+            return
+        unseen = self._unseen(local, doc)
+        excess = local.count.pods + len(unseen) + 1 - replicas
+        if excess > 0:
+            dropped = unseen[:excess]
+            local.dead.update(dropped)
+            log.info(
+                "reservations without pods beyond the replicas: dropped as dead",
+                extra={"dropped": len(dropped), "replicas": replicas, "pods": local.count.pods},
+            )
 
     def _write(
         self,
+        local: Local,
         name: str,
         *,
-        lease: Obj | None,
-        state: State,
+        doc: Doc,
         rs: Mapping[str, Any],
         config: Config,
-        now: float,
         best_effort: bool = False,
     ) -> None:
+        for t in self._prunable(local, doc, self.clock()):
+            doc.pending.pop(t, None)
         meta = rs.get("metadata") or {}
         rs_uid = str(meta.get("uid") or "")
         annotations = {
-            ANNOTATION: state.to_json(now),
+            ANNOTATION: doc.to_json(),
             RS_UID_ANNOTATION: rs_uid,
             RS_ANNOTATION: f"{meta.get('namespace')}/{meta.get('name')}",
         }
-        spec = {
-            "holderIdentity": HOLDER,
-            "leaseDurationSeconds": max(1, int(config.reservation_ttl_seconds)),
-            "renewTime": _micro_time(now),
-        }
+        # Informational only (who wrote it last, and how long a reservation may live):
+        # no decision reads these times back.
+        spec = {"holderIdentity": HOLDER, "leaseDurationSeconds": max(1, round(self.ttl(config)))}
+        lease = local.lease
         try:
             if lease is None:
                 body: Obj = {
@@ -412,9 +540,9 @@ class Reservations:
                 body["spec"] = {**(body.get("spec") or {}), **spec}
                 metrics.api_call("update", r.LEASES.name)
                 written = self.kube.replace(r.LEASES, body)
-        except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient):
-            self._leases.pop(rs_uid, None)
+        except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient, deadline.DeadlineExceeded):
+            local.lease_read = False
             if best_effort:
                 return
             raise
-        self._leases[rs_uid] = written
+        local.lease, local.lease_read = written, True

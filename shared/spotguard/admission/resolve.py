@@ -40,11 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotguard.admission import metrics
-from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
-from spotguard.policy.views import PodView
+from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Workload
 
 Obj = dict[str, Any]
@@ -112,7 +111,7 @@ class Unresolved:
 class Resolver:
     def __init__(
         self,
-        kube: kube_mod.Kube,
+        kube: Any,  # a gateway Kube, or admission's DeadlineKube around one
         *,
         clock: Callable[[], float] = time.monotonic,
         owner_ttl: float = 300.0,
@@ -130,7 +129,7 @@ class Resolver:
         self.node_refresh = node_refresh
         self.cache = TTLCache(clock)
         self._nodes_lock = threading.Lock()
-        self._nodes: dict[str, Capacity] = {}
+        self._nodes: dict[str, NodeView] = {}
         self._nodes_at = -1e18
 
     # -- lookups ---------------------------------------------------------------------
@@ -149,12 +148,30 @@ class Resolver:
         self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
         return obj, True
 
+    def has_namespace(self, namespace: str) -> bool:
+        """Whether the namespace's annotations are cached (no API call needed)."""
+        return self.cache.get((r.NAMESPACES.plural, None, namespace)) is not _MISSING
+
+    def has_nodes(self) -> bool:
+        """Whether the node list is fresh (no API call needed)."""
+        return self.clock() - self._nodes_at <= self.node_ttl
+
     def forget(self, res: r.Resource, name: str, namespace: str | None) -> None:
         self.cache.pop((res.plural, namespace, name))
 
     def namespace_annotations(self, namespace: str) -> Mapping[str, str]:
         ns = self._get(r.NAMESPACES, namespace, None, self.namespace_ttl)
         return dict(((ns or {}).get("metadata") or {}).get("annotations") or {})
+
+    def replicaset_of(self, pod: PodView) -> Obj | None:
+        """The pod's ReplicaSet (cached), or None when its owner is something else."""
+        owner = pod.owner
+        if owner is None or owner.kind != "ReplicaSet":
+            return None
+        rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
+        if rs is None or not _uid_matches(rs, owner.uid):
+            return None
+        return rs
 
     def resolve(self, pod: PodView) -> Resolved | Unresolved:
         owner = pod.owner
@@ -196,23 +213,22 @@ class Resolver:
 
     # -- nodes -----------------------------------------------------------------------
 
-    def node_capacity(self, config: Config, wanted: Iterable[str] = ()) -> dict[str, Capacity]:
-        """Capacity of every node, from a cached node list (refreshed when a node is new)."""
+    def nodes(self, wanted: Iterable[str] = ()) -> list[NodeView]:
+        """Every node (labels, taints), from a cached list refreshed when a node is new."""
         wanted = [n for n in wanted if n]
         with self._nodes_lock:
             age = self.clock() - self._nodes_at
             unknown = any(n not in self._nodes for n in wanted)
             if age > self.node_ttl or (unknown and age > self.node_refresh):
                 metrics.api_call("list", r.NODES.name)
-                nodes = self.kube.list(r.NODES)
-                self._nodes = {
-                    str((n.get("metadata") or {}).get("name")): config.node_capacity(
-                        (n.get("metadata") or {}).get("labels") or {}
-                    )
-                    for n in nodes
-                }
+                raw = self.kube.list(r.NODES)
+                self._nodes = {v.name: v for v in (NodeView.from_json(n) for n in raw)}
                 self._nodes_at = self.clock()
-            return dict(self._nodes)
+            return list(self._nodes.values())
+
+    def node_capacity(self, config: Config, wanted: Iterable[str] = ()) -> dict[str, Capacity]:
+        """Capacity of every node, from the cached node list."""
+        return {n.name: config.node_capacity(n.labels) for n in self.nodes(wanted)}
 
 
 def _uid_matches(obj: Mapping[str, Any], uid: str) -> bool:

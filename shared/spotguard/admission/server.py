@@ -7,6 +7,7 @@ connection and caches) on its first request, after the fork. Workers are
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,10 @@ def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLCo
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
     return context
+
+
+BACKLOG = 2048  # pending connections per listening socket (the kernel caps it at net.core.somaxconn)
+WORKER_CONNECTIONS = 1000  # open connections per worker
 
 
 class Server(BaseApplication):  # type: ignore[misc]
@@ -44,13 +49,18 @@ def options(
     *,
     host: str,
     port: int,
-    certfile: str,
-    keyfile: str,
+    certfile: str | None,
+    keyfile: str | None,
     workers: int = 2,
     threads: int = 8,
     log_level: str = "warning",
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
+    hooks: dict[str, Any] = {}
+    if metrics_port is not None:
+        hooks = {"when_ready": functools.partial(serve_metrics, host, metrics_port), "child_exit": worker_gone}
     return {
+        **hooks,
         "bind": f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
         "certfile": certfile,
         "keyfile": keyfile,
@@ -58,9 +68,15 @@ def options(
         "workers": workers,
         "worker_class": "gthread",
         "threads": threads,
+        # A burst (a ReplicaSet's slow-start batch of up to 500 pods, several ReplicaSets at
+        # once) opens hundreds of connections within milliseconds: the listen queue holds
+        # them until a worker accepts (a full queue is "connection refused"), and each
+        # worker keeps up to worker_connections open (idle kept-alive ones cost no thread).
+        "backlog": BACKLOG,
+        "worker_connections": WORKER_CONNECTIONS,
         "timeout": 30,
         "graceful_timeout": 10,
-        "keepalive": 75,  # longer than kube-apiserver's idle connection reuse
+        "keepalive": 75,  # longer than kube-apiserver's idle connection reuse (so it reuses, not reconnects)
         "limit_request_line": 8190,
         "limit_request_fields": 100,
         "preload_app": False,
@@ -69,6 +85,23 @@ def options(
         "loglevel": log_level,
         "proc_name": "spotguard-admission",
     }
+
+
+def serve_metrics(host: str, port: int, arbiter: Any) -> None:
+    """gunicorn's ``when_ready`` hook (in the master): plain-HTTP /metrics summed over the workers."""
+    import prometheus_client
+    from prometheus_client import multiprocess
+
+    registry = prometheus_client.CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    prometheus_client.start_http_server(port, addr=host, registry=registry)
+
+
+def worker_gone(arbiter: Any, worker: Any) -> None:
+    """gunicorn's ``child_exit`` hook: a dead worker's live gauges stop counting."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 def run(factory: Callable[[], core.Context], **kwargs: Any) -> None:

@@ -6,7 +6,9 @@
   is called on its root): an AdmissionReview in, an AdmissionReview out (200),
   or a JSON error (400 not JSON / not an AdmissionReview / no request, 413 body
   over :data:`MAX_BODY`). Never a 5xx, never a denial.
-* ``GET /healthz``: the process is up. ``GET /readyz``: it has a cluster connection.
+* ``GET /healthz``: the process is up. ``GET /readyz``: it can do its job (a cluster
+  connection, the state namespace, on-demand and spot nodes; see
+  :mod:`spotguard.admission.health`), else 503 with the reason.
 * ``GET /metrics``: Prometheus exposition.
 """
 
@@ -78,9 +80,9 @@ def handle(method: str, path: str, body: bytes, ctx: core.Context | None) -> tup
     if path == "/healthz":
         return 200, {"Content-Type": "text/plain"}, b"ok"
     if path == "/readyz":
-        if ctx is not None and ctx.ready:
+        reason = ctx.readiness() if ctx is not None else "starting"
+        if reason is None:
             return 200, {"Content-Type": "text/plain"}, b"ok"
-        reason = ctx.connect_error if ctx is not None else "starting"
         return 503, {"Content-Type": "text/plain"}, f"not ready: {reason}".encode()
     if path == "/metrics":
         text, content_type = metrics.render()

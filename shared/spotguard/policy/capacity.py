@@ -43,7 +43,8 @@ def scheme(key: str, spot: Iterable[str], on_demand: Iterable[str] = ()) -> Labe
 
 DEFAULT_SCHEMES: tuple[LabelScheme, ...] = (
     scheme("node.kubernetes.io/capacity", ["spot"], ["on-demand"]),
-    scheme("karpenter.sh/capacity-type", ["spot"], ["on-demand"]),
+    # ``reserved`` (capacity reservations) is not interruptible: it counts as on-demand.
+    scheme("karpenter.sh/capacity-type", ["spot"], ["on-demand", "reserved"]),
     scheme("eks.amazonaws.com/capacityType", ["SPOT"], ["ON_DEMAND"]),
     scheme("cloud.google.com/gke-spot", ["true"]),
     scheme("kubernetes.azure.com/scalesetpriority", ["spot"], ["regular"]),
@@ -53,12 +54,38 @@ DEFAULT_SCHEMES: tuple[LabelScheme, ...] = (
 def classify(
     labels: Mapping[str, str], schemes: Iterable[LabelScheme] = DEFAULT_SCHEMES
 ) -> Capacity:
-    """The capacity of a node with these labels: the first scheme that knows wins."""
+    """The capacity of a node with these labels.
+
+    Spot under any scheme wins (an interruptible node is spot whatever another
+    label says); otherwise on-demand under any scheme; otherwise unknown. This is
+    exactly what the admission patch's on-demand requirement ("not spot under any
+    scheme") and spot preferences select.
+    """
+    found = Capacity.UNKNOWN
     for s in schemes:
-        found = s.classify(labels)
-        if found is not Capacity.UNKNOWN:
-            return found
-    return Capacity.UNKNOWN
+        verdict = s.classify(labels)
+        if verdict is Capacity.SPOT:
+            return Capacity.SPOT
+        if verdict is Capacity.ON_DEMAND:
+            found = Capacity.ON_DEMAND
+    return found
+
+
+def spot_values(schemes: Iterable[LabelScheme]) -> dict[str, frozenset[str]]:
+    """Label key -> the values that mean spot, merged over schemes that share a key."""
+    out: dict[str, frozenset[str]] = {}
+    for s in schemes:
+        out[s.key] = out.get(s.key, frozenset()) | s.spot
+    return out
+
+
+def on_demand_values(schemes: Iterable[LabelScheme]) -> dict[str, frozenset[str]]:
+    """Label key -> the values that mean on-demand (keys with none are left out)."""
+    out: dict[str, frozenset[str]] = {}
+    for s in schemes:
+        if s.on_demand:
+            out[s.key] = out.get(s.key, frozenset()) | s.on_demand
+    return out
 
 
 def parse_schemes(text: str) -> tuple[LabelScheme, ...]:

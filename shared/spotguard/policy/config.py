@@ -33,15 +33,22 @@ class RebalanceAction(enum.StrEnum):
 @dataclass(frozen=True)
 class Config:
     label_schemes: tuple[LabelScheme, ...] = capacity.DEFAULT_SCHEMES
-    # The label that admission patches write node affinity against: the key
-    # that your nodes carry. Defaults to the first label scheme.
-    affinity_label: str = "node.kubernetes.io/capacity"
+    # Deprecated and ignored: the admission patch's on-demand requirement is "not
+    # spot under any scheme" and its spot preference covers every scheme, so no
+    # single label key has to be chosen. Still accepted so old settings stay valid.
+    affinity_label: str = ""
     excluded_namespaces: frozenset[str] = frozenset(
         {"kube-system", "kube-public", "kube-node-lease", "spotguard"}
     )
     # None: the defaults table of DESIGN.md; otherwise a cluster-wide floor.
     default_min_on_demand: floors.FloorSpec | None = None
-    spot_tolerations: tuple[Toleration, ...] = ()
+    # Tolerations added to spot pods: the taints providers put on spot pools
+    # (AKS always; GKE where the pool is created with it). Tolerating a taint no
+    # node carries changes nothing, so the default is safe on every provider.
+    spot_tolerations: tuple[Toleration, ...] = (
+        Toleration("kubernetes.azure.com/scalesetpriority", "Equal", "spot", "NoSchedule"),
+        Toleration("cloud.google.com/gke-spot", "Equal", "true", "NoSchedule"),
+    )
     # How pods on nodes with no recognised capacity label count.
     unknown_capacity: Capacity = Capacity.ON_DEMAND
     rebalance_action: RebalanceAction = RebalanceAction.TAINT
@@ -68,12 +75,6 @@ class Config:
     # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
     # replacement is Ready elsewhere (create before evict), before the reclaim time.
     drain: bool = False
-
-    def affinity_scheme(self) -> LabelScheme:
-        for s in self.label_schemes:
-            if s.key == self.affinity_label:
-                return s
-        return self.label_schemes[0]
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -162,19 +163,6 @@ def from_settings(
             changes[field] = parse(raw)
         except (ValueError, KeyError) as exc:
             problems.append(Problem(field, raw, f"{exc}; using the default"))
-    if "label_schemes" in changes and "affinity_label" not in changes:
-        changes["affinity_label"] = changes["label_schemes"][0].key
-    schemes = changes.get("label_schemes", config.label_schemes)
-    label = changes.get("affinity_label", config.affinity_label)
-    if label not in {s.key for s in schemes}:
-        problems.append(
-            Problem(
-                "affinity_label",
-                settings.get("affinity_label", label),
-                f"not one of the label schemes; using {schemes[0].key}",
-            )
-        )
-        changes["affinity_label"] = schemes[0].key
     return dataclasses.replace(config, **changes), problems
 
 

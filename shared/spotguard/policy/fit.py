@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotguard.policy import quantities
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.config import Config
 from spotguard.policy.tolerations import Taint, Toleration, tolerated
 from spotguard.policy.views import NodeView, PodView
 
@@ -282,3 +284,35 @@ def check_all(
         )
         for n in nodes
     ]
+
+
+# Taints that come and go with a node's state (cordon, readiness, a notice), not with its pool.
+TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "spotguard.io/")
+
+
+def within_reach(pod: PodView, nodes: Iterable[NodeView], config: Config) -> frozenset[Capacity]:
+    """The capacities of the nodes the pod's own spec lets it run on.
+
+    A node is in reach when it matches the pod's nodeSelector and required node
+    affinity and its pool's ``NoSchedule``/``NoExecute`` taints are tolerated (a
+    spot node's with the configured spot tolerations, which a spot slot adds).
+    Readiness, cordons, notices and free room are left out: they change, a node
+    pool's labels and taints do not. A pod pinned to a node pool whose nodes are
+    all spot (``karpenter.sh/nodepool: batch-spot``) has only spot in reach.
+    """
+    found: set[Capacity] = set()
+    for node in nodes:
+        cap = config.node_capacity(node.labels)
+        if cap in found:
+            continue
+        tolerations = tuple(pod.tolerations) + (tuple(config.spot_tolerations) if cap is Capacity.SPOT else ())
+        if any(
+            t.effect in FILTERING_EFFECTS
+            and not t.key.startswith(TRANSIENT_TAINT_PREFIXES)
+            and not tolerated(t, tolerations)
+            for t in node.taints
+        ):
+            continue
+        if matches_node_selector(pod.node_selector, node.labels) and matches_required_affinity(pod, node):
+            found.add(cap)
+    return frozenset(found)

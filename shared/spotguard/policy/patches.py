@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spotguard.policy import capacity
+from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.tolerations import Toleration
@@ -40,16 +42,53 @@ def pointer(*tokens: str | int) -> str:
     return "".join("/" + escape(str(t)) for t in tokens)
 
 
-def on_demand_expression(config: Config) -> dict[str, Any]:
-    s = config.affinity_scheme()
-    if s.on_demand:
-        return {"key": s.key, "operator": "In", "values": sorted(s.on_demand)}
-    return {"key": s.key, "operator": "DoesNotExist"}
+def not_spot_expressions(config: Config) -> list[dict[str, Any]]:
+    """ "Not spot under any scheme": one ``NotIn`` per label key, ANDed.
+
+    ``NotIn`` also matches a node that does not carry the key, so on-demand
+    nodes of every scheme, and pools with no capacity label at all (GKE
+    standard, AKS regular), match it; a node spot under any scheme does not.
+    """
+    return [
+        {"key": key, "operator": "NotIn", "values": sorted(values)}
+        for key, values in sorted(capacity.spot_values(config.label_schemes).items())
+    ]
 
 
-def spot_expression(config: Config) -> dict[str, Any]:
-    s = config.affinity_scheme()
-    return {"key": s.key, "operator": "In", "values": sorted(s.spot)}
+def on_demand_terms(config: Config) -> list[list[dict[str, Any]]]:
+    """The on-demand requirement as ORed lists of ANDed expressions.
+
+    A node matches it exactly when ``config.node_capacity(labels)`` is on-demand:
+    with unknown capacity counting as on-demand (the default) that is one list,
+    "not spot under any scheme"; with unknown capacity counting as spot, a node
+    must also be on-demand under some scheme (one list per such key).
+    """
+    not_spot = not_spot_expressions(config)
+    if config.unknown_capacity is not Capacity.SPOT:
+        return [not_spot]
+    return [
+        [*not_spot, {"key": key, "operator": "In", "values": sorted(values)}]
+        for key, values in sorted(capacity.on_demand_values(config.label_schemes).items())
+    ]
+
+
+def on_demand_expressions(config: Config) -> list[dict[str, Any]]:
+    """Every expression the on-demand requirement adds (to recognise spotguard's own)."""
+    out: list[dict[str, Any]] = []
+    for term in on_demand_terms(config):
+        out += [e for e in term if e not in out]
+    return out
+
+
+def spot_preferences(config: Config) -> list[dict[str, Any]]:
+    """One preferred term per label key: the node is spot under that key."""
+    return [
+        {
+            "weight": config.spot_preference_weight,
+            "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": sorted(values)}]},
+        }
+        for key, values in sorted(capacity.spot_values(config.label_schemes).items())
+    ]
 
 
 def _set_in_map(obj: Mapping[str, Any], parent: Sequence[str], key: str, value: str) -> list[Op]:
@@ -83,44 +122,46 @@ def _ensure_path(spec: Mapping[str, Any], tokens: Sequence[str], leaf: Any) -> t
 
 
 def _on_demand_ops(spec: Mapping[str, Any], config: Config) -> list[Op]:
-    expr = on_demand_expression(config)
+    wanted = on_demand_terms(config)
+    if not wanted:
+        return []  # no node can be on-demand under this configuration: nothing to require
     tokens = ("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
-    ops, terms = _ensure_path(spec, tokens, [{"matchExpressions": [expr]}])
+    fresh = [{"matchExpressions": list(w)} for w in wanted]
+    ops, terms = _ensure_path(spec, tokens, fresh)
     if ops:
         return ops
     if not terms:
-        return [
-            {
-                "op": "replace",
-                "path": pointer("spec", *tokens),
-                "value": [{"matchExpressions": [expr]}],
-            }
-        ]
+        return [{"op": "replace", "path": pointer("spec", *tokens), "value": fresh}]
+    if len(wanted) > 1:
+        return _cross_terms(terms, wanted, tokens)
     out: list[Op] = []
     for i, term in enumerate(terms):
         exprs = term.get("matchExpressions")
+        missing = [e for e in wanted[0] if exprs is None or e not in exprs]
         if exprs is None:
-            out.append(
-                {
-                    "op": "add",
-                    "path": pointer("spec", *tokens, i, "matchExpressions"),
-                    "value": [expr],
-                }
-            )
-        elif expr not in exprs:
-            out.append(
-                {
-                    "op": "add",
-                    "path": pointer("spec", *tokens, i, "matchExpressions", "-"),
-                    "value": expr,
-                }
-            )
+            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions"), "value": missing})
+            continue
+        for expr in missing:
+            out.append({"op": "add", "path": pointer("spec", *tokens, i, "matchExpressions", "-"), "value": expr})
     return out
 
 
-def _append_missing(
-    spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any
+def _cross_terms(
+    terms: Sequence[Mapping[str, Any]], wanted: Sequence[Sequence[Mapping[str, Any]]], tokens: Sequence[str]
 ) -> list[Op]:
+    """Each user term ANDed with each alternative of the requirement (terms are ORed)."""
+    if all(any(all(e in (t.get("matchExpressions") or []) for e in w) for w in wanted) for t in terms):
+        return []
+    crossed: list[dict[str, Any]] = []
+    for w in wanted:  # the user's terms, in their order, with the first alternative come first
+        for term in terms:
+            exprs = list(term.get("matchExpressions") or [])
+            new = {**term, "matchExpressions": exprs + [e for e in w if e not in exprs]}
+            crossed.append(new)
+    return [{"op": "replace", "path": pointer("spec", *tokens), "value": crossed}]
+
+
+def _append_missing(spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any) -> list[Op]:
     """Append ``items`` not yet ``present`` (a predicate) to the list at spec[tokens]."""
     ops, existing = _ensure_path(spec, tokens, list(items))
     if ops:
@@ -138,17 +179,12 @@ def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -> list[Op]:
-    preference = {
-        "weight": config.spot_preference_weight,
-        "preference": {"matchExpressions": [spot_expression(config)]},
-    }
     ops = _append_missing(
         spec,
         ("affinity", "nodeAffinity", PREFERRED),
-        [preference],
+        spot_preferences(config),
         lambda existing, item: any(
-            (e.get("preference") or {}).get("matchExpressions")
-            == item["preference"]["matchExpressions"]
+            (e.get("preference") or {}).get("matchExpressions") == item["preference"]["matchExpressions"]
             for e in existing
         ),
     )
@@ -157,9 +193,7 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
             spec,
             ("tolerations",),
             [t.to_json() for t in config.spot_tolerations],
-            lambda existing, item: (
-                Toleration.from_json(item) in {Toleration.from_json(e) for e in existing}
-            ),
+            lambda existing, item: Toleration.from_json(item) in {Toleration.from_json(e) for e in existing},
         )
     selector = spread_selector(pod)
     if selector and config.spread_topology_keys:
@@ -176,9 +210,7 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
             spec,
             ("topologySpreadConstraints",),
             constraints,
-            lambda existing, item: any(
-                e.get("topologyKey") == item["topologyKey"] for e in existing
-            ),
+            lambda existing, item: any(e.get("topologyKey") == item["topologyKey"] for e in existing),
         )
     return ops
 
@@ -193,13 +225,7 @@ def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[
         ops += _spot_ops(pod, spec, config)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if (
-        placement is Placement.ON_DEMAND
-        and config.on_demand_deletion_cost
-        and DELETION_COST not in annotations
-    ):
+    if placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
         # Scale-down removes spot replicas before the on-demand floor.
-        ops += _set_in_map(
-            pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost)
-        )
+        ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
     return ops

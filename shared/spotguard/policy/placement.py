@@ -103,12 +103,15 @@ def decide(
     siblings: Sequence[PodView] = (),
     node_capacity: Mapping[str, Capacity] | None = None,
     reserved_on_demand: int = 0,
+    ordinal_start: int = 0,
 ) -> Decision:
     """Decide the slot for ``pod``.
 
     ``siblings`` are the live pods that count against the same floor (for a
-    Deployment, the pods of the pod's ReplicaSet); ``reserved_on_demand`` is the
-    number of on-demand slots handed out to pods not yet visible in ``siblings``.
+    Deployment, the pods of the pod's ReplicaSet; for a StatefulSet, its pods);
+    ``reserved_on_demand`` is the number of on-demand slots handed out to pods not
+    yet visible in ``siblings`` (Deployments only). ``ordinal_start`` is a
+    StatefulSet's ``spec.ordinals.start``.
     """
     if not floor.enabled:
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
@@ -116,13 +119,57 @@ def decide(
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         return Decision(Placement(existing), "already placed (reinvocation)")
     if workload.kind is Kind.STATEFULSET:
-        ordinal = pod.ordinal
-        if ordinal is None:
-            return Decision(None, "StatefulSet pod without an ordinal")
-        if ordinal < floor.on_demand:
-            return Decision(Placement.ON_DEMAND, f"ordinal {ordinal} < floor {floor.on_demand}")
-        return Decision(Placement.SPOT, f"ordinal {ordinal} >= floor {floor.on_demand}")
+        return statefulset_slot(
+            pod,
+            workload=workload,
+            floor=floor,
+            siblings=siblings,
+            node_capacity=node_capacity or {},
+            start=ordinal_start,
+        )
     held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
     if held < floor.on_demand:
         return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
     return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")
+
+
+def statefulset_slot(
+    pod: PodView,
+    *,
+    workload: Workload,
+    floor: Floor,
+    siblings: Sequence[PodView],
+    node_capacity: Mapping[str, Capacity],
+    start: int = 0,
+) -> Decision:
+    """A StatefulSet pod's slot, decided by the pods actually placed.
+
+    Of the ordinals ``start .. start+replicas-1``, those held by a live pod keep
+    what that pod is (on-demand by its node or its label). The floor's missing
+    on-demand slots go to the lowest ordinals that have no live pod yet. The
+    answer depends on the siblings seen only through what they are, so pods
+    decided at once (``podManagementPolicy: Parallel``), each seeing a different
+    subset of the others, still fill exactly the floor; a set that grows (pod 2
+    placed on spot at size 3, then scaled to 7) gets the extra on-demand pods it
+    now needs, and one created with ``spec.ordinals.start`` counts from there.
+    """
+    ordinal = pod.ordinal
+    if ordinal is None:
+        return Decision(None, "StatefulSet pod without an ordinal")
+    end = start + max(workload.replicas, 0)
+    if not start <= ordinal < end:
+        return Decision(Placement.SPOT, f"ordinal {ordinal} outside {start}..{end - 1}")
+    taken: dict[int, bool] = {}
+    for p in siblings:
+        o = p.ordinal
+        if o is None or o == ordinal or not p.active or not start <= o < end:
+            continue
+        taken[o] = taken.get(o, False) or placement_of(p, node_capacity) is Placement.ON_DEMAND
+    held = sum(1 for on_demand in taken.values() if on_demand)
+    need = floor.on_demand - held
+    rank = sum(1 for o in range(start, ordinal) if o not in taken)
+    if rank < need:
+        return Decision(
+            Placement.ON_DEMAND, f"ordinal {ordinal}: {held} of {floor.on_demand} on-demand, {need} to place"
+        )
+    return Decision(Placement.SPOT, f"ordinal {ordinal}: on-demand floor {floor.on_demand} covered ({held} placed)")

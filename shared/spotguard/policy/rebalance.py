@@ -176,10 +176,10 @@ def _normal(expr: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]]:
 
 def _ours(config: Config) -> fit.ExpressionFilter:
     """True for the on-demand requirement the admission patch adds."""
-    mine = _normal(patches.on_demand_expression(config))
+    mine = {_normal(e) for e in patches.on_demand_expressions(config)}
 
     def test(expr: Mapping[str, Any]) -> bool:
-        return _normal(expr) == mine
+        return _normal(expr) in mine
 
     return test
 

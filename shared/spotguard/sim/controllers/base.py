@@ -18,6 +18,7 @@ from spotguard.sim import errors
 Key = tuple[str, str]
 MIN_RESYNC_REAL_SECONDS = 1.0  # a safety net; events and timers do the real work
 COALESCE_SECONDS = 0.05  # real seconds over which dependent events are batched
+FAILURE_BASE_DELAY = 0.005  # seconds before the first retry of a failed sync (client-go workqueue)
 ObjList = list[dict[str, Any]]
 log = logging.getLogger("spotguard.sim.controllers")
 
@@ -266,6 +267,17 @@ class Controller:
         self.log = logging.getLogger(f"spotguard.sim.{self.name}")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._failures: dict[Hashable, int] = {}
+        self._failures_lock = threading.Lock()
+
+    def _retry_after(self, key: Hashable) -> float:
+        """Upstream's per-item exponential failure backoff (workqueue
+        ``ItemExponentialFailureRateLimiter``: 5 ms, doubling), capped at 1 s here:
+        a ReplicaSet whose pod was refused by a webhook tries again within milliseconds."""
+        with self._failures_lock:
+            n = self._failures.get(key, 0)
+            self._failures[key] = n + 1
+        return min(FAILURE_BASE_DELAY * float(2 ** min(n, 20)), 1.0)
 
     # notifications (called in the writer's thread: must be fast)
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -318,13 +330,16 @@ class Controller:
                 return
             try:
                 self.sync(key)
+                if self._failures:
+                    with self._failures_lock:
+                        self._failures.pop(key, None)
             except (errors.Conflict, errors.NotFound, errors.AlreadyExists) as exc:
                 self.log.debug("retrying", extra={"key": str(key), "error": str(exc)})
                 self.queue.add_after(key, 0.5)
             except errors.StatusError as exc:
                 if not self.stopped:
                     self.log.warning("sync failed", extra={"key": str(key), "error": str(exc)})
-                self.queue.add_after(key, 1.0)
+                self.queue.add_after(key, self._retry_after(key))
             except Exception:
                 if not self.stopped:
                     self.log.exception("sync failed", extra={"key": str(key)})

@@ -1,0 +1,127 @@
+"""One deadline per review, and a gateway wrapper that keeps every API call inside it.
+
+kube-apiserver gives a webhook ``timeoutSeconds`` (3 s in the shipped
+configuration) and then admits the pod unpatched (``failurePolicy: Ignore``).
+An answer that comes later is thrown away, so whatever the review wrote after
+that point (a reservation) would describe a pod that does not carry it. Each
+review therefore runs under one :class:`Deadline`, well inside the timeout:
+every API call gets at most the time that is left, no call starts once it has
+passed, and a write needs :data:`WRITE_RESERVE` seconds left. A review that
+runs out answers "allowed, unchanged" and writes nothing more.
+
+The deadline travels in a :class:`contextvars.ContextVar`, so the resolver and
+the reservations, which share one :class:`DeadlineKube` per process, need no
+extra argument; work handed to a thread pool carries it along
+(:func:`submit`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any, TypeVar
+
+from spotguard.gateway import kube as kube_mod
+from spotguard.gateway import retry
+from spotguard.gateway.resources import Resource
+
+T = TypeVar("T")
+WRITE_RESERVE = 0.15  # seconds a write needs left to be started at all
+_current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("spotguard_deadline", default=None)
+
+
+class DeadlineExceeded(Exception):
+    """The review's time is up: answer allowed and unchanged, write nothing more."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    at: float  # time.monotonic() value
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def check(self, what: str, reserve: float = 0.0) -> float:
+        """The seconds left, or :class:`DeadlineExceeded` when fewer than ``reserve`` are."""
+        left = self.remaining()
+        if left <= reserve:
+            raise DeadlineExceeded(f"review deadline reached before {what}")
+        return left
+
+
+def current() -> Deadline | None:
+    return _current.get()
+
+
+def remaining(default: float = 1e9) -> float:
+    d = _current.get()
+    return default if d is None else d.remaining()
+
+
+@contextlib.contextmanager
+def running(d: Deadline) -> Iterator[Deadline]:
+    token = _current.set(d)
+    try:
+        yield d
+    finally:
+        _current.reset(token)
+
+
+def submit(pool: futures.Executor, fn: Callable[..., T], *args: Any) -> futures.Future[T]:
+    """``pool.submit`` that carries the caller's deadline into the worker thread."""
+    ctx = contextvars.copy_context()
+    return pool.submit(ctx.run, fn, *args)
+
+
+class DeadlineKube:
+    """The calls admission makes, each bounded by the current review's deadline."""
+
+    def __init__(self, base: kube_mod.Kube, policy: retry.Policy) -> None:
+        self.base = base
+        self.policy = policy
+
+    def _kube(self, what: str, write: bool = False) -> kube_mod.Kube:
+        d = _current.get()
+        if d is None:
+            return self.base
+        left = d.check(what, WRITE_RESERVE if write else 0.0)
+        if left >= self.policy.deadline:
+            return self.base
+        return self.base.with_policy(
+            dataclasses.replace(
+                self.policy,
+                deadline=left,
+                timeout=min(self.policy.timeout, left),
+                connect_timeout=min(self.policy.connect_timeout, left),
+            )
+        )
+
+    @property
+    def stats(self) -> Any:
+        return self.base.stats
+
+    def find(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        return self._kube(f"GET {res.plural}").find(res, name, namespace)
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+        return self._kube(f"GET {res.plural}").get(res, name, namespace)
+
+    def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None) -> Any:
+        return self._kube(f"LIST {res.plural}").list(res, namespace, label_selector=label_selector)
+
+    def create(self, res: Resource, obj: Any, namespace: str | None = None) -> Any:
+        return self._kube(f"POST {res.plural}", write=True).create(res, obj, namespace)
+
+    def replace(self, res: Resource, obj: Any) -> Any:
+        return self._kube(f"PUT {res.plural}", write=True).replace(res, obj)
+
+    def create_event(self, *args: Any, **kwargs: Any) -> Any:
+        return self._kube("POST events", write=True).create_event(*args, **kwargs)

@@ -1,0 +1,156 @@
+"""What the end-to-end admission tests share: a simulated cluster with served webhooks.
+
+``served(scenario, ...)`` starts the simulated cluster, ``count`` real
+``spotguard serve admission`` processes (gunicorn, TLS) with default settings
+unless ``env`` says otherwise, a round-robin balancer in front of them when
+there are several, and registers the shipped webhook configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+from spotguard.admission import registration
+from spotguard.gateway import kube
+from spotguard.gateway import resources as r
+from spotguard.policy import config
+from spotguard.policy.capacity import Capacity
+from spotguard.sim import objects, testing
+
+from tests.admission import balancer, servers
+
+NS = "shop"
+PLACEMENT = "spotguard.io/placement"
+DEFAULTS = config.Config()
+
+
+@dataclass
+class Served:
+    k: kube.Kube
+    sim: Any
+    servers: list[servers.Server]
+    url: str
+    tls: Any
+
+
+@contextlib.contextmanager
+def served(
+    scenario: list[dict[str, Any]],
+    workdir: Path,
+    *,
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    threads: int = 8,
+    server_args: list[str] | None = None,
+    extra_env: list[dict[str, str]] | None = None,
+) -> Iterator[Served]:
+    tls = servers.make_certs(workdir / "tls")
+    with testing.running_cluster(scenario, termination_seconds=0.2) as sim, contextlib.ExitStack() as stack:
+        running: list[servers.Server] = []
+        for i in range(count):
+            process_env = {**(env or {}), **((extra_env or [{}] * count)[i])}
+            running.append(
+                stack.enter_context(
+                    servers.running(
+                        tls, workdir, kubeconfig=sim.kubeconfig, workers=workers, threads=threads, env=process_env
+                    )
+                )
+            )
+        if count > 1:
+            lb = balancer.Balancer([("127.0.0.1", int(s.url.rsplit(":", 1)[1])) for s in running])
+            stack.callback(lb.close)
+            url = f"https://127.0.0.1:{lb.port}/mutate"
+        else:
+            url = running[0].url + "/mutate"
+        k = kube.Kube(sim.api_client())
+        ca = base64.b64encode(Path(tls.ca_cert).read_bytes()).decode()
+        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, registration.webhook_configuration(url, ca))
+        yield Served(k, sim, running, url, tls)
+
+
+def node(
+    name: str, labels: dict[str, str], zone: str = "us-east-1a", taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """A node labelled only as a provider labels it (no ``node.kubernetes.io/capacity``)."""
+    return objects.node(name, None, zone=zone, labels=labels, taints=taints, cpu="64", memory="256Gi", pods="250")
+
+
+def template(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    containers = [objects.container("app", "nginx:1.27", cpu="10m", memory="16Mi")]
+    return objects.pod_template(
+        name, containers=containers, annotations=annotations or {}, terminationGracePeriodSeconds=0, **spec
+    )
+
+
+def deployment(name: str, replicas: int, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return objects.deployment(
+        name, replicas, namespace=NS, template=template(name, **spec), annotations=annotations or {}
+    )
+
+
+def statefulset(name: str, replicas: int, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return objects.statefulset(
+        name, replicas, namespace=NS, template=template(name, **spec), annotations=annotations or {}, policy="Parallel"
+    )
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def live_pods(k: kube.Kube, app: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in k.list(r.PODS, NS, label_selector=f"app={app}")
+        if not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
+def capacities(k: kube.Kube) -> dict[str, Capacity]:
+    """Every node's capacity, as the default settings classify its labels."""
+    return {n["metadata"]["name"]: DEFAULTS.node_capacity(n["metadata"].get("labels") or {}) for n in k.list(r.NODES)}
+
+
+def running(k: kube.Kube, app: str, replicas: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """The ``replicas`` live pods of ``app`` once every one of them is Running."""
+
+    def done() -> bool:
+        pods = k.list(r.PODS, NS, label_selector=f"app={app}")
+        return len(pods) == replicas and all(
+            (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            for p in pods
+        )
+
+    wait_for(done, timeout, f"{replicas} Running pods of {app}")
+    return live_pods(k, app)
+
+
+def on_demand(k: kube.Kube, pods: list[dict[str, Any]]) -> tuple[int, int]:
+    """(on-demand by the node's capacity, on-demand by the placement label); every pod must be placed."""
+    caps = capacities(k)
+    assert all(PLACEMENT in (p["metadata"].get("labels") or {}) for p in pods), "a pod was admitted unpatched"
+    by_node = sum(1 for p in pods if caps.get(p["spec"].get("nodeName", "")) is Capacity.ON_DEMAND)
+    by_label = sum(1 for p in pods if p["metadata"]["labels"][PLACEMENT] == "on-demand")
+    return by_node, by_label
+
+
+def metric(server: servers.Server, name: str, **labels: str) -> float:
+    text = requests.get(server.url + "/metrics", verify=server.ca, timeout=5).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
