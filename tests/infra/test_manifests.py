@@ -356,7 +356,7 @@ def test_knative_events_reach_the_right_function() -> None:
     assert routes["dev.knative.apiserver.resource.add"] == {"spotguard-node-added"}
     assert routes["dev.knative.sources.ping"] == {"spotguard-spot-interruption", "spotguard-node-added"}
     default_routes = {t["spec"]["subscriber"]["ref"]["name"] for t in of_kind(kustomize("knative"), "Trigger")}
-    assert default_routes == {"spotguard-spot-interruption"}
+    assert default_routes == {"spotguard-spot-interruption", "spotguard-node-added"}  # node-added included
     [sqs] = of_kind(rendered, "IntegrationSource")
     assert sqs["apiVersion"] == "sources.knative.dev/v1alpha1"
     assert sqs["spec"]["aws"]["sqs"]["arn"].startswith("arn:aws:sqs:")
