@@ -65,7 +65,7 @@ def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int
             diff -= step
         i += 1
 
-    objs: list[Obj] = [objects.namespace(f"ns-{n}") for n in range(NAMESPACES)]
+    objs: list[Obj] = [objects.namespace(f"ns-{n}") for n in range(NAMESPACES)] + [objects.namespace("spotguard")]
     objs += nodes
     counts = {"deployments": 0, "statefulsets": 0, "user_budgets": 0, "autoscalers": 0}
     for w, n in enumerate(replicas):

@@ -4,10 +4,11 @@ The simulated cluster's drainer acts as aws-node-termination-handler does withou
 cordon-only: it cordons and evicts everything on a node as soon as the node is marked
 for reclaim. Both orders are run:
 
-- spotguard first: the notice reaches spotguard, then the drainer starts. The temporary
-  budgets are written before anything else, so the drainer's evictions wait for the
-  replacements;
-- the drainer first: the drainer is already evicting when the warning reaches spotguard.
+- spotguard first: the notice reaches spotguard, and the drainer starts 0 to 2 s
+  (seeded) after the notice. The temporary budgets are written before anything else,
+  so the drainer's evictions wait for the replacements;
+- the drainer first: the drainer evicts at the notice and the warning reaches
+  spotguard 0 to 2 s (seeded) later.
   That race cannot be won at the warning; it is won earlier, when the rebalance
   recommendation arrives (``rebalance_action: surge`` puts the budget and the surge in
   place minutes before).
@@ -21,11 +22,13 @@ In every case no Deployment has fewer Ready pods than just before the notice.
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
 
 import pytest
 from spotguard.policy import config
 from spotguard.sim import testing
+from spotguard.sim.controllers import drainer, nodes
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
@@ -65,8 +68,21 @@ def ready_counts(store: Any) -> dict[str, int]:
     return out
 
 
+def mark_for_reclaim(sim: Any, names: list[str], notice_time: float, drain_at: float) -> None:
+    """The nodes go 120 s after the notice; the drainer starts on them at ``drain_at``."""
+
+    def mark(node: dict[str, Any]) -> None:
+        ann = node["metadata"].setdefault("annotations", {})
+        ann[nodes.TERMINATE_AT] = sim.clock.iso(notice_time + 120)
+        ann[drainer.DRAIN_AT] = sim.clock.iso_micro(drain_at)
+
+    for n in names:
+        sim.store.mutate("nodes", n, None, mark)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("order", ["spotguard-first", "drainer-first"])
-def test_a_drainer_at_the_notice_never_takes_a_deployment_below_its_serving_count(order: str) -> None:
+def test_a_drainer_at_the_notice_never_takes_a_deployment_below_its_serving_count(order: str, seed: int) -> None:
     cfg = dataclasses.replace(config.Config(), rebalance_action=config.RebalanceAction.SURGE)
     with testing.running_cluster(
         scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY, drainer=True
@@ -79,13 +95,17 @@ def test_a_drainer_at_the_notice_never_takes_a_deployment_below_its_serving_coun
         watcher = h.Watcher()
         watcher.start(store)
         watcher.arm(spot)
+        delay = random.Random(seed).uniform(0.0, 2.0)  # simulated seconds after the notice
         if order == "spotguard-first":
+            t0 = sim.clock.now()
             warning(handler, sim, spot)
-            sim.reclaim(spot, after_seconds=120)  # the drainer acts now
+            mark_for_reclaim(sim, spot, t0, t0 + delay)  # the drainer starts 0-2 s after the notice
         else:
             rebalance(handler, sim, spot)  # minutes before: protection in place
-            sim.reclaim(spot, after_seconds=120)  # the drainer acts now...
-            warning(handler, sim, spot)  # ...and the warning reaches spotguard after it
+            t0 = sim.clock.now()
+            mark_for_reclaim(sim, spot, t0, t0)  # the drainer acts at the notice...
+            h.wait_until(lambda: sim.clock.now() >= t0 + delay, 5, "the notice's delivery delay")
+            warning(handler, sim, spot)  # ...and the warning reaches spotguard 0-2 s later
         assert record(store, "web") is not None
 
         def drained() -> bool:

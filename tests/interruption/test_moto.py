@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from spotguard.gateway import kube, resources
-from spotguard.sim import testing
+from spotguard.sim import objects, testing
 
 from tests.interruption.transport_support import (
     EC2_PATTERN,
@@ -244,3 +244,36 @@ def test_fifo_a_failed_message_takes_the_rest_of_its_group_with_it() -> None:
     answer = sqs.handle_batch(batch, handler)
     # THEN the failed message and every later one of its group are reported, the other group is not
     assert answer == {"batchItemFailures": [{"itemIdentifier": "m1"}, {"itemIdentifier": "m3"}]}
+
+
+def test_a_warm_lambda_rereads_the_settings_at_their_ttl(
+    cluster: tuple[Any, kube.Kube], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim, api = cluster
+    monkeypatch.setenv("SPOTGUARD_CONFIG_TTL_SECONDS", "0")
+    # GIVEN the settings say: ignore rebalance recommendations
+    sim.store.apply_objects(
+        [
+            objects.namespace("spotguard"),
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "spotguard-config", "namespace": "spotguard"},
+                "data": {"rebalance-action": "ignore"},
+            },
+        ]
+    )
+    function = lambda_function()
+    event = sample("ec2-instance-rebalance-recommendation.json")
+    event["detail"]["instance-id"] = SPOT_INSTANCE
+    event["time"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # WHEN a rebalance recommendation arrives (a direct EventBridge invocation)
+    assert function.lambda_handler({**event, "id": "rbl-1"}, None)["result"] == "ignored"
+    assert interruption_taint(api.get(resources.NODES, "spot-a")) is None
+    # AND the ConfigMap is edited; the same warm function gets the next one
+    sim.store.mutate(
+        "configmaps", "spotguard-config", "spotguard", lambda c: c["data"].update({"rebalance-action": "taint"})
+    )
+    assert function.lambda_handler({**event, "id": "rbl-2"}, None)["result"] == "done"
+    # THEN the new setting applied
+    assert interruption_taint(api.get(resources.NODES, "spot-a")) == "rbl-2"

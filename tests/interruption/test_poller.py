@@ -73,10 +73,11 @@ def test_nothing_to_receive_is_a_quiet_round(moto_server: Moto) -> None:
 
 @pytest.mark.parametrize("extend", [True, False])
 def test_visibility_is_extended_while_a_handling_runs(moto_server: Moto, extend: bool) -> None:
-    # GIVEN a queue whose messages hide for 2 s, and a handling that takes 3.5 s
-    client, url = make_queue(moto_server, visibility=2)
+    # GIVEN a queue whose messages hide for 4 s, and a handling that takes 6 s (a heartbeat
+    # every 0.5 s may come late by 3 s on a loaded machine and still hold the message)
+    client, url = make_queue(moto_server, visibility=4)
     message_id = send(client, url, json.dumps(sample("ec2-spot-instance-interruption-warning.json")))
-    handler = RecordingHandler(delay=3.5)
+    handler = RecordingHandler(delay=6.0)
     poller = Poller(client, url, handler, wait_seconds=1, extend_every=0.5 if extend else 60)
     # WHEN the poller handles it while another consumer keeps receiving
     seen_by_other: list[str] = []

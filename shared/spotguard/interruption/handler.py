@@ -212,6 +212,7 @@ class Handler:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             self._carry_out(batch, pool)
             written = time.perf_counter()
+            self._tell(batch, pool)
             told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
             self._upkeep(snap, pool, skip=surged, batch=batch)
@@ -260,15 +261,20 @@ class Handler:
 
     def _carry_out(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
         """Write a plan: the temporary budgets first (a drainer acting at the notice then meets
-        them before its first eviction), then the taints and the surges; Events after all of
-        them: they are best effort, and must not delay a surge."""
-        plan, snap = batch.plan, batch.snap
-        for f in [pool.submit(self._budget, s, batch) for s in plan.surges if s.budget is not None]:
-            f.result()
+        them before its first eviction), then the taints and the surges. The Events come
+        after (:meth:`_tell`): they are best effort, and must not delay a surge."""
+        plan = batch.plan
+        # Queued first, so the workers take them first (no barrier: the taints and surges
+        # follow at once on the free workers).
+        budgets = [pool.submit(self._budget, s, batch) for s in plan.surges if s.budget is not None]
         taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
         surges = [pool.submit(self._surge, s, batch) for s in plan.surges]
-        for f in (*taints, *surges):
+        for f in (*budgets, *taints, *surges):
             f.result()
+
+    def _tell(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
+        """The Events and quorum warnings of a plan (best effort, after every write)."""
+        plan, snap = batch.plan, batch.snap
         new_taints = {t.node for t in plan.taints}
         for w in plan.warnings:
             if new_taints & set(w.nodes):
@@ -294,6 +300,7 @@ class Handler:
             batch = Batch(pending, snap, {}, self._plan(pending, snap, {}, now), Failures())
             if pending:
                 self._carry_out(batch, pool)
+                self._tell(batch, pool)
             skip = {s.workload.key for s in batch.plan.surges if s.write_workload}
             self._upkeep(snap, pool, skip=skip, batch=batch)
 

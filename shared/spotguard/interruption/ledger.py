@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
@@ -87,8 +88,12 @@ def sync(kube: kube_mod.Kube, want: Mapping[str, SurgeRecord | None], known: Map
             continue
         ns = key.split("/", 2)[1]
         by_ns.setdefault(ns, {})[entry_key(key)] = None if record is None else _plain(record).to_json()
-    for ns, changes in by_ns.items():
-        _write(kube, ns, changes)
+    if len(by_ns) <= 1:
+        for ns, changes in by_ns.items():
+            _write(kube, ns, changes)
+        return
+    with ThreadPoolExecutor(max_workers=min(8, len(by_ns))) as pool:
+        list(pool.map(lambda item: _write(kube, *item), by_ns.items()))
 
 
 def _plain(record: SurgeRecord) -> SurgeRecord:
