@@ -358,3 +358,49 @@ def test_a_reservation_whose_pod_came_and_went_between_two_counts_is_dropped() -
     _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
     # THEN they take the slots again
     assert pod["metadata"]["labels"]["spotguard.io/placement"] == "on-demand"
+
+
+# -- timings -----------------------------------------------------------------------------
+
+
+def test_a_reservation_ttl_shorter_than_the_other_timings_is_raised_to_cover_them(k: FakeKube) -> None:
+    ctx = core.Context(Config(), k, trust_seconds=3.0, pending_grace=1.0, review_seconds=2.0)
+    minimum = 3.0 + 1.0 + 1.0 + 2 * 2.0  # trust + seen margin + grace + two review deadlines
+    assert ctx.reservations.minimum_ttl() == minimum
+    assert ctx.reservations.ttl(dataclasses.replace(Config(), reservation_ttl_seconds=2)) == minimum
+    assert ctx.reservations.ttl(dataclasses.replace(Config(), reservation_ttl_seconds=45)) == 45
+
+
+@pytest.mark.parametrize(
+    ("env", "trust", "grace", "deadline"),
+    [
+        ({}, 3.0, 1.0, 2.0),
+        ({"SPOTGUARD_ADMISSION_TRUST_SECONDS": "soon", "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "-1"}, 3.0, 1.0, 2.0),
+        ({"SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"}, 3.0, 1.0, 2.0),  # no time left inside the deadline
+        (
+            {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10", "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"},
+            3.0,
+            5.0,
+            10.0,
+        ),
+    ],
+)
+def test_admission_timings_from_the_environment_are_validated(
+    env: dict[str, str], trust: float, grace: float, deadline: float
+) -> None:
+    fake = FakeKube()
+    ctx = core.context_from_env({"SPOTGUARD_NAMESPACE": "spotguard", **env}, connect=lambda _: fake)  # type: ignore[arg-type,return-value]
+    assert (ctx.reservations.trust_seconds, ctx.reservations.pending_grace, ctx.review_seconds) == (
+        trust,
+        grace,
+        deadline,
+    )
+
+
+def test_a_review_past_its_deadline_is_allowed_unchanged_and_writes_nothing(k: FakeKube) -> None:
+    _, rs = cluster.deployment(k, "web", 2)
+    ctx = core.Context(Config(), k, "spotguard", review_seconds=0.0)
+    answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
+    assert "patch" not in answer["response"]
+    assert "failed_open" in answer["response"]["auditAnnotations"]["spotguard.io/decision"]
+    assert k.stats.writes == 0

@@ -382,7 +382,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET:
-        decision = _statefulset_decision(view, resolved, floor, config, ctx)
+        decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
         decision = decide(0)  # nothing to reserve
     else:
@@ -439,30 +439,42 @@ def _forced(
 
 
 def _statefulset_decision(
-    view: PodView, resolved: Resolved, floor: floors.Floor, config: Config, ctx: Context
+    view: PodView, resolved: Resolved, config: Config, ns_annotations: Mapping[str, str], ctx: Context
 ) -> placement.Decision:
-    """By the pods actually placed: the set's live pods, read now."""
+    """By the pods actually placed: the set's live pods and the set itself, both read now.
+
+    The set is read again even when cached: a scale-down right before a scale-up
+    leaves a cached copy with more replicas (a higher floor) than the set has.
+    The GET rides along with the LIST, so it costs no extra round trip.
+    """
+    assert ctx.kube is not None
+    fresh: futures.Future[Resolved] | None = None
+    if not resolved.fresh:
+        fresh = deadline.submit(ctx.pool, ctx.resolver.refresh_workload, resolved)
     obj = resolved.obj
     spec = obj.get("spec") or {}
+    match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
+    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+    metrics.api_call("list", "pods")
+    raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
+    if fresh is not None:
+        resolved = fresh.result()
+    workload = resolved.workload
+    floor = floors.floor_for(workload, config, ns_annotations, replicas=max(workload.replicas, 1))
+    spec = resolved.obj.get("spec") or {}
     start = (spec.get("ordinals") or {}).get("start") or 0
     if not isinstance(start, int) or start < 0:
         start = 0
-    siblings: list[PodView] = []
-    if floor.on_demand > 0:
-        match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
-        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
-        metrics.api_call("list", "pods")
-        raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector) if ctx.kube else []
-        uid = resolved.workload.uid
-        siblings = [
-            p
-            for p in (PodView.from_json(x, scheduling=False) for x in raw)
-            if p.owner is not None and p.owner.kind == "StatefulSet" and (not uid or p.owner.uid == uid)
-        ]
+    uid = workload.uid
+    siblings = [
+        p
+        for p in (PodView.from_json(x, scheduling=False) for x in raw)
+        if p.owner is not None and p.owner.kind == "StatefulSet" and (not uid or p.owner.uid == uid)
+    ]
     capacity = ctx.resolver.node_capacity(config, [p.node_name for p in siblings if p.node_name])
     return placement.decide(
         pod=view,
-        workload=resolved.workload,
+        workload=workload,
         floor=floor,
         siblings=siblings,
         node_capacity=capacity,

@@ -153,8 +153,8 @@ def _cross_terms(
     if all(any(all(e in (t.get("matchExpressions") or []) for e in w) for w in wanted) for t in terms):
         return []
     crossed: list[dict[str, Any]] = []
-    for term in terms:
-        for w in wanted:
+    for w in wanted:  # the user's terms, in their order, with the first alternative come first
+        for term in terms:
             exprs = list(term.get("matchExpressions") or [])
             new = {**term, "matchExpressions": exprs + [e for e in w if e not in exprs]}
             crossed.append(new)
