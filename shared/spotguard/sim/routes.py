@@ -407,7 +407,7 @@ class Api:
             body = {**body, "deleteOptions": {**(body.get("deleteOptions") or {}), "dryRun": ["All"]}}
         from spotguard.sim import disruption
 
-        disruption.evict(self.store, t.namespace, t.name, body)
+        disruption.evict(self.store, t.namespace, t.name, body, user=request.user)
         return success(201)
 
     def _bind(self, request: Request, t: Target) -> Response:
