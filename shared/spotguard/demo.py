@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         out.say(f"simulated cluster at {sim.url} (kubeconfig {sim.kubeconfig}), time x{args.time_scale:g}")
-        with admission_server(sim, Path(tmp)) as url:
+        with admission_server(sim, Path(tmp), time_scale=args.time_scale) as url:
             out.say(f"admission webhook (gunicorn, HTTPS) at {url}")
             summary = play(sim, apps, args, out)
     if args.json:
@@ -111,8 +111,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def admission_server(sim: Any, workdir: Path) -> Iterator[str]:
-    """``spotguard serve admission`` in a child process, registered as the cluster's webhook."""
+def admission_server(sim: Any, workdir: Path, time_scale: float = 1.0) -> Iterator[str]:
+    """``spotguard serve admission`` in a child process, registered as the cluster's webhooks
+    (the pod-create webhook and the eviction guard)."""
     paths = certs.make(workdir / "certs", ["localhost"], ["127.0.0.1"])
     port = free_port()
     cmd = [
@@ -121,12 +122,18 @@ def admission_server(sim: Any, workdir: Path) -> Iterator[str]:
         "--kubeconfig", sim.kubeconfig, "--workers", "1",
     ]  # fmt: skip
     log = (workdir / "admission.log").open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    env = dict(os.environ)
+    # The child measures the eviction guard's no-notice grace on its own (real) clock.
+    env.setdefault("SPOTGUARD_EVICTION_GRACE_SECONDS", f"{8.0 / max(time_scale, 1.0):.3f}")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         wait_until(lambda: _healthy(f"https://localhost:{port}/healthz", context, proc), 30, "the webhook to start")
         url = f"https://localhost:{port}/mutate"
-        sim.store.apply_objects([registration.webhook_configuration(url, paths.ca_bundle)])
+        sim.store.apply_objects([
+            registration.webhook_configuration(url, paths.ca_bundle),
+            registration.eviction_webhook_configuration(f"https://localhost:{port}/evictions", paths.ca_bundle),
+        ])
         yield url
     finally:
         proc.terminate()
