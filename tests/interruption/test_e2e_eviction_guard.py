@@ -116,3 +116,50 @@ def test_the_guard_unreachable_fails_open(sim: Any, tmp_path: Any) -> None:
     pod = ready_pod_on(sim, node)
     assert evict(sim, pod) is None
     assert not exists(sim, pod)
+
+
+def test_a_parallel_drain_at_the_notice_keeps_every_deployment_serving(sim: Any, tmp_path: Any) -> None:
+    """kubectl drain evicts a node's pods in parallel (one goroutine per pod) and retries each 429
+    every 5 s: the guard's count (Ready pods on nodes that stay) is not changed by evicting a doomed
+    pod, so parallel answers cannot race past it."""
+    import concurrent.futures
+
+    from tests.interruption.test_e2e_drainer import pods_on
+    from tests.interruption.test_e2e_owners import reconcile, spot_nodes, warning
+
+    with h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timing=TIMING):
+        store = sim.store
+        spot = spot_nodes(store)
+        before = ready_counts(store)
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm(spot)
+        for n in spot:
+            cordon(sim, n)  # the drainer first: cordoned before spotguard has the notice
+        handler = h.handler_for(sim)
+        doomed = [p["metadata"]["name"] for p in store.list("pods", namespace="shop")[0]
+                  if p["spec"].get("nodeName") in spot and h.is_ready(p)]
+        assert doomed
+        refusals = 0
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(doomed)) as pool:
+            answers = list(pool.map(lambda p: evict(sim, p), doomed))
+        refusals += sum(1 for a in answers if a is not None and a.status == 429)
+        assert refusals == len(doomed)  # nothing replaced yet: every one refused
+        warning(handler, sim, spot)
+        left = [p for p, a in zip(doomed, answers, strict=True) if a is not None]
+
+        def drained() -> bool:
+            nonlocal left
+            reconcile(handler)
+            retry_at = sim.clock.now() + 5
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(left))) as pool:
+                results = list(pool.map(lambda p: evict(sim, p), left))
+            left = [p for p, a in zip(left, results, strict=True) if a is not None and a.status == 429]
+            if left:
+                h.wait_until(lambda: sim.clock.now() >= retry_at, 10, "kubectl drain's 5 s")
+            return not left and pods_on(store, spot) == 0
+
+        h.wait_until(drained, 60, "the parallel drain to end", step=0.0)
+        assert {n["metadata"]["name"] for n in store.list("nodes")[0]} >= set(spot)
+        for key, count in before.items():
+            assert watcher.lowest[key] >= count, (key, watcher.lowest[key], count)

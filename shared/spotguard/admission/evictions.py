@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from typing import Any
 
 from spotguard.admission import core, deadline, errors, metrics, resolve, reviews
@@ -34,6 +35,9 @@ from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
 FIRST_SEEN_MAX = 10_000
+# A drainer evicts a node's pods in parallel: their reviews share one node LIST when it
+# started at most this long before them (the pod's own node is always read fresh).
+SHARE_LIST_SECONDS = 0.25
 
 
 def is_eviction(review: Any) -> bool:
@@ -84,6 +88,23 @@ class Guard:
         self.timing = timing or timing_from_env()
         self._first_seen: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._list: tuple[float, futures.Future[Any]] | None = None  # (monotonic start, the LIST)
+
+    def nodes(self, ctx: core.Context) -> futures.Future[Any]:
+        """A LIST of every node that started at most SHARE_LIST_SECONDS ago (one per burst)."""
+        kube = ctx.kube
+        assert kube is not None
+        with self._lock:
+            now = time.monotonic()
+            shared = self._list
+            if shared is not None and now - shared[0] <= SHARE_LIST_SECONDS and not (
+                shared[1].done() and shared[1].exception() is not None
+            ):
+                return shared[1]
+            metrics.api_call("list", resources.NODES.name)
+            listing = deadline.submit(ctx.pool, kube.list, resources.NODES)
+            self._list = (now, listing)
+            return listing
 
     def first_seen(self, node: str, now: float) -> float:
         with self._lock:
@@ -169,11 +190,14 @@ def _decide(request: reviews.Request, ctx: core.Context) -> evictions.Decision:
     config = ctx.config
     if namespace in config.excluded_namespaces:
         return evictions.Decision(True, "not-managed")
-    nodes_raw = deadline.submit(ctx.pool, kube.list, resources.NODES)
+    guard = guard_for(ctx)
+    nodes_raw = guard.nodes(ctx)
     raw = kube.find(resources.PODS, name, namespace)
     if raw is None:
         return evictions.Decision(True, "no-such-pod")
     pod = PodView.from_json(raw, scheduling=False)
+    # its own node fresh: a drainer cordons it milliseconds before the first eviction
+    own_node = deadline.submit(ctx.pool, kube.find, resources.NODES, pod.node_name) if pod.node_name else None
     resolved = ctx.resolver.resolve(pod)
     if isinstance(resolved, resolve.Unresolved):
         return evictions.Decision(True, "not-managed")
@@ -189,7 +213,12 @@ def _decide(request: reviews.Request, ctx: core.Context) -> evictions.Decision:
         if interruption.selector_matches(selector, p.labels) and _same_controller_kind(p, workload.kind.value)
     ]
     nodes = {n.name: n for n in (node_facts(o, config) for o in nodes_raw.result())}
-    guard = guard_for(ctx)
+    if own_node is not None:
+        fresh = own_node.result()
+        if fresh is None:
+            nodes.pop(pod.node_name, None)
+        else:
+            nodes[pod.node_name] = node_facts(fresh, config)
     now = guard.clock()
     node = nodes.get(pod.node_name)
     first_seen = now
