@@ -118,3 +118,12 @@ def test_a_statefulset_keeps_its_floor_only() -> None:
             for i, n in enumerate(["od-1", "od-1", "spot-1"])]
     assert decide(sts, pods[2], pods, floor_on_demand=2).allowed
     assert not decide(sts, pods[2], pods[1:], floor_on_demand=2).allowed
+
+
+def test_a_rebalance_recommendation_holds_a_drain_for_a_bounded_time_only() -> None:
+    pods = web(0)
+    rebalance = NodeNotice("rbl-1", NoticeKind.REBALANCE, NOW, NOW + 900)
+    facts = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True, notice=rebalance))
+    timing = evictions.Timing(rebalance_hold=120)
+    assert not decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 119, timing=timing).allowed
+    assert decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 120, timing=timing).reason == "reclaim-near"

@@ -60,6 +60,7 @@ def timing_from_env(env: Mapping[str, str] | None = None) -> evictions.Timing:
     return evictions.Timing(
         grace=_seconds(env, "SPOTGUARD_EVICTION_GRACE_SECONDS", default.grace),
         release=_seconds(env, "SPOTGUARD_EVICTION_RELEASE_SECONDS", default.release),
+        rebalance_hold=_seconds(env, "SPOTGUARD_EVICTION_REBALANCE_HOLD_SECONDS", default.rebalance_hold),
     )
 
 

@@ -14,10 +14,10 @@ in parallel, several webhook processes answer them) cannot race each other past
 it, and the guard needs no write and no shared state.
 
 It never wedges a drain: a node with spotguard's notice is released ``release``
-seconds before its reclaim time (the drain still finishes inside the window); a
-node without one is protected for ``grace`` seconds after this process first saw
-it going away (the notice usually reaches spotguard within a second or two),
-then released.
+seconds before its reclaim time (the drain still finishes inside the window), or
+``rebalance_hold`` seconds after a rebalance recommendation; a node without one
+is protected for ``grace`` seconds after this process first saw it going away
+(the notice usually reaches spotguard within a second or two), then released.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from spotguard.policy import interruption
-from spotguard.policy.notices import NodeNotice
+from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.views import PodView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
 
@@ -54,6 +54,9 @@ RETRY_SECONDS = 5  # kubectl drain (and aws-node-termination-handler) retry a 42
 class Timing:
     grace: float = 8.0  # a going-away spot node without spotguard's notice: protected this long
     release: float = 30.0  # a noticed node: everything may go this long before its reclaim time
+    # a node with a rebalance recommendation only (no reclaim time yet; a drainer that drains
+    # at rebalance recommendations): guarded this long after the notice at most
+    rebalance_hold: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ def decide(
         return Decision(True, "not-spot")
     if notice is not None:
         release_at = notice.until - timing.release
+        if notice.kind is NoticeKind.REBALANCE:
+            release_at = min(release_at, notice.time + timing.rebalance_hold)
         if now >= release_at:
             return Decision(True, "reclaim-near")
         why = f"node {node.name} is reclaimed at {_clock(notice.until)} (spotguard notice {notice.event_id})"
