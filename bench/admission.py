@@ -457,7 +457,7 @@ def main() -> int:
         try:
             hook, hook_url = start("webhook", tls, kubeconfig, None, None)
             servers = [hook]
-            timeout = float(yaml.safe_load(registration.MANIFEST.read_text())["webhooks"][0]["timeoutSeconds"])
+            timeout = float(registration.webhook_configuration("", "")["webhooks"][0]["timeoutSeconds"])
             results.update(burst(k, kubeconfig, hook_url, ca=ca, n=args.burst, timeout=timeout))
         finally:
             for p in servers:

@@ -2,19 +2,25 @@
 
 The simulated cluster runs in real time (time scale 1) with its drainer on (as
 aws-node-termination-handler without cordon-only: cordon and evict everything
-through the Eviction API). Two Deployments without budgets of their own (web: 6,
-api: 3) run on two on-demand and two spot nodes; pods take 3 s to be Ready. For
-each run, both spot nodes get their interruption warning at t0 and:
+through the Eviction API, retrying a 429 every 5 s). Two Deployments without
+budgets of their own (web: 6, api: 3) and one with its own permissive budget
+(shop: 4, minAvailable 2) run on two on-demand and two spot nodes; pods take 3 s
+to be Ready. For each run, both spot nodes get their interruption warning at t0
+and:
 
 - ``spotguard-first``: spotguard receives the notice at t0 while the drainer starts
   at t0 + U(0, 2) s;
 - ``drainer-first``: the drainer starts at t0 while the notice reaches spotguard at
   t0 + U(0, 2) s;
 
-each without protection beforehand, and with ``protection: rebalance``: a
-rebalance recommendation (``rebalance_action: surge``) handled before t0, its
-surge Ready. ``below`` is, per Deployment, how many Ready pods it lost at worst
-against its count just before the notice (0: the promise held).
+each with ``protection``: ``none`` (the notice handler only), ``guard`` (the
+eviction guard too: the admission function served over HTTPS and registered
+from the shipped ValidatingWebhookConfiguration for pods/eviction), or
+``rebalance`` (no guard; a rebalance recommendation, ``rebalance_action: surge``,
+handled before t0, its surge Ready). ``below`` is, per Deployment, how many
+SERVING pods (Ready, on a running instance) it lost at worst against its count
+just before the notice (0: the promise held); ``drained_at`` when the doomed
+nodes had no pod left (the reclaim is at 120 s).
 
 Prints ONE JSON line::
 
@@ -24,14 +30,22 @@ Prints ONE JSON line::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import random
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from spotguard import certs
+from spotguard.admission import app as admission_app
+from spotguard.admission import core, evictions, registration
 from spotguard.gateway import kube
 from spotguard.interruption.handler import Handler
 from spotguard.policy import config
@@ -51,7 +65,32 @@ def scenario() -> list[dict[str, Any]]:
         )
     out.append(objects.deployment("web", 6, namespace="shop"))
     out.append(objects.deployment("api", 3, namespace="shop"))
+    out.append(objects.deployment("shop", 4, namespace="shop"))
+    out.append(objects.pdb("shop", "shop", namespace="shop", min_available=2))
     return out
+
+
+@contextlib.contextmanager
+def eviction_guard(sim: Any) -> Iterator[None]:
+    """The admission function over HTTPS on loopback, registered as the shipped eviction guard."""
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = certs.make(tmp, ["localhost"], ["127.0.0.1"])
+        ctx = core.Context(config.Config(), kube.Kube(sim.api_client()))
+        evictions.configure(ctx, evictions.Guard(clock=sim.clock.now))
+        server = make_server("127.0.0.1", 0, admission_app.create_app(ctx), threaded=True,
+                             ssl_context=(str(paths.cert), str(paths.key)))
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        sim.store.create("validatingwebhookconfigurations", registration.eviction_webhook_configuration(
+            f"https://127.0.0.1:{server.server_port}/evictions", paths.ca_bundle))
+        try:
+            yield
+        finally:
+            server.shutdown()
+            thread.join(5)
 
 
 def notices(sim: Any, names: list[str], kind: NoticeKind, prefix: str) -> list[Notice]:
@@ -88,9 +127,14 @@ def wait(what: Any, timeout: float) -> bool:
 
 def run(order: str, protection: str, delay: float) -> dict[str, Any]:
     cfg = dataclasses.replace(config.Config(), rebalance_action=config.RebalanceAction.SURGE)
-    with testing.running_cluster(scenario(), time_scale=1.0, ready_delay_seconds=READY_DELAY, drainer=True) as sim:
+    with contextlib.ExitStack() as stack:
+        sim = stack.enter_context(
+            testing.running_cluster(scenario(), time_scale=1.0, ready_delay_seconds=READY_DELAY, drainer=True)
+        )
+        if protection == "guard":
+            stack.enter_context(eviction_guard(sim))
         store = sim.store
-        wait(lambda: sum(ready(store).values()) == 9, 60)
+        wait(lambda: sum(ready(store).values()) == 13, 60)
         handler = Handler(kube.Kube(sim.api_client()), cfg, clock=sim.clock.now)
         spot = ["spot-2", "spot-3"]
         before = ready(store)  # before any notice: the serving count to keep
@@ -99,7 +143,7 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
             wait(
                 lambda: (
                     sum(ready(store).values())
-                    >= 9 + sum(1 for p in store.list("pods")[0] if p["spec"].get("nodeName") in spot)
+                    >= 13 + sum(1 for p in store.list("pods")[0] if p["spec"].get("nodeName") in spot)
                 ),
                 60,
             )
@@ -122,7 +166,8 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
         handled_at = sim.clock.now() - t0
         handler.handle(warning)
         done_at = sim.clock.now() - t0
-        wait(lambda: not any(p["spec"].get("nodeName") in spot for p in store.list("pods")[0]), 90)
+        wait(lambda: not any(p["spec"].get("nodeName") in spot for p in store.list("pods")[0]), 110)
+        drained_at = sim.clock.now() - t0
         below = {k.split("/")[-1]: max(0, before[k] - tracker.lowest.get(k, 0)) for k in before}
         return {
             "order": order,
@@ -130,6 +175,7 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
             "drainer_at": round(drain_at - t0, 2),
             "spotguard_at": round(handled_at, 2),
             "spotguard_done": round(done_at, 2),
+            "drained_at": round(drained_at, 1),
             "below": below,
         }
 
@@ -137,20 +183,20 @@ def run(order: str, protection: str, delay: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--protections", default="none,guard,rebalance")
     args = parser.parse_args()
-    import logging
-
+    protections = [p for p in args.protections.split(",") if p]
     logging.disable(logging.WARNING)
     runs = []
     for seed in range(args.seeds):
         delay = random.Random(seed).uniform(0.0, 2.0)
         for order in ("spotguard-first", "drainer-first"):
-            for protection in ("none", "rebalance"):
+            for protection in protections:
                 runs.append(run(order, protection, delay))
     held = {
         f"{o}/{p}": all(not any(r["below"].values()) for r in runs if r["order"] == o and r["protection"] == p)
         for o in ("spotguard-first", "drainer-first")
-        for p in ("none", "rebalance")
+        for p in protections
     }
     print(json.dumps({"runs": runs, "promise_held": held, "load_average": os.getloadavg()[0]}))
 

@@ -133,6 +133,30 @@ def test_webhook_fails_open_fast_and_idempotent(shape: tuple[dict[str, Any], ...
         assert client["url"].startswith("https://") and client["url"].endswith("/mutate")
 
 
+def test_every_shape_ships_the_eviction_guard(shape: tuple[dict[str, Any], ...]) -> None:
+    """The validating webhook for pods/eviction: fails open, writes nothing, same server, and
+    the same namespaces left out as the pod-create webhook; with a CA wherever the pod-create
+    webhook has one."""
+    [config] = of_kind(shape, "ValidatingWebhookConfiguration")
+    [hook] = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert 1 <= hook["timeoutSeconds"] <= 3
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods/eviction"], "scope": "Namespaced"}]
+    [pods_config] = of_kind(shape, "MutatingWebhookConfiguration")
+    [pods_hook] = pods_config["webhooks"]
+    assert hook["namespaceSelector"] == pods_hook["namespaceSelector"]
+    assert (config["metadata"].get("annotations") or {}) == (pods_config["metadata"].get("annotations") or {})
+    assert ("caBundle" in hook["clientConfig"]) == ("caBundle" in pods_hook["clientConfig"])
+    client = hook["clientConfig"]
+    if "service" in client:
+        assert client["service"] == {**pods_hook["clientConfig"]["service"], "path": "/evictions"}
+    else:
+        assert client["url"] == pods_hook["clientConfig"]["url"].removesuffix("/mutate") + "/evictions"
+
+
 def test_webhook_skips_system_own_and_opted_out_namespaces(shape: tuple[dict[str, Any], ...]) -> None:
     [config] = of_kind(shape, "MutatingWebhookConfiguration")
     [hook] = config["webhooks"]

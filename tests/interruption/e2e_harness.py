@@ -96,10 +96,16 @@ def floors_of(store: Any) -> dict[str, tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def admission_webhook(sim: Any, workdir: str | os.PathLike[str]) -> Iterator[str]:
+def admission_webhook(
+    sim: Any, workdir: str | os.PathLike[str], *, pods: bool = True, evictions: bool = False,
+    timing: Any = None,
+) -> Iterator[str]:
     """Serve the admission function over HTTPS on loopback and register it with the cluster.
 
-    Yields the webhook's URL. Pods created after this are placed by spotguard's admission.
+    Yields the webhook's URL. ``pods``: pods created after this are placed by spotguard's
+    admission (the shipped MutatingWebhookConfiguration). ``evictions``: the shipped eviction
+    guard (ValidatingWebhookConfiguration for pods/eviction) is registered too, deciding on
+    the simulated clock (``timing``: its grace and release, in simulated seconds).
     """
     from spotguard import certs
     from spotguard.admission import app as admission_app
@@ -121,11 +127,22 @@ def admission_webhook(sim: Any, workdir: str | os.PathLike[str]) -> Iterator[str
     thread = threading.Thread(target=server.serve_forever, name="admission-webhook", daemon=True)
     thread.start()
     url = f"https://127.0.0.1:{server.server_port}/mutate"
-    # The shipped webhook configuration; a longer timeout for a loaded test machine.
-    sim.store.create(
-        "mutatingwebhookconfigurations",
-        registration.webhook_configuration(url, paths.ca_bundle, timeoutSeconds=5),
-    )
+    # The shipped webhook configurations; a longer timeout for a loaded test machine.
+    if pods:
+        sim.store.create(
+            "mutatingwebhookconfigurations",
+            registration.webhook_configuration(url, paths.ca_bundle, timeoutSeconds=5),
+        )
+    if evictions:
+        from spotguard.admission import evictions as guard
+
+        guard.configure(ctx, guard.Guard(clock=sim.clock.now, timing=timing))
+        sim.store.create(
+            "validatingwebhookconfigurations",
+            registration.eviction_webhook_configuration(
+                f"https://127.0.0.1:{server.server_port}/evictions", paths.ca_bundle, timeoutSeconds=5
+            ),
+        )
     try:
         yield url
     finally:

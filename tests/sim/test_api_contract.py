@@ -830,3 +830,82 @@ def test_a_failed_create_is_logged_with_the_count_created(caplog: pytest.LogCapt
         _SlowHook.deny = False
     record = next(r for r in caplog.records if r.getMessage() == "pod creation failed")
     assert record.__dict__["pods_created"] == 0 and "no pods today" in record.__dict__["error"]
+
+
+# ---- Validating admission of pods/eviction (simulated cluster only: a real API server cannot reach a loopback hook)
+
+
+class _EvictionHook(http.server.BaseHTTPRequestHandler):
+    """A validating webhook that records each review and denies with 429 while ``deny`` is set."""
+
+    protocol_version = "HTTP/1.1"
+    deny = True
+    reviews: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        cls.reviews.append(review)
+        response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not cls.deny}
+        if cls.deny:
+            response["status"] = {"code": 429, "reason": "TooManyRequests", "message": "not yet",
+                                  "details": {"retryAfterSeconds": 5}}
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "response": response}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_eviction_goes_through_the_validating_webhooks_for_pods_eviction() -> None:
+    """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/ and
+    pkg/registry/core/pod/storage/eviction.go: the Eviction (kind policy/v1 Eviction, resource v1
+    pods, subResource eviction, name the pod's) is validated before the budgets are checked; a
+    denial's code (429) and retryAfterSeconds reach the caller; a dry run is reviewed with dryRun
+    true; the in-cluster drainer is refused the same way and retries."""
+    _EvictionHook.deny, _EvictionHook.reviews = True, []
+    server, url, ca_bundle = tls.serve_https(_EvictionHook)
+    try:
+        with testing.running_cluster(time_scale=10.0) as sim:
+            sim.store.create("namespaces", objects.namespace("shop"))
+            sim.store.create("validatingwebhookconfigurations", {
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "evictions"},
+                "webhooks": [{"name": "evictions.spotguard.io", "admissionReviewVersions": ["v1"],
+                              "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 10,
+                              "clientConfig": {"url": url + "/", "caBundle": ca_bundle},
+                              "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                         "resources": ["pods/eviction"]}]}]})
+            core = kubernetes.client.CoreV1Api(sim.api_client())
+            core.create_namespaced_pod("shop", pod_manifest("p1", nodeSelector={"no": "node"}))
+            eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p1", "namespace": "shop"}}
+            assert not _EvictionHook.reviews  # creating the pod called no validating hook for pods/eviction
+            with pytest.raises(ApiException) as info:
+                core.create_namespaced_pod_eviction("p1", "shop", eviction)
+            assert info.value.status == 429
+            status = json.loads(info.value.body)
+            assert status["message"] == 'admission webhook "evictions.spotguard.io" denied the request: not yet'
+            assert status["reason"] == "TooManyRequests"
+            assert info.value.headers.get("Retry-After") == "5"
+            request = _EvictionHook.reviews[-1]["request"]
+            assert request["kind"] == {"group": "policy", "version": "v1", "kind": "Eviction"}
+            assert request["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+            assert request["subResource"] == "eviction" and request["operation"] == "CREATE"
+            assert (request["name"], request["namespace"]) == ("p1", "shop")
+            assert request["object"]["kind"] == "Eviction" and request["dryRun"] is False
+            with pytest.raises(ApiException):
+                core.create_namespaced_pod_eviction("p1", "shop", eviction, dry_run="All")
+            assert _EvictionHook.reviews[-1]["request"]["dryRun"] is True
+            assert core.read_namespaced_pod("p1", "shop").metadata.deletion_timestamp is None
+            _EvictionHook.deny = False
+            core.create_namespaced_pod_eviction("p1", "shop", eviction)
+            with pytest.raises(ApiException) as info:
+                core.read_namespaced_pod("p1", "shop")
+            assert info.value.status == 404
+    finally:
+        server.shutdown()

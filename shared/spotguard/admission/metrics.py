@@ -14,6 +14,8 @@
 * ``spotguard_admission_stale_workloads_total``: workloads read again because the
   pod being admitted showed the cached copy was older than it (a surge or a scale).
 * ``spotguard_admission_nodes{capacity}``: nodes counting as on-demand / spot.
+* ``spotguard_admission_evictions_total{verdict, reason}``: ``pods/eviction`` reviews
+  answered by the eviction guard (``allowed`` or ``denied``, and why).
 * ``spotguard_admission_ready{reason}``: 1 when ready, else 0 with why not.
 * ``spotguard_admission_no_spot_nodes``: 1 while no node is spot (reported, still ready).
 * ``spotguard_admission_unplaceable_total{placement}``: slots no reachable node offers.
@@ -49,6 +51,12 @@ API_CALLS = prometheus_client.Counter(
 CONFLICTS = prometheus_client.Counter(
     "spotguard_admission_reservation_conflicts",
     "Reservation Lease writes that lost to another instance and were recomputed",
+)
+
+EVICTIONS = prometheus_client.Counter(
+    "spotguard_admission_evictions",
+    "pods/eviction reviews answered by the eviction guard, by verdict and reason",
+    ["verdict", "reason"],
 )
 
 STALE = prometheus_client.Counter(

@@ -53,6 +53,7 @@ class Status(TypedDict, total=False):
     code: int
     message: str
     reason: str
+    details: dict[str, Any]  # e.g. retryAfterSeconds (the Retry-After header of the answer)
 
 
 class Response(TypedDict):

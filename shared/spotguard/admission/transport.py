@@ -5,7 +5,10 @@
 * ``POST /mutate`` (and ``POST /``, for a Knative Service or a Function URL that
   is called on its root): an AdmissionReview in, an AdmissionReview out (200),
   or a JSON error (400 not JSON / not an AdmissionReview / no request, 413 body
-  over :data:`MAX_BODY`). Never a 5xx, never a denial.
+  over :data:`MAX_BODY`). Never a 5xx; a pod CREATE is never denied.
+* ``POST /evictions`` (or any of the above: the review says what it is): a
+  ``pods/eviction`` review, answered by the eviction guard
+  (:mod:`spotguard.admission.evictions`), which may deny with 429.
 * ``GET /healthz``: the process is up. ``GET /readyz``: it can do its job (a cluster
   connection, the state namespace, on-demand and spot nodes; see
   :mod:`spotguard.admission.health`), else 503 with the reason.
@@ -18,14 +21,14 @@ import json
 import logging
 from typing import Any
 
-from spotguard.admission import core, errors, metrics
+from spotguard.admission import core, errors, evictions, metrics
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver caps requests at 3 MiB too
 JSON = "application/json"
 Headers = dict[str, str]
-MUTATE_PATHS = frozenset({"/mutate", "/"})
+MUTATE_PATHS = frozenset({"/mutate", "/", "/evictions"})
 
 
 def json_answer(status: int, body: Any) -> tuple[int, Headers, bytes]:
@@ -49,6 +52,8 @@ def mutate(body: bytes, ctx: core.Context) -> tuple[int, Headers, bytes]:
     review: Any = None
     try:
         review = decode(body)
+        if evictions.is_eviction(review):
+            return json_answer(200, evictions.serve(review, ctx))
         return json_answer(200, core.serve(review, ctx))
     except errors.WebhookError as exc:
         if isinstance(exc, (errors.BodyTooLarge, errors.NotJSON)):

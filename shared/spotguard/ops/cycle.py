@@ -201,7 +201,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         watch.show()
         # A big scenario sends its pods through the webhook by the thousand: a second worker.
         workers = 2 if sum(_replicas(o) for o in apps) > 1000 else 1
-        admission = stack.enter_context(functions.admission_server(sim, workdir, workers))
+        admission = stack.enter_context(functions.admission_server(sim, workdir, workers, time_scale=scale))
         bus = bus_future.result()
         stack.enter_context(
             functions.interruption_poller(sim, bus.client("sqs"), bus.queue_url, RECONCILE_SECONDS / scale)

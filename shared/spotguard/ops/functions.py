@@ -63,10 +63,12 @@ def wait_until(what: Callable[[], bool], timeout: float, message: str, step: flo
 
 
 @contextlib.contextmanager
-def child(cmd: list[str], log_path: Path, stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen[bytes]]:
+def child(
+    cmd: list[str], log_path: Path, stop_signal: int = signal.SIGTERM, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A child process that gets ``stop_signal`` (then SIGKILL) on exit."""
     log = log_path.open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     try:
         yield proc
     finally:
@@ -92,8 +94,9 @@ class Admission:
 
 
 @contextlib.contextmanager
-def admission_server(sim: Any, workdir: Path, workers: int = 1) -> Iterator[Admission]:
-    """``spotguard serve admission`` over HTTPS, registered as the cluster's webhook.
+def admission_server(sim: Any, workdir: Path, workers: int = 1, time_scale: float = 1.0) -> Iterator[Admission]:
+    """``spotguard serve admission`` over HTTPS, registered as the cluster's webhooks: the
+    pod-create webhook and the eviction guard (``pods/eviction``).
 
     The private keys are written under ``workdir``, which the caller removes.
     """
@@ -105,12 +108,18 @@ def admission_server(sim: Any, workdir: Path, workers: int = 1) -> Iterator[Admi
         "--kubeconfig", sim.kubeconfig, "--workers", str(workers),
     ]  # fmt: skip
     # SIGINT: gunicorn's quick shutdown (SIGTERM waits for the cluster's pooled keep-alive connections).
-    with child(cmd, workdir / "admission.log", signal.SIGINT) as proc:
+    # The child measures the eviction guard's no-notice grace on its own (real) clock.
+    env = {"SPOTGUARD_EVICTION_GRACE_SECONDS": os.environ.get(
+        "SPOTGUARD_EVICTION_GRACE_SECONDS", f"{8.0 / max(time_scale, 1.0):.3f}")}  # fmt: skip
+    with child(cmd, workdir / "admission.log", signal.SIGINT, env=env) as proc:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         health = f"https://localhost:{port}/healthz"
         wait_until(lambda: _healthy(health, context, proc, workdir / "admission.log"), 60, "the admission webhook")
         url = f"https://localhost:{port}/mutate"
-        sim.store.apply_objects([registration.webhook_configuration(url, paths.ca_bundle)])
+        sim.store.apply_objects([
+            registration.webhook_configuration(url, paths.ca_bundle),
+            registration.eviction_webhook_configuration(f"https://localhost:{port}/evictions", paths.ca_bundle),
+        ])  # fmt: skip
         yield Admission(url, proc)
 
 

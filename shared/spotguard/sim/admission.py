@@ -369,3 +369,105 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None
         raise errors.InternalError(
             f'Internal error occurred: failed calling webhook "{name}": {exc}'
         ) from exc
+
+
+# -- validating admission of pods/eviction ------------------------------------------------
+#
+# kube-apiserver's eviction REST handler (pkg/registry/core/pod/storage/eviction.go) runs
+# the validating webhooks (createValidation) on the Eviction before it reads the pod and
+# checks the budgets. A webhook's rule names the subresource: "pods/eviction", "pods/*",
+# "*/eviction" or "*/*". The review's kind is policy/v1 Eviction, its resource v1 pods,
+# its subResource "eviction", its name the pod's; a denial's status code (429 included)
+# is what the caller gets.
+
+
+def _eviction_rule(rule: Mapping[str, Any]) -> bool:
+    def has(values: Any, value: str) -> bool:
+        return isinstance(values, list) and ("*" in values or value in values)
+
+    if not (has(rule.get("operations"), "CREATE") and has(rule.get("apiGroups"), "")
+            and has(rule.get("apiVersions"), "v1")):
+        return False
+    wanted = rule.get("resources") or []
+    return any(r in ("*/*", "pods/*", "*/eviction", "pods/eviction") for r in wanted) and \
+        rule.get("scope", "*") in ("*", "Namespaced")
+
+
+def validate_eviction(store: Store, namespace: str, name: str, eviction: Obj, *,
+                      user: Mapping[str, Any] | None, dry_run: bool) -> None:
+    """Call the ValidatingWebhookConfigurations that cover ``pods/eviction``; raise to reject."""
+    if store.count("validatingwebhookconfigurations") == 0:
+        return
+    configs, _ = store.list("validatingwebhookconfigurations")
+    eviction = {**eviction, "apiVersion": "policy/v1", "kind": "Eviction"}
+    eviction["metadata"] = {**(eviction.get("metadata") or {}), "name": name, "namespace": namespace}
+    pods = resources.get("pods")
+    for config in sorted(configs, key=lambda c: c["metadata"]["name"]):
+        for hook in config.get("webhooks") or []:
+            if not isinstance(hook, dict) or not any(
+                _eviction_rule(r) for r in hook.get("rules") or [] if isinstance(r, dict)
+            ):
+                continue
+            if not _matches_selectors(store, hook, eviction, namespace):
+                continue
+            _validate(hook, pods, eviction, namespace=namespace, name=name,
+                      user=dict(user) if user else dict(ANONYMOUS), dry_run=dry_run)
+
+
+def _matches_selectors(store: Store, hook: Mapping[str, Any], obj: Mapping[str, Any], namespace: str) -> bool:
+    object_selector = hook.get("objectSelector")
+    if object_selector and not selectors.from_dict(object_selector).matches(
+        (obj.get("metadata") or {}).get("labels")
+    ):
+        return False
+    ns_selector = hook.get("namespaceSelector")
+    if ns_selector:
+        try:
+            labels = store.get("namespaces", namespace)["metadata"].get("labels")
+        except errors.NotFound:
+            labels = {}
+        if not selectors.from_dict(ns_selector).matches(labels):
+            return False
+    return True
+
+
+def _validate(hook: Mapping[str, Any], pods: resources.ResourceType, eviction: Obj, *, namespace: str,
+              name: str, user: Mapping[str, Any], dry_run: bool) -> None:
+    hook_name = str(hook.get("name", ""))
+    if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+        raise errors.BadRequest(f'admission webhook "{hook_name}" does not support dry run')
+    body = review(pods, eviction, namespace=namespace, user=user, dry_run=dry_run)
+    request = body["request"]
+    kind = {"group": "policy", "version": "v1", "kind": "Eviction"}
+    request.update(kind=kind, requestKind=kind, name=name, subResource="eviction",
+                   requestSubResource="eviction")
+    try:
+        if not _conditions_match(hook, request):
+            return
+        response = call(hook, body)
+    except CallError as exc:
+        if hook.get("failurePolicy", "Fail") == "Ignore":
+            log.warning("webhook call failed, ignored (failurePolicy Ignore)",
+                        extra={"webhook": hook_name, "error": str(exc)})
+            return
+        raise errors.InternalError(
+            f'Internal error occurred: failed calling webhook "{hook_name}": {exc}'
+        ) from exc
+    if response.get("allowed"):
+        return
+    status = response.get("status") or {}
+    code = int(status.get("code") or 400)
+    denied = f'admission webhook "{hook_name}" denied the request'
+    if status.get("message"):
+        denied += f": {status['message']}"
+    elif status.get("reason"):
+        denied += f": {status['reason']}"
+    else:
+        denied += " without explanation"
+    refusal = errors.StatusError(denied)
+    refusal.code = code if 400 <= code < 600 else 400
+    refusal.reason = str(status.get("reason") or "")
+    retry = (status.get("details") or {}).get("retryAfterSeconds")
+    if isinstance(retry, int) and retry > 0:
+        refusal.details["retryAfterSeconds"] = retry
+    raise refusal

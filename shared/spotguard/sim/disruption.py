@@ -66,9 +66,13 @@ def _can_ignore_pdb(pod: dict[str, Any]) -> bool:
     return phase in ("Succeeded", "Failed", "Pending") or pods.is_terminating(pod)
 
 
-def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any]) -> None:
-    """The pods/eviction subresource: delete the pod unless a budget forbids it.
+def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any],
+          user: dict[str, Any] | None = None) -> None:
+    """The pods/eviction subresource: delete the pod unless a webhook or a budget forbids it.
 
+    The validating webhooks that cover ``pods/eviction`` are called first, outside the
+    store lock (as kube-apiserver's createValidation, before the pod is read); a denial
+    raises what the webhook said (429 included).
     Raises NotFound, BadRequest, TooManyRequests (429: the budget would be broken, or
     it was not yet observed), InternalError (500: more than one budget), Forbidden."""
     body = eviction_body or {}
@@ -79,6 +83,10 @@ def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any]) 
     dry_run = bool(options.get("dryRun"))
     grace = options.get("gracePeriodSeconds")
     preconditions = options.get("preconditions")
+    if getattr(store, "admission_enabled", False):
+        from spotguard.sim import admission
+
+        admission.validate_eviction(store, namespace, name, body, user=user, dry_run=dry_run)
     with store.lock:
         pod = store.get("pods", name, namespace)
         if not _can_ignore_pdb(pod):

@@ -93,6 +93,13 @@ TYPES: tuple[ResourceType, ...] = (
         "v1",
         False,
     ),
+    ResourceType(
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
 )
 
 BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in TYPES}

@@ -437,7 +437,7 @@ class Api:
         admission.admit(self.store, "pods", {"apiVersion": "policy/v1", "kind": "Eviction", **body},
                         namespace=t.namespace, user=request.user, dry_run=_dry_run(request.query),
                         subresource="eviction")
-        disruption.evict(self.store, t.namespace, t.name, body)
+        disruption.evict(self.store, t.namespace, t.name, body, user=request.user)
         return success(201)
 
     def _bind(self, request: Request, t: Target) -> Response:

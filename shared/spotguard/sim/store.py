@@ -604,7 +604,9 @@ class Store:
                     f"unable to create new content in namespace {ns} because it is being terminated"
                 )
         strategies.admit(self, resource, obj)
-        if self.admission_enabled and resource != "mutatingwebhookconfigurations":
+        if self.admission_enabled and resource not in (
+            "mutatingwebhookconfigurations", "validatingwebhookconfigurations"
+        ):
             from spotguard.sim import admission
 
             obj = admission.admit_create(
@@ -1195,7 +1197,7 @@ def _default(resource: str, obj: Obj) -> None:
             labels.setdefault("kubernetes.io/metadata.name", obj["metadata"]["name"])
     elif resource == "nodes":
         obj.setdefault("spec", {})
-    elif resource == "mutatingwebhookconfigurations":
+    elif resource in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
         for hook in obj.get("webhooks") or []:
             if not isinstance(hook, dict):
                 continue
@@ -1204,7 +1206,8 @@ def _default(resource: str, obj: Obj) -> None:
             hook.setdefault("namespaceSelector", {})
             hook.setdefault("objectSelector", {})
             hook.setdefault("timeoutSeconds", 10)
-            hook.setdefault("reinvocationPolicy", "Never")
+            if resource == "mutatingwebhookconfigurations":
+                hook.setdefault("reinvocationPolicy", "Never")
             for rule in hook.get("rules") or []:
                 if isinstance(rule, dict):
                     rule.setdefault("scope", "*")

@@ -1,7 +1,8 @@
 """A drainer that reacts to a spot notice at once, as aws-node-termination-handler
 does: cordon the node, then evict every pod except DaemonSet and mirror pods
-through the Eviction logic, retrying refused evictions (429) every few
-simulated seconds until the node is gone.
+through the Eviction API's logic (validating webhooks on pods/eviction, then the
+budgets), retrying a refused eviction (429, from a budget or a webhook) every 5
+simulated seconds, as kubectl drain does, until the node is gone.
 https://github.com/aws/aws-node-termination-handler (cordon and drain with
 kubectl's drain library; https://kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/)
 """
@@ -14,7 +15,9 @@ from spotguard.sim import clock as simclock
 from spotguard.sim import disruption, errors
 from spotguard.sim.controllers import base, nodes, pods
 
-RETRY_SECONDS = 5.0
+RETRY_SECONDS = 5.0  # kubectl drain waits 5 s before evicting again after a 429
+USER = {"username": "system:serviceaccount:kube-system:aws-node-termination-handler",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 MIRROR = "kubernetes.io/config.mirror"
 # When the drainer starts on a node marked for reclaim (RFC3339; default: at once). Tests
 # and benchmarks set it to play a drainer that acts a moment after the notice.
@@ -82,7 +85,7 @@ class Drainer(base.Controller):
             try:
                 disruption.evict(self.store, ns, pod_name, {
                     "apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": pod_name, "namespace": ns}})
+                    "metadata": {"name": pod_name, "namespace": ns}}, user=USER)
                 self.log.info("drainer: evicted pod", extra={"node": name, "namespace": ns,
                                                               "pod": pod_name})
             except errors.NotFound:

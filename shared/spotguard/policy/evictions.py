@@ -1,0 +1,165 @@
+"""The eviction guard's decision: may this pod be evicted now? (pure; no I/O)
+
+A drainer that acts at a spot notice (aws-node-termination-handler without
+cordon-only, Karpenter's interruption handling) evicts through the Eviction API
+the moment the node is marked, often before spotguard has handled the notice.
+The guard answers the ``pods/eviction`` admission review: it refuses (429, the
+drainer retries) the eviction of a Ready pod of a managed Deployment or
+StatefulSet on a spot node that is going away while the workload has fewer Ready
+pods on nodes that stay than it wants, and allows everything else.
+
+Why "Ready pods on nodes that stay": evicting a pod of a node that is going away
+never changes that count, so concurrent evictions (a drainer evicts a node's pods
+in parallel, several webhook processes answer them) cannot race each other past
+it, and the guard needs no write and no shared state.
+
+It never wedges a drain: a node with spotguard's notice is released ``release``
+seconds before its reclaim time (the drain still finishes inside the window), or
+``rebalance_hold`` seconds after a rebalance recommendation; a node without one
+is protected for ``grace`` seconds after this process first saw it going away
+(the notice usually reaches spotguard within a second or two), then released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from spotguard.policy import interruption
+from spotguard.policy.notices import NodeNotice, NoticeKind
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
+
+# Taints that say "this node is being drained / going away", besides a cordon
+# (spec.unschedulable): spotguard's own, Karpenter v1 and v1beta1, the
+# aws-node-termination-handler's (TAINT_NODE), the cluster autoscaler's, and the
+# one the node lifecycle controller adds to a cordoned node.
+GOING_AWAY_TAINTS = frozenset({
+    INTERRUPTION_TAINT,
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/rebalance-recommendation",
+    "aws-node-termination-handler/scheduled-maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "ToBeDeletedByClusterAutoscaler",
+    "node.kubernetes.io/unschedulable",
+})
+RETRY_SECONDS = 5  # kubectl drain (and aws-node-termination-handler) retry a 429 every 5 s
+
+
+@dataclass(frozen=True)
+class Timing:
+    grace: float = 8.0  # a going-away spot node without spotguard's notice: protected this long
+    release: float = 30.0  # a noticed node: everything may go this long before its reclaim time
+    # a node with a rebalance recommendation only (no reclaim time yet; a drainer that drains
+    # at rebalance recommendations): guarded this long after the notice at most
+    rebalance_hold: float = 120.0
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    spot: bool
+    unschedulable: bool = False
+    taint_keys: frozenset[str] = frozenset()
+    notice: NodeNotice | None = None  # spotguard's ``spotguard.io/notice`` record
+
+    @property
+    def going_away(self) -> bool:
+        return self.unschedulable or bool(self.taint_keys & GOING_AWAY_TAINTS)
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str  # a short machine-friendly reason (metrics, logs)
+    message: str = ""  # for a denial: what the drainer's user reads
+    retry_after: int = 0  # seconds (a denial only)
+
+
+def wanted(workload: Workload, floor_on_demand: int) -> int:
+    """How many Ready pods on nodes that stay the workload wants before a doomed pod goes.
+
+    A Deployment: the count before the notice (the surge record's Ready count when
+    the surge began, or its pre-surge replicas; never more than its owner wants now),
+    else ``spec.replicas``. A StatefulSet: its floor (quorum by default): its pods
+    cannot be replaced before they are gone, so it keeps the quorum, no more.
+    """
+    if workload.kind is Kind.STATEFULSET:
+        return max(0, min(floor_on_demand, workload.replicas))
+    record = interruption.SurgeRecord.of(workload)
+    if record is not None and not record.done:
+        keep = record.ready or record.replicas
+        return max(0, min(keep, interruption.owner_replicas(record, workload.replicas)))
+    return max(0, workload.replicas)
+
+
+def ready_on_staying_nodes(pods: Iterable[PodView], nodes: Mapping[str, NodeFacts]) -> int:
+    """Ready pods on nodes that exist and are not going away."""
+    count = 0
+    for p in pods:
+        node = nodes.get(p.node_name)
+        if p.active and p.ready and node is not None and not node.going_away:
+            count += 1
+    return count
+
+
+def decide(
+    *,
+    pod: PodView,
+    workload: Workload | None,
+    floor_on_demand: int,
+    pods: Sequence[PodView],
+    nodes: Mapping[str, NodeFacts],
+    now: float,
+    first_seen: float,
+    timing: Timing = Timing(),
+) -> Decision:
+    """May ``pod`` be evicted now?
+
+    ``workload`` is None when it is not one spotguard manages (no controller, a
+    DaemonSet or Job, an excluded namespace, ``spotguard.io/enabled: "false"``).
+    ``pods`` are the workload's pods; ``nodes`` every node by name. ``now`` is the
+    deciding process's clock (epoch seconds); ``first_seen`` when this process first
+    saw the pod's node going away without a notice (``now`` if it is the first time).
+    """
+    if workload is None:
+        return Decision(True, "not-managed")
+    if not pod.active or not pod.ready:
+        return Decision(True, "not-serving")
+    node = nodes.get(pod.node_name)
+    if node is None or not node.going_away:
+        return Decision(True, "node-stays")
+    notice = node.notice
+    if notice is None and not node.spot:
+        return Decision(True, "not-spot")
+    if notice is not None:
+        release_at = notice.until - timing.release
+        if notice.kind is NoticeKind.REBALANCE:
+            release_at = min(release_at, notice.time + timing.rebalance_hold)
+        if now >= release_at:
+            return Decision(True, "reclaim-near")
+        why = f"node {node.name} is reclaimed at {_clock(notice.until)} (spotguard notice {notice.event_id})"
+    else:
+        release_at = first_seen + timing.grace
+        if now >= release_at:
+            return Decision(True, "no-notice")
+        why = f"spot node {node.name} is going away and spotguard's notice for it may be on its way"
+    want = wanted(workload, floor_on_demand)
+    have = ready_on_staying_nodes(pods, nodes)
+    if have >= want:
+        return Decision(True, "replaced")
+    retry = max(1, min(RETRY_SECONDS, math.ceil(release_at - now)))
+    message = (
+        f"spotguard: {workload.kind} {workload.namespace}/{workload.name} has {have} Ready pods on nodes "
+        f"that stay and keeps {want} serving; {why}; its replacements are starting. "
+        f"Retry after {retry}s (allowed by {_clock(release_at)} at the latest)."
+    )
+    return Decision(False, "protected", message, retry)
+
+
+def _clock(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%SZ")

@@ -1,0 +1,81 @@
+"""The eviction guard's HTTP surface: routing, answers, and failing open (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from spotguard.admission import core, evictions, transport
+from spotguard.policy import config
+from spotguard.policy import evictions as policy
+
+
+def review(**request: Any) -> bytes:
+    body = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "subResource": "eviction",
+        "name": "web-1",
+        "namespace": "shop",
+        "operation": "CREATE",
+        "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1"}},
+        "dryRun": False,
+        **request,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}).encode()
+
+
+def answer(path: str, body: bytes, ctx: core.Context) -> dict[str, Any]:
+    status, _, raw = transport.handle("POST", path, body, ctx)
+    assert status == 200, raw
+    response: dict[str, Any] = json.loads(raw)["response"]
+    return response
+
+
+class Broken:
+    """A cluster connection whose every call fails (an unreachable API, a bug)."""
+
+    stats = None
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"{name} failed")
+
+        return fail
+
+
+def test_every_path_answers_an_eviction_review_and_without_a_cluster_it_is_allowed() -> None:
+    ctx = core.Context(config.Config(), None)
+    for path in ("/evictions", "/mutate", "/"):
+        response = answer(path, review(), ctx)
+        assert response["allowed"] is True
+        assert response["auditAnnotations"] == {"spotguard.io/eviction": "no-cluster-connection"}
+
+
+def test_an_internal_error_allows_the_eviction() -> None:
+    ctx = core.Context(config.Config(), Broken())
+    response = answer("/evictions", review(), ctx)
+    assert response["allowed"] is True
+    assert response["auditAnnotations"]["spotguard.io/eviction"].startswith("failed-open")
+
+
+def test_not_an_eviction_is_not_judged_by_the_guard() -> None:
+    ctx = core.Context(config.Config(), None)
+    response = answer("/evictions", review(subResource="status", operation="UPDATE"), ctx)
+    assert response["allowed"] is True and "status" not in response
+
+
+def test_a_denial_is_a_429_with_a_retry_hint() -> None:
+    decision = policy.Decision(False, "protected", "spotguard: wait. Retry after 5s", 5)
+    response = evictions.build_response("u1", decision)["response"]
+    assert response["allowed"] is False
+    assert response["status"] == {"code": 429, "reason": "TooManyRequests", "message": decision.message,
+                                  "details": {"retryAfterSeconds": 5}}
+
+
+def test_settings_from_the_environment() -> None:
+    timing = evictions.timing_from_env({"SPOTGUARD_EVICTION_GRACE_SECONDS": "3",
+                                        "SPOTGUARD_EVICTION_RELEASE_SECONDS": "-1"})
+    assert timing.grace == 3.0 and timing.release == policy.Timing().release

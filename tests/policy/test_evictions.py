@@ -1,0 +1,129 @@
+"""The eviction guard's pure decision (spotguard.policy.evictions)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from spotguard.policy import evictions
+from spotguard.policy.notices import NodeNotice, NoticeKind
+from spotguard.policy.views import Owner, PodView
+from spotguard.policy.workloads import SURGE, Kind, Workload
+
+NOW = 1_800_000_000.0
+NOTICE = NodeNotice("itn-1", NoticeKind.INTERRUPTION, NOW - 5, NOW + 115)
+
+
+def pod(name: str, node: str, *, ready: bool = True, terminating: bool = False) -> PodView:
+    return PodView("shop", name, owner=Owner("ReplicaSet", "web-1"), node_name=node, phase="Running",
+                   ready=ready, terminating=terminating)
+
+
+def deployment(replicas: int, record: dict | None = None) -> Workload:
+    annotations = {SURGE: json.dumps(record)} if record else {}
+    return Workload(Kind.DEPLOYMENT, "shop", "web", replicas, annotations)
+
+
+def nodes(*, doomed: evictions.NodeFacts | None = None) -> dict[str, evictions.NodeFacts]:
+    out = {
+        "od-1": evictions.NodeFacts("od-1", spot=False),
+        "spot-1": doomed or evictions.NodeFacts("spot-1", spot=True, unschedulable=True, notice=NOTICE),
+        "spot-2": evictions.NodeFacts("spot-2", spot=True),
+    }
+    return out
+
+
+def decide(workload: Workload | None, target: PodView, pods: list[PodView], **kw) -> evictions.Decision:
+    args = {"floor_on_demand": 1, "nodes": nodes(), "now": NOW, "first_seen": NOW}
+    args.update(kw)
+    return evictions.decide(pod=target, workload=workload, pods=pods, **args)
+
+
+def web(on_demand_ready: int, doomed: int = 4) -> list[PodView]:
+    return [pod(f"od-{i}", "od-1") for i in range(on_demand_ready)] + [pod(f"s-{i}", "spot-1") for i in range(doomed)]
+
+
+def test_a_doomed_pod_waits_until_the_pre_notice_count_is_ready_on_nodes_that_stay() -> None:
+    pods = web(2)
+    d = decide(deployment(6), pods[-1], pods)
+    assert not d.allowed and d.reason == "protected"
+    assert "2 Ready pods on nodes that stay" in d.message and "keeps 6" in d.message
+    assert "Retry after 5s" in d.message and d.retry_after == 5
+    pods = web(6)
+    assert decide(deployment(6), pods[-1], pods).allowed
+
+
+def test_the_surge_record_gives_the_pre_notice_count() -> None:
+    record = {"replicas": 6, "surge": 4, "events": ["itn-1"], "nodes": ["spot-1"], "started": NOW, "ready": 5}
+    pods = web(5)
+    assert decide(deployment(10, record), pods[-1], pods).allowed  # 5 were Ready before the notice
+    pods = web(4)
+    assert not decide(deployment(10, record), pods[-1], pods).allowed
+    # the owner scaled to 3 during the surge: 3 is what it wants now
+    lowered = {**record, "written": 10}
+    pods = web(3)
+    assert decide(deployment(3, lowered), pods[-1], pods).allowed
+
+
+def test_ready_pods_on_other_nodes_going_away_do_not_count() -> None:
+    pods = [pod(f"o{i}", "od-1") for i in range(3)] + [pod(f"x{i}", "spot-3") for i in range(3)] + [pod("s", "spot-1")]
+    disrupted = frozenset({"karpenter.sh/disrupted"})
+    facts = {**nodes(), "spot-3": evictions.NodeFacts("spot-3", spot=True, taint_keys=disrupted)}
+    assert not decide(deployment(6), pods[-1], pods, nodes=facts).allowed
+    facts["spot-3"] = evictions.NodeFacts("spot-3", spot=True)
+    assert decide(deployment(6), pods[-1], pods, nodes=facts).allowed
+
+
+@pytest.mark.parametrize("taint", sorted(evictions.GOING_AWAY_TAINTS))
+def test_every_drainer_taint_marks_a_node_going_away(taint: str) -> None:
+    assert evictions.NodeFacts("n", spot=True, taint_keys=frozenset({taint})).going_away
+    assert not evictions.NodeFacts("n", spot=True, taint_keys=frozenset({"example.com/other"})).going_away
+
+
+def test_allowed_without_protection_to_give() -> None:
+    pods = web(0)
+    target = pods[-1]
+    assert decide(None, target, pods).reason == "not-managed"
+    assert decide(deployment(6), pod("s", "spot-1", ready=False), pods).reason == "not-serving"
+    assert decide(deployment(6), pod("s", "spot-1", terminating=True), pods).reason == "not-serving"
+    assert decide(deployment(6), pod("s", "spot-2"), pods).reason == "node-stays"  # not cordoned
+    on_demand = evictions.NodeFacts("spot-1", spot=False, unschedulable=True)
+    assert decide(deployment(6), target, pods, nodes=nodes(doomed=on_demand)).reason == "not-spot"
+
+
+def test_bounded_by_the_reclaim_time() -> None:
+    pods = web(0)
+    timing = evictions.Timing(grace=8, release=30)
+    release_at = NOTICE.until - 30
+    assert not decide(deployment(6), pods[-1], pods, now=release_at - 1, timing=timing).allowed
+    late = decide(deployment(6), pods[-1], pods, now=release_at - 1, timing=timing)
+    assert late.retry_after == 1
+    assert decide(deployment(6), pods[-1], pods, now=release_at, timing=timing).reason == "reclaim-near"
+
+
+def test_without_a_notice_a_going_away_spot_node_is_protected_for_the_grace_only() -> None:
+    pods = web(0)
+    cordoned = evictions.NodeFacts("spot-1", spot=True, unschedulable=True)
+    timing = evictions.Timing(grace=8, release=30)
+    facts = nodes(doomed=cordoned)
+    denied = decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 7.5, first_seen=NOW, timing=timing)
+    assert not denied.allowed and denied.retry_after == 1 and "notice for it may be on its way" in denied.message
+    allowed = decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 8, first_seen=NOW, timing=timing)
+    assert allowed.reason == "no-notice"
+
+
+def test_a_statefulset_keeps_its_floor_only() -> None:
+    sts = Workload(Kind.STATEFULSET, "shop", "db", 3)
+    pods = [PodView("shop", f"db-{i}", owner=Owner("StatefulSet", "db"), node_name=n, phase="Running", ready=True)
+            for i, n in enumerate(["od-1", "od-1", "spot-1"])]
+    assert decide(sts, pods[2], pods, floor_on_demand=2).allowed
+    assert not decide(sts, pods[2], pods[1:], floor_on_demand=2).allowed
+
+
+def test_a_rebalance_recommendation_holds_a_drain_for_a_bounded_time_only() -> None:
+    pods = web(0)
+    rebalance = NodeNotice("rbl-1", NoticeKind.REBALANCE, NOW, NOW + 900)
+    facts = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True, notice=rebalance))
+    timing = evictions.Timing(rebalance_hold=120)
+    assert not decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 119, timing=timing).allowed
+    assert decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 120, timing=timing).reason == "reclaim-near"
