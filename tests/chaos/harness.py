@@ -167,16 +167,29 @@ class Webhook:
         )
         self.thread = threading.Thread(target=self.server.serve_forever, name="admission", daemon=True)
         self.thread.start()
-        hook = registration.webhook_configuration(
-            f"https://127.0.0.1:{self.server.server_port}/mutate", self.paths.ca_bundle
-        )
-        if self.registered:
-            old = self.sim.store.get("mutatingwebhookconfigurations", hook["metadata"]["name"])
-            hook["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-            self.sim.store.update("mutatingwebhookconfigurations", hook)
-        else:
-            self.sim.store.create("mutatingwebhookconfigurations", hook)
-            self.registered = True
+        # The eviction guard measures on the cluster's clock (the notices' reclaim times are in it).
+        from spotguard.admission import evictions
+
+        evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now))
+        base = f"https://127.0.0.1:{self.server.server_port}"
+        hooks = [
+            (
+                "mutatingwebhookconfigurations",
+                registration.webhook_configuration(f"{base}/mutate", self.paths.ca_bundle),
+            ),
+            (
+                "validatingwebhookconfigurations",
+                registration.eviction_webhook_configuration(f"{base}/evictions", self.paths.ca_bundle),
+            ),
+        ]
+        for resource, hook in hooks:
+            if self.registered:
+                old = self.sim.store.get(resource, hook["metadata"]["name"])
+                hook["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                self.sim.store.update(resource, hook)
+            else:
+                self.sim.store.create(resource, hook)
+        self.registered = True
 
     def stop(self) -> None:
         """Down: the API server's calls fail to connect (the configuration stays registered)."""

@@ -251,12 +251,6 @@ QUICK = {
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.
 BROKEN: dict[str, str] = {
-    "drainer-at-notice": (
-        "a drainer that evicts 0-2 s after the notice is faster than the notice's way to spotguard (SQS, "
-        "then a read of the cluster): it evicts before the temporary budgets exist and before any surge "
-        "replica is Ready; README 'Beside GitOps, drainers and Karpenter' says to run it cordon-only or to "
-        "set rebalance_action: surge (the drainer-after-rebalance-surge case, which holds)"
-    ),
     "gitops-revert": (
         "by design the owner's count wins: a GitOps revert to git's count during a surge removes the surge "
         "replicas (the ReplicaSet deletes the not-yet-Ready ones first) and spotguard does not surge again, so "
