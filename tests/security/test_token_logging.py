@@ -124,7 +124,8 @@ def test_the_eks_token_is_never_logged(
         assert interruption.lambda_handler(notice, None)["result"] == "done"
 
         tokens = [
-            admission._state["ctx"].kube.api_client.configuration.api_key["BearerToken"],
+            # admission's kube is a DeadlineKube over the Kube that holds the client.
+            admission._state["ctx"].kube.base.api_client.configuration.api_key["BearerToken"],
             interruption._state["handler"].handler.kube.api_client.configuration.api_key["BearerToken"],
         ]
     assert logging.getLogger().level == logging.DEBUG  # the handlers did log at DEBUG
