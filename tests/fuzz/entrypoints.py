@@ -3,7 +3,7 @@
 A row names the entry point, how to start it against the simulated cluster
 (``start`` yields a ``send`` function), what to send it (a hypothesis
 strategy) and what must hold for every answer (``check``). Adding an entry
-point (node-added, replay files) is one row: reuse a strategy and a check
+point (replay files) is one row: reuse a strategy and a check
 from this module, or write a small new one.
 
 The properties, for every entry point:
@@ -44,6 +44,9 @@ from spotguard.gateway import errors as gateway_errors
 from spotguard.interruption import app as interruption_app
 from spotguard.interruption import awslambda, sqs
 from spotguard.interruption import cloudevents as interruption_cloudevents
+from spotguard.nodeadded import app as node_added_app
+from spotguard.nodeadded import awslambda as node_added_lambda
+from spotguard.nodeadded import triggers as node_added_triggers
 
 from tests.fuzz import inputs, processes
 
@@ -60,6 +63,7 @@ CE_TYPES = [
     "aws.ec2",
     "com.example.other",
 ]
+NODE_ADDED_CE_TYPES = node_added_triggers.NODE_ADDED_TYPES | {node_added_triggers.PING}
 KNOWN_CE_TYPES = {"dev.knative.eventing.aws-sqs", "dev.knative.connector.event.aws-sqs",
                   "dev.knative.eventing.aws.sqs", "com.amazon.sqs.message", "dev.knative.sources.ping"}  # fmt: skip
 
@@ -412,8 +416,11 @@ def check_function_url(sent: Any, answer: Answer) -> None:
     check_admission(Http("POST", "/mutate", {}, raw), http)
 
 
-def check_cloudevent_http(sent: Http, answer: Answer, routes: bool = True) -> None:
-    """``routes``: the server routes by method and path (func-python takes any request as an event)."""
+def check_cloudevent_http(
+    sent: Http, answer: Answer, routes: bool = True, known: frozenset[str] | set[str] = KNOWN_CE_TYPES
+) -> None:
+    """``routes``: the server routes by method and path (func-python takes any request as an event).
+    ``known``: the CloudEvent types the function handles (any other is acknowledged as foreign)."""
     no_bugs(answer)
     if routes and (sent.path != "/" or sent.method != "POST"):
         assert 400 <= answer.status < 500 or (sent.method == "GET" and sent.path == "/metrics"), answer
@@ -436,8 +443,14 @@ def check_cloudevent_http(sent: Http, answer: Answer, routes: bool = True) -> No
     data = answer.json()["data"]
     assert data["result"] in ACKNOWLEDGED | {"reconciled"}, data
     ce_type = {k.lower(): v for k, v in sent.headers.items()}.get("ce-type")
-    if ce_type is not None and ce_type not in KNOWN_CE_TYPES and b"detail-type" not in sent.body:
-        assert data["result"] == "foreign", data  # foreign events are acknowledged
+    # An EventBridge event or a Scheduler input ({"spotguard": ...}) under any type: node-added's.
+    schedule = known is NODE_ADDED_CE_TYPES and (b"aws.scheduler" in sent.body or b'"spotguard"' in sent.body)
+    aws_event = b"detail-type" in sent.body or schedule
+    if ce_type is not None and ce_type not in known and not aws_event:
+        # Foreign events are acknowledged. node-added reads any event's data for an EventBridge
+        # event (EventBridge can deliver under any type): data it cannot read is malformed.
+        acknowledged = {"foreign", "malformed"} if known is NODE_ADDED_CE_TYPES else {"foreign"}
+        assert data["result"] in acknowledged, data
 
 
 def not_a_cloudevent(sent: Http) -> bool:
@@ -449,7 +462,7 @@ def not_a_cloudevent(sent: Http) -> bool:
     return False
 
 
-def check_cloudevent_function(sent: Http, answer: Answer) -> None:
+def check_cloudevent_function(sent: Http, answer: Answer, known: frozenset[str] | set[str] = KNOWN_CE_TYPES) -> None:
     if sent.path.startswith("/health/"):
         return
     if answer.status == 500 and not_a_cloudevent(sent):
@@ -460,7 +473,7 @@ def check_cloudevent_function(sent: Http, answer: Answer) -> None:
         no_bugs(answer)
         assert answer.body.startswith(b"Internal Server Error"), answer
         return
-    check_cloudevent_http(sent, answer, routes=False)
+    check_cloudevent_http(sent, answer, routes=False, known=known)
 
 
 def check_cloudevent_server(sent: Http, answer: Answer) -> None:
@@ -490,6 +503,38 @@ def check_lambda_event(sent: Any, answer: Answer) -> None:
     assert value.get("result") in ACKNOWLEDGED | {"reconciled"}, value
     if not isinstance(sent, dict) or (sent.get("source") != "aws.ec2" and not awslambda.is_schedule(sent)):
         assert value["result"] in ("foreign", "malformed"), value
+
+
+def check_node_added_server(sent: Http, answer: Answer) -> None:
+    """node-added's local server limits the body to its own (larger) maximum."""
+    if len(sent.body) > node_added_app.MAX_BODY:
+        no_bugs(answer)
+        assert answer.status in (400, 413), answer
+        return
+    check_cloudevent_http(sent, answer, known=NODE_ADDED_CE_TYPES)
+
+
+def check_node_added_function(sent: Http, answer: Answer) -> None:
+    check_cloudevent_function(sent, answer, known=NODE_ADDED_CE_TYPES)
+
+
+def check_node_added_lambda(sent: Any, answer: Answer) -> None:
+    if isinstance(answer.raised, node_added_lambda.RetryLater):
+        assert answer.failures and not answer.bugs, f"a retry without a logged failure: {answer}"
+        return
+    no_bugs(answer)
+    value = answer.value
+    assert isinstance(value, dict), value
+    assert value.get("result") in ACKNOWLEDGED | {"reconciled"}, value
+    if not isinstance(sent, dict):
+        assert value["result"] == "malformed", value
+        return
+    try:
+        node_added_triggers.from_eventbridge(sent, "Lambda event")
+    except node_added_triggers.TriggerError:
+        assert value["result"] in ("foreign", "malformed"), value  # no pass for what is not a trigger
+    else:
+        assert value["result"] in ("reconciled", "ignored"), value
 
 
 # -- how each entry point is driven -------------------------------------------------------------
@@ -531,6 +576,16 @@ def interruption_server(cluster: Cluster) -> Iterator[Send]:
         yield http_sender(served)
 
 
+# A node named in a fuzzed event mostly does not exist: wait for none to join.
+NODE_ADDED_ENV = {"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "0"}
+
+
+@contextlib.contextmanager
+def node_added_server(cluster: Cluster) -> Iterator[Send]:
+    with processes.node_added(cluster.workdir, cluster.kubeconfig, env=NODE_ADDED_ENV) as served:
+        yield http_sender(served)
+
+
 _modules = itertools.count()
 
 
@@ -553,6 +608,7 @@ def environment(cluster: Cluster) -> Iterator[None]:
     """The environment a deployed function reads: the cluster's kubeconfig, no AWS region."""
     saved = dict(os.environ)
     os.environ["KUBECONFIG"] = cluster.kubeconfig
+    os.environ.update(NODE_ADDED_ENV)
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "SPOTGUARD_EKS_CLUSTER", "KUBERNETES_SERVICE_HOST"):
         os.environ.pop(name, None)
     try:
@@ -578,7 +634,8 @@ def in_process(call: Callable[[Any], Any]) -> Send:
                 answer.status = 200
             except Exception as exc:
                 answer.raised = exc
-                if not isinstance(exc, awslambda.RetryLater):  # RetryLater: its cause was logged
+                # RetryLater: its cause was logged
+                if not isinstance(exc, awslambda.RetryLater | node_added_lambda.RetryLater):
                     classify(exc, answer.bugs, answer.failures)
         return answer
 
@@ -596,6 +653,13 @@ def admission_lambda(cluster: Cluster) -> Iterator[Send]:
 def interruption_lambda(cluster: Cluster) -> Iterator[Send]:
     with environment(cluster):
         module = load(FUNCTIONS / "spot-interruption" / "lambda_function.py")
+        yield in_process(lambda event: module.lambda_handler(event, None))
+
+
+@contextlib.contextmanager
+def node_added_lambda_entry(cluster: Cluster) -> Iterator[Send]:
+    with environment(cluster):
+        module = load(FUNCTIONS / "node-added" / "lambda_function.py")
         yield in_process(lambda event: module.lambda_handler(event, None))
 
 
@@ -686,6 +750,14 @@ def interruption_knative(cluster: Cluster) -> Iterator[Send]:
         yield send
 
 
+@contextlib.contextmanager
+def node_added_knative(cluster: Cluster) -> Iterator[Send]:
+    from func_python.cloudevent import ASGIApplication
+
+    with knative(cluster, "node-added", ASGIApplication) as send:
+        yield send
+
+
 # -- the table ---------------------------------------------------------------------------------
 
 
@@ -705,4 +777,7 @@ ENTRY_POINTS = [
     EntryPoint("spot-interruption-knative", interruption_knative, cloudevent_http, check_cloudevent_function),
     EntryPoint("spot-interruption-lambda", interruption_lambda, lambda_events, check_lambda_event),
     EntryPoint("sqs-batch-lambda", interruption_lambda, sqs_batches, check_lambda_event),
+    EntryPoint("node-added-http", node_added_server, cloudevent_http, check_node_added_server),
+    EntryPoint("node-added-knative", node_added_knative, cloudevent_http, check_node_added_function),
+    EntryPoint("node-added-lambda", node_added_lambda_entry, lambda_events, check_node_added_lambda),
 ]

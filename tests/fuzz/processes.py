@@ -1,5 +1,6 @@
-"""The shipped servers as separate processes: ``spotguard serve admission`` (gunicorn, HTTPS)
-and ``spotguard serve spot-interruption`` (hypercorn), exactly as a user starts them."""
+"""The shipped servers as separate processes: ``spotguard serve admission`` (gunicorn, HTTPS),
+``spotguard serve spot-interruption`` and ``spotguard serve node-added`` (hypercorn), exactly
+as a user starts them."""
 
 from __future__ import annotations
 
@@ -40,10 +41,13 @@ def tls_files(directory: Path) -> certs.Paths:
 
 
 @contextlib.contextmanager
-def serving(command: list[str], url: str, verify: str | bool, log: Path, health: str) -> Iterator[Served]:
+def serving(
+    command: list[str], url: str, verify: str | bool, log: Path, health: str, *, extra_env: dict[str, str] | None = None
+) -> Iterator[Served]:
     env = {**os.environ, "SPOTGUARD_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "SPOTGUARD_EKS_CLUSTER", "KUBECONFIG"):
         env.pop(name, None)
+    env.update(extra_env or {})
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "spotguard.cli", *command], stdout=out, stderr=subprocess.STDOUT, env=env
@@ -88,11 +92,30 @@ def admission(workdir: Path, kubeconfig: str | None) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def spot_interruption(workdir: Path, kubeconfig: str, reconcile_interval: float = 0) -> Iterator[Served]:
+def spot_interruption(
+    workdir: Path, kubeconfig: str, reconcile_interval: float = 0, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """``env``: settings of the deployed function (``SPOTGUARD_DRAIN=true``)."""
     port = free_port()
     command = [
         "serve", "spot-interruption", "--host", "127.0.0.1", "--port", str(port),
         "--kubeconfig", kubeconfig, "--reconcile-interval", str(reconcile_interval),
     ]  # fmt: skip
-    with serving(command, f"http://127.0.0.1:{port}", False, workdir / "spot-interruption.log", "/healthz") as s:
+    log = workdir / "spot-interruption.log"
+    with serving(command, f"http://127.0.0.1:{port}", False, log, "/healthz", extra_env=env) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def node_added(
+    workdir: Path, kubeconfig: str, reconcile_interval: float = 0, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """A pass runs for each CloudEvent POSTed to / (and every ``reconcile_interval`` seconds, when > 0)."""
+    port = free_port()
+    command = [
+        "serve", "node-added", "--host", "127.0.0.1", "--port", str(port),
+        "--kubeconfig", kubeconfig, "--reconcile-interval", str(reconcile_interval),
+    ]  # fmt: skip
+    log = workdir / "node-added.log"
+    with serving(command, f"http://127.0.0.1:{port}", False, log, "/healthz", extra_env=env) as s:
         yield s

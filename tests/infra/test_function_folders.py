@@ -28,6 +28,7 @@ from tests.admission.test_e2e import SCENARIO, deployment
 from tests.infra import venvs
 from tests.infra.test_image import Served, free_port
 from tests.interruption import transport_support
+from tests.nodeadded import test_transports as node_added_transports
 
 # Fresh virtual environments install from the package index: minutes on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -147,3 +148,30 @@ def test_the_spot_interruption_folder_served_by_func_python_handles_a_notice(
         finally:
             served.stop()
 
+
+def test_the_node_added_folder_served_by_func_python_runs_a_pass(installed: dict[str, Path], tmp_path: Path) -> None:
+    # A pass deletes the reservation Lease of a ReplicaSet that does not exist: the visible effect.
+    with testing.running_cluster(node_added_transports.cluster()) as sim:
+        orphans = node_added_transports.Orphans(kube.Kube(sim.api_client()))
+        served, port = serve(
+            installed["node-added"],
+            "node-added",
+            tmp_path,
+            KUBECONFIG=sim.kubeconfig,
+            SPOTGUARD_NAMESPACE="spotguard",
+            SPOTGUARD_NODE_JOIN_WAIT_SECONDS="1",
+        )
+        try:
+            served.wait_until(f"http://127.0.0.1:{port}/health/readiness")
+            for name in ("cloudevent-ping.binary.json", "cloudevent-apiserversource-node.binary.json"):
+                lease = orphans.plant()
+                event = transport_support.sample(name)
+                answer = requests.post(
+                    f"http://127.0.0.1:{port}/", headers=event["headers"], data=event["body"], timeout=60
+                )
+                assert answer.status_code == 200, (name, answer.text)
+                data = node_added_transports.answer_data(dict(answer.headers), answer.content)
+                assert data["result"] == "reconciled", (name, data)
+                assert not orphans.exists(lease), name
+        finally:
+            served.stop()

@@ -26,6 +26,7 @@ from tests.admission import cluster as admission_cluster
 from tests.admission.test_e2e import SCENARIO, deployment
 from tests.infra import venvs
 from tests.interruption import transport_support
+from tests.nodeadded import test_transports as node_added_transports
 
 # Fresh virtual environments install from the package index: minutes on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -97,7 +98,7 @@ def emf_lines(stdout: str) -> list[dict[str, Any]]:
 
 def test_one_zip_per_function_with_its_size_printed(packaged: tuple[Path, str]) -> None:
     out, printed = packaged
-    assert LAMBDA_FUNCTIONS and {"admission", "spot-interruption"} <= set(LAMBDA_FUNCTIONS)
+    assert LAMBDA_FUNCTIONS and {"admission", "spot-interruption", "node-added"} <= set(LAMBDA_FUNCTIONS)
     assert sorted(p.stem for p in out.glob("*.zip")) == LAMBDA_FUNCTIONS
     for name in LAMBDA_FUNCTIONS:
         zip_path = out / f"{name}.zip"
@@ -219,3 +220,28 @@ def test_a_zip_reports_an_unreachable_cluster_as_retries(
     assert result["batchItemFailures"], result
     [metrics] = emf_lines(stdout)
     assert metrics["BatchItemFailures"] == [float(len(result["batchItemFailures"]))]
+
+
+def test_node_added_zip_runs_a_pass_for_an_instance_running_and_a_schedule(
+    packaged: tuple[Path, str], runtime: Path, tmp_path: Path
+) -> None:
+    # A pass deletes the reservation Lease of a ReplicaSet that does not exist: the visible effect.
+    with testing.running_cluster(node_added_transports.cluster()) as sim:
+        orphans = node_added_transports.Orphans(kube.Kube(sim.api_client()))
+        for name in ("ec2-instance-state-change-notification.running.json", "eventbridge-scheduled-event.json"):
+            lease = orphans.plant()
+            (tmp_path / name).mkdir()
+            result, _ = invoke(
+                runtime,
+                packaged[0] / "node-added.zip",
+                transport_support.sample(name),
+                tmp_path / name,
+                KUBECONFIG=sim.kubeconfig,
+                SPOTGUARD_NAMESPACE="spotguard",
+                SPOTGUARD_NODE_JOIN_WAIT_SECONDS="1",
+            )
+            assert result["result"] == "reconciled", (name, result)
+            assert not orphans.exists(lease), name
+            if "running" in name:
+                assert result["joined"] is True
+                assert result["trigger"]["instance_id"] == node_added_transports.SAMPLE_INSTANCE

@@ -673,6 +673,8 @@ NAMESPACED = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment"
         ("cert-manager-values.yaml", (), "platform"),
         ("generate-values.yaml", ("namespaceOverride=tools",), "tools"),
         ("queue-processor-values.yaml", (), "platform"),
+        ("node-added-off-values.yaml", (), "platform"),
+        ("node-added-tuned-values.yaml", (), "platform"),
     ],
 )
 def test_helm_puts_everything_in_the_release_namespace(values: str, sets: tuple[str, ...], namespace: str) -> None:
@@ -698,6 +700,21 @@ def test_helm_puts_everything_in_the_release_namespace(values: str, sets: tuple[
     for certificate in of_kind(rendered, "Certificate"):
         if certificate["metadata"]["name"] == "spotguard-admission":
             assert f"spotguard-admission.{namespace}.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_helm_node_added_is_turned_on_and_off_by_its_values() -> None:
+    off = helm_with("node-added-off-values.yaml")
+    assert "spotguard-node-added" not in {d["metadata"]["name"] for d in of_kind(off, "Deployment")}
+    assert one(off, "ClusterRole", "spotguard-node-added")  # its identity stays, for Knative or Lambda
+    tuned = helm_with("node-added-tuned-values.yaml")
+    pod = one(tuned, "Deployment", "spotguard-node-added")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert "--reconcile-interval=30" in container["args"] and "--port=9090" in container["args"]
+    assert pod["serviceAccountName"] == "spotguard-rebalancer"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    account = one(tuned, "ServiceAccount", "spotguard-rebalancer")
+    assert "eks.amazonaws.com/role-arn" in account["metadata"]["annotations"]
 
 
 def test_helm_generated_certificate_names_the_release_namespace() -> None:

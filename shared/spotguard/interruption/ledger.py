@@ -104,12 +104,14 @@ def _write(kube: kube_mod.Kube, workload_ns: str, changes: Mapping[str, str | No
     home = namespace()
     name = name_for(workload_ns)
     for _ in range(ATTEMPTS):
+        creating = False
         try:
             current = kube.find(r.CONFIGMAPS, name, home)
             if current is None:
                 data = {k: v for k, v in changes.items() if v is not None}
                 if not data:
                     return
+                creating = True  # a create answered 404 only where the namespace is missing
                 kube.create(r.CONFIGMAPS, _configmap(home, name, workload_ns, data), home)
                 return
             data = dict(current.get("data") or {})
@@ -128,7 +130,7 @@ def _write(kube: kube_mod.Kube, workload_ns: str, changes: Mapping[str, str | No
         except (Conflict, AlreadyExists):
             continue
         except NotFound:
-            if kube.find(r.NAMESPACES, home) is None:
+            if creating:
                 log.warning(
                     "no namespace for the surge ledger: a replaced workload's surge cannot be undone",
                     extra={"namespace": home},
