@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 from spotguard.interruption import events, sqs
@@ -149,3 +150,18 @@ def test_decode_message_reads_the_sqs_api_shape() -> None:
 
 def sqs_ids(answer: sqs.BatchResponse) -> list[str]:
     return [failure["itemIdentifier"] for failure in answer["batchItemFailures"]]
+
+
+def test_a_record_whose_attributes_are_not_an_object_is_failed_not_crashed() -> None:
+    # GIVEN a batch whose record has a number where SQS puts its attributes (found by fuzzing)
+    class Nothing:
+        def handle(self, notices: Any) -> list[object]:
+            raise AssertionError("a malformed record reaches no handler")
+
+        def reconcile(self) -> None:
+            return None
+
+    event = {"Records": [{"messageId": "m-1", "body": "{}", "attributes": 1.5}]}
+    # WHEN the batch is handled THEN it answers (a malformed message is acknowledged, not retried forever)
+    answer = sqs.handle_batch(event, Nothing())
+    assert answer == {"batchItemFailures": []}

@@ -127,9 +127,7 @@ def handle_batch(
             retry.append(record)
         # A retried item always decoded (or follows one in its FIFO group): it has its messageId.
         failures.append({"itemIdentifier": item.key})
-        receive_count = ""
-        if isinstance(record, Mapping):
-            receive_count = str((record.get("attributes") or {}).get("ApproximateReceiveCount", ""))
+        receive_count = str(_attributes(record).get("ApproximateReceiveCount", ""))
         log.warning(
             "asking SQS to deliver message %s again",
             item.key,
@@ -157,10 +155,14 @@ def retry_delay_from_env(env: Mapping[str, str]) -> int | None:
     return RETRY_DELAY_SECONDS if env.get("AWS_LAMBDA_FUNCTION_NAME") else None
 
 
+def _attributes(record: object) -> Mapping[str, Any]:
+    """A record's ``attributes`` when it and they are objects (a malformed record has none)."""
+    attributes = record.get("attributes") if isinstance(record, Mapping) else None
+    return attributes if isinstance(attributes, Mapping) else {}
+
+
 def _group(record: object) -> str:
-    if not isinstance(record, Mapping):
-        return ""
-    return str((record.get("attributes") or {}).get("MessageGroupId") or "")
+    return str(_attributes(record).get("MessageGroupId") or "")
 
 
 def _retry_soon(records: list[Mapping[str, Any]], delay: int) -> None:
