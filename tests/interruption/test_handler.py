@@ -15,10 +15,11 @@ import pytest
 from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
 from spotguard.interruption.handler import Handler, Outcome
-from spotguard.policy import config
+from spotguard.policy import config, moves
 from spotguard.policy.notices import Notice, NoticeKind
-from spotguard.policy.workloads import SURGE
+from spotguard.policy.workloads import DELETION_COST, SURGE
 from spotguard.sim import testing
+from spotguard.sim.controllers import pods as pod_util
 
 from tests.interruption import sim_scenario as sc
 
@@ -346,3 +347,30 @@ def test_metrics_count_notices_surges_and_the_time_to_surge(cluster: Cluster) ->
         value("spotguard_interruption_taints_total"),
     )
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 2, 2, 2, 1]
+
+
+def test_scale_back_ranks_dead_pods_before_a_node_added_moves_pod(cluster: Cluster) -> None:
+    """A node-added move in progress at the notice has ranked one living on-demand pod
+    first to go (``FIRST_TO_GO``). At the scale back the doomed pod (its instance
+    terminated, the API still Ready for the node lifecycle grace) must rank strictly
+    below it: on a tie the ReplicaSet's next criterion (doubled-up pods first) removed the
+    move's serving pod and kept the dead one (tests/chaos webhook-down: fresh 5 -> 4)."""
+    c = cluster
+    h = c.handler(clock=lambda: c.now() + 200)  # past the reclaim (two minutes after the notice)
+    c.handler().handle([c.notice("spot-0")])
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    move_pod = "web-5d4f8-00000"
+    c.store.mutate(
+        "pods",
+        move_pod,
+        "shop",
+        lambda p: p["metadata"].setdefault("annotations", {}).update({DELETION_COST: str(moves.FIRST_TO_GO)}),
+    )
+    c.store.apply_objects([pod(c.deployment("web"), 10, "od-0")])
+    h.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    pods = [p for p in c.store.list("pods", "shop")[0] if p["metadata"]["name"].startswith("web-")]
+    # The move's pod shares od-0 with the replacement: doubled up, as in the chaos run.
+    ranks = [2 if p["spec"]["nodeName"] == "od-0" else 1 for p in pods]
+    order = [p["metadata"]["name"] for p in pod_util.deletion_order(pods, ranks, c.now())]
+    assert order[0] == "web-5d4f8-00001", order  # the pod on spot-0 goes, not the move's

@@ -55,7 +55,7 @@ from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
-from spotguard.policy.moves import FIRST_TO_GO
+from spotguard.policy.moves import DOOMED_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import DELETION_COST, SURGE, Kind, Workload
@@ -812,7 +812,7 @@ class Handler:
             if (mark := snap.node_notices.get(n)) is None
             or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
         }
-        first = str(FIRST_TO_GO)
+        first = str(DOOMED_FIRST)
         for p in snap.pod_views:
             if p.node_name not in doomed or p.terminating or p.annotations.get(DELETION_COST) == first:
                 continue

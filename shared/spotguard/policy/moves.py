@@ -47,6 +47,11 @@ MOVE = "spotguard.io/rebalance"
 # The deletion cost given to the pod a scale move removes: below every replica's
 # (spot pods carry none, 0; the admission webhook gives on-demand pods 1000).
 FIRST_TO_GO = -1_000_000
+# The deletion cost the spot-interruption function gives the pods on a terminated
+# node before it scales a surge back: below a move's FIRST_TO_GO, so that with a
+# move in progress at the notice the ReplicaSet removes the dead pods before the
+# move's ranked (living, serving) one; a tie would let it keep a dead pod instead.
+DOOMED_FIRST = 2 * FIRST_TO_GO
 # A move whose new pod is not Ready by then is undone.
 MOVE_TIMEOUT_SECONDS = 300.0
 # After a move that made no progress, the workload is left alone this long.
