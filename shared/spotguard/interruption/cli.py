@@ -10,14 +10,12 @@ SIGTERM and SIGINT stop it cleanly: requests and handlings in progress finish fi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import threading
 from typing import Any
 
-from spotguard import logs
+from spotguard import logs, serving
 from spotguard.interruption import dispatch
 
 log = logging.getLogger("spotguard.interruption")
@@ -92,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if port:
             _serve_http(handler, args.host, port, stop)
         else:
-            _wait_for_signal(stop)
+            serving.wait_for_signal(stop)
     finally:
         stop.set()
         if poller is not None:
@@ -133,36 +131,6 @@ def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading
 
 
 def _serve_http(handler: dispatch.Handler, host: str, port: int, stop: threading.Event) -> None:
-    import hypercorn.asyncio
-    import hypercorn.config
-
     from spotguard.interruption import app
 
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.graceful_timeout = 30.0
-    # hypercorn reads a WSGI request's whole body into memory before the app sees it
-    # (16 MiB by default): stop reading at the app's own limit (it answers 400).
-    config.wsgi_max_body_size = app.MAX_BODY
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stopped = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopped.set)
-        log.info("serving CloudEvents", extra={"url": f"http://{host}:{port}/"})
-        await hypercorn.asyncio.serve(app.create_app(handler), config, shutdown_trigger=stopped.wait, mode="wsgi")
-
-    asyncio.run(main())
-
-
-def _wait_for_signal(stop: threading.Event) -> None:
-    def on_signal(signum: int, frame: object) -> None:
-        log.info("signal received: stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop.wait(1.0):
-        pass
+    serving.serve(app.create_app(handler), host, port, max_body=app.MAX_BODY, graceful_timeout=30.0)

@@ -9,13 +9,11 @@ SIGTERM and SIGINT stop it cleanly: a pass in progress finishes first.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import threading
 
-from spotguard import logs
+from spotguard import logs, serving
 from spotguard.nodeadded import service, triggers
 
 log = logging.getLogger("spotguard.nodeadded")
@@ -68,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         if args.port:
             _serve_http(svc, args.host, args.port)
         else:
-            _wait_for_signal(stop)
+            serving.wait_for_signal(stop)
     finally:
         stop.set()
         if timer is not None:
@@ -86,33 +84,6 @@ def _every(svc: service.Service, interval: float, stop: threading.Event) -> None
 
 
 def _serve_http(svc: service.Service, host: str, port: int) -> None:
-    import hypercorn.asyncio
-    import hypercorn.config
-
     from spotguard.nodeadded import app
 
-    config = hypercorn.config.Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.graceful_timeout = 60.0
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stopped = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopped.set)
-        log.info("serving CloudEvents", extra={"url": f"http://{host}:{port}/"})
-        await hypercorn.asyncio.serve(app.create_app(svc), config, shutdown_trigger=stopped.wait, mode="wsgi")
-
-    asyncio.run(main())
-
-
-def _wait_for_signal(stop: threading.Event) -> None:
-    def on_signal(signum: int, frame: object) -> None:
-        log.info("signal received: stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop.wait(1.0):
-        pass
+    serving.serve(app.create_app(svc), host, port, max_body=app.MAX_BODY, graceful_timeout=60.0)

@@ -1,0 +1,52 @@
+"""Serve a function's WSGI app over plain HTTP with hypercorn, until SIGTERM/SIGINT.
+
+One place for what spot-interruption and node-added both need: the bind address
+(IPv6 in brackets), no access log, a graceful stop on a signal, and a body limit
+at the app's own size (hypercorn otherwise reads up to 16 MiB of a WSGI request
+into memory before the app can refuse it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def serve(wsgi_app: Any, host: str, port: int, *, max_body: int, graceful_timeout: float) -> None:
+    """Serve ``wsgi_app`` on ``host:port`` until SIGTERM or SIGINT."""
+    import hypercorn.asyncio
+    import hypercorn.config
+
+    config = hypercorn.config.Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = graceful_timeout
+    config.wsgi_max_body_size = max_body
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopped.set)
+        log.info("serving CloudEvents", extra={"url": f"http://{host}:{port}/"})
+        await hypercorn.asyncio.serve(wsgi_app, config, shutdown_trigger=stopped.wait, mode="wsgi")
+
+    asyncio.run(main())
+
+
+def wait_for_signal(stop: threading.Event) -> None:
+    """Block until SIGTERM or SIGINT, then set ``stop``."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("signal received: stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(1.0):
+        pass
