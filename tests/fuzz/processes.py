@@ -92,30 +92,31 @@ def admission(workdir: Path, kubeconfig: str | None) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
+def cloudevents_function(
+    name: str, workdir: Path, kubeconfig: str, reconcile_interval: float = 0, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """``spotguard serve <name>`` for a CloudEvents function (spot-interruption, node-added).
+
+    ``env``: settings of the deployed function (``SPOTGUARD_DRAIN=true``). A pass runs for
+    each CloudEvent POSTed to / (and every ``reconcile_interval`` seconds, when > 0).
+    """
+    port = free_port()
+    command = [
+        "serve", name, "--host", "127.0.0.1", "--port", str(port),
+        "--kubeconfig", kubeconfig, "--reconcile-interval", str(reconcile_interval),
+    ]  # fmt: skip
+    log = workdir / f"{name}.log"
+    with serving(command, f"http://127.0.0.1:{port}", False, log, "/healthz", extra_env=env) as s:
+        yield s
+
+
 def spot_interruption(
     workdir: Path, kubeconfig: str, reconcile_interval: float = 0, env: dict[str, str] | None = None
-) -> Iterator[Served]:
-    """``env``: settings of the deployed function (``SPOTGUARD_DRAIN=true``)."""
-    port = free_port()
-    command = [
-        "serve", "spot-interruption", "--host", "127.0.0.1", "--port", str(port),
-        "--kubeconfig", kubeconfig, "--reconcile-interval", str(reconcile_interval),
-    ]  # fmt: skip
-    log = workdir / "spot-interruption.log"
-    with serving(command, f"http://127.0.0.1:{port}", False, log, "/healthz", extra_env=env) as s:
-        yield s
+) -> contextlib.AbstractContextManager[Served]:
+    return cloudevents_function("spot-interruption", workdir, kubeconfig, reconcile_interval, env)
 
 
-@contextlib.contextmanager
 def node_added(
     workdir: Path, kubeconfig: str, reconcile_interval: float = 0, env: dict[str, str] | None = None
-) -> Iterator[Served]:
-    """A pass runs for each CloudEvent POSTed to / (and every ``reconcile_interval`` seconds, when > 0)."""
-    port = free_port()
-    command = [
-        "serve", "node-added", "--host", "127.0.0.1", "--port", str(port),
-        "--kubeconfig", kubeconfig, "--reconcile-interval", str(reconcile_interval),
-    ]  # fmt: skip
-    log = workdir / "node-added.log"
-    with serving(command, f"http://127.0.0.1:{port}", False, log, "/healthz", extra_env=env) as s:
-        yield s
+) -> contextlib.AbstractContextManager[Served]:
+    return cloudevents_function("node-added", workdir, kubeconfig, reconcile_interval, env)
