@@ -111,12 +111,10 @@ class Snapshot:
         self.pod_views = [_pod_view(p) for p in self.pods]
         self.workload_views = []
         for key, w in self.workloads.items():
-            view = Workload.from_json(w)
-            if key in self.ledger and SURGE not in view.annotations:
-                # The workload lost its record (replaced): the ledger's copy stands in for it.
+            own = Workload.from_json(w)
+            view = _with_ledger(own, self.ledger)
+            if view is not own:
                 self.lost[key] = self.ledger[key]
-                extra = {SURGE: self.ledger[key].to_json(), interruption.LOST: "true"}
-                view = dataclasses.replace(view, annotations={**view.annotations, **extra})
             self.workload_views.append(view)
         self.budget_views = [Budget.from_json(b) for b in self.budgets]
         self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
@@ -125,6 +123,16 @@ class Snapshot:
         if not self._nodes_by_name:
             self._nodes_by_name = {str((n.get("metadata") or {}).get("name")): n for n in self.nodes}
         return self._nodes_by_name.get(name)
+
+
+def _with_ledger(view: Workload, kept: dict[str, SurgeRecord]) -> Workload:
+    """The workload as the plans see it: where it lost its record (replaced) but the ledger
+    holds one, the ledger's copy stands in for it (marked lost)."""
+    record = kept.get(view.key)
+    if record is None or SURGE in view.annotations:
+        return view
+    extra = {SURGE: record.to_json(), interruption.LOST: "true"}
+    return dataclasses.replace(view, annotations={**view.annotations, **extra})
 
 
 def _pod_view(raw: Obj) -> PodView:
@@ -588,7 +596,10 @@ class Handler:
     def _replan_one(
         self, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
     ) -> SurgeStep | None:
-        wl = Workload.from_json(raw)
+        # The fresh copy lacks the record where it was replaced: the ledger's copy stands in,
+        # as in the snapshot (else a fresh surge takes the autoscaler's raised minimum for
+        # its original and leaves it raised for good).
+        wl = _with_ledger(Workload.from_json(raw), snap.ledger)
         plan = interruption.plan(
             notices,
             nodes=snap.node_views,
