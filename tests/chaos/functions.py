@@ -15,7 +15,9 @@ seconds (see ``harness``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import random
 import signal
 import sys
 import threading
@@ -38,11 +40,36 @@ NODE_ADDED_SECONDS = 60.0  # the PingSource / EventBridge schedule
 POLL_WAIT_SECONDS = 1  # SQS long poll (production: 20; shorter so a test stops quickly)
 
 
+@dataclass(frozen=True)
+class SimulatedTimePolicy(retry.Policy):
+    """The gateway's retry policy against a server whose clock runs ``time_scale`` times
+    faster than real time: its ``Retry-After`` is in its (simulated) seconds. A 429's
+    ``Retry-After: 1`` honoured as one real second would cost 20 simulated seconds at 20x,
+    twenty times what it costs against a real API server (with 20 % 429s one handling took
+    the whole two-minute notice, and the notices queued behind it came after the reclaim).
+    The client's own backoff stays in real seconds (harsher than real, by the time scale)."""
+
+    time_scale: float = 1.0
+
+    def delay(self, retry_number: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
+        hint = None if retry_after is None else retry_after / self.time_scale
+        return super().delay(retry_number, hint, rng)
+
+
+def in_simulated_time(policy: retry.Policy, time_scale: float) -> SimulatedTimePolicy:
+    """``policy`` against the simulated cluster (its Retry-After in simulated seconds)."""
+    fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy) if f.name != "time_scale"}
+    return SimulatedTimePolicy(**fields, time_scale=time_scale)
+
+
 def scaled_policy(time_scale: float) -> retry.Policy:
     """The gateway's retry policy with its per-request timeout in simulated time (10 s, at
-    least 1 real second), so an API request that hangs costs what it would in a real cluster."""
+    least 1 real second), so an API request that hangs costs what it would in a real cluster,
+    and the server's Retry-After in simulated seconds (:class:`SimulatedTimePolicy`)."""
     timeout = max(1.0, retry.DEFAULT.timeout / time_scale)
-    return retry.Policy(timeout=timeout, deadline=max(3.0, retry.DEFAULT.deadline / time_scale))
+    return SimulatedTimePolicy(
+        timeout=timeout, deadline=max(3.0, retry.DEFAULT.deadline / time_scale), time_scale=time_scale
+    )
 
 
 @dataclass

@@ -41,7 +41,6 @@ from spotguard.policy import floors, moves
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import SURGE, Workload
-from spotguard.sim import clock as clock_mod
 from spotguard.sim import objects, readiness, testing
 from spotguard.sim import settings as sim_settings
 
@@ -153,9 +152,11 @@ class Webhook:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        ctx = core.Context(config_mod.Config(), self.k)
-        # The webhook caches the workload for 2 s of real time: scale it with the cluster's time.
+        # As `spotguard serve admission` builds it: its client under the admission's retry
+        # policy (two tries within 1.5 s), the server's Retry-After in simulated seconds.
         scale = max(1.0, float(self.sim.clock.time_scale))
+        ctx = core.Context(config_mod.Config(), self.k.with_policy(functions.in_simulated_time(core.API_POLICY, scale)))
+        # The webhook caches the workload for 2 s of real time: scale it with the cluster's time.
         ctx.resolver.workload_ttl /= scale
         ctx.resolver.node_ttl /= scale
         self.server = make_server(
@@ -259,6 +260,9 @@ class Chaos:
     sent: list[Sent] = field(default_factory=list)
     taints_seen: dict[str, set[str]] = field(default_factory=dict)  # node -> event ids of its taints/notices
     dips: list[tuple[float, str, int]] = field(default_factory=list)  # (seconds after t0, key, serving) below before
+    # Event name -> simulated time it was written: the Events carry the writer's wall-clock
+    # time, and the simulated clock runs time_scale times faster (they cannot be set side by side).
+    events_at: dict[str, float] = field(default_factory=dict)
     doomed: set[str] = field(default_factory=set)
     t0: float | None = None  # simulated time of the first notice
     recovered_at: float | None = None
@@ -399,6 +403,9 @@ class Chaos:
     def _on_change(self, event_type: str, resource: str, obj: Obj) -> None:
         if resource == "pods":
             self._dip()
+        if resource == "events" and event_type == "ADDED":
+            with self.lock:
+                self.events_at.setdefault(obj["metadata"]["name"], self.sim.clock.now())
         if resource != "nodes" or event_type == "DELETED":
             return
         name = obj["metadata"]["name"]
@@ -513,9 +520,14 @@ class Chaos:
             name = e["involvedObject"]["name"]
             if keys is not None and f"Deployment/shop/{name}" not in keys:
                 continue
-            when = clock_mod.parse_iso(e.get("lastTimestamp") or e.get("firstTimestamp")) - (self.t0 or 0.0)
-            out.append((round(when, 1), name, str(e.get("message"))))
+            out.append((self.event_time(e), name, str(e.get("message"))))
         return sorted(out)
+
+    def event_time(self, event: Obj) -> float:
+        """Simulated seconds after t0 when an Event was written (-1: before the first notice)."""
+        with self.lock:
+            at = self.events_at.get(event["metadata"]["name"])
+        return -1.0 if at is None or self.t0 is None else round(at - self.t0, 1)
 
     def check_promise(self) -> None:
         """No Deployment ever served fewer replicas than just before the first notice; no
@@ -530,14 +542,14 @@ class Chaos:
                 below[key] = (low, self.floor[key])
         dips = [d for d in self.dips if d[1] in below]
         told = [
-            (e.get("lastTimestamp") or e.get("eventTime"), e["involvedObject"]["name"], e.get("message"))
+            (self.event_time(e), e["involvedObject"]["name"], e.get("message"))
             for e in self.sim.store.list("events")[0]
             if e.get("reason") == "SpotInterruptionScaledBack"
             and f"Deployment/shop/{e['involvedObject']['name']}" in below
         ]
         assert not below, (
             f"the promise broke (lowest serving, promised): {below}; dips (t, key, serving): {dips}; "
-            f"scale backs: {told}; t0 {self.sim.clock.iso(self.t0)}"
+            f"scale backs (t, workload, message): {sorted(told)}; t0 {self.sim.clock.iso(self.t0)}"
         )
         self.check_notices()
 

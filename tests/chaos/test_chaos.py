@@ -39,10 +39,21 @@ def faults_none(c: Chaos) -> None:
     pass
 
 
+WRITES = ("create", "update", "patch", "delete")
+
+
+def conflicts(c: Chaos, rate: float) -> None:
+    """409 Conflict on the writes: kube-apiserver answers a write 409 when the object changed
+    under it (or exists already); it never answers a read (get, list, watch) 409."""
+    for verb in WRITES:
+        c.sim.faults.set(verb=verb, error_rate=rate, status=409)
+
+
 def faults_mixed(c: Chaos) -> None:
-    """500, 429, 409 and timeouts, 5 % each: 20 % in all."""
-    for status in (500, 429, 409):
+    """500, 429, 409 (writes) and timeouts, 5 % each: 20 % in all."""
+    for status in (500, 429):
         c.sim.faults.set(error_rate=0.05, status=status)
+    conflicts(c, 0.05)
     c.sim.faults.set(error_rate=0.05, timeout=True, hold_seconds=1.5)
 
 
@@ -50,6 +61,8 @@ def one_kind(status: int | str) -> Callable[[Chaos], None]:
     def inject(c: Chaos) -> None:
         if status == "timeout":
             c.sim.faults.set(error_rate=0.2, timeout=True, hold_seconds=1.5)
+        elif status == 409:
+            conflicts(c, 0.2)
         else:
             c.sim.faults.set(error_rate=0.2, status=status)
 

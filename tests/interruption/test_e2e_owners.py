@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.v1.event import CloudEvent
+from spotguard.gateway import kube, resources
 from spotguard.interruption import cloudevents as ce
 from spotguard.interruption.handler import Handler
 from spotguard.policy import config
@@ -332,6 +333,53 @@ def test_a_settings_change_is_picked_up_at_its_ttl(monkeypatch: pytest.MonkeyPat
         assert record(store) is not None and "rbl-2" in record(store)["events"]
 
 
+def replace_without_record(sim: Any) -> None:
+    """kubectl replace -f web.yaml (or Argo CD Replace=true): the manifest, without the record."""
+    from spotguard.gateway import kube, resources
+    from spotguard.gateway.errors import Conflict
+
+    api = kube.Kube(sim.api_client())
+
+    def replaced() -> bool:
+        current = api.get(resources.DEPLOYMENTS, "web", "shop")
+        current["metadata"]["annotations"] = {}
+        current["spec"]["replicas"] = 6
+        try:
+            api.replace(resources.DEPLOYMENTS, current)  # a PUT, as kubectl replace sends
+        except Conflict:
+            return False  # the controller wrote its status meanwhile: replace again
+        return True
+
+    h.wait_until(replaced, 10, "the replace to go through")
+    assert record(sim.store) is None
+
+
+def nothing_left_raised(handler: Handler, sim: Any, spot: list[str]) -> None:
+    """Reclaim the doomed nodes, reconcile until nothing of the surge is left, check the ledger."""
+    store = sim.store
+    sim.reclaim(spot, after_seconds=120)
+    h.wait_until(
+        lambda: (
+            reconcile(handler),
+            store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
+            and not store.list("poddisruptionbudgets")[0]
+            and not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
+            and record(store) is None,
+        )[1],
+        60,
+        "nothing of the surge left raised",
+        step=0.2,
+    )
+    assert replicas(store) == 6
+    assert record(store) is None
+    ledgers = [
+        c
+        for c in store.list("configmaps", namespace="spotguard")[0]
+        if c["metadata"]["name"].startswith("spotguard-surges-")
+    ]
+    assert all(not (c.get("data") or {}) for c in ledgers)
+
+
 def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
     with testing.running_cluster(
         scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
@@ -343,45 +391,50 @@ def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
         warning(handler, sim, spot)
         assert record(store) is not None
         assert [b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]] == ["spotguard-surge-web"]
-        # kubectl replace -f web.yaml (or Argo CD Replace=true): the manifest, without the record.
-        from spotguard.gateway import kube, resources
-        from spotguard.gateway.errors import Conflict
+        replace_without_record(sim)
+        nothing_left_raised(handler, sim, spot)
 
-        api = kube.Kube(sim.api_client())
 
-        def replaced() -> bool:
-            current = api.get(resources.DEPLOYMENTS, "web", "shop")
-            current["metadata"]["annotations"] = {}
-            current["spec"]["replicas"] = 6
-            try:
-                api.replace(resources.DEPLOYMENTS, current)  # a PUT, as kubectl replace sends
-            except Conflict:
-                return False  # the controller wrote its status meanwhile: replace again
-            return True
+class WriterBeforeThePatch(kube.Kube):
+    """The handler's connection, with another writer of the Deployment (its controller's
+    status update) landing between the handler's read and its next patch of it, once armed."""
 
-        h.wait_until(replaced, 10, "the replace to go through")
-        assert record(store) is None
-        sim.reclaim(spot, after_seconds=120)
-        h.wait_until(
-            lambda: (
-                reconcile(handler),
-                store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
-                and not store.list("poddisruptionbudgets")[0]
-                and not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
-                and record(store) is None,
-            )[1],
-            60,
-            "nothing of the surge left raised",
-            step=0.2,
-        )
-        assert replicas(store) == 6
-        assert record(store) is None
-        ledgers = [
-            c
-            for c in store.list("configmaps", namespace="spotguard")[0]
-            if c["metadata"]["name"].startswith("spotguard-surges-")
-        ]
-        assert all(not (c.get("data") or {}) for c in ledgers)
+    def __init__(self, sim: Any) -> None:
+        super().__init__(sim.api_client())
+        self.store = sim.store
+        self.armed = False
+
+    def patch(self, res: Any, name: str, body: Any, namespace: str | None = None, **kw: Any) -> Any:
+        if self.armed and res is resources.DEPLOYMENTS:
+            self.armed = False
+            self.store.mutate(
+                "deployments", name, namespace, lambda d: d.setdefault("status", {}).update({"observedGeneration": 99})
+            )
+        return super().patch(res, name, body, namespace, **kw)
+
+
+def test_a_lost_record_planned_again_after_a_conflict_keeps_the_autoscalers_original_minimum() -> None:
+    # Found by CI under load: after a replace dropped the record, the reconcile's surge patch
+    # met a conflict (the Deployment controller's status write after the replace). The
+    # workload read again carries no record, and was planned as a fresh surge that took the
+    # autoscaler's minimum raised to 9 by spotguard for its original: it stayed at 9 for good.
+    with testing.running_cluster(
+        scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
+    ) as sim:
+        store = sim.store
+        start(sim, 6)
+        connection = WriterBeforeThePatch(sim)
+        handler = Handler(connection, config.Config(), clock=sim.clock.now)
+        spot = spot_nodes(store)
+        warning(handler, sim, spot)
+        assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 9
+        replace_without_record(sim)
+        connection.armed = True
+        reconcile(handler)
+        assert not connection.armed, "the reconcile wrote the Deployment: the interleaved write happened"
+        kept = record(store)
+        assert kept is not None and kept["hpa"]["minReplicas"] == 6, kept
+        nothing_left_raised(handler, sim, spot)
 
 
 # -- 4. half-done handling finished by the reconcile, and the gauges an operator alerts on ----

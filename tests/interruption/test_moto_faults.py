@@ -3,7 +3,8 @@
 GIVEN three doomed spot nodes whose state changes (shutting-down) are put on the
 bus before their interruption warnings, every warning delivered four times (the
 same message body, as SQS's at-least-once delivery does), some messages that are
-not notices, and one API request in five failing with a 500
+not notices, and one API request in five failing with a 500 (every Deployment
+write, until a first notice is answered for redelivery)
 WHEN the queue is drained the way the Lambda event source mapping does (batches
 of ten; delete what the answer does not list; redeliver what it lists)
 THEN the answers never list a message that is not a notice, every notice is
@@ -111,8 +112,11 @@ def test_faults_duplicates_and_reordering_through_sqs(setup: dict[str, Any]) -> 
     for junk in ["Hello from SQS!", json.dumps({"source": "aws.autoscaling", "detail-type": "x", "detail": {}})]:
         sqs.send_message(QueueUrl=url, MessageBody=junk)
     total = 6 + 3 * 3 + 2
-    # AND one API request in five fails
+    # AND one API request in five fails; every Deployment write fails until the first answer
+    # lists a notice for redelivery (so one certainly does, whatever the random faults hit)
     sim.faults.set(error_rate=0.2, status=500)
+    sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    first_failure = True
     # WHEN the queue is drained as the event source mapping does
     handler = lambda_function()
     acknowledged: dict[str, str] = {}  # message id -> body
@@ -127,6 +131,10 @@ def test_faults_duplicates_and_reordering_through_sqs(setup: dict[str, Any]) -> 
         result = handler.lambda_handler(lambda_batch(messages, setup["queue_arn"]), None)
         failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
         assert failed <= {m["MessageId"] for m in messages}
+        if first_failure and failed:
+            first_failure = False
+            sim.faults.clear()
+            sim.faults.set(error_rate=0.2, status=500)
         for m in messages:
             if m["MessageId"] in failed:
                 # THEN a message listed for redelivery is always a notice

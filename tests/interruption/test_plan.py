@@ -420,3 +420,32 @@ def test_an_autoscaler_that_undid_the_surge_before_its_minimum_was_raised_is_ove
     three = with_surge(deployment("web", 3), dataclasses.replace(rec, hpa="web", hpa_min=4, hpa_set=6).to_json())
     step = by_name(make_plan([notice("i-s1")], workloads=[three], autoscalers=raised))["web"]
     assert step.record.replicas == 3
+
+
+def test_a_rise_to_the_autoscaler_minimum_spotguard_set_is_not_the_owners_change() -> None:
+    # A replace rebased the surge at the owner's 6 while the autoscaler's minimum stayed at the
+    # 9 spotguard set; the autoscaler then brought the count back to 9. That rise is spotguard's
+    # own minimum at work: the count to go back to stays 6 (found by the replace test: the
+    # scale back went to 9 and only the autoscaler's next write brought it to 6).
+    rec = SurgeRecord(
+        replicas=6, surge=3, written=6, events=("ev-1",), nodes=("s1",), started=NOW, hpa="web", hpa_min=6, hpa_set=9
+    )
+    held = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=9, max_replicas=12)]
+    web = with_surge(deployment("web", 9), rec.to_json())
+    step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=held))["web"]
+    assert (step.replicas, step.record.replicas, step.record.written) == (9, 6, 9)
+    pods = [pod(web, i, "od1") for i in range(9)]
+    done, _ = interruption.finish(
+        workloads=[web], pods=pods, nodes=[node("od1", "on-demand")], now=NOW + 30, autoscalers=held
+    )
+    assert [(f.replicas, f.hpa_min) for f in done] == [(6, 6)]
+    # The user set another minimum meanwhile: theirs, and a rise to it is theirs too.
+    theirs = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=8, max_replicas=12)]
+    done, _ = interruption.finish(
+        workloads=[with_surge(deployment("web", 8), rec.to_json())],
+        pods=pods,
+        nodes=[node("od1", "on-demand")],
+        now=NOW + 30,
+        autoscalers=theirs,
+    )
+    assert [(f.replicas, f.hpa_min) for f in done] == [(8, None)]

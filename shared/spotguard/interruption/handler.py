@@ -111,12 +111,10 @@ class Snapshot:
         self.pod_views = [_pod_view(p) for p in self.pods]
         self.workload_views = []
         for key, w in self.workloads.items():
-            view = Workload.from_json(w)
-            if key in self.ledger and SURGE not in view.annotations:
-                # The workload lost its record (replaced): the ledger's copy stands in for it.
+            own = Workload.from_json(w)
+            view = _with_ledger(own, self.ledger)
+            if view is not own:
                 self.lost[key] = self.ledger[key]
-                extra = {SURGE: self.ledger[key].to_json(), interruption.LOST: "true"}
-                view = dataclasses.replace(view, annotations={**view.annotations, **extra})
             self.workload_views.append(view)
         self.budget_views = [Budget.from_json(b) for b in self.budgets]
         self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
@@ -125,6 +123,16 @@ class Snapshot:
         if not self._nodes_by_name:
             self._nodes_by_name = {str((n.get("metadata") or {}).get("name")): n for n in self.nodes}
         return self._nodes_by_name.get(name)
+
+
+def _with_ledger(view: Workload, kept: dict[str, SurgeRecord]) -> Workload:
+    """The workload as the plans see it: where it lost its record (replaced) but the ledger
+    holds one, the ledger's copy stands in for it (marked lost)."""
+    record = kept.get(view.key)
+    if record is None or SURGE in view.annotations:
+        return view
+    extra = {SURGE: record.to_json(), interruption.LOST: "true"}
+    return dataclasses.replace(view, annotations={**view.annotations, **extra})
 
 
 def _pod_view(raw: Obj) -> PodView:
@@ -348,27 +356,34 @@ class Handler:
             counter=self.kube.stats,
             page_limit=max(self.kube.page_limit, LIST_PAGE),
         )
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            # The big lists run beside the small ones. Budgets and autoscalers are read
-            # before the workloads: a budget seen here has its workload's record visible in
-            # the later list (see _sweep_budgets).
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            # Every list runs at once, but for one order: budgets, autoscalers and the ledger
+            # are read before the workloads. A budget seen here has its workload's record
+            # visible in the later list (see _sweep_budgets), and a surge written between the
+            # ledger's read and the workloads' is never taken for a lost record (the ledger is
+            # written after the workloads). Under a slow or faulty API every request on this
+            # path delays the surges: two rounds of requests, not eight.
             pods_f = pool.submit(k.list, r.PODS)
             nodes_f = pool.submit(k.list, r.NODES)
-            budgets = k.list(r.PODDISRUPTIONBUDGETS)
-            autoscalers = k.list(r.HPAS)
-            # The ledger before the workloads (and written after them): a surge written
-            # between the two reads is never taken for a lost record.
-            kept = ledger.read(k)
-            namespaces = {
-                str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
-                for ns in k.list(r.NAMESPACES)
-            }
+            namespaces_f = pool.submit(k.list, r.NAMESPACES)
+            budgets_f = pool.submit(k.list, r.PODDISRUPTIONBUDGETS)
+            autoscalers_f = pool.submit(k.list, r.HPAS)
+            kept_f = pool.submit(ledger.read, k)
+            budgets, autoscalers, kept = budgets_f.result(), autoscalers_f.result(), kept_f.result()
+            lists = [
+                (kind, pool.submit(k.list, res))
+                for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET))
+            ]
             workloads: dict[str, Obj] = {}
-            for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET)):
-                for w in k.list(res):
+            for kind, f in lists:
+                for w in f.result():
                     w.setdefault("kind", str(kind))
                     meta = w.get("metadata") or {}
                     workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
+            namespaces = {
+                str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
+                for ns in namespaces_f.result()
+            }
             nodes = nodes_f.result()
             pods = pods_f.result()
         return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
@@ -588,7 +603,10 @@ class Handler:
     def _replan_one(
         self, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
     ) -> SurgeStep | None:
-        wl = Workload.from_json(raw)
+        # The fresh copy lacks the record where it was replaced: the ledger's copy stands in,
+        # as in the snapshot (else a fresh surge takes the autoscaler's raised minimum for
+        # its original and leaves it raised for good).
+        wl = _with_ledger(Workload.from_json(raw), snap.ledger)
         plan = interruption.plan(
             notices,
             nodes=snap.node_views,

@@ -194,6 +194,23 @@ def owner_replicas(record: SurgeRecord, current: int) -> int:
     return current
 
 
+def _owner_count(record: SurgeRecord, current: int, hpa: Autoscaler | None) -> int:
+    """:func:`owner_replicas`, where a rise up to the autoscaler minimum spotguard set (and
+    still holds) is that minimum at work, not a change of the owner's: the count before the
+    surge stays. (A record rebased at the owner's lower count after a replace, with the
+    minimum still raised: the autoscaler brings the count back up to it, and that must not
+    become the count to scale back to.)"""
+    if (
+        hpa is not None
+        and record.hpa_set is not None
+        and hpa.name == record.hpa
+        and hpa.min_replicas == record.hpa_set
+        and record.last_written < current <= record.hpa_set
+    ):
+        return record.replicas
+    return owner_replicas(record, current)
+
+
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"not an integer: {value!r}")
@@ -703,7 +720,7 @@ def _surge_step(
             replicas = written + added
         else:
             # Someone else changed the count during the surge: what they want is the new base.
-            original = owner_replicas(existing, wl.replicas)
+            original = _owner_count(existing, wl.replicas, hpa)
 
     # The autoscaler: raise its minimum to the surged count (record the original once).
     hpa_step: AutoscalerStep | None = None
@@ -869,7 +886,7 @@ def finish(
                 if ours:
                     hpa_max = max(record.hpa_max, hpa_min or 1)
             floor = hpa.min_replicas if hpa_min is None else hpa_min
-        target = max(owner_replicas(record, wl.replicas), floor)
+        target = max(_owner_count(record, wl.replicas, hpa), floor)
         if doomed_ready:
             waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
             continue
