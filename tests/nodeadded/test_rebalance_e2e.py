@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config
@@ -39,14 +38,6 @@ def spot_nodes(prefix: str, n: int) -> list[dict[str, Any]]:
     return [sim_scenario.node(f"{prefix}-{i}", "spot", cpu="8") for i in range(n)]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known gap (issue 10): the cluster's api Deployment has an autoscaler under a steady load; a move's "
-        "'scale up one' is undone by the autoscaler at its next 15 s sync (as a real HPA does), so node-added "
-        "holds api on on-demand. Fix: raise the autoscaler's minReplicas for the move, as the surge does."
-    ),
-)
 def test_every_workload_back_to_spot_after_a_mass_reclaim(tmp_path: Any) -> None:
     with (
         testing.running_cluster(

@@ -282,7 +282,7 @@ class Handler:
                 pool.submit(self._warn_quorum, w, snap)
         list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), batch.events))
 
-    def reconcile(self) -> None:
+    def reconcile(self, snap: Snapshot | None = None) -> None:
         """Finish what a handling left half-done, scale back the surges that are over, drain
         (where configured), untaint the nodes that survived, and keep the ledger.
 
@@ -290,11 +290,17 @@ class Handler:
         on the node, ``spotguard.io/notice``) whose workloads lack their surge, budget or
         autoscaler minimum gets them now: the notice is planned again, which only adds
         what the objects do not record yet.
+
+        ``snap``: a snapshot the caller just read (the node-added pass shares its own),
+        instead of reading the cluster again.
         """
-        if not self._anything_to_reconcile():
+        if snap is None:
+            if not self._anything_to_reconcile():
+                return
+            with _gc_paused():
+                snap = self.snapshot()
+        elif not anything_to_reconcile(snap):
             return
-        with _gc_paused():
-            snap = self.snapshot()
         now = self.clock()
         pending = self._pending_notices(snap, now)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -342,23 +348,12 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        k = kube_mod.Kube(
-            self.kube.api_client,
-            policy=self.kube.policy,
-            counter=self.kube.stats,
-            page_limit=max(self.kube.page_limit, LIST_PAGE),
-        )
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            # The big lists run beside the small ones. Budgets and autoscalers are read
-            # before the workloads: a budget seen here has its workload's record visible in
-            # the later list (see _sweep_budgets).
-            pods_f = pool.submit(k.list, r.PODS)
-            nodes_f = pool.submit(k.list, r.NODES)
-            budgets = k.list(r.PODDISRUPTIONBUDGETS)
-            autoscalers = k.list(r.HPAS)
-            # The ledger before the workloads (and written after them): a surge written
-            # between the two reads is never taken for a lost record.
-            kept = ledger.read(k)
+        def small(k: kube_mod.Kube) -> tuple[Any, ...]:
+            # Budgets and autoscalers are read before the workloads: a budget seen here has
+            # its workload's record visible in the later list (see _sweep_budgets). The ledger
+            # before the workloads (and written after them): a surge written between the two
+            # reads is never taken for a lost record.
+            budgets, autoscalers, kept = k.list(r.PODDISRUPTIONBUDGETS), k.list(r.HPAS), ledger.read(k)
             namespaces = {
                 str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
                 for ns in k.list(r.NAMESPACES)
@@ -369,8 +364,12 @@ class Handler:
                     w.setdefault("kind", str(kind))
                     meta = w.get("metadata") or {}
                     workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-            nodes = nodes_f.result()
-            pods = pods_f.result()
+            return budgets, autoscalers, kept, namespaces, workloads
+
+        # The big lists run beside the small ones.
+        pods, nodes, (budgets, autoscalers, kept, namespaces, workloads) = self.kube.read_concurrently(
+            r.PODS, r.NODES, small, page_limit=LIST_PAGE
+        )
         return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
@@ -899,6 +898,15 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def anything_to_reconcile(snap: Snapshot) -> bool:
+    """What :meth:`Handler._anything_to_reconcile` looks for, in a snapshot already read."""
+    if any(SURGE in w.annotations for w in snap.workload_views) or any(b.ours for b in snap.budget_views):
+        return True
+    if snap.node_notices or any(interruption.has_interruption_taint(n) for n in snap.node_views):
+        return True
+    return bool(snap.ledger)
 
 
 def _marked(node: Obj, step: TaintStep) -> bool:
