@@ -13,7 +13,10 @@ serving count).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from spotguard.gateway import kube
@@ -33,17 +36,30 @@ NS = "shop"
 API = "Deployment/shop/api"
 
 
-def start_cluster() -> Any:
+@dataclasses.dataclass
+class Cluster:
+    sim: Any
+    k: kube.Kube
+    watcher: h.Watcher
+
+
+@contextlib.contextmanager
+def api_on_demand(tmp_path: Any, max_replicas: int = 6) -> Iterator[Cluster]:
+    """api: 3 replicas on on-demand, an autoscaler 3..max under a load that needs 3; then spot
+    joins. Served admission webhook; every change of api's Ready replicas watched."""
     nodes = [sim_scenario.namespace(NS), sim_scenario.namespace("spotguard")]
     nodes += [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
-    return testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY)
-
-
-def load(sim: Any, max_replicas: int = 6) -> None:
-    """api: 3 replicas on on-demand, an autoscaler 3..max under a load that needs 3; then spot joins."""
-    sim.store.apply_objects([sim_scenario.deployment("api", 3), sim_scenario.hpa("api", "api", 3, max_replicas)])
-    h.wait_until(lambda: h.ready_pods(sim.store) == 3, 30, "every pod Ready")
-    sim.store.apply_objects([sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(2)])
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        sim.store.apply_objects([sim_scenario.deployment("api", 3), sim_scenario.hpa("api", "api", 3, max_replicas)])
+        h.wait_until(lambda: h.ready_pods(sim.store) == 3, 30, "every pod Ready")
+        sim.store.apply_objects([sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(2)])
+        watcher = h.Watcher()
+        watcher.start(sim.store)
+        watcher.arm([])
+        yield Cluster(sim, kube.Kube(sim.api_client()), watcher)
 
 
 def hpa_spec(k: kube.Kube) -> tuple[int, int]:
@@ -62,12 +78,8 @@ def first_move(rec: Any) -> None:
 
 
 def test_an_autoscaled_deployment_goes_back_to_spot_and_its_minimum_comes_back(tmp_path: Any) -> None:
-    with start_cluster() as sim, h.admission_webhook(sim, tmp_path):
-        load(sim)
-        k = kube.Kube(sim.api_client())
-        watcher = h.Watcher()
-        watcher.start(sim.store)
-        watcher.arm([])
+    with api_on_demand(tmp_path) as c:
+        sim, k, watcher = c.sim, c.k, c.watcher
         rec = h.reconciler_for(sim, CFG)
         first_move(rec)
         moving = record(k)
@@ -88,12 +100,8 @@ def test_an_autoscaled_deployment_goes_back_to_spot_and_its_minimum_comes_back(t
 
 
 def test_a_minimum_the_user_sets_during_a_move_is_kept(tmp_path: Any) -> None:
-    with start_cluster() as sim, h.admission_webhook(sim, tmp_path):
-        load(sim)
-        k = kube.Kube(sim.api_client())
-        watcher = h.Watcher()
-        watcher.start(sim.store)
-        watcher.arm([])
+    with api_on_demand(tmp_path) as c:
+        sim, k, watcher = c.sim, c.k, c.watcher
         rec = h.reconciler_for(sim, CFG)
         first_move(rec)
         assert hpa_spec(k) == (4, 6)
@@ -119,12 +127,8 @@ def test_a_pass_cut_off_anywhere_is_carried_on_and_the_minimum_restored(tmp_path
     """Cut-offs, each a write that never happened (the process died before it): the autoscaler's
     raise after the move's record; the autoscaler's restore after the scale back. Each next pass
     runs in a new reconciler (a new process: nothing carried over but what the cluster holds)."""
-    with start_cluster() as sim, h.admission_webhook(sim, tmp_path):
-        load(sim)
-        k = kube.Kube(sim.api_client())
-        watcher = h.Watcher()
-        watcher.start(sim.store)
-        watcher.arm([])
+    with api_on_demand(tmp_path) as c:
+        sim, k, watcher = c.sim, c.k, c.watcher
         hpa_down = {"verb": "patch", "resource": "horizontalpodautoscalers", "error_rate": 1.0, "status": 500}
         # 1. The record is written; the autoscaler's raise is not (nor, then, the "+1").
         sim.faults.set(**hpa_down)
@@ -165,9 +169,8 @@ def test_a_pass_cut_off_anywhere_is_carried_on_and_the_minimum_restored(tmp_path
 
 
 def test_a_raise_survives_a_process_killed_before_the_restore(tmp_path: Any) -> None:
-    with start_cluster() as sim, h.admission_webhook(sim, tmp_path):
-        load(sim)
-        k = kube.Kube(sim.api_client())
+    with api_on_demand(tmp_path) as c:
+        sim, k = c.sim, c.k
         first = h.reconciler_for(sim, CFG)
         first_move(first)
         assert hpa_spec(k) == (4, 6)
@@ -181,9 +184,8 @@ def test_an_autoscaler_at_its_maximum_leaves_the_deployment_where_it_is(tmp_path
     """maxReplicas == replicas: a move cannot add one. Raising the user's cap for a saving, or
     evicting (one replica fewer serving), are both worse than staying on on-demand: the
     Deployment is skipped (``autoscaler-at-max``), quietly, pass after pass."""
-    with start_cluster() as sim, h.admission_webhook(sim, tmp_path):
-        load(sim, max_replicas=3)
-        k = kube.Kube(sim.api_client())
+    with api_on_demand(tmp_path, max_replicas=3) as c:
+        sim, k = c.sim, c.k
         rec = h.reconciler_for(sim, CFG)
 
         def skipped(rep: Any) -> bool:
