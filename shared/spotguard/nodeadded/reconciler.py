@@ -1,8 +1,10 @@
 """One pass of the node-added reconcile: back to spot, floors repaired, leftovers cleaned.
 
 ``Reconciler.reconcile()`` reads the cluster once (nodes, pods, Deployments,
-ReplicaSets, StatefulSets, PodDisruptionBudgets, Namespaces and the admission
-Leases: a fixed number of list calls whatever the size of the cluster), then
+ReplicaSets, StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers,
+Namespaces, the admission Leases and the surge ledger: a fixed number of list
+calls whatever the size of the cluster, shared with the spot-interruption
+reconcile of step 3, which runs first on it), then
 
 1. carries recorded moves on (:func:`spotguard.policy.moves.progress`):
    scales back once the new replica is Ready, undoes a move that did not work
@@ -12,7 +14,10 @@ Leases: a fixed number of list calls whatever the size of the cluster), then
    a bounded number per pass. A Deployment's move is create before evict: the
    pod that goes gets the lowest ``controller.kubernetes.io/pod-deletion-cost``,
    then one patch (guarded by the resourceVersion) writes the move record and
-   ``spec.replicas + 1``; the admission webhook places the new pod. A
+   ``spec.replicas + 1``; the admission webhook places the new pod. With an
+   autoscaler, its ``minReplicas`` goes up for the move (record, then the
+   autoscaler, then the "+1") and back after it (the count, then the
+   autoscaler, then the record), only while it holds the move's value. A
    StatefulSet's move writes the record, then evicts the pod through the
    Eviction API (a budget's 429 leaves a hold, never a retry loop);
 3. cleans up: the spot-interruption function's own reconcile scales back
