@@ -153,7 +153,8 @@ def test_a_pass_cut_off_anywhere_is_carried_on_and_the_minimum_restored(tmp_path
             h.passes_until(h.reconciler_for(sim, CFG), finishing, max_passes=200)
         finally:
             sim.faults.clear()
-        assert k.get(r.DEPLOYMENTS, "api", NS)["spec"]["replicas"] == 3
+        # Scaled back (the autoscaler, still at 4, may have scaled up again at a sync since).
+        assert k.get(r.DEPLOYMENTS, "api", NS)["spec"]["replicas"] in (3, 4)
         assert hpa_spec(k) == (4, 6)  # still raised: the record says what to put back
         left = record(k)
         assert left is not None and left["hpa"] == {"name": "api", "minReplicas": 3, "setMin": 4}
