@@ -24,17 +24,16 @@ Prints ONE JSON line at the end::
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _served
 from spotguard.sim import objects
 
 Obj = objects.Obj
@@ -90,23 +89,7 @@ def build(args: argparse.Namespace) -> tuple[list[Obj], list[str], dict[str, int
                 pod_name, owner = f"{name}-{h}-{p:05d}", {"kind": "ReplicaSet", "name": f"{name}-{h}"}
                 labels = {"app": name, "pod-template-hash": h}
             labels["spotguard.io/placement"] = "on-demand" if p < floor else "spot"
-            objs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": pod_name,
-                        "namespace": ns,
-                        "labels": labels,
-                        "ownerReferences": [{"apiVersion": "apps/v1", **owner, "uid": f"{uid}", "controller": True}],
-                    },
-                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]},
-                    "status": {
-                        "phase": "Running",
-                        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
-                    },
-                }
-            )
+            objs.append(_served.ready_pod(pod_name, ns, node, {**owner, "uid": uid}, labels))
         if not sts and w % 2 == 0:
             objs.append(objects.pdb(name, name, namespace=ns, max_unavailable=1))
             counts["user_budgets"] += 1
@@ -138,15 +121,7 @@ def child(args: argparse.Namespace) -> int:
         )
         for n in raw
     ]
-    if args.profile:
-        import cProfile
-        import pstats
-
-        profile = cProfile.Profile()
-        outcomes = profile.runcall(handler.handle, notices)
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
-    else:
-        outcomes = handler.handle(notices)
+    outcomes = _served.profiled(handler.handle, notices, profile=args.profile, lines=40)
     total = time.perf_counter() - started
     timings = handler.last_timings
     # The last surge written: every taint, scale, budget and autoscaler write done (the
@@ -216,38 +191,16 @@ def main() -> int:
                 affected.add(key)
                 kinds["Deployment" if ref["kind"] == "ReplicaSet" else "StatefulSet"] += 1
     with testing.running_cluster(controllers=False) as sim:
-        sim.store.apply_objects(objs)
+        _served.load_frozen(sim, objs)
         del objs, by_name
-        # The simulated API server shares this process: keep the loaded objects out of the
-        # cyclic garbage collector's way (a full collection over 20,000 pods stalls every request).
-        gc.collect()
-        gc.freeze()
         load_seconds = time.perf_counter() - t
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "notices.json"
             path.write_text(json.dumps(notices))
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--child",
-                    "--kubeconfig",
-                    sim.kubeconfig,
-                    "--notices-file",
-                    str(path),
-                    "--workers",
-                    str(args.workers),
-                    *(["--profile"] if args.profile else []),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        if proc.returncode != 0 or args.profile:
-            sys.stderr.write(proc.stderr)
-        if proc.returncode != 0:
-            return proc.returncode
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+            extra = ["--notices-file", str(path), "--workers", str(args.workers)]
+            result = _served.run_child(__file__, sim.kubeconfig, extra, profile=args.profile)
+        if isinstance(result, int):
+            return result
         surged = sum(
             1
             for d in sim.store.list("deployments")[0]

@@ -2,10 +2,11 @@
 
 The simulated cluster is ``infra/scenarios/large.yaml`` (1,000 nodes: 300
 on-demand, 700 spot; 360 Deployments of 50 replicas and 200 StatefulSets of 10:
-20,000 pods), served over HTTPS by this process and loaded in its steady state:
-every pod bound and Ready, each workload's floor on on-demand nodes and the rest
-spread over spot nodes (the optimum), a ReplicaSet per Deployment, and the
-admission webhook's reservation Lease per ReplicaSet. The controllers are off.
+20,000 pods; and the four system DaemonSets' 4,000 pods, one of each per node),
+served over HTTPS by this process and loaded in its steady state: every pod
+bound and Ready, each workload's floor on on-demand nodes and the rest spread
+over spot nodes (the optimum), a ReplicaSet per Deployment, and the admission
+webhook's reservation Lease per ReplicaSet. The controllers are off.
 The reconciler runs in a child process (its own core, as in its own pod or
 Lambda) and makes one pass, which must find nothing to do: only list calls and
 no writes.
@@ -21,30 +22,31 @@ Prints ONE JSON line at the end::
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
 import resource
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import _served
+
 ROOT = Path(__file__).resolve().parents[1]
 Obj = dict[str, Any]
+CREATED = "2026-01-01T00:00:00Z"
 
 
 def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
     """The scenario's objects plus, at the optimum, every pod, ReplicaSet and reservation Lease."""
     from spotguard.policy import config, floors
     from spotguard.policy.workloads import Workload
-    from spotguard.sim import objects
+    from spotguard.sim import objects, settings
     from spotguard.sim import scenario as scenario_mod
 
-    objs = scenario_mod.load(scenario)
+    _timings, objs = settings.split(scenario_mod.load(scenario))
     objs.append(objects.namespace("spotguard"))
     nodes = [o for o in objs if o["kind"] == "Node"]
     capacity = objects.CAPACITY
@@ -53,6 +55,7 @@ def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
     cfg = config.Config()
     cursor = {"on-demand": 0, "spot": 0}
     pods: list[Obj] = []
+    daemons: list[Obj] = []
     extra: list[Obj] = []
     workloads = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
     for w, wl in enumerate(workloads):
@@ -94,27 +97,19 @@ def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
             else:
                 pod_name, owner = f"{name}-{h}-{p:05d}", {"kind": "ReplicaSet", "name": f"{name}-{h}", "uid": uid}
                 labels["pod-template-hash"] = h
-            pod_spec = {**template["spec"], "nodeName": node}
-            pods.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": pod_name,
-                        "namespace": ns,
-                        "labels": labels,
-                        "creationTimestamp": "2026-01-01T00:00:00Z",
-                        "ownerReferences": [{"apiVersion": "apps/v1", **owner, "controller": True}],
-                    },
-                    "spec": pod_spec,
-                    "status": {
-                        "phase": "Running",
-                        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
-                    },
-                }
-            )
-    counts = {"nodes": len(nodes), "pods": len(pods), "workloads": len(workloads)}
-    return objs + extra + pods, counts
+            pods.append(_served.ready_pod(pod_name, ns, node, owner, labels, spec=template["spec"], created=CREATED))
+    # The system DaemonSets: one pod of each on every node.
+    for d, ds in enumerate(o for o in objs if o["kind"] == "DaemonSet"):
+        meta = ds["metadata"]
+        meta["uid"] = f"00000000-0000-4000-9000-{d:012x}"
+        owner = {"kind": "DaemonSet", "name": meta["name"], "uid": meta["uid"]}
+        labels = dict(ds["spec"]["template"]["metadata"].get("labels") or {})
+        spec = ds["spec"]["template"]["spec"]
+        for i, n in enumerate(nodes):
+            name, node = f"{meta['name']}-{i:05d}", n["metadata"]["name"]
+            daemons.append(_served.ready_pod(name, meta["namespace"], node, owner, labels, spec=spec, created=CREATED))
+    counts = {"nodes": len(nodes), "pods": len(pods), "daemonset_pods": len(daemons), "workloads": len(workloads)}
+    return objs + extra + pods + daemons, counts
 
 
 def owner_ref(kind: str, name: str, uid: str) -> Obj:
@@ -150,15 +145,7 @@ def child(args: argparse.Namespace) -> int:
     k = kube.connect(args.kubeconfig)
     rec = Reconciler(k, Config())
     started = time.perf_counter()
-    if args.profile:
-        import cProfile
-        import pstats
-
-        profile = cProfile.Profile()
-        report = profile.runcall(rec.reconcile)
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
-    else:
-        report = rec.reconcile()
+    report = _served.profiled(rec.reconcile, profile=args.profile)
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     stats = k.stats.snapshot()
@@ -202,29 +189,17 @@ def main() -> int:
     t = time.perf_counter()
     objs, counts = build(args.scenario)
     with testing.running_cluster(controllers=False) as sim:
-        sim.store.apply_objects(objs)
+        _served.load_frozen(sim, objs)
         del objs
         sim.store.apply_objects([lease(rs) for rs in sim.store.list("replicasets")[0]])
-        # The simulated API server shares this process: keep the loaded objects out of the
-        # cyclic garbage collector's way.
-        gc.collect()
-        gc.freeze()
         load_seconds = time.perf_counter() - t
-        command = [sys.executable, __file__, "--child", "--kubeconfig", str(sim.kubeconfig)]
-        proc = subprocess.run(
-            command + (["--profile"] if args.profile else []),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if proc.returncode != 0 or args.profile:
-        sys.stderr.write(proc.stderr)
-    if proc.returncode != 0:
-        return proc.returncode
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result = _served.run_child(__file__, sim.kubeconfig, profile=args.profile)
+    if isinstance(result, int):
+        return result
     line = {
         "nodes": counts["nodes"],
         "pods": counts["pods"],
+        "daemonset_pods": counts["daemonset_pods"],
         "workloads": counts["workloads"],
         **result,
         "load_seconds": round(load_seconds, 1),

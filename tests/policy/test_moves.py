@@ -210,3 +210,32 @@ def test_an_eviction_move_ends_when_the_pod_is_back_where_wanted() -> None:
 
 def test_capacity_of_unknown_nodes_is_the_configured_one() -> None:
     assert CAPACITY["od-1"] is Capacity.ON_DEMAND
+
+
+# -- the autoscaler's minimum during a scale move --------------------------------------------
+
+
+def test_the_autoscaler_part_of_the_record_round_trips() -> None:
+    r = record(hpa="web", hpa_min=2, hpa_set=3)
+    assert MoveRecord.parse(r.to_json()) == r
+    assert json.loads(r.to_json())["hpa"] == {"name": "web", "minReplicas": 2, "setMin": 3}
+    assert MoveRecord.parse(r.to_json().replace('"setMin":3', '"setMin":"3"')) is None  # not an integer
+    assert moves.without_autoscaler(r) == record()
+
+
+def test_the_minimum_is_restored_only_while_it_holds_the_moves_value() -> None:
+    r = record(hpa="web", hpa_min=2, hpa_set=3)
+    assert moves.autoscaler_restore(r, 3) == 2
+    assert moves.autoscaler_restore(r, 5) is None  # someone else set it: theirs stays
+    assert moves.autoscaler_restore(r, 2) is None  # already back
+    assert moves.autoscaler_restore(r, None) is None  # the autoscaler is gone
+    assert moves.autoscaler_restore(record(), 3) is None  # nothing was raised
+
+
+def test_an_autoscaler_at_its_maximum_leaves_no_room_for_a_scale_move() -> None:
+    dep = state([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "od-1")])
+    sts = state([wpod(i, "od-1", kind=Kind.STATEFULSET) for i in range(3)], kind=Kind.STATEFULSET)
+    at_max = plan(dep, sts, autoscaler_max={dep.key: 3})
+    assert [(x.workload.key, x.reason) for x in at_max.skipped] == [(dep.key, SkipReason.AUTOSCALER_AT_MAX)]
+    assert [m.workload.key for m in at_max.moves] == [sts.key]  # an eviction move needs no "+1"
+    assert dep.key in {m.workload.key for m in plan(dep, autoscaler_max={dep.key: 4}).moves}

@@ -24,18 +24,12 @@ nothing else, which is why the answer is itself a CloudEvent.
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from cloudevents.core import exceptions as ce_exceptions
 from cloudevents.core.base import BaseCloudEvent
-from cloudevents.core.bindings import http as ce_http
-from cloudevents.core.v1.event import CloudEvent
 
+from spotguard import eventhttp
 from spotguard.interruption import dispatch, events
 from spotguard.policy.notices import Notice
 
@@ -50,57 +44,16 @@ SQS_BODY_TYPES = frozenset(
 SQS_MESSAGE_TYPES = frozenset({"com.amazon.sqs.message"})
 RESULT_TYPE = "dev.spotguard.interruption.result"
 RESULT_SOURCE = "/spotguard/spot-interruption"
-STRUCTURED = "application/cloudevents+json"
+STRUCTURED = eventhttp.STRUCTURED
+NotACloudEvent = eventhttp.NotACloudEvent
+decode_http = eventhttp.decode_http
 
 
-class NotACloudEvent(ValueError):
-    """The HTTP request is not a CloudEvent in binary or structured mode (answer 400)."""
-
-
-@dataclass(frozen=True)
-class Reply:
+class Reply(eventhttp.Reply):
     """What the function answers to one CloudEvent."""
 
-    status: int
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def to_event(self) -> CloudEvent:
-        return CloudEvent(
-            attributes={
-                "type": RESULT_TYPE,
-                "source": RESULT_SOURCE,
-                "id": str(uuid.uuid4()),
-                "time": datetime.now(UTC),
-                "datacontenttype": "application/json",
-            },
-            data=self.data,
-        )
-
-    def to_http(self) -> ce_http.HTTPMessage:
-        """The answer as a structured-mode HTTP message (Content-Type application/cloudevents+json)."""
-        return ce_http.to_structured_event(self.to_event())
-
-
-def decode_http(headers: Mapping[str, str], body: bytes) -> BaseCloudEvent:
-    """Read a CloudEvent from an HTTP request in binary or structured mode.
-
-    Raises :class:`NotACloudEvent` with a message saying what is missing.
-    """
-    lowered = {name.lower(): value for name, value in headers.items()}
-    binary = any(name.startswith("ce-") for name in lowered)
-    content_type = lowered.get("content-type", "").split(";")[0].strip().lower()
-    try:
-        return ce_http.from_http_event(ce_http.HTTPMessage(headers=lowered, body=body))
-    except (ce_exceptions.BaseCloudEventException, ValueError, TypeError, AttributeError, RecursionError) as exc:
-        if binary:
-            raise NotACloudEvent(f"not a valid CloudEvent in binary mode: {exc}") from None
-        if content_type == STRUCTURED:
-            raise NotACloudEvent(f"not a valid CloudEvent in structured mode: {exc}") from None
-        raise NotACloudEvent(
-            "expected a CloudEvent: binary mode (ce-specversion, ce-id, ce-source and ce-type "
-            f"headers) or structured mode (Content-Type: {STRUCTURED}); got neither "
-            f"(Content-Type {content_type or 'missing'!r})"
-        ) from None
+    RESULT_TYPE = RESULT_TYPE
+    RESULT_SOURCE = RESULT_SOURCE
 
 
 def handle_event(event: BaseCloudEvent, handler: dispatch.Handler) -> Reply:
@@ -124,18 +77,9 @@ def handle_event(event: BaseCloudEvent, handler: dispatch.Handler) -> Reply:
     return Reply(200, data)
 
 
-def handle_http(
-    headers: Mapping[str, str], body: bytes, handler: dispatch.Handler
-) -> tuple[int, dict[str, str], bytes]:
+def handle_http(headers: Mapping[str, str], body: bytes, handler: dispatch.Handler) -> eventhttp.Exchange:
     """The whole HTTP exchange: (status, headers, body). 400 when it is not a CloudEvent."""
-    try:
-        event = decode_http(headers, body)
-    except NotACloudEvent as exc:
-        text = json.dumps({"error": "not a CloudEvent", "reason": str(exc)}).encode()
-        return 400, {"content-type": "application/json"}, text
-    reply = handle_event(event, handler)
-    message = reply.to_http()
-    return reply.status, dict(message.headers), message.body
+    return eventhttp.handle_http(headers, body, lambda event: handle_event(event, handler))
 
 
 def delivery(event: BaseCloudEvent) -> dispatch.Delivery:

@@ -290,7 +290,7 @@ class Handler:
                 pool.submit(self._warn_quorum, w, snap)
         list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), batch.events))
 
-    def reconcile(self) -> None:
+    def reconcile(self, snap: Snapshot | None = None) -> None:
         """Finish what a handling left half-done, scale back the surges that are over, drain
         (where configured), untaint the nodes that survived, and keep the ledger.
 
@@ -298,11 +298,17 @@ class Handler:
         on the node, ``spotguard.io/notice``) whose workloads lack their surge, budget or
         autoscaler minimum gets them now: the notice is planned again, which only adds
         what the objects do not record yet.
+
+        ``snap``: a snapshot the caller just read (the node-added pass shares its own),
+        instead of reading the cluster again.
         """
-        if not self._anything_to_reconcile():
+        if snap is None:
+            if not self._anything_to_reconcile():
+                return
+            with _gc_paused():
+                snap = self.snapshot()
+        elif not anything_to_reconcile(snap):
             return
-        with _gc_paused():
-            snap = self.snapshot()
         now = self.clock()
         pending = self._pending_notices(snap, now)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -350,42 +356,31 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        k = kube_mod.Kube(
-            self.kube.api_client,
-            policy=self.kube.policy,
-            counter=self.kube.stats,
-            page_limit=max(self.kube.page_limit, LIST_PAGE),
-        )
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        def ordered(k: kube_mod.Kube) -> tuple[Any, ...]:
             # Every list runs at once, but for one order: budgets, autoscalers and the ledger
             # are read before the workloads. A budget seen here has its workload's record
             # visible in the later list (see _sweep_budgets), and a surge written between the
             # ledger's read and the workloads' is never taken for a lost record (the ledger is
             # written after the workloads). Under a slow or faulty API every request on this
             # path delays the surges: two rounds of requests, not eight.
-            pods_f = pool.submit(k.list, r.PODS)
-            nodes_f = pool.submit(k.list, r.NODES)
-            namespaces_f = pool.submit(k.list, r.NAMESPACES)
-            budgets_f = pool.submit(k.list, r.PODDISRUPTIONBUDGETS)
-            autoscalers_f = pool.submit(k.list, r.HPAS)
-            kept_f = pool.submit(ledger.read, k)
-            budgets, autoscalers, kept = budgets_f.result(), autoscalers_f.result(), kept_f.result()
-            lists = [
-                (kind, pool.submit(k.list, res))
-                for res, kind in ((r.DEPLOYMENTS, Kind.DEPLOYMENT), (r.STATEFULSETS, Kind.STATEFULSET))
-            ]
+            budgets, autoscalers, kept = k.read_concurrently(r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read)
+            deployments, statefulsets = k.read_concurrently(r.DEPLOYMENTS, r.STATEFULSETS)
             workloads: dict[str, Obj] = {}
-            for kind, f in lists:
-                for w in f.result():
+            for kind, items in ((Kind.DEPLOYMENT, deployments), (Kind.STATEFULSET, statefulsets)):
+                for w in items:
                     w.setdefault("kind", str(kind))
                     meta = w.get("metadata") or {}
                     workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-            namespaces = {
-                str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
-                for ns in namespaces_f.result()
-            }
-            nodes = nodes_f.result()
-            pods = pods_f.result()
+            return budgets, autoscalers, kept, workloads
+
+        # The big lists and the namespaces run beside the ordered ones.
+        pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
+            r.PODS, r.NODES, r.NAMESPACES, ordered, page_limit=LIST_PAGE
+        )
+        namespaces = {
+            str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
+            for ns in namespace_list
+        }
         return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
@@ -917,6 +912,15 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def anything_to_reconcile(snap: Snapshot) -> bool:
+    """What :meth:`Handler._anything_to_reconcile` looks for, in a snapshot already read."""
+    if any(SURGE in w.annotations for w in snap.workload_views) or any(b.ours for b in snap.budget_views):
+        return True
+    if snap.node_notices or any(interruption.has_interruption_taint(n) for n in snap.node_views):
+        return True
+    return bool(snap.ledger)
 
 
 def _marked(node: Obj, step: TaintStep) -> bool:

@@ -10,45 +10,22 @@ CloudEvent at all.
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from cloudevents.core.base import BaseCloudEvent
-from cloudevents.core.bindings import http as ce_http
-from cloudevents.core.v1.event import CloudEvent
 
-from spotguard.interruption import cloudevents as interruption_ce
+from spotguard import eventhttp
 from spotguard.nodeadded import service, triggers
 
 RESULT_TYPE = "dev.spotguard.node-added.result"
 RESULT_SOURCE = "/spotguard/node-added"
-NotACloudEvent = interruption_ce.NotACloudEvent
-decode_http = interruption_ce.decode_http
+NotACloudEvent = eventhttp.NotACloudEvent
+decode_http = eventhttp.decode_http
 
 
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def to_event(self) -> CloudEvent:
-        return CloudEvent(
-            attributes={
-                "type": RESULT_TYPE,
-                "source": RESULT_SOURCE,
-                "id": str(uuid.uuid4()),
-                "time": datetime.now(UTC),
-                "datacontenttype": "application/json",
-            },
-            data=self.data,
-        )
-
-    def to_http(self) -> ce_http.HTTPMessage:
-        return ce_http.to_structured_event(self.to_event())
+class Reply(eventhttp.Reply):
+    RESULT_TYPE = RESULT_TYPE
+    RESULT_SOURCE = RESULT_SOURCE
 
 
 def handle_event(event: BaseCloudEvent, svc: service.Service) -> Reply:
@@ -66,13 +43,6 @@ def handle_event(event: BaseCloudEvent, svc: service.Service) -> Reply:
     return Reply(200, {**about, **answer.to_json()})
 
 
-def handle_http(headers: Mapping[str, str], body: bytes, svc: service.Service) -> tuple[int, dict[str, str], bytes]:
+def handle_http(headers: Mapping[str, str], body: bytes, svc: service.Service) -> eventhttp.Exchange:
     """The whole HTTP exchange: (status, headers, body). 400 when it is not a CloudEvent."""
-    try:
-        event = decode_http(headers, body)
-    except NotACloudEvent as exc:
-        text = json.dumps({"error": "not a CloudEvent", "reason": str(exc)}).encode()
-        return 400, {"content-type": "application/json"}, text
-    reply = handle_event(event, svc)
-    message = reply.to_http()
-    return reply.status, dict(message.headers), message.body
+    return eventhttp.handle_http(headers, body, lambda event: handle_event(event, svc))

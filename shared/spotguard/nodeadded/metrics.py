@@ -35,8 +35,13 @@ CLEANUPS = Counter(
     "Leftovers removed: reservation Leases of ReplicaSets that no longer exist.",
     ["what"],
 )
+AUTOSCALER = Counter(
+    "spotguard_nodeadded_autoscaler_writes_total",
+    "Autoscaler minReplicas raised for a scale move (raised) and put back after it (restored).",
+    ["what"],
+)
 ERRORS = Counter(
     "spotguard_nodeadded_errors_total",
-    "Kubernetes API calls that failed, by step (list, move, finish, lease, taint, interruption).",
+    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, taint, interruption).",
     ["step"],
 )

@@ -1,8 +1,10 @@
 """One pass of the node-added reconcile: back to spot, floors repaired, leftovers cleaned.
 
 ``Reconciler.reconcile()`` reads the cluster once (nodes, pods, Deployments,
-ReplicaSets, StatefulSets, PodDisruptionBudgets, Namespaces and the admission
-Leases: a fixed number of list calls whatever the size of the cluster), then
+ReplicaSets, StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers,
+Namespaces, the admission Leases and the surge ledger: a fixed number of list
+calls whatever the size of the cluster, shared with the spot-interruption
+reconcile of step 3, which runs first on it), then
 
 1. carries recorded moves on (:func:`spotguard.policy.moves.progress`):
    scales back once the new replica is Ready, undoes a move that did not work
@@ -12,7 +14,10 @@ Leases: a fixed number of list calls whatever the size of the cluster), then
    a bounded number per pass. A Deployment's move is create before evict: the
    pod that goes gets the lowest ``controller.kubernetes.io/pod-deletion-cost``,
    then one patch (guarded by the resourceVersion) writes the move record and
-   ``spec.replicas + 1``; the admission webhook places the new pod. A
+   ``spec.replicas + 1``; the admission webhook places the new pod. With an
+   autoscaler, its ``minReplicas`` goes up for the move (record, then the
+   autoscaler, then the "+1") and back after it (the count, then the
+   autoscaler, then the record), only while it holds the move's value. A
    StatefulSet's move writes the record, then evicts the pod through the
    Eviction API (a budget's 429 leaves a hold, never a retry loop);
 3. cleans up: the spot-interruption function's own reconcile scales back
@@ -33,6 +38,7 @@ and writes nothing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -43,7 +49,9 @@ from typing import Any
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
-from spotguard.gateway.errors import ApiError, Conflict, NotFound, TooManyRequests
+from spotguard.gateway.errors import ApiError, Conflict, Invalid, NotFound, TooManyRequests
+from spotguard.interruption import handler as interruption_handler
+from spotguard.interruption import ledger
 from spotguard.nodeadded import cleanup, metrics
 from spotguard.policy import floors, interruption, moves, rebalance
 from spotguard.policy.capacity import Capacity
@@ -57,29 +65,58 @@ from spotguard.policy.workloads import DELETION_COST, Kind, Workload
 log = logging.getLogger("spotguard.nodeadded")
 
 Obj = dict[str, Any]
-LIST_PAGE = 5000
+LIST_PAGE = kube_mod.BIG_PAGE
 WORKERS = 8
+CONFLICT_ATTEMPTS = 4
 WORKLOAD_RESOURCES = {Kind.DEPLOYMENT: r.DEPLOYMENTS, Kind.STATEFULSET: r.STATEFULSETS}
 
 
 @dataclass
 class Snapshot:
-    """One read of the cluster."""
+    """One read of the cluster, shared with the spot-interruption reconcile (``shared``)."""
 
-    nodes: list[Obj]
-    pods: list[Obj]
-    workloads: dict[str, Obj]  # key -> raw Deployment or StatefulSet (kind set)
+    shared: interruption_handler.Snapshot
     replicasets: list[Obj]
-    budgets: list[Obj]
-    namespaces: dict[str, dict[str, str]]
     leases: list[Obj]
-    node_views: list[NodeView] = field(default_factory=list)
-    pod_views: list[PodView] = field(default_factory=list)
+    autoscaler_max: dict[str, int] = field(default_factory=dict)  # Deployment key -> its HPA's maxReplicas
 
     def __post_init__(self) -> None:
-        self.node_views = [NodeView.from_json(n) for n in self.nodes]
-        # Light views: grouping and counting need no requests or affinity (20,000 pods).
-        self.pod_views = [PodView.from_json(p, scheduling=False) for p in self.pods]
+        for a in self.shared.autoscaler_views:
+            if a.target_kind == str(Kind.DEPLOYMENT):
+                self.autoscaler_max[f"{Kind.DEPLOYMENT}/{a.namespace}/{a.target_name}"] = a.max_replicas
+
+    # Light views (grouping and counting need no requests or affinity: 20,000 pods), built once
+    # for both reconciles.
+    @property
+    def nodes(self) -> list[Obj]:
+        return self.shared.nodes
+
+    @property
+    def pods(self) -> list[Obj]:
+        return self.shared.pods
+
+    @property
+    def workloads(self) -> dict[str, Obj]:
+        return self.shared.workloads
+
+    @property
+    def budgets(self) -> list[Obj]:
+        return self.shared.budgets
+
+    @property
+    def namespaces(self) -> dict[str, dict[str, str]]:
+        return self.shared.namespaces
+
+    @property
+    def node_views(self) -> list[NodeView]:
+        return self.shared.node_views
+
+    @property
+    def pod_views(self) -> list[PodView]:
+        return self.shared.pod_views
+
+    def autoscaler_of(self, workload: Workload) -> interruption.Autoscaler | None:
+        return interruption.autoscaler_for(workload, self.shared.autoscaler_views)
 
     def full_pod_views(self) -> list[PodView]:
         """Every pod with what fit reads; built only when some workload is off its optimum."""
@@ -121,7 +158,7 @@ class Reconciler:
         namespace: str = "spotguard",
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
-        interruption_reconcile: Callable[[], None] | None = None,
+        interruption_reconcile: Callable[[interruption_handler.Snapshot], None] | None = None,
     ) -> None:
         self.kube = kube
         self._config = config
@@ -129,7 +166,8 @@ class Reconciler:
         self.clock = clock
         self.workers = workers
         self.last_timings: dict[str, float] = {}  # seconds of the last pass's read and plan
-        # Scales back surges that are over and sweeps left-over temporary budgets.
+        # Scales back surges that are over and sweeps left-over temporary budgets, on the
+        # snapshot this pass read (no second read of the cluster).
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
 
     @classmethod
@@ -199,7 +237,13 @@ class Reconciler:
                 for key, record in sorted(records.items())
             ]
             plan = rebalance.plan(
-                config, snap.node_views, snap.full_pod_views, states.values(), budgets=budgets, now=now
+                config,
+                snap.node_views,
+                snap.full_pod_views,
+                states.values(),
+                budgets=budgets,
+                now=now,
+                autoscaler_max=snap.autoscaler_max,
             )
         planned = time.perf_counter()
         self.last_timings = {"read": read - started, "plan": planned - read}
@@ -214,42 +258,40 @@ class Reconciler:
         if dry_run:
             report.started = plan.first_step()
             return report
+        # The spot-interruption reconcile first, on the snapshot as read (its writes are then
+        # against what it saw); it owns the workloads with a surge, which this plan leaves alone.
+        try:
+            self.interruption_reconcile(snap.shared)
+        except Exception as exc:  # its own errors are its own; the pass goes on
+            metrics.ERRORS.labels("interruption").inc()
+            log.warning("the interruption reconcile failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+            report.failures += 1
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             failures = list(pool.map(lambda p: self._progress(p, snap, states, capacity_of), progress))
             starts = list(pool.map(lambda m: self._start(m, snap, states, capacity_of, now), plan.first_step()))
             report.started = [m for m, ok in zip(plan.first_step(), starts, strict=True) if ok]
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
-        report.failures = sum(1 for f in failures if f)
-        try:
-            self.interruption_reconcile()
-        except Exception as exc:  # its own errors are its own; the pass is done
-            metrics.ERRORS.labels("interruption").inc()
-            log.warning("the interruption reconcile failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-            report.failures += 1
+        report.failures += sum(1 for f in failures if f)
         return report
 
-    def _interruption_reconcile(self) -> None:
-        from spotguard.interruption import handler
-
-        handler.Handler(self.kube, self.config, clock=self.clock).reconcile()
+    def _interruption_reconcile(self, snap: interruption_handler.Snapshot) -> None:
+        interruption_handler.Handler(self.kube, self.config, clock=self.clock).reconcile(snap)
 
     # -- reading -----------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        k = kube_mod.Kube(
-            self.kube.api_client,
-            policy=self.kube.policy,
-            counter=self.kube.stats,
-            page_limit=max(self.kube.page_limit, LIST_PAGE),
-        )
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            pods_f = pool.submit(k.list, r.PODS)
-            nodes_f = pool.submit(k.list, r.NODES)
-            # Leases before ReplicaSets: see spotguard.nodeadded.cleanup.
+        """One read for both reconciles: the big lists side by side with two chains of small
+        ones, each in the order its reader needs (Leases before ReplicaSets: see
+        :mod:`spotguard.nodeadded.cleanup`; budgets, autoscalers and the surge ledger before
+        the workloads: see :meth:`spotguard.interruption.handler.Handler.snapshot`)."""
+
+        def leases_then_replicasets(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj]]:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
-            replicasets = k.list(r.REPLICASETS)
-            budgets = k.list(r.PODDISRUPTIONBUDGETS)
+            return leases, k.list(r.REPLICASETS)
+
+        def budgets_then_workloads(k: kube_mod.Kube) -> tuple[Any, ...]:
+            budgets, autoscalers, kept = k.list(r.PODDISRUPTIONBUDGETS), k.list(r.HPAS), ledger.read(k)
             namespaces = {
                 str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
                 for ns in k.list(r.NAMESPACES)
@@ -260,9 +302,15 @@ class Reconciler:
                     w["kind"] = str(kind)
                     meta = w.get("metadata") or {}
                     workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-            nodes = nodes_f.result()
-            pods = pods_f.result()
-        return Snapshot(nodes, pods, workloads, replicasets, budgets, namespaces, leases)
+            return budgets, autoscalers, kept, namespaces, workloads
+
+        pods, nodes, (leases, replicasets), (budgets, autoscalers, kept, namespaces, workloads) = (
+            self.kube.read_concurrently(
+                r.PODS, r.NODES, leases_then_replicasets, budgets_then_workloads, page_limit=LIST_PAGE
+            )
+        )
+        shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
+        return Snapshot(shared, replicasets, leases)
 
     def _states(
         self, snap: Snapshot, config: Config
@@ -348,9 +396,24 @@ class Reconciler:
             cost=move.pod.annotations.get(DELETION_COST),
             reason=move.reason,
         )
+        hpa = snap.autoscaler_of(wl) if move.method is Method.SCALE else None
+        if hpa is not None and hpa.min_replicas < record.scaled_to <= hpa.max_replicas:
+            # Its autoscaler would undo the "+1" at its next sync: its minimum goes up for the move.
+            record = dataclasses.replace(record, hpa=hpa.name, hpa_min=hpa.min_replicas, hpa_set=record.scaled_to)
         labels = (str(move.direction), str(move.method))
         try:
-            if move.method is Method.SCALE:
+            if move.method is Method.SCALE and record.hpa_set is not None and hpa is not None:
+                # The record first (the lock, and what the autoscaler is to get back, durable
+                # before it is raised), then the autoscaler's minimum, then the "+1": the
+                # autoscaler never syncs with the "+1" and its old minimum. A pass cut off
+                # after the record leaves the count as it was: the next pass ends the move
+                # with a hold (see spotguard.policy.moves.progress) and restores what was raised.
+                written = self._patch_workload(raw, {MOVE: record.to_json()})
+                self._raise_autoscaler(wl, record, hpa)
+                with contextlib.suppress(NotFound):
+                    self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
+                written = self._scale_if(written, wl.replicas, record.scaled_to)
+            elif move.method is Method.SCALE:
                 # The record first (the lock: a second reconcile loses on the resourceVersion),
                 # then the ranking; a pass cut off between the two sets it at the finish.
                 written = self._patch_workload(raw, {MOVE: record.to_json()}, replicas=record.scaled_to)
@@ -402,15 +465,36 @@ class Reconciler:
     def _progress(
         self, step: Progress, snap: Snapshot, states: dict[str, WorkloadState], capacity_of: dict[str, Capacity]
     ) -> bool:
-        if step.action is Action.WAIT:
-            log.debug("move in progress", extra={"workload": step.workload.key, "reason": step.reason})
-            return False
         wl, record = step.workload, step.record
+        hpa = snap.autoscaler_of(wl) if record.hpa else None
+        hpa_min = hpa.min_replicas if hpa is not None and hpa.name == record.hpa else None
+        if step.action is Action.WAIT:
+            log.debug("move in progress", extra={"workload": wl.key, "reason": step.reason})
+            return False
         raw = snap.workloads.get(wl.key)
         if raw is None:
             return False
         labels = (str(record.direction), str(record.method))
         try:
+            restore = moves.autoscaler_restore(record, hpa_min) if step.action is not Action.EVICT else None
+            if hpa is not None and restore is not None and step.replicas not in (None, wl.replicas):
+                # Scaled back first, the record kept (at the count now): with the minimum restored
+                # first, the autoscaler would scale back itself, and the workload's write lose.
+                # A pass cut off here finds the record and finishes again.
+                scaled_back = dataclasses.replace(record, scaled_to=step.replicas)
+                raw = self._patch_workload(raw, {MOVE: scaled_back.to_json()}, replicas=step.replicas)
+            # Restored before the record goes: a pass cut off after this finds the record and the
+            # autoscaler no longer at the move's value, and leaves it.
+            if (
+                hpa is not None
+                and restore is not None
+                and self._set_autoscaler_min(hpa, want=restore, expect=record.hpa_set)
+            ):
+                metrics.AUTOSCALER.labels("restored").inc()
+                log.info(
+                    "autoscaler minimum restored after the move",
+                    extra={"workload": wl.key, "hpa": hpa.name, "min": restore},
+                )
             if step.restore_cost:
                 with contextlib.suppress(NotFound):
                     self._set_cost(wl.namespace, record.pod, record.cost)
@@ -427,7 +511,7 @@ class Reconciler:
                 except NotFound:
                     pass
                 return False
-            keep = step.hold.to_json() if step.hold is not None else None
+            keep = moves.without_autoscaler(step.hold).to_json() if step.hold is not None else None
             written = self._patch_workload(raw, {MOVE: keep}, replicas=step.replicas)
         except Conflict:
             log.info("workload changed since it was read: next pass", extra={"workload": wl.key})
@@ -465,6 +549,51 @@ class Reconciler:
                 best_effort=True,
             )
         return False
+
+    # -- the autoscaler -------------------------------------------------------------------------
+
+    def _scale_if(self, raw: Obj, was: int, to: int) -> Obj:
+        """spec.replicas ``was`` -> ``to``, only if it is still ``was`` (a JSON patch's test): the
+        autoscaler, whose minimum is ``to`` now, may have scaled it already."""
+        meta = raw.get("metadata") or {}
+        ops = [
+            {"op": "test", "path": "/spec/replicas", "value": was},
+            {"op": "replace", "path": "/spec/replicas", "value": to},
+        ]
+        try:
+            written = self.kube.patch(r.DEPLOYMENTS, str(meta.get("name")), ops, str(meta.get("namespace")), "json")
+        except Invalid:
+            return raw
+        written["kind"] = str(Kind.DEPLOYMENT)
+        return written
+
+    def _raise_autoscaler(self, wl: Workload, record: MoveRecord, hpa: interruption.Autoscaler) -> None:
+        assert record.hpa_set is not None and record.hpa_min is not None
+        if self._set_autoscaler_min(hpa, want=record.hpa_set, expect=record.hpa_min):
+            metrics.AUTOSCALER.labels("raised").inc()
+            log.info(
+                "autoscaler minimum raised for the move",
+                extra={"workload": wl.key, "hpa": hpa.name, "min": record.hpa_set, "was": record.hpa_min},
+            )
+
+    def _set_autoscaler_min(self, hpa: interruption.Autoscaler, *, want: int, expect: int | None) -> bool:
+        """Set the autoscaler's minReplicas to ``want`` while it holds ``expect``, guarded by its
+        resourceVersion (its status writes change it: re-read and try again). False when someone
+        else set another minimum meanwhile (theirs stays); Conflict when it kept changing."""
+        rv, current = hpa.resource_version, hpa.min_replicas
+        for _ in range(CONFLICT_ATTEMPTS):
+            if current != expect:
+                return False
+            body: Obj = {"spec": {"minReplicas": want}}
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.kube.patch(r.HPAS, hpa.name, body, hpa.namespace)
+                return True
+            except Conflict:
+                fresh = interruption.Autoscaler.from_json(self.kube.get(r.HPAS, hpa.name, hpa.namespace))
+                rv, current = fresh.resource_version, fresh.min_replicas
+        raise Conflict(409, "Conflict", f"autoscaler {hpa.namespace}/{hpa.name} kept changing")
 
     # -- writes ------------------------------------------------------------------------------------
 

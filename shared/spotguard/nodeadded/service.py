@@ -7,7 +7,9 @@ triggers :class:`Service` waits for the node, checking every ``poll`` seconds
 for at most ``join_wait`` seconds (``$SPOTGUARD_NODE_JOIN_WAIT_SECONDS``,
 default 60; keep it inside the Lambda timeout), then runs the pass either way:
 a node that joins later is the next scheduled pass's (it never waits forever,
-and never fails the delivery for it).
+and never fails the delivery for it). An instance that is another cluster's
+(its tags say so, or EC2 does not know it: :mod:`spotguard.nodeadded.instances`)
+is answered at once (``foreign``), without a wait or a pass.
 
 One pass at a time per process (a lock), so HTTP workers and a timer never
 plan over each other's half-written moves.
@@ -25,7 +27,7 @@ from typing import Any
 
 from spotguard.gateway import resources as r
 from spotguard.gateway.errors import ApiError
-from spotguard.nodeadded import metrics, triggers
+from spotguard.nodeadded import instances, metrics, triggers
 from spotguard.nodeadded.reconciler import Reconciler, Report
 from spotguard.nodeadded.triggers import Kind, Trigger
 from spotguard.policy.views import NodeView
@@ -42,20 +44,21 @@ class Transient(RuntimeError):
 @dataclass(frozen=True)
 class Answer:
     trigger: Trigger
-    result: str  # reconciled, ignored
+    result: str  # reconciled, ignored, foreign
     joined: bool | None = None
     report: Report | None = None
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"result": self.result, "trigger": self.trigger.to_json()}
+        if self.reason:
+            out["reason"] = self.reason
         if self.joined is not None:
             out["joined"] = self.joined
         if self.report is not None:
             rep = self.report
             out["started"] = [f"{m.workload.key}:{m.direction}:{m.pod.name}" for m in rep.started]
-            out["progressed"] = [
-                f"{p.workload.key}:{p.action}" for p in rep.progress if str(p.action) != "wait"
-            ]
+            out["progressed"] = [f"{p.workload.key}:{p.action}" for p in rep.progress if str(p.action) != "wait"]
             out["skipped"] = len(rep.plan.skipped)
             out["leases_deleted"] = len(rep.leases)
             out["failures"] = rep.failures
@@ -71,8 +74,13 @@ class Service:
         join_wait: float | None = None,
         poll: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
+        owner: instances.Check | bool | None = True,
     ) -> None:
+        """``owner``: whose cluster a running instance is (True: from the environment, built on
+        first use; None or False: never asked, every running instance is waited for)."""
         self._build = build
+        self._owner_wanted = owner is True
+        self._owner: instances.Check | None = owner if callable(owner) else None
         self._reconciler: Reconciler | None = None
         if join_wait is None:
             join_wait = float(os.environ.get("SPOTGUARD_NODE_JOIN_WAIT_SECONDS") or DEFAULT_JOIN_WAIT)
@@ -95,6 +103,13 @@ class Service:
             log.info("trigger needs nothing", extra=trigger.to_json())
             return Answer(trigger, "ignored")
         try:
+            if trigger.kind is Kind.INSTANCE_RUNNING:
+                whose, why = self._whose(trigger.instance_id)
+                if whose is instances.Owner.OTHER:
+                    log.info(
+                        "a running instance of another cluster: nothing to do", extra={**trigger.to_json(), "why": why}
+                    )
+                    return Answer(trigger, "foreign", joined=False, reason=f"instance {trigger.instance_id}: {why}")
             rec = self.reconciler
             joined = None
             if trigger.kind in (Kind.NODE_ADDED, Kind.INSTANCE_RUNNING):
@@ -110,6 +125,17 @@ class Service:
             log.exception("reconcile failed", extra={"trigger": str(trigger.kind)})
             raise Transient(f"reconcile failed: {type(exc).__name__}: {exc}") from exc
         return Answer(trigger, "reconciled", joined, report)
+
+    def _whose(self, instance_id: str) -> tuple[instances.Owner, str]:
+        with self._build_lock:
+            if self._owner_wanted:
+                self._owner_wanted = False
+                try:
+                    self._owner = instances.from_environment()
+                except Exception as exc:  # boto3 missing or misconfigured: wait, as without the check
+                    log.warning("no EC2 client: running instances are waited for", extra={"error": str(exc)})
+            check = self._owner
+        return check(instance_id) if check is not None else (instances.Owner.UNKNOWN, "not asked")
 
     def _wait_for_node(self, rec: Reconciler, trigger: Trigger) -> bool:
         deadline = time.monotonic() + self.join_wait

@@ -87,6 +87,12 @@ class MoveRecord:
     cost: str | None = None  # the pod's deletion cost before (None: it had none)
     hold_until: float = 0.0  # > 0: the move is over; leave the workload alone until then
     reason: str = ""
+    # The workload's autoscaler, whose minReplicas a scale move raises to ``scaled_to`` (an
+    # autoscaler would otherwise undo the "+1" at its next sync): its name, its minReplicas
+    # before, and the value the move set (put back only while it still holds).
+    hpa: str = ""
+    hpa_min: int | None = None
+    hpa_set: int | None = None
 
     @property
     def held(self) -> bool:
@@ -109,6 +115,8 @@ class MoveRecord:
             out["holdUntil"] = round(self.hold_until, 3)
         if self.reason:
             out["reason"] = self.reason[:300]
+        if self.hpa and self.hpa_min is not None and self.hpa_set is not None:
+            out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "setMin": self.hpa_set}
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -119,6 +127,10 @@ class MoveRecord:
             if not isinstance(raw, dict):
                 return None
             cost = raw.get("cost")
+            hpa = raw.get("hpa")
+            if hpa is not None and not isinstance(hpa, dict):
+                return None
+            hpa = hpa or {}
             return cls(
                 direction=Direction(raw["direction"]),
                 method=Method(raw["method"]),
@@ -131,6 +143,9 @@ class MoveRecord:
                 cost=None if cost is None else str(cost),
                 hold_until=float(raw.get("holdUntil") or 0.0),
                 reason=str(raw.get("reason") or ""),
+                hpa=str(hpa.get("name") or ""),
+                hpa_min=None if hpa.get("minReplicas") is None else _int(hpa["minReplicas"]),
+                hpa_set=None if hpa.get("setMin") is None else _int(hpa["setMin"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -179,6 +194,20 @@ class Progress:
     replicas: int | None = None  # spec.replicas to set (FINISH, ABORT)
     restore_cost: bool = False  # put the pod's deletion cost back
     hold: MoveRecord | None = None  # the record to leave (FINISH/ABORT without progress, HOLD)
+
+
+def autoscaler_restore(record: MoveRecord, current_min: int | None) -> int | None:
+    """The minReplicas to put back on the autoscaler a move raised, when the move ends, or None:
+    nothing to write (nothing raised, the autoscaler gone, or someone else changed its minimum
+    during the move: their value stays)."""
+    if not record.hpa or record.hpa_min is None or record.hpa_set is None or current_min is None:
+        return None
+    return record.hpa_min if current_min == record.hpa_set and record.hpa_min != current_min else None
+
+
+def without_autoscaler(record: MoveRecord) -> MoveRecord:
+    """The record once its autoscaler's minimum is back (a hold keeps nothing to restore)."""
+    return replace(record, hpa="", hpa_min=None, hpa_set=None)
 
 
 def held(record: MoveRecord, now: float, reason: str, seconds: float = HOLD_SECONDS) -> MoveRecord:
@@ -293,4 +322,3 @@ def _evict_progress(
             wl, record, Action.HOLD, f"{record.pod} is not back", hold=held(record, now, f"{record.pod} not Ready")
         )
     return Progress(wl, record, Action.WAIT, f"waiting for {record.pod} to come back Ready")
-

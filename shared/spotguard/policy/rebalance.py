@@ -64,6 +64,7 @@ class SkipReason(enum.StrEnum):
     BUDGET = "budget-allows-no-disruption"
     QUORUM = "quorum"
     SETTLING = "settling"
+    AUTOSCALER_AT_MAX = "autoscaler-at-max"
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ def _blocked(
     active: Sequence[PodView],
     budgets: Mapping[str, int] | None,
     settle: tuple[float, float] | None = None,
+    autoscaler_max: Mapping[str, int] | None = None,
 ) -> Skip | None:
     """Why the workload may not be touched now, whatever the direction (or None)."""
     wl = state.workload
@@ -257,6 +259,12 @@ def _blocked(
         newest = max((p.created for p in active), default=0.0)
         if now - newest < seconds:
             return Skip(wl, SkipReason.SETTLING, f"its newest pod is {max(0, int(now - newest))}s old")
+    if method_for(wl) is Method.SCALE and autoscaler_max is not None and wl.key in autoscaler_max:
+        top = autoscaler_max[wl.key]
+        if wl.replicas + 1 > top:
+            # A move adds one replica for a while; past the user's maxReplicas it would break their
+            # cap, and an eviction would lower the serving count: neither, the workload stays.
+            return Skip(wl, SkipReason.AUTOSCALER_AT_MAX, f"its autoscaler's maxReplicas is {top}: no room for +1")
     if wl.kind is Kind.STATEFULSET:
         if len(active) - 1 < state.floor.on_demand or len(active) < 2:
             return Skip(wl, SkipReason.QUORUM, "its quorum would not hold without one replica")
@@ -277,6 +285,7 @@ def plan(
     *,
     budgets: Mapping[str, int] | None = None,
     now: float | None = None,
+    autoscaler_max: Mapping[str, int] | None = None,
 ) -> Plan:
     """The rebalance plan for one step.
 
@@ -288,6 +297,9 @@ def plan(
     allow now (the lowest; absent: no budget). With ``now``, a workload whose
     newest pod was created less than ``rebalance_settle_seconds`` ago is left
     alone (``settling``): the admission webhook may not have counted it yet.
+    ``autoscaler_max`` maps a Deployment's key to its autoscaler's maxReplicas: a
+    scale move needs one replica above the count, so a Deployment at its maximum is
+    left where it is (``autoscaler-at-max``), never moved past the user's cap.
     """
     node_list = sorted(nodes, key=lambda n: n.name)
     capacity_of = {n.name: config.node_capacity(n.labels) for n in node_list}
@@ -315,7 +327,7 @@ def plan(
         else:
             surplus.append(Surplus(wl, floor.on_demand, count))
         settle = None if now is None else (now, float(config.rebalance_settle_seconds))
-        blocked = _blocked(state, active, budgets, settle)
+        blocked = _blocked(state, active, budgets, settle, autoscaler_max)
         if blocked is not None:
             skipped.append(blocked)
             continue
