@@ -151,6 +151,6 @@ def metric(server: servers.Server, name: str, **labels: str) -> float:
     text = requests.get(server.url + "/metrics", verify=server.ca, timeout=5).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
