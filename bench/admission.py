@@ -214,35 +214,7 @@ def burst(k: kube.Kube, kubeconfig: str, url: str, *, ca: str, n: int, timeout: 
     """``n`` reviews at once for a fresh ``n``-replica Deployment (floor 10%); see the docstring."""
     dep = k.create(r.DEPLOYMENTS, deployment("burst", 0), NS)
     dep = k.patch(r.DEPLOYMENTS, "burst", {"metadata": {"annotations": {"spotguard.io/min-on-demand": "10%"}}}, NS)
-    hash_ = "b0b0"
-    labels = {"app": "burst", "pod-template-hash": hash_}
-    rs = k.create(
-        r.REPLICASETS,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": f"burst-{hash_}",
-                "namespace": NS,
-                "labels": labels,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "name": "burst",
-                        "uid": dep["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": labels},
-                "template": {**dep["spec"]["template"], "metadata": {"labels": labels}},
-            },
-        },
-        NS,
-    )
+    rs = k.create(r.REPLICASETS, burst_sender.replicaset_of(dep, "b0b0", 0), NS)
     # The Deployment's controller is off in this cluster (--no-controllers): the benchmark is the only creator.
     k.patch(r.DEPLOYMENTS, "burst", {"spec": {"replicas": n}}, NS)
     k.patch(r.REPLICASETS, rs["metadata"]["name"], {"spec": {"replicas": n}}, NS)

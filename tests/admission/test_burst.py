@@ -84,34 +84,7 @@ def test_four_hundred_reviews_at_once_all_answered_with_exactly_the_floor(tmp_pa
     ):
         k = kube.connect(kubeconfig)
         dep = k.create(r.DEPLOYMENTS, harness.deployment("burst", PODS, {"spotguard.io/min-on-demand": "10%"}), NS)
-        template = dep["spec"]["template"]
-        rs = k.create(
-            r.REPLICASETS,
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": "burst-7f9c",
-                    "namespace": NS,
-                    "labels": {"app": "burst", "pod-template-hash": "7f9c"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "Deployment",
-                            "name": "burst",
-                            "uid": dep["metadata"]["uid"],
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": {
-                    "replicas": PODS,
-                    "selector": {"matchLabels": {"app": "burst", "pod-template-hash": "7f9c"}},
-                    "template": {**template, "metadata": {"labels": {"app": "burst", "pod-template-hash": "7f9c"}}},
-                },
-            },
-            NS,
-        )
+        rs = k.create(r.REPLICASETS, burst.replicaset_of(dep, "7f9c", PODS), NS)
         reviews = [burst.review_of(burst.pod_of(rs)) for _ in range(PODS)]
 
         def store(review: dict[str, Any], response: dict[str, Any]) -> None:
