@@ -32,9 +32,10 @@ from spotguard.gateway.resources import Resource
 
 T = TypeVar("T")
 WRITE_RESERVE = 0.15  # seconds a write needs left to be started at all
-# Of the caller's own timeout (kube-apiserver's ``?timeout=3s``), the share a review may
-# use; the rest is for the answer to travel back.
-CALLER_SHARE = 2 / 3
+# Of the caller's own timeout (kube-apiserver's ``?timeout=3s``), counted from the request's
+# arrival, the share a review may use; the rest is for the answer to travel back.
+CALLER_SHARE = 0.85
+CALLER_TIMEOUT = 3.0  # seconds, when the caller does not say (the shipped webhook's timeoutSeconds)
 _current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("spotguard_deadline", default=None)
 _arrival: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("spotguard_arrival", default=None)
 
@@ -91,14 +92,15 @@ def arrival() -> Arrival | None:
 
 
 def for_review(seconds: float) -> Deadline:
-    """The deadline of the review being served: ``seconds`` from its arrival, and never past
-    :data:`CALLER_SHARE` of the caller's own timeout (both counted from the arrival)."""
+    """The deadline of the review being served: ``seconds`` of work from now, and never past
+    :data:`CALLER_SHARE` of the caller's timeout counted from the request's arrival (the
+    time it waited for a thread is the caller's time too)."""
+    work = Deadline.after(seconds)
     a = _arrival.get()
     if a is None:
-        return Deadline.after(seconds)
-    if a.timeout is not None:
-        seconds = min(seconds, a.timeout * CALLER_SHARE)
-    return Deadline(a.at + seconds)
+        return work
+    timeout = a.timeout if a.timeout is not None else CALLER_TIMEOUT
+    return Deadline(min(work.at, a.at + timeout * CALLER_SHARE))
 
 
 def parse_timeout(raw: str | None) -> float | None:
