@@ -69,12 +69,15 @@ class Calls:
         self._lock = threading.Lock()
         self.made: dict[str, int] = {}
         self.failed: dict[str, int] = {}
+        self.causes: dict[str, int] = {}  # what the failed calls ran into (ReadTimeout, ConnectionError, ...)
 
-    def count(self, webhook: str, *, failed: bool) -> None:
+    def count(self, webhook: str, *, failed: BaseException | None = None) -> None:
         with self._lock:
             self.made[webhook] = self.made.get(webhook, 0) + 1
-            if failed:
+            if failed is not None:
                 self.failed[webhook] = self.failed.get(webhook, 0) + 1
+                cause = type(failed.__cause__ or failed).__name__
+                self.causes[cause] = self.causes.get(cause, 0) + 1
 
     def total(self) -> tuple[int, int]:
         """(calls made, calls failed) over every webhook."""
@@ -85,6 +88,7 @@ class Calls:
         with self._lock:
             self.made.clear()
             self.failed.clear()
+            self.causes.clear()
 
 
 CALLS = Calls()
@@ -388,10 +392,10 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None
             return unchanged
         try:
             response = call(hook, body)
-        except CallError:
-            CALLS.count(hook_name, failed=True)
+        except CallError as exc:
+            CALLS.count(hook_name, failed=exc)
             raise
-        CALLS.count(hook_name, failed=False)
+        CALLS.count(hook_name)
         if not response.get("allowed"):
             raise _denial(hook_name, response)
         return _apply(unchanged, response) if obj is not None and mutating else unchanged
