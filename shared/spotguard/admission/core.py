@@ -42,7 +42,7 @@ DEFAULT_NAMESPACE = "spotguard"
 API_POLICY = retry.Policy(attempts=2, deadline=1.5, timeout=1.0, connect_timeout=0.5, base_delay=0.05)
 EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workload
 DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
-SHED_BELOW = 0.05  # seconds: a review with less left than this on arrival is answered at once, unchanged
+SHED_BELOW = 0.05  # seconds: a review with less left than this when a thread takes it is answered at once
 
 
 @dataclass(frozen=True)
@@ -297,11 +297,11 @@ def placement_patch(
 def admit(request: reviews.Request, ctx: Context) -> Outcome:
     """Decide for one request; never raises (an internal error fails open).
 
-    The whole decision runs under one deadline (``ctx.review_seconds`` from the request's
-    arrival, see :func:`deadline.for_review`): past it the answer is "allowed, unchanged"
-    and nothing more is written. A review that waited (behind a burst) until almost no time
-    is left is shed: answered at once, unchanged, counted and logged, rather than
-    answered after the API server gave up on it.
+    The whole decision runs under one deadline (``ctx.review_seconds`` of work, and at most
+    85 % of the caller's timeout from the request's arrival, see :func:`deadline.for_review`):
+    past it the answer is "allowed, unchanged" and nothing more is written. A review that
+    waited (behind a burst) until almost no time is left is shed: answered at once,
+    unchanged, counted and logged, rather than answered after the API server gave up on it.
     """
     d = deadline.for_review(ctx.review_seconds)
     if d.remaining() < SHED_BELOW and _is_pod_create(request) is None:
