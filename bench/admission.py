@@ -36,9 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +52,8 @@ from spotguard.admission import core, registration, server  # noqa: E402
 from spotguard.gateway import kube  # noqa: E402
 from spotguard.gateway import resources as r  # noqa: E402
 from spotguard.sim import objects  # noqa: E402
+
+from tests.admission import burst as burst_sender  # noqa: E402
 
 NS = "shop"
 
@@ -177,41 +177,7 @@ def wait_pods(k: kube.Kube, app: str, n: int, timeout: float = 60) -> list[dict[
 
 
 def review_body(rs: dict[str, Any]) -> bytes:
-    meta = rs["metadata"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": meta["name"] + "-",
-            "namespace": NS,
-            "labels": dict(rs["spec"]["selector"]["matchLabels"]),
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m"}}}]},
-    }
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": NS,
-            "operation": "CREATE",
-            "object": pod,
-            "dryRun": False,
-        },
-    }
-    return json.dumps(review).encode()
+    return json.dumps(burst_sender.review_of(burst_sender.pod_of(rs))).encode()
 
 
 def timed_posts(session: requests.Session, url: str, body: bytes, n: int) -> list[float]:
@@ -231,88 +197,24 @@ def _burst_ready() -> None:
     import jsonpatch  # noqa: F401 - imported before the burst starts, not during it
 
 
-def _burst_part(job: dict[str, Any]) -> tuple[list[float], list[str], list[tuple[float, float]]]:
+def _burst_part(job: dict[str, Any]) -> list[burst_sender.Call]:
     """One client process's share of the burst: ``n`` threads, each one review and its pod."""
-    kubeconfig, url, ca, rs, n, timeout, at = (job[x] for x in ("kubeconfig", "url", "ca", "rs", "n", "timeout", "at"))
-    import jsonpatch
+    k = kube.connect(job["kubeconfig"])
+    reviews = [burst_sender.review_of(burst_sender.pod_of(job["rs"])) for _ in range(job["n"])]
 
-    k = kube.connect(kubeconfig)
-    bodies = [review_body(rs) for _ in range(n)]
-    latencies: list[float] = []
-    errors: list[str] = []
-    spans: list[tuple[float, float]] = []  # (sent, answered) wall times of the answered reviews
-    lock = threading.Lock()
+    def store(review: dict[str, Any], response: dict[str, Any]) -> None:
+        k.create(r.PODS, burst_sender.patched(review, response), NS)
 
-    def one(body: bytes) -> None:
-        session = requests.Session()
-        time.sleep(max(0.0, at - time.time()))
-        sent = time.time()
-        started = time.perf_counter()
-        try:
-            answer = session.post(
-                url + "/mutate", data=body, headers={"Content-Type": "application/json"}, timeout=timeout, verify=ca
-            )
-            elapsed = (time.perf_counter() - started) * 1000
-            with lock:
-                spans.append((sent, time.time()))
-            response = answer.json()["response"] if answer.status_code == 200 else None
-            problem = None if response is not None else f"HTTP {answer.status_code}"
-            if response is not None and "failed_open" in str(response.get("auditAnnotations")):
-                problem = "failed open"
-            if problem is None and response is not None:
-                pod = json.loads(body)["request"]["object"]
-                patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
-                k.create(r.PODS, patched, NS)
-        except requests.RequestException as exc:
-            elapsed, problem = (time.perf_counter() - started) * 1000, type(exc).__name__
-        finally:
-            session.close()
-        with lock:
-            latencies.append(elapsed)
-            if problem:
-                errors.append(problem)
-
-    threads = [threading.Thread(target=one, args=(b,)) for b in bodies]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return latencies, errors, spans
+    return burst_sender.send(
+        job["url"] + "/mutate", job["ca"], reviews, timeout=job["timeout"], store=store, at=job["at"]
+    )
 
 
 def burst(k: kube.Kube, kubeconfig: str, url: str, *, ca: str, n: int, timeout: float) -> dict[str, Any]:
     """``n`` reviews at once for a fresh ``n``-replica Deployment (floor 10%); see the docstring."""
     dep = k.create(r.DEPLOYMENTS, deployment("burst", 0), NS)
     dep = k.patch(r.DEPLOYMENTS, "burst", {"metadata": {"annotations": {"spotguard.io/min-on-demand": "10%"}}}, NS)
-    hash_ = "b0b0"
-    labels = {"app": "burst", "pod-template-hash": hash_}
-    rs = k.create(
-        r.REPLICASETS,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": f"burst-{hash_}",
-                "namespace": NS,
-                "labels": labels,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "name": "burst",
-                        "uid": dep["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": labels},
-                "template": {**dep["spec"]["template"], "metadata": {"labels": labels}},
-            },
-        },
-        NS,
-    )
+    rs = k.create(r.REPLICASETS, burst_sender.replicaset_of(dep, "b0b0", 0), NS)
     # The Deployment's controller is off in this cluster (--no-controllers): the benchmark is the only creator.
     k.patch(r.DEPLOYMENTS, "burst", {"spec": {"replicas": n}}, NS)
     k.patch(r.REPLICASETS, rs["metadata"]["name"], {"spec": {"replicas": n}}, NS)
@@ -329,9 +231,10 @@ def burst(k: kube.Kube, kubeconfig: str, url: str, *, ca: str, n: int, timeout: 
             for share in shares
         ]
         parts = pool.map(_burst_part, jobs)
-    latencies = [x for part in parts for x in part[0]]
-    errors = [e for part in parts for e in part[1]]
-    spans = [x for part in parts for x in part[2]]
+    calls = [c for part in parts for c in part]
+    latencies = [c.latency_ms for c in calls]
+    errors = [c.problem.split(":", 1)[0] for c in calls if c.problem]
+    spans = [(c.sent, c.answered) for c in calls if c.answered is not None]
     took = max(end for _, end in spans) - min(sent for sent, _ in spans) if spans else float("inf")
     pods = k.list(r.PODS, NS, label_selector="app=burst")
     on_demand = sum(1 for p in pods if p["metadata"]["labels"].get("spotguard.io/placement") == "on-demand")

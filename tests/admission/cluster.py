@@ -157,8 +157,14 @@ def admit_and_create(ctx: core.Context, k: FakeKube, pod: Obj, *, dry_run: bool 
     mutated = jsonpatch.apply_patch(pod, patch_of(answer))
     if not dry_run:
         meta = mutated["metadata"]
-        meta.setdefault("name", meta.get("generateName", "pod-") + uuid.uuid4().hex[:5])
         with k.lock:
+            if "name" not in meta:
+                # generateName: a free name, as kube-apiserver gives one (5 random characters
+                # collide once in a few thousand bursts; a taken one would silently replace a pod).
+                taken = {name for plural, ns, name in k.objects if plural == r.PODS.plural and ns == namespace}
+                while (name := meta.get("generateName", "pod-") + uuid.uuid4().hex[:5]) in taken:
+                    pass
+                meta["name"] = name
             k.put(r.PODS, mutated)
     return answer, mutated
 

@@ -2,8 +2,9 @@
 
 ``served(scenario, ...)`` starts the simulated cluster, ``count`` real
 ``spotguard serve admission`` processes (gunicorn, TLS) with default settings
-unless ``env`` says otherwise, a round-robin balancer in front of them when
-there are several, and registers the shipped webhook configuration.
+(but the review deadline, :data:`LOADED_MACHINE`) unless ``env`` says otherwise,
+a round-robin balancer in front of them when there are several, and registers
+the shipped webhook configuration.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from tests.admission import balancer, servers
 NS = "shop"
 PLACEMENT = "spotguard.io/placement"
 DEFAULTS = config.Config()
+# A test machine shared with other work is a control plane far slower than a real one: at a
+# load of 20 on 2 cores a webhook's first review (three API round trips) has taken over
+# 2 s and failed open. The servers get the review deadline of a slow control plane, and the
+# webhook the longest timeout, unless a test is about the deadline (it sets its own).
+LOADED_MACHINE = {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10"}
+TIMEOUT_SECONDS = 30
 
 
 @dataclass
@@ -56,7 +63,7 @@ def served(
     with testing.running_cluster(scenario, termination_seconds=0.2) as sim, contextlib.ExitStack() as stack:
         running: list[servers.Server] = []
         for i in range(count):
-            process_env = {**(env or {}), **((extra_env or [{}] * count)[i])}
+            process_env = {**LOADED_MACHINE, **(env or {}), **((extra_env or [{}] * count)[i])}
             running.append(
                 stack.enter_context(
                     servers.running(
@@ -72,7 +79,8 @@ def served(
             url = running[0].url + "/mutate"
         k = kube.Kube(sim.api_client())
         ca = base64.b64encode(Path(tls.ca_cert).read_bytes()).decode()
-        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, registration.webhook_configuration(url, ca))
+        hook = registration.webhook_configuration(url, ca, timeoutSeconds=TIMEOUT_SECONDS)
+        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, hook)
         yield Served(k, sim, running, url, tls)
 
 
@@ -151,6 +159,6 @@ def metric(server: servers.Server, name: str, **labels: str) -> float:
     text = requests.get(server.url + "/metrics", verify=server.ca, timeout=5).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total

@@ -15,27 +15,19 @@ fail-open) and the on-demand slots handed out equal the floor.
 
 from __future__ import annotations
 
-import base64
-import concurrent.futures
 import contextlib
-import copy
-import json
 import subprocess
 import sys
-import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
-import requests
 import yaml
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.sim import objects
 
-from tests.admission import harness, servers
+from tests.admission import burst, harness, servers
 
 NS = harness.NS
 PODS = 400
@@ -79,46 +71,6 @@ def _answers(kubeconfig: Path) -> bool:
         return False
 
 
-def _pod(rs: dict[str, Any]) -> dict[str, Any]:
-    meta = rs["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": meta["name"] + "-",
-            "namespace": NS,
-            "labels": dict(rs["spec"]["selector"]["matchLabels"]),
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": copy.deepcopy(rs["spec"]["template"]["spec"]),
-    }
-
-
-def _review(pod: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": NS,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": pod,
-            "dryRun": False,
-        },
-    }
-
-
 def test_four_hundred_reviews_at_once_all_answered_with_exactly_the_floor(tmp_path: Path) -> None:
     scenario = [objects.namespace(n) for n in (NS, "spotguard")]
     scenario += [harness.node(f"od-{i}", {"karpenter.sh/capacity-type": "on-demand"}) for i in range(2)]
@@ -132,63 +84,19 @@ def test_four_hundred_reviews_at_once_all_answered_with_exactly_the_floor(tmp_pa
     ):
         k = kube.connect(kubeconfig)
         dep = k.create(r.DEPLOYMENTS, harness.deployment("burst", PODS, {"spotguard.io/min-on-demand": "10%"}), NS)
-        template = dep["spec"]["template"]
-        rs = k.create(
-            r.REPLICASETS,
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": "burst-7f9c",
-                    "namespace": NS,
-                    "labels": {"app": "burst", "pod-template-hash": "7f9c"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "Deployment",
-                            "name": "burst",
-                            "uid": dep["metadata"]["uid"],
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": {
-                    "replicas": PODS,
-                    "selector": {"matchLabels": {"app": "burst", "pod-template-hash": "7f9c"}},
-                    "template": {**template, "metadata": {"labels": {"app": "burst", "pod-template-hash": "7f9c"}}},
-                },
-            },
-            NS,
-        )
-        url = server.url + "/mutate"
-        start = threading.Barrier(PODS)
-        errors: list[str] = []
+        rs = k.create(r.REPLICASETS, burst.replicaset_of(dep, "7f9c", PODS), NS)
+        reviews = [burst.review_of(burst.pod_of(rs)) for _ in range(PODS)]
 
-        def one(_: int) -> str | None:
-            pod = _pod(rs)
-            review = _review(pod)
-            session = requests.Session()  # one connection per call, as a burst opens them
-            start.wait()
-            try:
-                answer = session.post(url, json=review, verify=server.ca, timeout=TIMEOUT)
-            except requests.RequestException as exc:
-                return f"call failed: {type(exc).__name__}: {exc}"
-            finally:
-                session.close()
-            if answer.status_code != 200:
-                return f"HTTP {answer.status_code}"
-            response = answer.json()["response"]
-            if "failed_open" in response.get("auditAnnotations", {}).get("spotguard.io/decision", ""):
-                return "failed open: " + response["auditAnnotations"]["spotguard.io/decision"]
-            patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
-            k.create(r.PODS, patched, NS)  # stored as kube-apiserver stores it
-            return None
+        def store(review: dict[str, Any], response: dict[str, Any]) -> None:
+            k.create(r.PODS, burst.patched(review, response), NS)  # stored as kube-apiserver stores it
 
-        with concurrent.futures.ThreadPoolExecutor(PODS) as pool:
-            errors = [e for e in pool.map(one, range(PODS)) if e]
+        calls = burst.send(server.url + "/mutate", server.ca, reviews, timeout=TIMEOUT, store=store)
+        errors = [c.problem for c in calls if c.problem]
+        assert len(calls) == PODS
         assert errors == [], errors[:5]
         pods = k.list(r.PODS, NS, label_selector="app=burst")
         placements = [p["metadata"]["labels"]["spotguard.io/placement"] for p in pods]
         assert len(pods) == PODS
         assert placements.count("on-demand") == FLOOR
         assert harness.metric(server, "spotguard_admission_requests_total", outcome="failed_open") == 0
+        assert harness.metric(server, "spotguard_admission_shed_total") == 0

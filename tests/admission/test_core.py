@@ -398,7 +398,10 @@ def test_admission_timings_from_the_environment_are_validated(
 def test_a_review_past_its_deadline_is_allowed_unchanged_and_writes_nothing(k: FakeKube) -> None:
     _, rs = cluster.deployment(k, "web", 2)
     ctx = core.Context(Config(), k, "spotguard", review_seconds=0.0)
+    shed = metrics.SHED._value.get()
     answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
     assert "patch" not in answer["response"]
-    assert "failed_open" in answer["response"]["auditAnnotations"]["spotguard.io/decision"]
-    assert k.stats.writes == 0
+    # No time at all: shed at once, before any read (a review that runs out half-way fails open).
+    assert answer["response"]["auditAnnotations"]["spotguard.io/decision"].startswith("shed:")
+    assert metrics.SHED._value.get() == shed + 1
+    assert k.stats.writes == 0 and k.stats.requests == 0

@@ -221,8 +221,10 @@ def _reservations_without_pods(s: harness.Served) -> list[str]:
 
 
 def test_a_slow_api_server_still_gets_its_first_pods_placed(tmp_path: Path) -> None:
-    # GIVEN an API server that takes 0.45 s for every call, and a webhook process that just started
-    with harness.served(_small(), tmp_path) as s:
+    # GIVEN an API server that takes 0.45 s for every call, and a webhook process that just started,
+    # with a 3.5 s review deadline: a cold start of 8 sequential calls (3.6 s) would not fit, one
+    # that overlaps them (3 round trips, 1.35 s) does with room for a loaded test machine
+    with harness.served(_small(), tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "3.5"}) as s:
         s.sim.faults.set(latency_seconds=0.45)
         # WHEN the first workloads are created
         s.k.create(r.DEPLOYMENTS, harness.deployment("slow", 1), NS)
@@ -236,7 +238,8 @@ def test_a_slow_api_server_still_gets_its_first_pods_placed(tmp_path: Path) -> N
 
 
 def test_an_api_too_slow_for_the_deadline_gets_an_unchanged_answer_and_nothing_written(tmp_path: Path) -> None:
-    with harness.served(_small(), tmp_path) as s:
+    # The default 2 s deadline: a cold start's three round trips at 1.1 s each cannot fit.
+    with harness.served(_small(), tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "2"}) as s:
         s.sim.faults.set(latency_seconds=1.1)
         s.k.create(r.DEPLOYMENTS, harness.deployment("crawl", 1), NS)
         pods = harness.running(s.k, "crawl", 1, timeout=120)

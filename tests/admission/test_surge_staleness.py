@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -70,6 +70,20 @@ def live_pods_of(k: kube.Kube, app: str) -> list[dict[str, Any]]:
     ]
 
 
+def inside_window(base: str, setup: Callable[[str], float | None], tries: int = 5) -> str:
+    """Run ``setup(name)`` (admit a workload's pods, then change it) until it lands inside
+    the cache window (from its start, or from the time ``setup`` returns); the name it
+    landed with. On a loaded machine a try may take longer than the window (it would prove
+    nothing): a new workload tries again."""
+    for attempt in range(tries):
+        name = base if attempt == 0 else f"{base}-{attempt}"
+        started = time.monotonic()
+        started = setup(name) or started
+        if time.monotonic() - started < WINDOW:
+            return name
+    raise AssertionError(f"{tries} tries, none inside the cache window: the test proves nothing")
+
+
 def surge_record(replicas: int, surge: int) -> str:
     # The shape the interruption handler writes (docs/interruption-handling.md).
     return json.dumps(
@@ -78,61 +92,65 @@ def surge_record(replicas: int, surge: int) -> str:
 
 
 def test_surge_pods_right_after_admission_go_on_demand(k: kube.Kube) -> None:
-    name = "surged"
-    started = time.monotonic()
-    k.create(r.DEPLOYMENTS, deployment(name, 4), NS)
-    assert placements(k, name, 4) == {"on-demand": 1, "spot": 3}
-    # The interruption handler's surge: one patch, replicas and the record together.
-    k.patch(
-        r.DEPLOYMENTS,
-        name,
-        {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 3)}}, "spec": {"replicas": 7}},
-        NS,
-    )
-    assert time.monotonic() - started < WINDOW, "too slow to land inside the cache window; the test proves nothing"
+    def setup(name: str) -> None:
+        k.create(r.DEPLOYMENTS, deployment(name, 4), NS)
+        assert placements(k, name, 4) == {"on-demand": 1, "spot": 3}
+        # The interruption handler's surge: one patch, replicas and the record together.
+        k.patch(
+            r.DEPLOYMENTS,
+            name,
+            {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 3)}}, "spec": {"replicas": 7}},
+            NS,
+        )
+
+    name = inside_window("surged", setup)
     # floor 1 + surge 3: the three surge pods are on-demand.
     assert placements(k, name, 7) == {"on-demand": 4, "spot": 3}
 
 
 def test_a_second_surge_right_after_the_first_goes_on_demand_too(k: kube.Kube) -> None:
-    name = "surged-twice"
-    k.create(r.DEPLOYMENTS, deployment(name, 4), NS)
-    assert placements(k, name, 4) == {"on-demand": 1, "spot": 3}
-    started = time.monotonic()
-    k.patch(
-        r.DEPLOYMENTS,
-        name,
-        {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 2)}}, "spec": {"replicas": 6}},
-        NS,
-    )
-    assert placements(k, name, 6) == {"on-demand": 3, "spot": 3}
-    k.patch(
-        r.DEPLOYMENTS,
-        name,
-        {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 4)}}, "spec": {"replicas": 8}},
-        NS,
-    )
-    assert time.monotonic() - started < WINDOW, "too slow to land inside the cache window; the test proves nothing"
+    def setup(name: str) -> float:
+        k.create(r.DEPLOYMENTS, deployment(name, 4), NS)
+        assert placements(k, name, 4) == {"on-demand": 1, "spot": 3}
+        started = time.monotonic()
+        k.patch(
+            r.DEPLOYMENTS,
+            name,
+            {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 2)}}, "spec": {"replicas": 6}},
+            NS,
+        )
+        assert placements(k, name, 6) == {"on-demand": 3, "spot": 3}
+        if time.monotonic() - started >= WINDOW:
+            return started  # too slow: the second surge below would not be inside the window either
+        k.patch(
+            r.DEPLOYMENTS,
+            name,
+            {"metadata": {"annotations": {"spotguard.io/surge": surge_record(4, 4)}}, "spec": {"replicas": 8}},
+            NS,
+        )
+        return started
+
+    name = inside_window("surged-twice", setup)
     assert placements(k, name, 8) == {"on-demand": 5, "spot": 3}
 
 
 def test_a_percentage_floor_follows_a_scale_right_after_admission(k: kube.Kube) -> None:
-    name = "pct"
-    started = time.monotonic()
-    k.create(r.DEPLOYMENTS, deployment(name, 4, {"spotguard.io/min-on-demand": "50%"}), NS)
-    assert placements(k, name, 4) == {"on-demand": 2, "spot": 2}
-    k.patch(r.DEPLOYMENTS, name, {"spec": {"replicas": 10}}, NS)
-    assert time.monotonic() - started < WINDOW, "too slow to land inside the cache window; the test proves nothing"
+    def setup(name: str) -> None:
+        k.create(r.DEPLOYMENTS, deployment(name, 4, {"spotguard.io/min-on-demand": "50%"}), NS)
+        assert placements(k, name, 4) == {"on-demand": 2, "spot": 2}
+        k.patch(r.DEPLOYMENTS, name, {"spec": {"replicas": 10}}, NS)
+
+    name = inside_window("pct", setup)
     assert placements(k, name, 10) == {"on-demand": 5, "spot": 5}
 
 
 def test_a_statefulset_scaled_right_after_admission_places_by_the_new_floor(k: kube.Kube) -> None:
-    name = "quorum"
-    started = time.monotonic()
-    k.create(r.STATEFULSETS, statefulset(name, 3), NS)
-    assert placements(k, name, 3) == {"on-demand": 2, "spot": 1}
-    k.patch(r.STATEFULSETS, name, {"spec": {"replicas": 7}}, NS)
-    assert time.monotonic() - started < WINDOW, "too slow to land inside the cache window; the test proves nothing"
+    def setup(name: str) -> None:
+        k.create(r.STATEFULSETS, statefulset(name, 3), NS)
+        assert placements(k, name, 3) == {"on-demand": 2, "spot": 1}
+        k.patch(r.STATEFULSETS, name, {"spec": {"replicas": 7}}, NS)
+
+    name = inside_window("quorum", setup)
     # 7 replicas: floor 7 // 2 + 1 = 4. Ordinal 2 was admitted on spot under the old floor
     # (2 of 3) and stays there; decided by the pods actually placed, ordinals 3 and 4 fill the
     # two missing slots: exactly 4 of 7 on on-demand (issue 8).

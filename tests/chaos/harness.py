@@ -146,7 +146,6 @@ class Webhook:
         self.k = k
         self.server: Any = None
         self.thread: threading.Thread | None = None
-        self.registered = False
 
     def start(self) -> None:
         from werkzeug.serving import make_server
@@ -172,25 +171,7 @@ class Webhook:
         from spotguard.admission import evictions
 
         evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now))
-        base = f"https://127.0.0.1:{self.server.server_port}"
-        hooks = [
-            (
-                "mutatingwebhookconfigurations",
-                registration.webhook_configuration(f"{base}/mutate", self.paths.ca_bundle),
-            ),
-            (
-                "validatingwebhookconfigurations",
-                registration.eviction_webhook_configuration(f"{base}/evictions", self.paths.ca_bundle),
-            ),
-        ]
-        for resource, hook in hooks:
-            if self.registered:
-                old = self.sim.store.get(resource, hook["metadata"]["name"])
-                hook["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-                self.sim.store.update(resource, hook)
-            else:
-                self.sim.store.create(resource, hook)
-        self.registered = True
+        registration.register(self.sim.store, f"https://127.0.0.1:{self.server.server_port}", self.paths.ca_bundle)
 
     def stop(self) -> None:
         """Down: the API server's calls fail to connect (the configuration stays registered)."""

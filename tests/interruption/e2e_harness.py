@@ -126,23 +126,14 @@ def admission_webhook(
     )
     thread = threading.Thread(target=server.serve_forever, name="admission-webhook", daemon=True)
     thread.start()
-    url = f"https://127.0.0.1:{server.server_port}/mutate"
-    # The shipped webhook configurations; a longer timeout for a loaded test machine.
-    if pods:
-        sim.store.create(
-            "mutatingwebhookconfigurations",
-            registration.webhook_configuration(url, paths.ca_bundle, timeoutSeconds=5),
-        )
+    base = f"https://127.0.0.1:{server.server_port}"
+    url = f"{base}/mutate"
     if evictions:
         from spotguard.admission import evictions as guard
 
         guard.configure(ctx, guard.Guard(clock=sim.clock.now, timing=timing))
-        sim.store.create(
-            "validatingwebhookconfigurations",
-            registration.eviction_webhook_configuration(
-                f"https://127.0.0.1:{server.server_port}/evictions", paths.ca_bundle, timeoutSeconds=5
-            ),
-        )
+    # The shipped webhook configurations; a longer timeout for a loaded test machine.
+    registration.register(sim.store, base, paths.ca_bundle, pods=pods, evictions=evictions, timeoutSeconds=5)
     try:
         yield url
     finally:

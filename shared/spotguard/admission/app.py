@@ -13,7 +13,7 @@ from typing import Any
 import flask
 from werkzeug.exceptions import HTTPException
 
-from spotguard.admission import core, errors, transport
+from spotguard.admission import core, deadline, errors, transport
 
 DRAIN_LIMIT = 16 * 1024 * 1024
 
@@ -62,7 +62,12 @@ def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flas
             if request.content_length:  # a GET with a body: read it, or the client gets a reset, not our 405
                 _drain(request.stream, request.content_length)
             body = b""
-        return respond(*transport.handle(request.method, "/" + path, body, ctx()))
+        # The review's deadline counts from when the server saw the request (the gunicorn
+        # worker marks it) and stays inside the caller's own timeout (kube-apiserver's ?timeout=).
+        seen = deadline.arrival()
+        timeout = deadline.parse_timeout(request.args.get("timeout"))
+        with deadline.arrived(seen.at if seen is not None else None, timeout):
+            return respond(*transport.handle(request.method, "/" + path, body, ctx()))
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> flask.Response:

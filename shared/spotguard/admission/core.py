@@ -42,6 +42,7 @@ DEFAULT_NAMESPACE = "spotguard"
 API_POLICY = retry.Policy(attempts=2, deadline=1.5, timeout=1.0, connect_timeout=0.5, base_delay=0.05)
 EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workload
 DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
+SHED_BELOW = 0.05  # seconds: a review with less left than this when a thread takes it is answered at once
 
 
 @dataclass(frozen=True)
@@ -296,11 +297,22 @@ def placement_patch(
 def admit(request: reviews.Request, ctx: Context) -> Outcome:
     """Decide for one request; never raises (an internal error fails open).
 
-    The whole decision runs under one deadline (``ctx.review_seconds``): past it the
-    answer is "allowed, unchanged" and nothing more is written.
+    The whole decision runs under one deadline (``ctx.review_seconds`` of work, and at most
+    85 % of the caller's timeout from the request's arrival, see :func:`deadline.for_review`):
+    past it the answer is "allowed, unchanged" and nothing more is written. A review that
+    waited (behind a burst) until almost no time is left is shed: answered at once,
+    unchanged, counted and logged, rather than answered after the API server gave up on it.
     """
+    d = deadline.for_review(ctx.review_seconds)
+    if d.remaining() < SHED_BELOW and _is_pod_create(request) is None:
+        metrics.SHED.inc()
+        log.warning(
+            "review shed: it waited past its deadline before it was served; allowing the pod unchanged",
+            extra={"uid": request.get("uid"), "late_by": round(-d.remaining(), 3)},
+        )
+        return Outcome("shed", "waited past its deadline before it was served")
     try:
-        with deadline.running(deadline.Deadline.after(ctx.review_seconds)) as d:
+        with deadline.running(d):
             outcome = _admit(request, ctx)
             if outcome.outcome == "patched" and d.remaining() <= 0:
                 raise deadline.DeadlineExceeded("review deadline passed while deciding")

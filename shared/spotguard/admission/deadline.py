@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -31,7 +32,15 @@ from spotguard.gateway.resources import Resource
 
 T = TypeVar("T")
 WRITE_RESERVE = 0.15  # seconds a write needs left to be started at all
+# Of the caller's own timeout (kube-apiserver's ``?timeout=3s``), counted from the request's
+# arrival, the share a review may use; the rest is for the answer to travel back.
+CALLER_SHARE = 0.85
+CALLER_TIMEOUT = 3.0  # seconds, when the caller does not say (the shipped webhook's timeoutSeconds)
 _current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("spotguard_deadline", default=None)
+_arrival: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("spotguard_arrival", default=None)
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)(h|ms|us|\u00b5s|ns|m|s)")
 
 
 class DeadlineExceeded(Exception):
@@ -55,6 +64,59 @@ class Deadline:
         if left <= reserve:
             raise DeadlineExceeded(f"review deadline reached before {what}")
         return left
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrival:
+    """When the HTTP server saw the request (``time.monotonic()``) and the caller's timeout, if it said."""
+
+    at: float
+    timeout: float | None = None
+
+
+@contextlib.contextmanager
+def arrived(at: float | None = None, timeout: float | None = None) -> Iterator[Arrival]:
+    """Mark the request being served as arrived at ``at`` (default: now): a review's deadline
+    counts from there, so time spent queued behind a burst (accept queue, TLS handshakes,
+    busy threads) is counted too."""
+    a = Arrival(time.monotonic() if at is None else at, timeout)
+    token = _arrival.set(a)
+    try:
+        yield a
+    finally:
+        _arrival.reset(token)
+
+
+def arrival() -> Arrival | None:
+    return _arrival.get()
+
+
+def for_review(seconds: float) -> Deadline:
+    """The deadline of the review being served: ``seconds`` of work from now, and never past
+    :data:`CALLER_SHARE` of the caller's timeout counted from the request's arrival (the
+    time it waited for a thread is the caller's time too)."""
+    work = Deadline.after(seconds)
+    a = _arrival.get()
+    if a is None:
+        return work
+    timeout = a.timeout if a.timeout is not None else CALLER_TIMEOUT
+    return Deadline(min(work.at, a.at + timeout * CALLER_SHARE))
+
+
+def parse_timeout(raw: str | None) -> float | None:
+    """kube-apiserver's ``?timeout=`` query parameter (a Go duration: ``3s``, ``2.5s``,
+    ``1500ms``, ``1m0s``) in seconds; None when absent or not understood."""
+    if not raw:
+        return None
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
+    total, rest = 0.0, raw.strip()
+    while rest:
+        match = _DURATION.match(rest)
+        if match is None:
+            return None
+        total += float(match.group(1)) * units[match.group(2)]
+        rest = rest[match.end() :]
+    return total if total > 0 else None
 
 
 def current() -> Deadline | None:

@@ -48,6 +48,10 @@ API_CALLS = prometheus_client.Counter(
     "Kubernetes API calls made while admitting pods",
     ["verb", "resource"],
 )
+SHED = prometheus_client.Counter(
+    "spotguard_admission_shed",
+    "Reviews answered allowed and unchanged without deciding: they waited past their deadline before being served",
+)
 CONFLICTS = prometheus_client.Counter(
     "spotguard_admission_reservation_conflicts",
     "Reservation Lease writes that lost to another instance and were recomputed",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -51,3 +52,30 @@ def eviction_webhook_configuration(url: str, ca_bundle: str, **overrides: Any) -
         hook["clientConfig"] = {"url": url, "caBundle": ca_bundle}
         hook.update(overrides)
     return manifest
+
+
+class Store(Protocol):
+    """Where the configurations go: the simulated cluster's store (create, or replace)."""
+
+    def apply_objects(self, objects: list[dict[str, Any]]) -> Sequence[dict[str, Any]]: ...
+
+
+def shipped(base_url: str, ca_bundle: str, *, pods: bool = True, evictions: bool = True, **overrides: Any) -> list[
+    dict[str, Any]
+]:
+    """Every shipped webhook configuration, served by the one server at ``base_url``: the
+    pod-create webhook on ``/mutate`` and the eviction guard on ``/evictions``."""
+    base = base_url.rstrip("/")
+    out = []
+    if pods:
+        out.append(webhook_configuration(f"{base}/mutate", ca_bundle, **overrides))
+    if evictions:
+        out.append(eviction_webhook_configuration(f"{base}/evictions", ca_bundle, **overrides))
+    return out
+
+
+def register(
+    store: Store, base_url: str, ca_bundle: str, *, pods: bool = True, evictions: bool = True, **overrides: Any
+) -> None:
+    """Register everything as shipped (:func:`shipped`) in ``store``, replacing what is there."""
+    store.apply_objects(shipped(base_url, ca_bundle, pods=pods, evictions=evictions, **overrides))

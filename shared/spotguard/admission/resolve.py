@@ -33,13 +33,15 @@ the cached scale never trips the rule, so the common case costs nothing more.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.admission import metrics
+from spotguard.admission import deadline, metrics
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -48,6 +50,7 @@ from spotguard.policy.workloads import Workload
 
 Obj = dict[str, Any]
 _MISSING = object()
+log = logging.getLogger(__name__)
 
 
 class TTLCache:
@@ -131,21 +134,52 @@ class Resolver:
         self._nodes_lock = threading.Lock()
         self._nodes: dict[str, NodeView] = {}
         self._nodes_at = -1e18
+        self._nodes_retry = -1e18  # after a failed refresh: not before this
+        self._flights: dict[Any, futures.Future[Obj | None]] = {}  # reads in progress, shared
+        self._flights_lock = threading.Lock()
 
     # -- lookups ---------------------------------------------------------------------
 
-    def _get(self, res: r.Resource, name: str, namespace: str | None, ttl: float) -> Obj | None:
-        return self._lookup(res, name, namespace, ttl)[0]
+    def _get(self, res: r.Resource, name: str, namespace: str | None, ttl: float, *, join: bool = True) -> Obj | None:
+        return self._lookup(res, name, namespace, ttl, join=join)[0]
 
-    def _lookup(self, res: r.Resource, name: str, namespace: str | None, ttl: float) -> tuple[Obj | None, bool]:
-        """The object (None: not found) and whether it was read from the API just now."""
+    def _lookup(
+        self, res: r.Resource, name: str, namespace: str | None, ttl: float, *, join: bool = True
+    ) -> tuple[Obj | None, bool]:
+        """The object (None: not found) and whether it was read from the API just now.
+
+        Reviews that miss the cache together share one read (the first one's): a burst
+        of a workload's pods, or every review once a namespace's entry expired, makes one
+        GET, not one each. A waiter's answer counts as cached (not read for it). ``join``
+        False starts a read of its own (a refresh must not take an older read's answer).
+        """
         key = (res.plural, namespace, name)
         hit = self.cache.get(key)
         if hit is not _MISSING:
             return hit, False
-        metrics.api_call("get", res.name)
-        obj = self.kube.find(res, name, namespace)
-        self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
+        with self._flights_lock:
+            flight = self._flights.get(key) if join else None
+            if flight is None:
+                mine: futures.Future[Obj | None] = futures.Future()
+                self._flights[key] = mine
+        if flight is not None:
+            try:
+                return flight.result(timeout=max(0.0, deadline.remaining(30.0))), False
+            except futures.TimeoutError:
+                raise deadline.DeadlineExceeded(f"waiting for a shared read of {res.plural} {name}") from None
+        try:
+            metrics.api_call("get", res.name)
+            obj = self.kube.find(res, name, namespace)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        else:
+            self.cache.put(key, obj, ttl if obj is not None else min(ttl, 2.0))
+            mine.set_result(obj)
+        finally:
+            with self._flights_lock:
+                if self._flights.get(key) is mine:
+                    del self._flights[key]
         return obj, True
 
     def has_namespace(self, namespace: str) -> bool:
@@ -153,8 +187,9 @@ class Resolver:
         return self.cache.get((r.NAMESPACES.plural, None, namespace)) is not _MISSING
 
     def has_nodes(self) -> bool:
-        """Whether the node list is fresh (no API call needed)."""
-        return self.clock() - self._nodes_at <= self.node_ttl
+        """Whether the node list is fresh, or a refresh failed a moment ago (no API call needed)."""
+        now = self.clock()
+        return now - self._nodes_at <= self.node_ttl or (bool(self._nodes) and now < self._nodes_retry)
 
     def forget(self, res: r.Resource, name: str, namespace: str | None) -> None:
         self.cache.pop((res.plural, namespace, name))
@@ -206,7 +241,7 @@ class Resolver:
         w = resolved.workload
         res = r.DEPLOYMENTS if w.kind.value == "Deployment" else r.STATEFULSETS
         self.forget(res, w.name, w.namespace)
-        obj = self._get(res, w.name, w.namespace, self.workload_ttl)
+        obj = self._get(res, w.name, w.namespace, self.workload_ttl, join=False)
         if obj is None or not _uid_matches(obj, w.uid or ""):
             return resolved
         return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset, True)
@@ -214,16 +249,32 @@ class Resolver:
     # -- nodes -----------------------------------------------------------------------
 
     def nodes(self, wanted: Iterable[str] = ()) -> list[NodeView]:
-        """Every node (labels, taints), from a cached list refreshed when a node is new."""
+        """Every node (labels, taints), from a cached list refreshed when a node is new.
+
+        A refresh that fails (a slow or overloaded API server) keeps the last list and is
+        tried again ``node_refresh`` seconds later: without this, every review behind it
+        listed every node again, one after another, each timing out (a 1,000-node cluster
+        under a burst: thousands of LISTs and as many reviews failed open)."""
         wanted = [n for n in wanted if n]
         with self._nodes_lock:
-            age = self.clock() - self._nodes_at
+            now = self.clock()
+            age = now - self._nodes_at
             unknown = any(n not in self._nodes for n in wanted)
-            if age > self.node_ttl or (unknown and age > self.node_refresh):
+            due = age > self.node_ttl or (unknown and age > self.node_refresh)
+            if due and (not self._nodes or now >= self._nodes_retry):
                 metrics.api_call("list", r.NODES.name)
-                raw = self.kube.list(r.NODES)
-                self._nodes = {v.name: v for v in (NodeView.from_json(n) for n in raw)}
-                self._nodes_at = self.clock()
+                try:
+                    raw = self.kube.list(r.NODES)
+                except Exception as exc:
+                    if not self._nodes:
+                        raise
+                    self._nodes_retry = self.clock() + self.node_refresh
+                    log.warning(
+                        "listing the nodes failed; using the last list", extra={"error": str(exc)[:200]}
+                    )
+                else:
+                    self._nodes = {v.name: v for v in (NodeView.from_json(n) for n in raw)}
+                    self._nodes_at = self.clock()
             return list(self._nodes.values())
 
     def node_capacity(self, config: Config, wanted: Iterable[str] = ()) -> dict[str, Capacity]:

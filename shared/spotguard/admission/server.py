@@ -2,28 +2,72 @@
 
 Each worker builds its own :class:`~spotguard.admission.core.Context` (API
 connection and caches) on its first request, after the fork. Workers are
-``gthread`` so kube-apiserver's kept-alive connections are served in parallel.
+``gthread`` (:class:`Worker`) so kube-apiserver's connections are served in
+parallel; each request is stamped when the worker's main loop hands it to a
+thread, and its review's deadline counts from there.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.workers import gthread
 
 from spotguard.admission import app as app_mod
-from spotguard.admission import core
+from spotguard.admission import core, deadline
+
+_contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def _signature(path: str | None) -> tuple[Any, ...]:
+    if not path:
+        return (None,)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None)
+    return (path, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """gunicorn's ``ssl_context`` hook: the default context, raised to TLS 1.2 at least."""
-    context = default_ssl_context_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.options |= ssl.OP_NO_COMPRESSION
-    return context
+    """gunicorn's ``ssl_context`` hook: the default context, raised to TLS 1.2 at least.
+
+    gunicorn asks for a context on every new connection; building one (reading and
+    parsing the certificate and key) costs about a millisecond of CPU, which a burst of
+    hundreds of new connections pays hundreds of times. The context is built once and
+    built again only when the certificate or key file changes (a rotated Secret)."""
+    key = (_signature(config.certfile), _signature(config.keyfile), _signature(config.ca_certs))
+    with _contexts_lock:
+        context = _contexts.get(key)
+        if context is None:
+            context = default_ssl_context_factory()
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.options |= ssl.OP_NO_COMPRESSION
+            _contexts.clear()
+            _contexts[key] = context
+        return context
+
+
+class Worker(gthread.ThreadWorker):  # type: ignore[misc]
+    """gunicorn's threaded worker, with each request stamped when it is ready to be served
+    (accepted, or a kept-alive connection readable): the review's deadline counts from
+    there, so a review that waited out its time behind a burst is shed, not answered late."""
+
+    def enqueue_req(self, conn: Any) -> None:
+        conn.spotguard_ready = time.monotonic()
+        super().enqueue_req(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        with deadline.arrived(getattr(conn, "spotguard_ready", None)):
+            return super().handle_request(req, conn)
 
 
 BACKLOG = 2048  # pending connections per listening socket (the kernel caps it at net.core.somaxconn)
@@ -66,7 +110,7 @@ def options(
         "keyfile": keyfile,
         "ssl_context": tls_context,
         "workers": workers,
-        "worker_class": "gthread",
+        "worker_class": Worker,
         "threads": threads,
         # A burst (a ReplicaSet's slow-start batch of up to 500 pods, several ReplicaSets at
         # once) opens hundreds of connections within milliseconds: the listen queue holds

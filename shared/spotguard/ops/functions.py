@@ -115,12 +115,8 @@ def admission_server(sim: Any, workdir: Path, workers: int = 1, time_scale: floa
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         health = f"https://localhost:{port}/healthz"
         wait_until(lambda: _healthy(health, context, proc, workdir / "admission.log"), 60, "the admission webhook")
-        url = f"https://localhost:{port}/mutate"
-        sim.store.apply_objects([
-            registration.webhook_configuration(url, paths.ca_bundle),
-            registration.eviction_webhook_configuration(f"https://localhost:{port}/evictions", paths.ca_bundle),
-        ])  # fmt: skip
-        yield Admission(url, proc)
+        registration.register(sim.store, f"https://localhost:{port}", paths.ca_bundle)
+        yield Admission(f"https://localhost:{port}/mutate", proc)
 
 
 def _healthy(url: str, context: ssl.SSLContext | None, proc: subprocess.Popen[bytes], log: Path) -> bool:

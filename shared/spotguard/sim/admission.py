@@ -52,8 +52,46 @@ _ca_files: dict[str, str] = {}
 _ca_lock = threading.Lock()
 
 
+MUTATING = "mutatingwebhookconfigurations"
+VALIDATING = "validatingwebhookconfigurations"
+
+
 class CallError(Exception):
     """Calling a webhook failed (connection, TLS, timeout, bad response)."""
+
+
+class Calls:
+    """How many webhook calls this API server made, and how many of them failed
+    (kube-apiserver's ``apiserver_admission_webhook_request_total`` and
+    ``..._rejection_count{error_type="calling_webhook_error"}``), by webhook name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.made: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.causes: dict[str, int] = {}  # what the failed calls ran into (ReadTimeout, ConnectionError, ...)
+
+    def count(self, webhook: str, *, failed: BaseException | None = None) -> None:
+        with self._lock:
+            self.made[webhook] = self.made.get(webhook, 0) + 1
+            if failed is not None:
+                self.failed[webhook] = self.failed.get(webhook, 0) + 1
+                cause = type(failed.__cause__ or failed).__name__
+                self.causes[cause] = self.causes.get(cause, 0) + 1
+
+    def total(self) -> tuple[int, int]:
+        """(calls made, calls failed) over every webhook."""
+        with self._lock:
+            return sum(self.made.values()), sum(self.failed.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.made.clear()
+            self.failed.clear()
+            self.causes.clear()
+
+
+CALLS = Calls()
 
 
 def _session() -> requests.Session:
@@ -113,8 +151,8 @@ def _rule_matches(rule: Mapping[str, Any], rtype: resources.ResourceType, operat
     return not (scope == "Cluster" and namespaced)
 
 
-def _webhooks(store: Store) -> list[Obj]:
-    configs, _ = store.list("mutatingwebhookconfigurations")
+def _webhooks(store: Store, kind: str = MUTATING) -> list[Obj]:
+    configs, _ = store.list(kind)
     hooks: list[Obj] = []
     for config in sorted(configs, key=lambda c: c["metadata"]["name"]):
         for hook in config.get("webhooks") or []:
@@ -201,6 +239,8 @@ def call(hook: Mapping[str, Any], body: Obj) -> Obj:
     if client.get("caBundle"):
         verify = _ca_file(str(client["caBundle"]))
     timeout = float(hook.get("timeoutSeconds") or 10)
+    # kube-apiserver tells the webhook its timeout in the URL (a Go duration).
+    url = f"{url}{'&' if parts.query else '?'}timeout={timeout:g}s"
     try:
         reply = _session().post(
             str(url),
@@ -297,22 +337,25 @@ def wants(store: Store, resource: str, operation: str, subresource: str | None =
 
 def admit(store: Store, resource: str, obj: Obj | None, *, namespace: str,
           user: Mapping[str, Any] | None, dry_run: bool, operation: str = "CREATE",
-          old: Obj | None = None, subresource: str | None = None) -> Obj:
-    """Run the matching webhooks on a request; the (mutated) object; raise to reject.
+          old: Obj | None = None, subresource: str | None = None, kind: str = MUTATING,
+          name: str = "") -> Obj:
+    """Run the matching webhooks of ``kind`` (mutating or validating configurations) on a
+    request; the (mutated) object; raise to reject.
 
-    For DELETE ``obj`` is None and the webhooks see ``old`` (they can only deny)."""
+    For DELETE ``obj`` is None and the webhooks see ``old`` (they can only deny). A
+    validating webhook's answer never changes the object."""
     current: Obj = obj if obj is not None else {}
-    if store.count("mutatingwebhookconfigurations") == 0:
+    if store.count(kind) == 0:
         return current
     rtype = resources.get(resource)
     seen = obj if obj is not None else (old or {})
-    hooks = [h for h in _webhooks(store)
+    hooks = [h for h in _webhooks(store, kind)
              if _matches(store, h, rtype, seen, namespace, operation, subresource)]
     if not hooks:
         return current
     who = dict(user) if user else dict(ANONYMOUS)
-    kw: dict[str, Any] = {"namespace": namespace, "user": who, "dry_run": dry_run,
-                          "operation": operation, "old": old, "subresource": subresource}
+    kw: dict[str, Any] = {"namespace": namespace, "user": who, "dry_run": dry_run, "operation": operation,
+                          "old": old, "subresource": subresource, "name": name, "mutating": kind == MUTATING}
     last_change = -1
     for index, hook in enumerate(hooks):
         before = current
@@ -332,129 +375,43 @@ def admit(store: Store, resource: str, obj: Obj | None, *, namespace: str,
 
 def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None, *,
          namespace: str, user: Mapping[str, Any], dry_run: bool, operation: str = "CREATE",
-         old: Obj | None = None, subresource: str | None = None) -> Obj:
-    name = str(hook.get("name", ""))
+         old: Obj | None = None, subresource: str | None = None, name: str = "",
+         mutating: bool = True) -> Obj:
+    """Call one webhook; the object as it answered (a mutating webhook's patch applied)."""
+    hook_name = str(hook.get("name", ""))
     fail_open = hook.get("failurePolicy", "Fail") == "Ignore"
     if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
         raise errors.BadRequest(
-            f'admission webhook "{name}" does not support dry run'
+            f'admission webhook "{hook_name}" does not support dry run'
         )
     body = review(rtype, obj, namespace=namespace, user=user, dry_run=dry_run,
-                  operation=operation, old=old, subresource=subresource)
+                  operation=operation, old=old, subresource=subresource, name=name)
     unchanged: Obj = obj if obj is not None else {}
     try:
         if not _conditions_match(hook, body["request"]):
             return unchanged
-        response = call(hook, body)
+        try:
+            response = call(hook, body)
+        except CallError as exc:
+            CALLS.count(hook_name, failed=exc)
+            raise
+        CALLS.count(hook_name)
         if not response.get("allowed"):
-            status = response.get("status") or {}
-            code = int(status.get("code") or 400)
-            denied = f'admission webhook "{name}" denied the request'
-            if status.get("message"):
-                denied += f": {status['message']}"
-            elif status.get("reason"):
-                denied += f": {status['reason']}"
-            else:
-                denied += " without explanation"
-            exc = errors.StatusError(denied)
-            exc.code = code if 400 <= code < 600 else 400
-            exc.reason = str(status.get("reason") or "")
-            raise exc
-        return _apply(unchanged, response) if obj is not None else unchanged
+            raise _denial(hook_name, response)
+        return _apply(unchanged, response) if obj is not None and mutating else unchanged
     except CallError as exc:
         if fail_open:
             log.warning("webhook call failed, ignored (failurePolicy Ignore)",
-                        extra={"webhook": name, "error": str(exc)})
-            return unchanged
-        raise errors.InternalError(
-            f'Internal error occurred: failed calling webhook "{name}": {exc}'
-        ) from exc
-
-
-# -- validating admission of pods/eviction ------------------------------------------------
-#
-# kube-apiserver's eviction REST handler (pkg/registry/core/pod/storage/eviction.go) runs
-# the validating webhooks (createValidation) on the Eviction before it reads the pod and
-# checks the budgets. A webhook's rule names the subresource: "pods/eviction", "pods/*",
-# "*/eviction" or "*/*". The review's kind is policy/v1 Eviction, its resource v1 pods,
-# its subResource "eviction", its name the pod's; a denial's status code (429 included)
-# is what the caller gets.
-
-
-def _eviction_rule(rule: Mapping[str, Any]) -> bool:
-    def has(values: Any, value: str) -> bool:
-        return isinstance(values, list) and ("*" in values or value in values)
-
-    if not (has(rule.get("operations"), "CREATE") and has(rule.get("apiGroups"), "")
-            and has(rule.get("apiVersions"), "v1")):
-        return False
-    wanted = rule.get("resources") or []
-    return any(r in ("*/*", "pods/*", "*/eviction", "pods/eviction") for r in wanted) and \
-        rule.get("scope", "*") in ("*", "Namespaced")
-
-
-def validate_eviction(store: Store, namespace: str, name: str, eviction: Obj, *,
-                      user: Mapping[str, Any] | None, dry_run: bool) -> None:
-    """Call the ValidatingWebhookConfigurations that cover ``pods/eviction``; raise to reject."""
-    if store.count("validatingwebhookconfigurations") == 0:
-        return
-    configs, _ = store.list("validatingwebhookconfigurations")
-    eviction = {**eviction, "apiVersion": "policy/v1", "kind": "Eviction"}
-    eviction["metadata"] = {**(eviction.get("metadata") or {}), "name": name, "namespace": namespace}
-    pods = resources.get("pods")
-    for config in sorted(configs, key=lambda c: c["metadata"]["name"]):
-        for hook in config.get("webhooks") or []:
-            if not isinstance(hook, dict) or not any(
-                _eviction_rule(r) for r in hook.get("rules") or [] if isinstance(r, dict)
-            ):
-                continue
-            if not _matches_selectors(store, hook, eviction, namespace):
-                continue
-            _validate(hook, pods, eviction, namespace=namespace, name=name,
-                      user=dict(user) if user else dict(ANONYMOUS), dry_run=dry_run)
-
-
-def _matches_selectors(store: Store, hook: Mapping[str, Any], obj: Mapping[str, Any], namespace: str) -> bool:
-    object_selector = hook.get("objectSelector")
-    if object_selector and not selectors.from_dict(object_selector).matches(
-        (obj.get("metadata") or {}).get("labels")
-    ):
-        return False
-    ns_selector = hook.get("namespaceSelector")
-    if ns_selector:
-        try:
-            labels = store.get("namespaces", namespace)["metadata"].get("labels")
-        except errors.NotFound:
-            labels = {}
-        if not selectors.from_dict(ns_selector).matches(labels):
-            return False
-    return True
-
-
-def _validate(hook: Mapping[str, Any], pods: resources.ResourceType, eviction: Obj, *, namespace: str,
-              name: str, user: Mapping[str, Any], dry_run: bool) -> None:
-    hook_name = str(hook.get("name", ""))
-    if dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
-        raise errors.BadRequest(f'admission webhook "{hook_name}" does not support dry run')
-    body = review(pods, eviction, namespace=namespace, user=user, dry_run=dry_run)
-    request = body["request"]
-    kind = {"group": "policy", "version": "v1", "kind": "Eviction"}
-    request.update(kind=kind, requestKind=kind, name=name, subResource="eviction",
-                   requestSubResource="eviction")
-    try:
-        if not _conditions_match(hook, request):
-            return
-        response = call(hook, body)
-    except CallError as exc:
-        if hook.get("failurePolicy", "Fail") == "Ignore":
-            log.warning("webhook call failed, ignored (failurePolicy Ignore)",
                         extra={"webhook": hook_name, "error": str(exc)})
-            return
+            return unchanged
         raise errors.InternalError(
             f'Internal error occurred: failed calling webhook "{hook_name}": {exc}'
         ) from exc
-    if response.get("allowed"):
-        return
+
+
+def _denial(hook_name: str, response: Mapping[str, Any]) -> errors.StatusError:
+    """The error the caller gets for a denial: the answer's status code (429 included),
+    message or reason, and ``retryAfterSeconds``."""
     status = response.get("status") or {}
     code = int(status.get("code") or 400)
     denied = f'admission webhook "{hook_name}" denied the request'
@@ -470,4 +427,23 @@ def _validate(hook: Mapping[str, Any], pods: resources.ResourceType, eviction: O
     retry = (status.get("details") or {}).get("retryAfterSeconds")
     if isinstance(retry, int) and retry > 0:
         refusal.details["retryAfterSeconds"] = retry
-    raise refusal
+    return refusal
+
+
+# -- validating admission of pods/eviction ------------------------------------------------
+#
+# kube-apiserver's eviction REST handler (pkg/registry/core/pod/storage/eviction.go) runs
+# the validating webhooks (createValidation) on the Eviction before it reads the pod and
+# checks the budgets. A webhook's rule names the subresource: "pods/eviction", "pods/*",
+# "*/eviction" or "*/*". The review's kind is policy/v1 Eviction, its resource v1 pods,
+# its subResource "eviction", its name the pod's; a denial's status code (429 included)
+# is what the caller gets.
+
+
+def validate_eviction(store: Store, namespace: str, name: str, eviction: Obj, *,
+                      user: Mapping[str, Any] | None, dry_run: bool) -> None:
+    """Call the ValidatingWebhookConfigurations that cover ``pods/eviction``; raise to reject."""
+    eviction = {**eviction, "apiVersion": "policy/v1", "kind": "Eviction"}
+    eviction["metadata"] = {**(eviction.get("metadata") or {}), "name": name, "namespace": namespace}
+    admit(store, "pods", eviction, namespace=namespace, user=user, dry_run=dry_run,
+          subresource="eviction", kind=VALIDATING, name=name)
