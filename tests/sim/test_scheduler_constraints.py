@@ -281,3 +281,35 @@ def test_preemption_rechecks_inter_pod_anti_affinity() -> None:
 
         assert deleting("rival") and not deleting("blocker") and not deleting("filler-b")
         assert [deleting("filler-1"), deleting("filler-2")].count(True) == 1
+
+
+def test_preemption_rechecks_hard_topology_spread() -> None:
+    """A node where evicting the cheapest victims would still leave the preemptor's
+    DoNotSchedule spread skewed is no candidate (SelectVictimsOnNode runs
+    PodTopologySpread's filter too)."""
+    zone = "topology.kubernetes.io/zone"
+    with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
+        sim.store.create("nodes", h.node("a", cpu="1", zone="x", labels={HOST: "a", zone: "x"}))
+        sim.store.create("nodes", h.node("b", cpu="1", zone="y", labels={HOST: "b", zone: "y"}))
+        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
+            {"metadata": {"name": "high"}, "value": 1000})
+        for name, node, app, cpu, high in (("web-1", "a", "web", "100m", True),
+                                           ("filler-a", "a", "filler", "800m", False),
+                                           ("filler-b1", "b", "filler", "450m", False),
+                                           ("filler-b2", "b", "filler", "450m", False)):
+            spec: dict[str, Any] = {"nodeName": node, "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
+            if high:
+                spec["priorityClassName"] = "high"
+            core(sim).create_namespaced_pod("default", {
+                "metadata": {"name": name, "labels": {"app": app}}, "spec": spec})
+        core(sim).create_namespaced_pod("default", {
+            "metadata": {"name": "web-2", "labels": {"app": "web"}},
+            "spec": {"priorityClassName": "high", "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": zone,
+                                               "whenUnsatisfiable": "DoNotSchedule",
+                                               "labelSelector": {"matchLabels": {"app": "web"}}}]}})
+        h.wait_for(lambda: sim.store.get("pods", "web-2", "default")["spec"].get("nodeName") == "b",
+                   timeout=20, what="web-2 on b")
+        assert not sim.store.get("pods", "filler-a", "default")["metadata"].get("deletionTimestamp")

@@ -894,9 +894,33 @@ class _AffinityCheck:
         return True
 
 
+def _spread_passes(pod: PodInfo, node: NodeInfo, states: list[_SpreadState],
+                   removed: list[_PodEntry], eligible: bool) -> bool:
+    """PodTopologySpread's filter on ``node`` with ``removed`` (its pods) gone."""
+    for st in states:
+        s = st.spread
+        if not s.hard:
+            continue
+        value = node.labels.get(s.topology_key)
+        if value is None:
+            return False
+        counts = st.domain_counts
+        gone = sum(1 for e in removed if eligible and e.namespace == pod.namespace
+                   and match_label_selector(s.selector, e.labels))
+        if gone:
+            counts = {**counts, value: counts.get(value, 0) - gone}
+        low = st.min_match
+        if counts and not (s.hard and len(counts) < s.min_domains):
+            low = min(counts.values())
+        if counts.get(value, 0) + s.self_match - low > s.max_skew:
+            return False
+    return True
+
+
 def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preemption | None:
     """DefaultPreemption, simplified: the node where evicting lower-priority pods lets ``pod``
-    fit its requests, pod count, host ports and inter-pod (anti-)affinity. On each node the candidates are reprieved
+    fit its requests, pod count, host ports, inter-pod (anti-)affinity and hard topology
+    spread constraints. On each node the candidates are reprieved
     (kept) highest priority first, those protected by a PodDisruptionBudget before the
     others, while the pod still fits; among nodes, the fewest budget violations win, then
     the lowest highest-victim priority, the lowest sum, the fewest victims. A budget is
@@ -908,6 +932,7 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
         return None
     plan = cache.plan(pod)
     check = _AffinityCheck(pod, cache) if (pod.affinity or pod.anti_affinity or cache._anti) else None
+    spreads = _spread_states(pod, cache, plan) if any(sp.hard for sp in pod.spreads) else []
     best: tuple[tuple[int, int, int, int], Preemption] | None = None
     for node in plan.nodes:
         lower = sorted(((k, e) for k, e in cache.pods_on(node.name)
@@ -932,7 +957,9 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
                  removed: dict[tuple[str, str], _PodEntry] = removed) -> bool:
             return (free_pods >= 1 and all(free[k] >= v for k, v in pod.requests.items())
                     and not podaffinity.ports_conflict(pod.host_ports, ports)
-                    and (check is None or check.passes(node, list(removed.values()))))
+                    and (check is None or check.passes(node, list(removed.values())))
+                    and (not spreads or _spread_passes(pod, node, spreads, list(removed.values()),
+                                                       node.name in plan.eligible)))
 
         if not fits():
             continue
