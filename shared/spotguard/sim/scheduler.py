@@ -931,8 +931,23 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
     if not pod.preempts:
         return None
     plan = cache.plan(pod)
-    check = _AffinityCheck(pod, cache) if (pod.affinity or pod.anti_affinity or cache._anti) else None
-    spreads = _spread_states(pod, cache, plan) if any(sp.hard for sp in pod.spreads) else []
+    # built on first use: most unschedulable pods have no lower-priority pod to preempt
+    lazy: dict[str, Any] = {}
+
+    def check() -> _AffinityCheck | None:
+        if "check" not in lazy:
+            lazy["check"] = _AffinityCheck(pod, cache) if (
+                pod.affinity or pod.anti_affinity or cache._anti) else None
+        found: _AffinityCheck | None = lazy["check"]
+        return found
+
+    def spreads() -> list[_SpreadState]:
+        if "spreads" not in lazy:
+            lazy["spreads"] = (_spread_states(pod, cache, plan)
+                               if any(sp.hard for sp in pod.spreads) else [])
+        found: list[_SpreadState] = lazy["spreads"]
+        return found
+
     best: tuple[tuple[int, int, int, int], Preemption] | None = None
     for node in plan.nodes:
         lower = sorted(((k, e) for k, e in cache.pods_on(node.name)
@@ -957,9 +972,9 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
                  removed: dict[tuple[str, str], _PodEntry] = removed) -> bool:
             return (free_pods >= 1 and all(free[k] >= v for k, v in pod.requests.items())
                     and not podaffinity.ports_conflict(pod.host_ports, ports)
-                    and (check is None or check.passes(node, list(removed.values())))
-                    and (not spreads or _spread_passes(pod, node, spreads, list(removed.values()),
-                                                       node.name in plan.eligible)))
+                    and ((aff := check()) is None or aff.passes(node, list(removed.values())))
+                    and (not (states := spreads()) or _spread_passes(
+                        pod, node, states, list(removed.values()), node.name in plan.eligible)))
 
         if not fits():
             continue
