@@ -90,6 +90,7 @@ def test_a_core_event_reads_through_events_v1_with_deprecated_fields(cluster: Cl
 @pytest.mark.parametrize(("change", "field"), [
     ({"eventTime": None}, "eventTime"),
     ({"reportingController": ""}, "reportingController"),
+    ({"reportingController": "not a/qualified/name"}, "reportingController"),
     ({"reportingInstance": ""}, "reportingInstance"),
     ({"action": ""}, "action"),
     ({"type": "Odd"}, "type"),

@@ -170,6 +170,9 @@ def legacy_causes(core: Obj, *, v1_names: bool = False) -> list[dict[str, str]]:
     controller = str(core.get("reportingComponent") or "")
     if not controller:
         causes.append(_cause(controller_field, "Required value"))
+    elif not _qualified_name(controller):
+        causes.append(_cause(controller_field, f'Invalid value: "{controller}": must be a '
+                             "qualified name ([prefix/]name, name at most 63 characters)"))
     instance = str(core.get("reportingInstance") or "")
     if not instance:
         causes.append(_cause("reportingInstance", "Required value"))
@@ -186,6 +189,16 @@ def legacy_causes(core: Obj, *, v1_names: bool = False) -> list[dict[str, str]]:
         causes.append(_cause("note" if v1_names else "message",
                              f'Invalid value: "": can have at most {NOTE_LIMIT} characters'))
     return causes
+
+
+def _qualified_name(value: str) -> bool:
+    """apimachinery IsQualifiedName: an optional DNS subdomain prefix, then a name of at
+    most 63 characters."""
+    from spotguard.sim import selectors
+
+    prefix, _, name = value.rpartition("/")
+    return (len(name) <= 63 and len(prefix) <= 253
+            and selectors._KEY.match(value) is not None)
 
 
 def update_causes(old: Obj, new: Obj) -> list[dict[str, str]]:
