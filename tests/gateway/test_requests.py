@@ -81,6 +81,8 @@ def test_list_across_namespaces_and_expired_continue_restarts(api: FakeApi, k: k
     items, version = k.list_with_version(r.PODS)
     assert [i["metadata"]["name"] for i in items] == ["a", "b"]
     assert version == "9"
+    # the re-list is one unpaged request (client-go's pager: FullListIfExpired)
+    assert "limit" not in api.requests[-1].query and "continue" not in api.requests[-1].query
 
 
 def test_create_posts_to_the_collection_with_dry_run(api: FakeApi, k: kube.Kube) -> None:

@@ -30,6 +30,17 @@ def test_controllers_and_scheduler_record_events() -> None:
         failed = h.wait_for(lambda: reasons(core, "Pod").get("FailedScheduling"), what="FailedScheduling")
         assert failed[0] == "0/1 nodes are available: 1 Insufficient cpu."
         assert all(m.startswith("Successfully assigned default/web-") for m in reasons(core, "Pod")["Scheduled"])
+        # kube-scheduler records through events.k8s.io/v1: no deprecated source, count or timestamps
         event = next(e for e in core.list_namespaced_event("default").items if e.reason == "Scheduled")
-        assert event.source.component == "default-scheduler" and event.count == 1 and event.type == "Normal"
+        assert event.reporting_component == "default-scheduler" and event.action == "Binding"
+        assert event.reporting_instance.startswith("default-scheduler-") and event.event_time
+        assert event.source.component is None and event.count is None and event.type == "Normal"
+        v1 = kubernetes.client.EventsV1Api(sim.api_client())
+        through_v1 = v1.read_namespaced_event(event.metadata.name, "default")
+        assert through_v1.reporting_controller == "default-scheduler"
+        assert through_v1.note.startswith("Successfully assigned default/web-")
+        # the pending pod's repeated FailedScheduling becomes a series of count 2
+        h.wait_for(lambda: any(e.series is not None and e.series.count == 2
+                               for e in core.list_namespaced_event("default").items
+                               if e.reason == "FailedScheduling"), what="a FailedScheduling series")
         assert pods

@@ -15,7 +15,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import scheduler, testing
+from spotguard.sim import errors, scheduler, testing
 
 from tests.sim import controller_helpers as h
 
@@ -213,3 +213,103 @@ def test_preferred_pod_affinity_and_anti_affinity_are_scored(sim: Any) -> None:
         core(sim).create_namespaced_pod("default", preferring(f"far-{i}", "podAntiAffinity"))
     nodes, _ = h.wait_for(lambda: (p := placement(sim, "podAntiAffinity"))[1] == 0 and len(p[0]) == 4 and p)
     assert "n3" not in nodes
+
+
+def test_existing_pods_preferred_terms_score_the_incoming_pod(sim: Any) -> None:
+    """InterPodAffinity's symmetric part (interpodaffinity/scoring.go processExistingPod):
+    a bound pod's preferred affinity pulls the pods it selects into its domain, its
+    preferred anti-affinity pushes them away, its required affinity pulls with
+    HardPodAffinityWeight (1)."""
+    def host(name: str, node: str, kind: str, selects: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"app": name}}, "spec": {
+            "nodeName": node, "containers": [{"name": "c", "image": "x"}],
+            "affinity": {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100, "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": selects}}, "topologyKey": HOST}}]}}}}
+
+    def plain(name: str, app: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"app": app}}, "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]}}
+
+    core(sim).create_namespaced_pod("default", host("magnet", "n3", "podAffinity", "friend"))
+    for i in range(4):
+        core(sim).create_namespaced_pod("default", plain(f"friend-{i}", "friend"))
+    h.wait_for(lambda: placement(sim, "friend") == (["n3"] * 4, 0), what="all four drawn to n3")
+    core(sim).create_namespaced_pod("default", host("repeller", "n1", "podAntiAffinity", "shy"))
+    for i in range(4):
+        core(sim).create_namespaced_pod("default", plain(f"shy-{i}", "shy"))
+    nodes, _ = h.wait_for(lambda: (p := placement(sim, "shy"))[1] == 0 and len(p[0]) == 4 and p,
+                          what="four shy pods bound")
+    assert "n1" not in nodes
+
+
+def test_preemption_rechecks_inter_pod_anti_affinity() -> None:
+    """SelectVictimsOnNode re-runs every filter: a node where an equal-priority pod the
+    preemptor is anti-affine to stays is no candidate, however cheap its victims; on the
+    chosen node a lower-priority pod the preemptor is anti-affine to is a victim even
+    though the resources would let it stay."""
+    with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
+        sim.store.create("nodes", h.node("a", cpu="1", labels={HOST: "a"}))
+        sim.store.create("nodes", h.node("b", cpu="1", labels={HOST: "b"}))
+        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
+            {"metadata": {"name": "high"}, "value": 1000})
+
+        def bound(name: str, node: str, app: str, cpu: str, high: bool = False) -> None:
+            spec: dict[str, Any] = {"nodeName": node, "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
+            if high:
+                spec["priorityClassName"] = "high"
+            core(sim).create_namespaced_pod("default", {
+                "metadata": {"name": name, "labels": {"app": app}}, "spec": spec})
+
+        bound("rival", "a", "rival", "100m")
+        bound("filler-1", "a", "filler", "450m")
+        bound("filler-2", "a", "filler", "450m")
+        bound("blocker", "b", "rival", "100m", high=True)
+        bound("filler-b", "b", "filler", "800m")
+        core(sim).create_namespaced_pod("default", {
+            "metadata": {"name": "vip", "labels": {"app": "vip"}},
+            "spec": {"priorityClassName": "high", "affinity": anti("rival"), "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}})
+        h.wait_for(lambda: placement(sim, "vip")[0] == ["a"], timeout=20, what="the vip on a")
+
+        def deleting(name: str) -> bool:
+            try:
+                return bool(sim.store.get("pods", name, "default")["metadata"].get("deletionTimestamp"))
+            except errors.NotFound:
+                return True  # gone
+
+        assert deleting("rival") and not deleting("blocker") and not deleting("filler-b")
+        assert [deleting("filler-1"), deleting("filler-2")].count(True) == 1
+
+
+def test_preemption_rechecks_hard_topology_spread() -> None:
+    """A node where evicting the cheapest victims would still leave the preemptor's
+    DoNotSchedule spread skewed is no candidate (SelectVictimsOnNode runs
+    PodTopologySpread's filter too)."""
+    zone = "topology.kubernetes.io/zone"
+    with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
+        sim.store.create("nodes", h.node("a", cpu="1", zone="x", labels={HOST: "a", zone: "x"}))
+        sim.store.create("nodes", h.node("b", cpu="1", zone="y", labels={HOST: "b", zone: "y"}))
+        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
+            {"metadata": {"name": "high"}, "value": 1000})
+        for name, node, app, cpu, high in (("web-1", "a", "web", "100m", True),
+                                           ("filler-a", "a", "filler", "800m", False),
+                                           ("filler-b1", "b", "filler", "450m", False),
+                                           ("filler-b2", "b", "filler", "450m", False)):
+            spec: dict[str, Any] = {"nodeName": node, "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
+            if high:
+                spec["priorityClassName"] = "high"
+            core(sim).create_namespaced_pod("default", {
+                "metadata": {"name": name, "labels": {"app": app}}, "spec": spec})
+        core(sim).create_namespaced_pod("default", {
+            "metadata": {"name": "web-2", "labels": {"app": "web"}},
+            "spec": {"priorityClassName": "high", "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": zone,
+                                               "whenUnsatisfiable": "DoNotSchedule",
+                                               "labelSelector": {"matchLabels": {"app": "web"}}}]}})
+        h.wait_for(lambda: sim.store.get("pods", "web-2", "default")["spec"].get("nodeName") == "b",
+                   timeout=20, what="web-2 on b")
+        assert not sim.store.get("pods", "filler-a", "default")["metadata"].get("deletionTimestamp")

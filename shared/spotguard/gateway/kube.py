@@ -228,32 +228,35 @@ class Kube:
             return list(pool.map(run, reads))
 
     def _list_pages(self, res: Resource, path: str, base: Query) -> tuple[Items, str]:
-        for restart in range(3):
-            items: Items = []
-            version = ""
-            token = ""
-            try:
-                while True:
-                    query = [*base, ("limit", str(self.page_limit))]
-                    if token:
-                        query.append(("continue", token))
-                    page = self._call("list", res, "GET", path, query=query)
-                    meta = page.get("metadata") or {}
-                    version = version or str(meta.get("resourceVersion") or "")
-                    items.extend(page.get("items") or [])
-                    token = str(meta.get("continue") or "")
-                    if not token:
-                        break
-            except Gone:
-                if not token or restart == 2:
-                    raise
-                log.info("list continue token expired; listing again", extra={"resource": res.name})
-                continue
-            for item in items:
-                item.setdefault("apiVersion", res.api_version)
-                item.setdefault("kind", res.kind)
-            return items, version
-        raise AssertionError("unreachable")
+        items: Items = []
+        version = ""
+        token = ""
+        try:
+            while True:
+                query = [*base, ("limit", str(self.page_limit))]
+                if token:
+                    query.append(("continue", token))
+                page = self._call("list", res, "GET", path, query=query)
+                meta = page.get("metadata") or {}
+                version = version or str(meta.get("resourceVersion") or "")
+                items.extend(page.get("items") or [])
+                token = str(meta.get("continue") or "")
+                if not token:
+                    break
+        except Gone:
+            if not token:
+                raise
+            # The list's resourceVersion was compacted between two pages (etcd compacts
+            # every 5 minutes): list again in one request, as client-go's pager does
+            # (FullListIfExpired). Paging again could expire again under a busy cluster.
+            log.info("list continue token expired; listing again unpaged", extra={"resource": res.name})
+            page = self._call("list", res, "GET", path, query=list(base))
+            items = list(page.get("items") or [])
+            version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        for item in items:
+            item.setdefault("apiVersion", res.api_version)
+            item.setdefault("kind", res.kind)
+        return items, version
 
     def scale(self, res: Resource, name: str, namespace: str) -> Obj:
         """The ``autoscaling/v1`` Scale of a Deployment, ReplicaSet or StatefulSet."""

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="drain nodes at their reclaim notice, as aws-node-termination-handler")
     serve.add_argument("--ready-delay", type=float, default=0.0,
                        help="simulated seconds before a started pod becomes Ready")
+    serve.add_argument("--etcd-compaction-interval", type=float, default=None,
+                       help="simulated seconds between etcd compactions (default: the "
+                       "scenario's, else 300 as kube-apiserver; 0: never)")
     serve.add_argument("--no-controllers", action="store_true",
                        help="serve the API only (no controllers, scheduler or kubelet)")
     serve.add_argument("--insecure-http", action="store_true",
@@ -51,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--ready-delay cannot be negative, got {args.ready_delay}")
     if args.scenario and not Path(args.scenario).is_file():
         raise UserError(f"scenario file not found: {args.scenario}")
+    compaction = getattr(args, "etcd_compaction_interval", None)
+    if compaction is not None and compaction < 0:
+        raise UserError(f"--etcd-compaction-interval cannot be negative, got {compaction}")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     from spotguard.sim import cluster, errors
@@ -73,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         sim.stop()
         raise UserError(f"cannot start the simulated cluster: {exc}") from exc
+    if compaction is not None:
+        sim.store.set_compaction_interval(compaction)
     log.info(
         "simulated cluster serving",
         extra={"url": sim.url, "kubeconfig": str(Path(args.kubeconfig).resolve()),

@@ -71,6 +71,7 @@ class SimCluster:
             self.store.apply_objects(objects)
         if sim_settings is not None:
             self.settings = sim_settings
+        self.store.set_compaction_interval(self.settings.api_server.etcd_compaction_interval)
         self._server, _ = server.start(
             routes.Api(self.store), port=self._port, tls_enabled=self._tls, fault_set=self.faults
         )

@@ -53,7 +53,7 @@ def _verbs() -> list[str]:
 def resource_list(group: str, version: str) -> dict[str, Any]:
     gv = f"{group}/{version}" if group else version
     out: list[dict[str, Any]] = []
-    for t in resources.TYPES:
+    for t in resources.SERVED:
         if (t.group, t.version) != (group, version):
             continue
         entry: dict[str, Any] = {
@@ -101,7 +101,7 @@ def aggregated(core: bool) -> dict[str, Any]:
         if bool(group) == core:
             continue
         res = []
-        for t in resources.TYPES:
+        for t in resources.SERVED:
             if (t.group, t.version) != (group, version):
                 continue
             entry: dict[str, Any] = {

@@ -15,13 +15,14 @@ class StatusError(Exception):
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = dict(details)
+        self.list_meta: dict[str, Any] = {}  # the Status's metadata (a continue token)
 
     def status(self) -> dict[str, Any]:
         """The ``kind: Status`` object kube-apiserver would answer with."""
         out: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

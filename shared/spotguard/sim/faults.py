@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from spotguard.sim import errors
@@ -33,6 +34,9 @@ class Rule:
     latency_seconds: float
     hold_seconds: float
     subresource: str | None = None
+    # run before a matching request is served: e.g. ``store.compact`` (an etcd compaction
+    # between two pages of a list, as an operator's ``etcdctl compact`` can land)
+    before: Callable[[], None] | None = None
 
     def applies(self, verb: str, resource: str) -> bool:
         return self.verb in ("*", verb) and self.resource in ("*", resource)
@@ -68,6 +72,7 @@ class Faults:
         *,
         timeout: bool = False,
         hold_seconds: float = 30.0,
+        before: Callable[[], None] | None = None,
     ) -> Rule:
         """Add a fault rule (rules add up: the first one that fires wins)."""
         if verb not in VERBS:
@@ -78,7 +83,8 @@ class Faults:
             status = "timeout"
         if status != "timeout" and status not in _REASONS:
             raise ValueError(f"status must be one of {sorted(_REASONS)} or 'timeout', got {status!r}")
-        rule = Rule(verb, resource, error_rate, status, max(0.0, latency_seconds), hold_seconds)
+        rule = Rule(verb, resource, error_rate, status, max(0.0, latency_seconds), hold_seconds,
+                    before=before)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -95,6 +101,9 @@ class Faults:
         delay = max((r.latency_seconds for r in rules), default=0.0)
         if delay:
             time.sleep(delay)
+        for rule in rules:
+            if rule.before is not None:
+                rule.before()
         for rule, roll in zip(rules, rolls, strict=True):
             if rule.error_rate and roll < rule.error_rate:
                 self.injected += 1

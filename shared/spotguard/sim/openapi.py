@@ -179,7 +179,7 @@ def group_version_doc(group: str, version: str) -> dict[str, Any]:
         "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
         "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     ]
-    for t in resources.TYPES:
+    for t in resources.SERVED:
         if (t.group, t.version) != (group, version):
             continue
         kind_def = _def_for(group, version, t.kind)

@@ -102,6 +102,13 @@ TYPES: tuple[ResourceType, ...] = (
     ),
 )
 
+# Served without storage of their own: events.k8s.io/v1 Events are the core/v1 Events
+# of the store under another schema (``spotguard.sim.eventsapi``), as kube-apiserver
+# serves one Event storage through both group versions.
+EVENTS_V1 = ResourceType("events", "Event", "events.k8s.io", "v1", True, ("ev",))
+VIEWS: tuple[ResourceType, ...] = (EVENTS_V1,)
+SERVED: tuple[ResourceType, ...] = TYPES + VIEWS
+
 BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in TYPES}
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}
 
@@ -118,7 +125,7 @@ def get(plural: str) -> ResourceType:
 def group_versions() -> list[tuple[str, str]]:
     """(group, version) pairs in a stable order, core first."""
     seen: list[tuple[str, str]] = []
-    for t in TYPES:
+    for t in SERVED:
         if (t.group, t.version) not in seen:
             seen.append((t.group, t.version))
     return seen

@@ -114,8 +114,9 @@ def resolve(path: str) -> Target | None:
     if plural == "bindings" and group == "" and namespace and len(rest) == 1:
         # the legacy Binding resource: POST a Binding named after the pod
         return Target(resources.BY_PLURAL["pods"], namespace, None, "binding")
-    rtype = resources.BY_PLURAL.get(plural)
-    if rtype is None or rtype.group != group or rtype.version != version:
+    rtype = next((r for r in resources.SERVED
+                  if (r.plural, r.group, r.version) == (plural, group, version)), None)
+    if rtype is None:
         raise errors.NotFound("the server could not find the requested resource")
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
@@ -184,6 +185,31 @@ def _load(body: bytes, what: str = "request body") -> Any:
             raise errors.BadRequest(f"the {what} is not valid JSON: {exc}") from exc
 
 
+# staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go (handleCompactedErrorForPaging)
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this response "
+    "to retrieve the remainder of the results. Continuing with the provided token results in an "
+    "inconsistent list - objects that were created, modified, or deleted between the time the "
+    "first chunk was returned and now may show up in the list."
+)
+
+
+def _continue_token(rv: int, after: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps({
+        "rv": rv, "ns": after[0], "name": after[1]}).encode()).decode()
+
+
+def _check_continue(store: Store, rv: int, after: tuple[str, str]) -> None:
+    """A continue token whose list's resourceVersion is compacted is 410 Expired, carrying
+    a token (resourceVersion -1) that continues the list inconsistently, at the latest."""
+    try:
+        store.check_not_compacted(rv, CONTINUE_EXPIRED)
+    except errors.Gone as exc:
+        exc.list_meta = {"continue": _continue_token(-1, after)}
+        raise
+
+
 class Api:
     """Serve REST requests from a Store."""
 
@@ -213,6 +239,10 @@ class Api:
                 "imperative `create <kind>` generators send protobuf: use `kubectl apply -f` or "
                 "`kubectl create -f`)"
             )
+        if t.rtype is resources.EVENTS_V1:
+            from spotguard.sim import eventsapi
+
+            return eventsapi.handle(self, request, t)
         if t.subresource == "eviction":
             if method != "POST":
                 raise errors.MethodNotAllowed("only POST is allowed for pods/eviction")
@@ -341,6 +371,10 @@ class Api:
                 token_rv = int(start["rv"]) if "rv" in start else None
             except Exception:
                 raise errors.BadRequest("continue key is not valid") from None
+            if token_rv is not None and token_rv < 0:
+                token_rv = None  # the token of an expired list: continue at the latest
+            elif token_rv is not None:
+                _check_continue(self.store, token_rv, after)
         from spotguard.sim import snapshots
 
         exact = snapshots.check(q, int(self.store.resource_version))
@@ -362,9 +396,7 @@ class Api:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if page.more:
             last = entries[-1].obj["metadata"]
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps({
-                "rv": rv, "ns": last.get("namespace", ""), "name": last["name"],
-            }).encode()).decode()
+            meta["continue"] = _continue_token(rv, (last.get("namespace", ""), last["name"]))
             if page.remaining is not None:
                 meta["remainingItemCount"] = page.remaining
         if tables.wants_table(request.headers.get("accept", "")):
@@ -385,10 +417,18 @@ class Api:
         initial = q.get("sendInitialEvents") == "true"
         if initial:
             rv = None
-        watcher = self.store.watch(
-            t.rtype.plural, t.namespace, rv, q.get("labelSelector"), q.get("fieldSelector"),
-            initial_events_end=initial,
-        )
+        try:
+            watcher = self.store.watch(
+                t.rtype.plural, t.namespace, rv, q.get("labelSelector"), q.get("fieldSelector"),
+                initial_events_end=initial,
+            )
+        except errors.Gone as exc:
+            # the watch cache answers a too old resourceVersion with a watch that sends one
+            # ERROR event and ends (cacher.go: newErrWatcher), not with an HTTP 410
+            from spotguard.sim import store as store_mod
+
+            return Response(200, b"", watch=store_mod.Watcher.failed(
+                self.store, t.rtype.plural, exc.status()))
         timeout = None
         if q.get("timeoutSeconds"):
             try:

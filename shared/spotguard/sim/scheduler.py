@@ -355,6 +355,14 @@ class _PodEntry:
     priority: int = 0
     host_ports: tuple[podaffinity.HostPort, ...] = ()
     anti: tuple[podaffinity.Term, ...] = ()
+    # the pod's own terms that score incoming pods (InterPodAffinity's symmetric part):
+    # preferred affinity (+weight), preferred anti-affinity (-weight), required affinity
+    # (+HardPodAffinityWeight)
+    scoring: tuple[tuple[int, podaffinity.Term], ...] = ()
+
+
+# InterPodAffinityArgs.hardPodAffinityWeight default (pkg/scheduler/apis/config/v1/defaults.go)
+HARD_POD_AFFINITY_WEIGHT = 1
 
 
 class Cache:
@@ -374,6 +382,7 @@ class Cache:
         self._plans: dict[str, _Plan] = {}
         self._ports: dict[str, list[podaffinity.HostPort]] = {}  # node -> host ports in use
         self._anti: dict[tuple[str, str], _PodEntry] = {}  # bound pods with anti-affinity
+        self._scoring: dict[tuple[str, str], _PodEntry] = {}  # bound pods with scoring terms
         self.ns_labels: dict[str, dict[str, str]] = {}  # for namespaceSelector terms
 
     def plan(self, pod: PodInfo) -> _Plan:
@@ -431,12 +440,15 @@ class Cache:
         entry = _PodEntry(
             node, pod.namespace, pod.labels, pod.requests, pod.nonzero_cpu, pod.nonzero_memory,
             terminating, pod.priority, tuple(pod.host_ports), tuple(pod.anti_affinity),
+            tuple(pod.preferred_pods) + tuple((HARD_POD_AFFINITY_WEIGHT, t) for t in pod.affinity),
         )
         self._pods[key] = entry
         if entry.host_ports:
             self._ports.setdefault(node, []).extend(entry.host_ports)
         if entry.anti:
             self._anti[key] = entry
+        if entry.scoring:
+            self._scoring[key] = entry
         usage = self._usage.setdefault(node, Usage())
         usage.requested.update(entry.requests)
         usage.cpu += entry.requests.get("cpu", 0)
@@ -455,6 +467,7 @@ class Cache:
         if entry is None:
             return
         self._anti.pop((namespace, name), None)
+        self._scoring.pop((namespace, name), None)
         for port in entry.host_ports:
             self._ports[entry.node].remove(port)
         usage = self._usage[entry.node]
@@ -486,10 +499,26 @@ class Cache:
                                   node_labels=labels, ns_labels=self.ns_labels)
         return None if found.empty else found
 
+    @property
+    def scores_interpod(self) -> bool:
+        """Whether some bound pod's own terms score incoming pods."""
+        return bool(self._scoring)
+
     def interpod_scores(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[float]:
-        """InterPodAffinity Score + NormalizeScore for the pod's preferred terms: per node, the
-        weights of the terms whose selected pods share its domain, scaled to 0..100 between
-        the lowest and the highest node."""
+        """InterPodAffinity Score + NormalizeScore (interpodaffinity/scoring.go): per node, the
+        weights of the pod's preferred terms whose selected pods share its domain, plus the
+        weights of the bound pods' terms that select the pod (their preferred terms, and
+        their required affinity at HardPodAffinityWeight), counted in their node's domain;
+        scaled to 0..100 between the lowest and the highest node."""
+        symmetric: Counter[tuple[str, str]] = Counter()  # (topologyKey, value) -> weight
+        for e in self._scoring.values():
+            node = self.nodes.get(e.node)
+            if node is None:
+                continue
+            for weight, term in e.scoring:
+                value = node.labels.get(term.topology_key)
+                if value is not None and term.selects(pod.namespace, pod.labels, self.ns_labels):
+                    symmetric[(term.topology_key, value)] += weight
         per_term: list[Counter[str]] = []
         for _, term in pod.preferred_pods:
             domains: Counter[str] = Counter()
@@ -506,6 +535,9 @@ class Cache:
                 value = n.labels.get(term.topology_key)
                 if value is not None:
                     total += weight * domains.get(value, 0)
+            for (key, value), weight in symmetric.items():
+                if n.labels.get(key) == value:
+                    total += weight
             raw.append(total)
         lo, hi = min(raw, default=0), max(raw, default=0)
         if hi == lo:
@@ -806,9 +838,89 @@ def _violating(victims: list[tuple[tuple[str, str], _PodEntry]], budgets: Budget
     return out
 
 
+class _AffinityCheck:
+    """InterPodAffinity's filter for one node with some of its pods removed, as
+    SelectVictimsOnNode re-runs the filters (RemovePod / AddPod) while it picks victims.
+
+    Counted once per preemption over every bound pod; a node's check subtracts the
+    removed pods (all on that node, so in its domains)."""
+
+    def __init__(self, pod: PodInfo, cache: Cache) -> None:
+        self.pod, self.ns_labels = pod, cache.ns_labels
+        self.anti = [Counter[str]() for _ in pod.anti_affinity]
+        self.aff = [Counter[str]() for _ in pod.affinity]
+        self.aff_total = [0 for _ in pod.affinity]
+        self.own = [t.selects(pod.namespace, pod.labels, cache.ns_labels) for t in pod.affinity]
+        self.forbidden: Counter[tuple[str, str]] = Counter()
+        for e in cache._pods.values():
+            labels = cache.nodes[e.node].labels if e.node in cache.nodes else None
+            if labels is None:
+                continue
+            for i, t in enumerate(pod.anti_affinity):
+                if t.topology_key in labels and t.selects(e.namespace, e.labels, self.ns_labels):
+                    self.anti[i][labels[t.topology_key]] += 1
+            for i, t in enumerate(pod.affinity):
+                if t.selects(e.namespace, e.labels, self.ns_labels):
+                    self.aff_total[i] += 1
+                    if t.topology_key in labels:
+                        self.aff[i][labels[t.topology_key]] += 1
+            for key, value in self._forbids(e, labels):
+                self.forbidden[(key, value)] += 1
+
+    def _forbids(self, e: _PodEntry, labels: Mapping[str, str]) -> list[tuple[str, str]]:
+        return [(t.topology_key, labels[t.topology_key]) for t in e.anti
+                if t.topology_key in labels
+                and t.selects(self.pod.namespace, self.pod.labels, self.ns_labels)]
+
+    def passes(self, node: NodeInfo, removed: list[_PodEntry]) -> bool:
+        labels = node.labels
+        for i, t in enumerate(self.pod.anti_affinity):
+            value = labels.get(t.topology_key)
+            gone = sum(1 for e in removed if t.selects(e.namespace, e.labels, self.ns_labels))
+            if value is not None and self.anti[i][value] - gone > 0:
+                return False
+        forbidden = Counter(self.forbidden)
+        for e in removed:
+            forbidden.subtract(self._forbids(e, labels))
+        if any(n > 0 and labels.get(key) == value for (key, value), n in forbidden.items()):
+            return False
+        for i, t in enumerate(self.pod.affinity):
+            value = labels.get(t.topology_key)
+            if value is None:
+                return False
+            gone = sum(1 for e in removed if t.selects(e.namespace, e.labels, self.ns_labels))
+            if self.aff[i][value] - gone <= 0 and (self.aff_total[i] - gone > 0 or not self.own[i]):
+                return False
+        return True
+
+
+def _spread_passes(pod: PodInfo, node: NodeInfo, states: list[_SpreadState],
+                   removed: list[_PodEntry], eligible: bool) -> bool:
+    """PodTopologySpread's filter on ``node`` with ``removed`` (its pods) gone."""
+    for st in states:
+        s = st.spread
+        if not s.hard:
+            continue
+        value = node.labels.get(s.topology_key)
+        if value is None:
+            return False
+        counts = st.domain_counts
+        gone = sum(1 for e in removed if eligible and e.namespace == pod.namespace
+                   and match_label_selector(s.selector, e.labels))
+        if gone:
+            counts = {**counts, value: counts.get(value, 0) - gone}
+        low = st.min_match
+        if counts and not (s.hard and len(counts) < s.min_domains):
+            low = min(counts.values())
+        if counts.get(value, 0) + s.self_match - low > s.max_skew:
+            return False
+    return True
+
+
 def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preemption | None:
     """DefaultPreemption, simplified: the node where evicting lower-priority pods lets ``pod``
-    fit its requests, pod count and host ports. On each node the candidates are reprieved
+    fit its requests, pod count, host ports, inter-pod (anti-)affinity and hard topology
+    spread constraints. On each node the candidates are reprieved
     (kept) highest priority first, those protected by a PodDisruptionBudget before the
     others, while the pod still fits; among nodes, the fewest budget violations win, then
     the lowest highest-victim priority, the lowest sum, the fewest victims. A budget is
@@ -819,6 +931,23 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
     if not pod.preempts:
         return None
     plan = cache.plan(pod)
+    # built on first use: most unschedulable pods have no lower-priority pod to preempt
+    lazy: dict[str, Any] = {}
+
+    def check() -> _AffinityCheck | None:
+        if "check" not in lazy:
+            lazy["check"] = _AffinityCheck(pod, cache) if (
+                pod.affinity or pod.anti_affinity or cache._anti) else None
+        found: _AffinityCheck | None = lazy["check"]
+        return found
+
+    def spreads() -> list[_SpreadState]:
+        if "spreads" not in lazy:
+            lazy["spreads"] = (_spread_states(pod, cache, plan)
+                               if any(sp.hard for sp in pod.spreads) else [])
+        found: list[_SpreadState] = lazy["spreads"]
+        return found
+
     best: tuple[tuple[int, int, int, int], Preemption] | None = None
     for node in plan.nodes:
         lower = sorted(((k, e) for k, e in cache.pods_on(node.name)
@@ -836,10 +965,16 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
             for port in e.host_ports:
                 ports.remove(port)
 
+        removed = dict(lower)
+
         def fits(free: Counter[str] = free, free_pods: int = free_pods,
-                 ports: list[podaffinity.HostPort] = ports) -> bool:
+                 ports: list[podaffinity.HostPort] = ports, node: NodeInfo = node,
+                 removed: dict[tuple[str, str], _PodEntry] = removed) -> bool:
             return (free_pods >= 1 and all(free[k] >= v for k, v in pod.requests.items())
-                    and not podaffinity.ports_conflict(pod.host_ports, ports))
+                    and not podaffinity.ports_conflict(pod.host_ports, ports)
+                    and ((aff := check()) is None or aff.passes(node, list(removed.values())))
+                    and (not (states := spreads()) or _spread_passes(
+                        pod, node, states, list(removed.values()), node.name in plan.eligible)))
 
         if not fits():
             continue
@@ -851,13 +986,15 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
                 free[k] -= e.requests.get(k, 0)
             free_pods -= 1
             ports.extend(e.host_ports)
-            if fits(free, free_pods, ports):
+            del removed[key]
+            if fits(free, free_pods, ports, node, removed):
                 continue
             for k in pod.requests:
                 free[k] += e.requests.get(k, 0)
             free_pods += 1
             for port in e.host_ports:
                 ports.remove(port)
+            removed[key] = e
             victims.append((key, e))
         if not victims:
             continue
@@ -964,7 +1101,7 @@ def combine_scores(
         spread = score_spread(pod, nodes, states, cache)
         w = WEIGHTS["spread"]
         totals = [t + w * spread[nd.name] for t, nd in zip(totals, nodes, strict=True)]
-    if pod.preferred_pods:
+    if pod.preferred_pods or cache.scores_interpod:
         w = WEIGHTS["interpod"]
         totals = [t + w * x for t, x in zip(totals, cache.interpod_scores(pod, nodes), strict=True)]
     return {nd.name: t for nd, t in zip(nodes, totals, strict=True)}

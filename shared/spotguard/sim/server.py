@@ -173,7 +173,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     continue
                 event_type, entry = item
                 body = entry.raw
-                if response.watch_transform is not None and event_type != "BOOKMARK":
+                if response.watch_transform is not None and event_type not in ("BOOKMARK", "ERROR"):
                     body = response.watch_transform(body)
                 line = b'{"type":"' + event_type.encode() + b'","object":' + body + b"}\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))

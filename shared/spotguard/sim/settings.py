@@ -22,6 +22,8 @@ seconds (the time scale applies):
       kubeAPIQPS: 20
       kubeAPIBurst: 30
       burstReplicas: 500
+    apiServer:
+      etcdCompactionIntervalSeconds: 300  # 0: never compact
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ KUBE_API_QPS = 20.0
 KUBE_API_BURST = 30
 # pkg/controller/replicaset/replica_set.go BurstReplicas
 BURST_REPLICAS = 500
+# kube-apiserver --etcd-compaction-interval (storagebackend.DefaultCompactInterval)
+ETCD_COMPACTION_INTERVAL = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +88,17 @@ class ControllerManager:
 
 
 @dataclasses.dataclass(frozen=True)
+class ApiServer:
+    """kube-apiserver's storage: how long old resourceVersions stay readable."""
+
+    etcd_compaction_interval: float = ETCD_COMPACTION_INTERVAL
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     node_loss: NodeLoss = dataclasses.field(default_factory=NodeLoss)
     controller_manager: ControllerManager = dataclasses.field(default_factory=ControllerManager)
+    api_server: ApiServer = dataclasses.field(default_factory=ApiServer)
 
 
 _NODE_LOSS_FIELDS = {
@@ -106,6 +118,7 @@ _CONTROLLER_MANAGER_FIELDS = {
     "kubeAPIBurst": "kube_api_burst",
     "burstReplicas": "burst_replicas",
 }
+_API_SERVER_FIELDS = {"etcdCompactionIntervalSeconds": "etcd_compaction_interval"}
 
 
 def is_settings(doc: Mapping[str, Any]) -> bool:
@@ -141,12 +154,14 @@ def _section(doc: Mapping[str, Any], key: str, fields: Mapping[str, str], cls: A
 
 
 def from_doc(doc: Mapping[str, Any], where: str = "scenario") -> Settings:
-    unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "nodeLoss", "controllerManager"})
+    unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "nodeLoss", "controllerManager",
+                                 "apiServer"})
     if unknown:
         raise UserError(f"{where}: unknown Settings field(s) {', '.join(unknown)}")
     return Settings(
         node_loss=_section(doc, "nodeLoss", _NODE_LOSS_FIELDS, NodeLoss, where),
         controller_manager=_section(doc, "controllerManager", _CONTROLLER_MANAGER_FIELDS, ControllerManager, where),
+        api_server=_section(doc, "apiServer", _API_SERVER_FIELDS, ApiServer, where),
     )
 
 

@@ -58,6 +58,7 @@ def entries_at(store: Store, resource: str, namespace: str | None, *, label_sele
         oldest = history[0].rv if history else store._rv + 1
         if rv < oldest - 1:
             raise errors.Gone("The resourceVersion for the provided list is too old.")
+        store.check_not_compacted(rv, "The resourceVersion for the provided list is too old.")
         state: dict[tuple[str, str], Any] = {
             (e.obj["metadata"].get("namespace") or "", e.obj["metadata"]["name"]): e
             for e in store._select(resource, namespace, None, None)

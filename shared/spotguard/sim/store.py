@@ -36,6 +36,10 @@ Pending = list[tuple[str, str, "Entry"]]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 HISTORY = 100_000  # watch events kept for resuming watches
+# kube-apiserver --etcd-compaction-interval (storagebackend.DefaultCompactInterval, 5 minutes):
+# every interval the compactor compacts etcd to the revision it saw one interval before
+# (staging/src/k8s.io/apiserver/pkg/storage/etcd3/compact.go)
+COMPACTION_INTERVAL = 300.0
 _GEN_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -199,6 +203,14 @@ class Watcher:
             self._store._unwatch(self)
             self._queue.put(self._CLOSED)
 
+    @classmethod
+    def failed(cls, store: Store, resource: str, status: dict[str, Any]) -> Watcher:
+        """A watch that sends one ERROR event carrying ``status`` and ends."""
+        watcher = cls(store, resource, None, None)
+        watcher._queue.put(("ERROR", Entry(status, 0)))
+        watcher._queue.put(cls._CLOSED)
+        return watcher
+
 
 class Store:
     """Thread-safe in-memory store of Kubernetes objects (see SIM_STORE.md)."""
@@ -219,6 +231,12 @@ class Store:
         # owners deleted in the foreground, waiting for their dependents: uid -> key
         self._foreground: dict[str, tuple[str, str, str]] = {}
         self._history: collections.deque[Event] = collections.deque(maxlen=history)
+        # time-based compaction (simulated seconds; 0 turns it off): resourceVersions
+        # below ``_compacted`` are gone, as etcd's after a compaction
+        self.compaction_interval = COMPACTION_INTERVAL
+        self._compacted = 0
+        self._compact_seen: int | None = None  # the revision seen at the last tick
+        self._next_compaction = self.clock.now() + COMPACTION_INTERVAL
         self._watchers: list[Watcher] = []
         self._subscribers: list[Callback] = []
         self._local = threading.local()
@@ -227,6 +245,55 @@ class Store:
             self.create("namespaces", {"metadata": {"name": name}})
         for plural, obj in strategies.bootstrap_objects():
             self.create(plural, obj)
+
+    # ---- compaction ---------------------------------------------------------
+
+    def set_compaction_interval(self, seconds: float) -> None:
+        """kube-apiserver's ``--etcd-compaction-interval`` in simulated seconds (0: never)."""
+        with self.lock:
+            self.compaction_interval = float(seconds)
+            self._compact_seen = None
+            self._next_compaction = self.clock.now() + self.compaction_interval
+
+    def compact(self) -> int:
+        """Compact to the current revision now (``etcdctl compact $REV``); returns it."""
+        with self.lock:
+            self._compacted = max(self._compacted, self._rv)
+            return self._compacted
+
+    def compacted_revision(self) -> int:
+        """The oldest resourceVersion still readable: older ones answer 410 Gone."""
+        with self.lock:
+            self._compact_due()
+            return self._compacted
+
+    def _compact_due(self) -> None:
+        """Run the compactor's ticks that are due (lock held). Every commit and every
+        read of old revisions calls this, so the revision seen at a tick is the store's
+        revision then; each tick compacts to the revision seen at the tick before."""
+        interval = self.compaction_interval
+        if interval <= 0:
+            return
+        now = self.clock.now()
+        if now < self._next_compaction:
+            return
+        if now >= self._next_compaction + 2 * interval:  # idle for several ticks
+            self._compacted = max(self._compacted, self._rv)
+            self._compact_seen = self._rv
+            self._next_compaction = now + interval
+            return
+        while now >= self._next_compaction:
+            if self._compact_seen is not None:
+                self._compacted = max(self._compacted, self._compact_seen)
+            self._compact_seen = self._rv
+            self._next_compaction += interval
+
+    def check_not_compacted(self, rv: int, message: str) -> None:
+        """410 Gone (reason Expired) when revision ``rv`` has been compacted."""
+        with self.lock:
+            self._compact_due()
+            if rv < self._compacted:
+                raise errors.Gone(message)
 
     # ---- reads -------------------------------------------------------------
 
@@ -431,6 +498,11 @@ class Store:
                     raise errors.Gone(
                         f"too old resource version: {since} ({oldest - 1})"
                     )
+                self._compact_due()
+                if since + 1 < self._compacted:  # etcd: the watch's start revision is compacted
+                    raise errors.Gone(
+                        f"too old resource version: {since} ({self._compacted - 1})"
+                    )
                 for event in self._history:
                     if event.rv > since:
                         watcher._offer(event)
@@ -493,6 +565,7 @@ class Store:
         self, type_: str, resource: str, ns: str, obj: Obj, old: Entry | None
     ) -> Entry:
         """Store (or for DELETED, drop) ``obj`` with a new resourceVersion. Lock held."""
+        self._compact_due()
         rv = self._next_rv()
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
         entry = Entry(obj, rv)

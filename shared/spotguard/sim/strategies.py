@@ -22,7 +22,7 @@ import copy
 import json
 from typing import Any, Protocol
 
-from spotguard.sim import cron, errors, resources, webhookconfig
+from spotguard.sim import cron, errors, eventsapi, resources, webhookconfig
 
 Obj = dict[str, Any]
 
@@ -227,6 +227,8 @@ def prepare_create(rtype: resources.ResourceType, obj: Obj) -> None:
                            "Invalid value: `selector` does not match template `labels`"})
     elif rtype.plural == "mutatingwebhookconfigurations":
         causes += webhookconfig.causes(obj)
+    elif rtype.plural == "events":
+        causes += eventsapi.legacy_causes(obj)
     elif rtype.plural == "priorityclasses":
         value = obj.get("value")
         if not isinstance(value, int) or isinstance(value, bool):
@@ -297,6 +299,8 @@ def validate_update(rtype: resources.ResourceType, old: Obj, new: Obj) -> None:
     """Raise Invalid (422) for a change kube-apiserver's update validation forbids."""
     causes: list[dict[str, str]] = []
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if rtype.plural == "events":
+        causes += eventsapi.legacy_causes(new)
     if old_meta.get("deletionTimestamp"):
         added = [f for f in new_meta.get("finalizers") or []
                  if f not in (old_meta.get("finalizers") or [])]

@@ -199,7 +199,7 @@ class SchedulerLoop:
                 preemption = scheduler.preempt(info, self.cache, self._budgets())
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
-            self._event(pod, "Warning", "FailedScheduling", result.message(total))
+            self._event(pod, "Warning", "FailedScheduling", result.message(total), "Scheduling")
             if preemption is not None:
                 self._preempt(key, preemption)
             return None
@@ -222,12 +222,17 @@ class SchedulerLoop:
                     self.cache.remove_pod(ns, name)
             return None
         self.bound += 1
-        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
+        self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}",
+                    "Binding")
         return node
 
-    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str,
+               action: str) -> None:
+        """kube-scheduler records through the events.k8s.io/v1 API (actions as upstream's:
+        Scheduling, Binding, Preempting)."""
         if self.recorder is not None:
-            self.recorder.record(obj, type_, reason, message, component=SCHEDULER_NAME)
+            self.recorder.record(obj, type_, reason, message, component=SCHEDULER_NAME,
+                                 action=action)
 
     def _default_spread_selector(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """The selector of the pod's ReplicaSet, StatefulSet or ReplicationController, for the
@@ -301,7 +306,7 @@ class SchedulerLoop:
                 victim = self.store.mutate("pods", v_name, v_ns, mark)
                 self.store.delete("pods", v_name, v_ns)
                 self._event(victim, "Normal", "Preempted",
-                            f"Preempted by pod {ns}/{name} on node {preemption.node}")
+                            f"Preempted by pod {ns}/{name} on node {preemption.node}", "Preempting")
 
     def _unschedulable_pod(self, key: base.Key, message: str) -> None:
         now = self.clock.iso()
