@@ -213,13 +213,15 @@ class Resolver:
 
     # -- nodes -----------------------------------------------------------------------
 
-    def nodes(self, wanted: Iterable[str] = ()) -> list[NodeView]:
-        """Every node (labels, taints), from a cached list refreshed when a node is new."""
+    def nodes(self, wanted: Iterable[str] = (), max_age: float | None = None) -> list[NodeView]:
+        """Every node (labels, taints), from a cached list refreshed when a node is new
+        (or older than ``max_age``)."""
         wanted = [n for n in wanted if n]
         with self._nodes_lock:
             age = self.clock() - self._nodes_at
             unknown = any(n not in self._nodes for n in wanted)
-            if age > self.node_ttl or (unknown and age > self.node_refresh):
+            stale = max_age is not None and age > max_age
+            if age > self.node_ttl or stale or (unknown and age > self.node_refresh):
                 metrics.api_call("list", r.NODES.name)
                 raw = self.kube.list(r.NODES)
                 self._nodes = {v.name: v for v in (NodeView.from_json(n) for n in raw)}
