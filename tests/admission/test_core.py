@@ -158,6 +158,32 @@ def test_the_on_demand_pod_gets_required_affinity_and_the_spot_pod_a_preference(
     }
 
 
+def test_spot_nodes_that_join_after_a_reclaim_get_spot_slots_at_once_not_after_the_node_cache_minute() -> None:
+    # GIVEN a cluster whose spot nodes are all gone (only on-demand nodes), and a warm webhook
+    # that placed the workload's pods there (on-demand is all their spec could reach)
+    k = FakeKube()
+    cluster.basic_cluster(k, spot_nodes=0)
+    _, rs = cluster.deployment(k, "web", 4)
+    ctx = make_ctx(k)
+    now = [time.monotonic()]
+    ctx.resolver.clock = lambda: now[0]  # the node list's age (the reservations keep their own clock)
+    for _ in range(3):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert cluster.placements(k) == {"on-demand": 3}
+    lists = k.stats.count(verb="list", resource="nodes")
+    assert lists == 1  # while no spot node exists, not a node list per pod
+    # WHEN a spot node joins and, 2 s later, node-added scales the workload up to move a replica
+    k.put(r.NODES, {"metadata": {"name": "spot-new", "labels": {cluster.CAPACITY: "spot"}}})
+    now[0] += 2
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    # THEN the new pod gets a spot slot (a spot preference), not another forced on-demand one
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+    preferred = pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert {"key": cluster.CAPACITY, "operator": "In", "values": ["spot"]} in [
+        p["preference"]["matchExpressions"][0] for p in preferred
+    ]
+
+
 # -- idempotency, dry run, opt-out ------------------------------------------------------
 
 

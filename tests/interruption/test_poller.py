@@ -62,6 +62,28 @@ def test_deletes_what_was_handled_and_leaves_retries_to_reappear(moto_server: Mo
     assert reappeared[0]["Attributes"]["ApproximateReceiveCount"] == "2"
 
 
+def test_a_burst_of_notices_is_gathered_into_few_plans(moto_server: Moto) -> None:
+    # GIVEN 35 interruption warnings on the queue at once (every spot node of a cluster)
+    client, url = make_queue(moto_server)
+    ids = []
+    for i in range(35):
+        event = sample("ec2-spot-instance-interruption-warning.json")
+        event["detail"]["instance-id"] = f"i-{i:017x}"
+        ids.append(send(client, url, json.dumps(event)))
+    handler = RecordingHandler()
+    # (a window far longer than the gathering needs: the batch size is what ends the first round)
+    poller = Poller(client, url, handler, wait_seconds=1, batch_size=25, batch_window=60)
+    # WHEN the poller runs two rounds
+    first, second = poller.poll_once(), poller.poll_once()
+    # THEN the handler planned the first 25 at once, then the other 10, not in rounds of 10
+    assert [len(c) for c in handler.calls] == [25, 10]
+    assert first.received == 25 and second.received == 10
+    assert len({n.instance_id for c in handler.calls for n in c}) == 35
+    # AND every message was deleted
+    assert sorted(first.deleted + second.deleted) == sorted(ids)
+    assert visible(client, url) == []
+
+
 def test_nothing_to_receive_is_a_quiet_round(moto_server: Moto) -> None:
     client, url = make_queue(moto_server)
     handler = RecordingHandler()
@@ -144,3 +166,7 @@ def test_settings_are_checked() -> None:
         Poller(None, "url", RecordingHandler(), max_messages=11)
     with pytest.raises(ValueError, match="wait_seconds must be 0 to 20"):
         Poller(None, "url", RecordingHandler(), wait_seconds=21)
+    with pytest.raises(ValueError, match="batch_size must be 1 to 10000"):
+        Poller(None, "url", RecordingHandler(), batch_size=0)
+    with pytest.raises(ValueError, match="batch_window must not be negative"):
+        Poller(None, "url", RecordingHandler(), batch_window=-1)

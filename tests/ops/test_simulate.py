@@ -42,6 +42,28 @@ def test_pods_slower_than_the_notice_break_the_promise_and_say_why() -> None:
     assert "take 200s to start" in web["risk"]
 
 
+def test_a_control_plane_too_slow_to_replace_the_pods_is_named_as_the_cause(tmp_path: Path) -> None:
+    # GIVEN the small scenario with a kube-controller-manager whose client makes one request
+    # every 50 s (its Settings document: the demo and the what-if run the cluster with it)
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(
+        (SCENARIOS / "small.yaml").read_text()
+        + "\n---\napiVersion: sim.spotguard.io/v1\nkind: Settings\nmetadata: {name: slow}\n"
+        + "controllerManager: {kubeAPIQPS: 0.02, kubeAPIBurst: 1}\n"
+    )
+    # WHEN every spot node gets the notice
+    proc = spotguard("simulate", "--scenario", str(scenario), "--interrupt", "all-spot", "--output", "json", *FAST)
+    # THEN the promise broke, and the what-if says the control plane could not have replaced the pods
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = last_json(proc)
+    r = data["replacements"]
+    assert r["qps"] == 0.02 and r["burst"] == 1 and r["possible"] == 2 and r["needed"] > r["possible"]
+    assert any("no cluster with these settings keeps the promise" in n for n in data["notes"])
+    lost = [w for w in data["workloads"] if w["lost_service"]]
+    assert lost and all("--kube-api-qps 0.02" in w["risk"] for w in lost if w["kind"] == "Deployment")
+    assert not any("Settings" in n for n in data["notes"])  # read, not left out
+
+
 def test_a_snapshot_and_a_kubectl_export_are_scenarios(tmp_path: Path) -> None:
     # GIVEN a simulated cluster running the small scenario, captured two ways
     import subprocess

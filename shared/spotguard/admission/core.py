@@ -41,6 +41,9 @@ DEFAULT_NAMESPACE = "spotguard"
 # Admission runs under a three-second webhook timeout: short API deadlines, few retries.
 API_POLICY = retry.Policy(attempts=2, deadline=1.5, timeout=1.0, connect_timeout=0.5, base_delay=0.05)
 EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workload
+# With no spot node in the cached list, the list is read again when older than this (seconds):
+# spot nodes joining after a reclaim are seen at once, not after the node cache's minute.
+NO_SPOT_NODES_MAX_AGE = 1.0
 DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
 SHED_BELOW = 0.05  # seconds: a review with less left than this when a thread takes it is answered at once
 
@@ -449,6 +452,16 @@ def _forced(
             # No pin of the user's at all: the cluster has no on-demand node.
             ctx.health.report_unplaceable(resolved, Placement.ON_DEMAND)
         return placement.Decision(Placement.SPOT, "only spot nodes match the pod's own node requirements")
+    if reach == {Capacity.ON_DEMAND} and not pod.has_required_affinity and not pod.node_selector:
+        # No pin of the user's: the cluster had no spot node when the list was read. Spot nodes
+        # that joined since (node-added moving replicas back) must not be missed for a minute:
+        # read the list again (at most every NO_SPOT_NODES_MAX_AGE seconds while none is spot).
+        try:
+            fresh = ctx.resolver.nodes(max_age=NO_SPOT_NODES_MAX_AGE)
+        except Exception:  # the review's deadline or the API: decide on the list we have
+            log.warning("could not read the nodes again; deciding on the cached list", exc_info=True)
+            fresh = []
+        reach = fit.within_reach(pod, fresh, config) if fresh else reach
     if reach == {Capacity.ON_DEMAND}:
         return placement.Decision(Placement.ON_DEMAND, "only on-demand nodes match the pod's own node requirements")
     return None

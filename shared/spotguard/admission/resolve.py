@@ -248,8 +248,9 @@ class Resolver:
 
     # -- nodes -----------------------------------------------------------------------
 
-    def nodes(self, wanted: Iterable[str] = ()) -> list[NodeView]:
-        """Every node (labels, taints), from a cached list refreshed when a node is new.
+    def nodes(self, wanted: Iterable[str] = (), max_age: float | None = None) -> list[NodeView]:
+        """Every node (labels, taints), from a cached list refreshed when a node is new
+        (or older than ``max_age``).
 
         A refresh that fails (a slow or overloaded API server) keeps the last list and is
         tried again ``node_refresh`` seconds later: without this, every review behind it
@@ -260,7 +261,8 @@ class Resolver:
             now = self.clock()
             age = now - self._nodes_at
             unknown = any(n not in self._nodes for n in wanted)
-            due = age > self.node_ttl or (unknown and age > self.node_refresh)
+            stale = max_age is not None and age > max_age
+            due = age > self.node_ttl or stale or (unknown and age > self.node_refresh)
             if due and (not self._nodes or now >= self._nodes_retry):
                 metrics.api_call("list", r.NODES.name)
                 try:

@@ -3,7 +3,12 @@
 Each round:
 
 1. ``ReceiveMessage`` with long polling (``WaitTimeSeconds`` 20) for up to 10
-   messages;
+   messages; while the queue keeps answering, more (``WaitTimeSeconds`` 0), up
+   to ``batch_size`` messages (100) or ``batch_window`` seconds (1), as the
+   Lambda event source mapping's ``BatchSize`` and
+   ``MaximumBatchingWindowInSeconds`` (infra/aws/template.yaml) gather a batch:
+   every spot node of a large cluster at once is a few plans, not one per ten
+   notices (each plan lists the cluster);
 2. decode them and hand the notices to the handler as one plan, while a timer
    extends the messages' visibility (``ChangeMessageVisibilityBatch``) so that
    a long handling does not let them reappear to another consumer;
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +38,9 @@ log = logging.getLogger("spotguard.interruption")
 MAX_MESSAGES = 10  # the SQS maximum for one ReceiveMessage
 WAIT_SECONDS = 20  # the SQS maximum long poll
 DEFAULT_VISIBILITY = 30  # the SQS default, when the queue's cannot be read
+BATCH_SIZE = 100  # messages per plan at most (the template's event source mapping BatchSize)
+BATCH_WINDOW = 1.0  # seconds spent gathering a batch (its MaximumBatchingWindowInSeconds)
+MAX_BATCH_SIZE = 10_000  # Lambda's maximum BatchSize for a standard queue
 
 
 @dataclass
@@ -56,11 +65,18 @@ class Poller:
         visibility_timeout: int | None = None,
         extend_every: float | None = None,
         retry_delay: int = 5,
+        batch_size: int = BATCH_SIZE,
+        batch_window: float = BATCH_WINDOW,
     ) -> None:
         """``client`` is a boto3 SQS client. ``visibility_timeout`` defaults to the queue's;
-        the visibility is extended every ``extend_every`` seconds (default: a third of it)."""
+        the visibility is extended every ``extend_every`` seconds (default: a third of it).
+        ``batch_size`` and ``batch_window`` bound the messages gathered into one plan."""
         if not 1 <= max_messages <= MAX_MESSAGES:
             raise ValueError(f"max_messages must be 1 to {MAX_MESSAGES}, not {max_messages}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}")
+        if batch_window < 0:
+            raise ValueError(f"batch_window must not be negative, not {batch_window}")
         if not 0 <= wait_seconds <= WAIT_SECONDS:
             raise ValueError(f"wait_seconds must be 0 to {WAIT_SECONDS}, not {wait_seconds}")
         self.client = client
@@ -72,6 +88,8 @@ class Poller:
         self.visibility_timeout = visibility_timeout or 0
         self.extend_every = extend_every
         self.retry_delay = retry_delay
+        self.batch_size = batch_size
+        self.batch_window = batch_window
         self._stop = threading.Event()
 
     # -- the loop ------------------------------------------------------------------------
@@ -125,6 +143,7 @@ class Poller:
         if self._visibility_override:
             request["VisibilityTimeout"] = self._visibility_override
         messages: list[Mapping[str, Any]] = self.client.receive_message(**request).get("Messages", [])
+        messages = self._gather(messages, request)
         done = Round(received=len(messages))
         if not messages:
             return done
@@ -142,6 +161,32 @@ class Poller:
                 extra={"queue_url": self.queue_url, "message_ids": done.retried},
             )
         return done
+
+    def _gather(self, messages: list[Mapping[str, Any]], request: dict[str, Any]) -> list[Mapping[str, Any]]:
+        """More messages after a first answer, without waiting, up to the batch's size and window."""
+        if not messages:
+            return messages
+        until = time.monotonic() + self.batch_window
+        seen = {str(m.get("MessageId")) for m in messages}
+        more_request = {**request, "WaitTimeSeconds": 0}
+        while len(messages) < self.batch_size and time.monotonic() < until and not self._stop.is_set():
+            more_request["MaxNumberOfMessages"] = min(self.max_messages, self.batch_size - len(messages))
+            try:
+                more = self.client.receive_message(**more_request).get("Messages", [])
+            except Exception as exc:  # what was received is handled; the rest waits for the next round
+                log.warning("SQS receive failed while gathering a batch", extra={"error": str(exc)})
+                break
+            if not more:
+                break
+            for m in more:
+                # A standard queue may deliver a message twice: hand it over once (the handling is
+                # idempotent anyway); the later receipt handle is the one that deletes it.
+                if str(m.get("MessageId")) in seen:
+                    messages = [m if str(x.get("MessageId")) == str(m.get("MessageId")) else x for x in messages]
+                else:
+                    seen.add(str(m.get("MessageId")))
+                    messages.append(m)
+        return messages
 
     def _handle(
         self, messages: Sequence[Mapping[str, Any]], items: list[dispatch.Delivery], done: Round

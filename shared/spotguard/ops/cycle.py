@@ -36,8 +36,9 @@ from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, interruption
 from spotguard.policy.views import NodeView
-from spotguard.policy.workloads import SURGE, Workload
+from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import scenario as scenario_mod
+from spotguard.sim import settings as settings_mod
 from spotguard.sim import testing
 
 Obj = dict[str, Any]
@@ -73,6 +74,27 @@ class Phase:
 
 
 @dataclass
+class Replacements:
+    """Could any control plane have replaced the doomed Deployment pods in time?
+
+    ``needed``: serving Deployment pods on the doomed nodes at the notice. A
+    real kube-controller-manager's ReplicaSet controller creates pods through
+    its own client, rate limited to ``qps`` a second (``--kube-api-qps``, burst
+    ``burst``), so at most ``possible`` can be created early enough to be Ready
+    (``pod_startup``) before the reclaim, however fast everything else is.
+    ``created``: workload pods the simulated cluster created from the notice to
+    the reclaim; ``expected``: what a real one would have created by then.
+    """
+
+    needed: int
+    possible: int | None  # None: no client limit
+    created: int
+    expected: int
+    qps: float
+    burst: int
+
+
+@dataclass
 class Outcome:
     workloads: dict[str, Workload]
     floors: dict[str, int]
@@ -88,6 +110,7 @@ class Outcome:
     returned: str  # "done", "timed out", or why it was skipped
     notes: list[str]
     options: Options
+    replacements: Replacements | None = None
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -101,6 +124,12 @@ def split(objects: list[Obj]) -> tuple[list[Obj], list[Obj]]:
     return infra, apps
 
 
+def settings_of(objects: list[Obj]) -> settings_mod.Settings:
+    """The scenario's control-plane settings (``kind: Settings``), upstream's defaults without one."""
+    found, _ = settings_mod.split(objects)
+    return found
+
+
 def check(options: Options) -> None:
     """Plain-sentence errors for what would fail later."""
     if options.time_scale <= 0:
@@ -109,6 +138,7 @@ def check(options: Options) -> None:
         raise UserError("the pod startup time must not be negative")
     if options.reclaim_after <= 0:
         raise UserError("the time from notice to reclaim must be positive")
+    settings_of(options.objects)  # a bad Settings document: a plain error now
     infra, apps = split(options.objects)
     if not any(o.get("kind") in ("Deployment", "StatefulSet") for o in apps):
         raise UserError("the scenario has no Deployment or StatefulSet: there is nothing to protect")
@@ -186,7 +216,11 @@ def run(options: Options, view: View | None = None) -> Outcome:
         stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
         sim = stack.enter_context(
             testing.running_cluster(
-                infra, time_scale=scale, ready_delay_seconds=options.pod_startup, drainer=options.drainer
+                infra,
+                time_scale=scale,
+                ready_delay_seconds=options.pod_startup,
+                drainer=options.drainer,
+                settings=settings_of(options.objects),
             )
         )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
@@ -232,6 +266,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
         t0 = watch.t0 = sim.clock.now()
         tracker.arm(desired)
         before = tracker.snapshot()
+        losing = tracker.serving_on(names)
+        needed = sum(n for k, n in losing.items() if k in wls and wls[k].kind is Kind.DEPLOYMENT)
         tracker.will_die(names, t0 + options.reclaim_after)
         bus.warn([NodeView.from_json(by_name[n]).instance_id for n in names], t0)
         stack.enter_context(_reclaiming(sim, names, delays, t0, options.reclaim_after))
@@ -256,6 +292,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
                 f"the surges had not ended {options.settle_seconds:g}s after the reclaim; went on to the return to spot"
             )
 
+        replacements = _replacements(options, needed, tracker.created_between(t0, t0 + options.reclaim_after))
+        watch.phase.notes.extend(_replacement_notes(options, replacements))
+
         # 4. back to spot
         tracker.settle()
         rejoin = tracker.snapshot()
@@ -271,9 +310,37 @@ def run(options: Options, view: View | None = None) -> Outcome:
         return Outcome(
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
-            settled=settled, returned=returned, notes=watch.phase.notes, options=options,
+            settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replacements(options: Options, needed: int, created: int) -> Replacements:
+    limits = settings_of(options.objects).controller_manager
+    qps, burst = limits.kube_api_qps, limits.kube_api_burst
+    window = max(0.0, options.reclaim_after - options.pod_startup)
+    possible = None if qps <= 0 else min(needed, int(qps * window) + burst)
+    expected = needed if qps <= 0 else min(needed, int(qps * options.reclaim_after) + burst)
+    return Replacements(needed=needed, possible=possible, created=created, expected=expected, qps=qps, burst=burst)
+
+
+def _replacement_notes(options: Options, r: Replacements) -> list[str]:
+    notes = []
+    if r.possible is not None and r.possible < r.needed:
+        notes.append(
+            f"the interruption took {r.needed} serving Deployment pods; a kube-controller-manager at "
+            f"--kube-api-qps {r.qps:g} (burst {r.burst}) creates at most {r.qps:g} pods a second, so at most "
+            f"{r.possible} replacements can be Ready ({options.pod_startup:g}s to start) before the reclaim at "
+            f"{options.reclaim_after:g}s: no cluster with these settings keeps the promise here, "
+            "whatever spotguard does"
+        )
+    if r.expected and r.created < 0.8 * r.expected:
+        notes.append(
+            f"the simulated cluster created {r.created} pods before the reclaim where a real control plane would "
+            f"create about {r.expected} (this machine is too slow for x{options.time_scale:g}): the result is harsher "
+            "than a real cluster's; run it again with a lower --time-scale"
+        )
+    return notes
 
 
 def _replicas(obj: Obj) -> int:
@@ -306,7 +373,9 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
         sim = stack.enter_context(
-            testing.running_cluster(infra, time_scale=time_scale, ready_delay_seconds=pod_startup)
+            testing.running_cluster(
+                infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+            )
         )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         stack.enter_context(functions.admission_server(sim, workdir))

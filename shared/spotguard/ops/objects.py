@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from spotguard.sim import resources as sim_resources
+from spotguard.sim import settings as sim_settings
 
 Obj = dict[str, Any]
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink")
@@ -65,6 +66,8 @@ def loadable(objects: Iterable[Obj]) -> tuple[list[Obj], list[str]]:
     skipped: set[str] = set()
     for o in objects:
         kind = str(o.get("kind"))
+        if sim_settings.is_settings(o):
+            continue  # the control plane's timings: read by the cycle (cycle.settings_of), not served
         if kind in DERIVED_KINDS or kind in SECRET_KINDS or kind in LOCAL_KINDS:
             continue
         if kind not in sim_resources.BY_KIND:

@@ -98,6 +98,12 @@ def _risk(
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
             why.append("none of its replicas ran on on-demand")
+        r = outcome.replacements
+        if kind is Kind.DEPLOYMENT and r is not None and r.possible is not None and r.possible < r.needed:
+            why.append(
+                f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time "
+                f"(--kube-api-qps {r.qps:g})"
+            )
         return f"fell to {a.lowest} serving, below {required} ({what})" + (f": {'; '.join(why)}" if why else "")
     if kind is Kind.STATEFULSET and a.lowest < b.total:
         return (
@@ -138,6 +144,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "settled": outcome.settled,
         "return_to_spot": outcome.returned,
         "notes": outcome.notes,
+        "replacements": asdict(outcome.replacements) if outcome.replacements else None,
         "workloads": [
             {
                 "namespace": r.namespace,

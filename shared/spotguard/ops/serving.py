@@ -67,6 +67,7 @@ class Serving:
         self.desired: dict[str, int] = {}
         self.armed_at: float | None = None
         self.series: list[tuple[float, str, int, int]] = []  # (time, key, serving on spot, on on-demand)
+        self.created: list[float] = []  # simulated times workload pods were created since the notice
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -133,6 +134,20 @@ class Serving:
                 for k, c in self.counts.items()
             }
 
+    def serving_on(self, nodes: Iterable[str]) -> dict[str, int]:
+        """Serving pods per workload on ``nodes`` (what their loss takes away)."""
+        names = set(nodes)
+        out: dict[str, int] = defaultdict(int)
+        with self.lock:
+            for p in self.pods.values():
+                if p.node in names and self._weight(p)[1]:
+                    out[p.key] += 1
+        return dict(out)
+
+    def created_between(self, start: float, end: float) -> int:
+        with self.lock:
+            return sum(1 for t in self.created if start <= t <= end)
+
     def live_nodes(self, capacity: str | None = None) -> list[str]:
         with self.lock:
             return sorted(
@@ -147,6 +162,8 @@ class Serving:
             return
         uid = obj["metadata"]["uid"]
         old = self.pods.pop(uid, None)
+        if old is None and event_type == "ADDED" and self.armed_at is not None:
+            self.created.append(self.clock())
         new = None
         if event_type != "DELETED":
             node = (obj.get("spec") or {}).get("nodeName") or ""

@@ -1,0 +1,171 @@
+"""Benchmark the return to spot: how long node-added takes to bring a cluster back to its optimum.
+
+The situation after every spot node was reclaimed: the scenario's on-demand
+nodes only, every pod placed by the admission webhook (HTTPS, as in production)
+and Ready, so the replicas above each workload's floor spilled onto on-demand.
+Then the scenario's spot nodes join at once; node-added hears of each
+(Knative ApiServerSource ``dev.knative.apiserver.resource.add`` CloudEvents)
+and is pinged every 15 simulated seconds (PingSource), as the demo does. The
+simulated cluster runs every controller with the scenario's Settings
+(kube-controller-manager at ``--kube-api-qps`` 20 by default), pods start in
+``--pod-startup`` seconds, and serving replicas are counted as the demo counts
+them (:mod:`spotguard.ops.serving`).
+
+``simulated_seconds`` is from the join to the optimum (every workload at its
+desired count with every replica above its floor serving on spot, and no move
+half done), or to ``--timeout``; ``api_requests`` / ``api_writes`` /
+``by_verb`` are node-added's own requests, counted by its gateway.
+
+Prints ONE JSON line at the end::
+
+    {"scenario": ..., "nodes_joined": ..., "workloads": ..., "replicas_to_move": ...,
+     "simulated_seconds": ..., "optimal": true, "api_requests": ..., "api_writes": ..., ...}
+
+    .venv/bin/python bench/return_to_spot.py [--scenario infra/scenarios/large.yaml] [--time-scale 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PING_SECONDS = 15.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default=str(ROOT / "infra" / "scenarios" / "large.yaml"))
+    parser.add_argument("--time-scale", type=float, default=20.0)
+    parser.add_argument("--pod-startup", type=float, default=30.0)
+    parser.add_argument("--timeout", type=float, default=7200.0, help="simulated seconds to wait for the optimum")
+    args = parser.parse_args()
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+    from spotguard.gateway import kube
+    from spotguard.nodeadded import app, reconciler, service
+    from spotguard.ops import cycle, functions, serving
+    from spotguard.policy import config, floors
+    from spotguard.sim import scenario, testing
+
+    cfg = config.Config()
+    objects = scenario.load(args.scenario)
+    infra, apps = cycle.split(objects)
+    spot = [o for o in infra if o.get("kind") == "Node" and cfg.node_capacity(cycle._labels(o)).value == serving.SPOT]
+    kept = [o for o in infra if o not in spot]
+    scale = args.time_scale
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-bench-")))
+        sim = stack.enter_context(
+            testing.running_cluster(
+                kept, time_scale=scale, ready_delay_seconds=args.pod_startup, settings=cycle.settings_of(objects)
+            )
+        )
+        sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
+        tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
+        tracker.start(sim.store)
+        stack.callback(tracker.stop, sim.store)
+        stack.enter_context(cycle._ticking(tracker))
+        workers = 2 if sum(cycle._replicas(o) for o in apps) > 1000 else 1
+        stack.enter_context(functions.admission_server(sim, workdir, workers, time_scale=scale))
+        started = time.monotonic()
+        sim.store.apply_objects(apps)
+        wls = cycle._workloads(sim.store)
+        floor = {k: min(w.replicas, floors.floor_for(w, cfg).on_demand) for k, w in wls.items()}
+
+        def placed() -> bool:
+            counts = tracker.snapshot()
+            return all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in wls.items())
+
+        functions.wait_until(placed, 4 * args.pod_startup / scale + 120 + sum(floor.values()) / 5, "every pod Ready")
+        print(f"placed in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+        to_move = sum(max(0, w.replicas - floor[k]) for k, w in wls.items())
+
+        # node-added, as functions.node_added serves it, with its gateway kept to count its requests
+        k = kube.Kube(sim.api_client())
+        svc = service.Service(
+            lambda: reconciler.Reconciler(k, config.Config(), clock=sim.clock.now),
+            join_wait=max(2.0, 60.0 / scale),
+            poll=0.05,
+        )
+        from werkzeug.serving import make_server
+
+        server = make_server("127.0.0.1", 0, app.create_app(svc), threaded=True)
+        thread = threading.Thread(target=server.serve_forever, name="node-added", daemon=True)
+        thread.start()
+        stack.callback(thread.join, 10)
+        stack.callback(server.shutdown)
+        sender = functions.CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
+        stack.callback(sender.close)
+
+        t0 = sim.clock.now()
+        real0 = time.monotonic()
+        sim.store.apply_objects(spot)
+        for n in spot:
+            sender.node_added(sim.store.get("nodes", n["metadata"]["name"]))
+        last_ping = t0
+
+        reached: dict[str, float] = {}  # workload -> simulated seconds after the join it was last made optimal
+
+        def optimal() -> bool:
+            counts = tracker.snapshot()
+            now = sim.clock.now() - t0
+            ok = True
+            for key, w in wls.items():
+                c = counts.get(key, serving.Counts())
+                if c.serving[serving.SPOT] >= w.replicas - floor[key] and c.total == w.replicas:
+                    reached.setdefault(key, now)
+                else:
+                    reached.pop(key, None)
+                    ok = False
+            return ok
+
+        done = False
+        while sim.clock.now() - t0 < args.timeout:
+            if optimal():
+                done = True
+                break
+            if sim.clock.now() - last_ping >= PING_SECONDS:
+                last_ping = sim.clock.now()
+                sender.ping()
+            time.sleep(0.2)
+        elapsed = sim.clock.now() - t0
+        counts = tracker.snapshot()
+        on_spot = sum(counts.get(key, serving.Counts()).serving[serving.SPOT] for key in wls)
+        stats = k.stats.snapshot()
+        result: dict[str, Any] = {
+            "scenario": os.path.relpath(args.scenario, ROOT),
+            "nodes_joined": len(spot),
+            "workloads": len(wls),
+            "replicas": sum(w.replicas for w in wls.values()),
+            "replicas_to_move": to_move,
+            "serving_on_spot_at_end": on_spot,
+            "optimal": done,
+            "simulated_seconds": round(elapsed, 1),
+            "real_seconds": round(time.monotonic() - real0, 1),
+            "time_scale": scale,
+            "pod_startup": args.pod_startup,
+            "api_requests": stats.requests,
+            "api_writes": stats.writes,
+            "api_requests_per_replica_moved": round(stats.requests / max(1, on_spot), 2),
+            "by_verb": dict(stats.by_verb),
+            "slowest": sorted(((round(v, 1), key) for key, v in reached.items()), reverse=True)[:5],
+            "passes_delivered": sender.delivered,
+            "load_average": round(os.getloadavg()[0], 1),
+        }
+    print(json.dumps(result), flush=True)
+    return 0 if done else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
