@@ -483,9 +483,16 @@ class Handler:
         rv = hpa.resource_version if hpa is not None else ""
         want_min, want_max = step.min_replicas, step.max_replicas
         for _ in range(CONFLICT_ATTEMPTS):
-            body: Obj = {"spec": {"minReplicas": want_min, "maxReplicas": want_max}}
+            # The values set, on the autoscaler too (in the same write): a raise that fails
+            # after its record was written leaves an earlier value of ours, known as ours.
+            body: Obj = {
+                "spec": {"minReplicas": want_min, "maxReplicas": want_max},
+                "metadata": {
+                    "annotations": {interruption.HPA_SET_MIN: str(want_min), interruption.HPA_SET_MAX: str(want_max)}
+                },
+            }
             if rv:
-                body["metadata"] = {"resourceVersion": rv}
+                body["metadata"]["resourceVersion"] = rv
             try:
                 self.kube.patch(r.HPAS, step.name, body, namespace)
                 return
@@ -508,9 +515,12 @@ class Handler:
                 spec["maxReplicas"] = want_max
             if not spec:
                 return True
-            body: Obj = {"spec": spec}
+            body: Obj = {
+                "spec": spec,
+                "metadata": {"annotations": {interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None}},
+            }
             if rv:
-                body["metadata"] = {"resourceVersion": rv}
+                body["metadata"]["resourceVersion"] = rv
             try:
                 self.kube.patch(r.HPAS, fin.record.hpa, body, namespace)
                 return True
@@ -518,9 +528,9 @@ class Handler:
                 fresh = Autoscaler.from_json(self.kube.get(r.HPAS, fin.record.hpa, namespace))
                 rv = fresh.resource_version
                 rec = fin.record
-                if rec.hpa_set is not None and fresh.min_replicas != rec.hpa_set:
+                if rec.hpa_set is not None and not rec.min_is_ours(fresh):
                     want_min = None  # the user changed it meanwhile: theirs wins
-                if rec.hpa_max_set is not None and fresh.max_replicas != rec.hpa_max_set:
+                if rec.hpa_max_set is not None and not rec.max_is_ours(fresh):
                     want_max = None
         return False
 
