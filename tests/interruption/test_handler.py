@@ -197,6 +197,36 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     assert c.deployment("web")["spec"]["replicas"] == 5
 
 
+def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Cluster) -> None:
+    # Seen in the chaos suite under timeouts: a scale back went through, its ledger write timed
+    # out, and the next pass took the entry for a lost record: a second "scaled back" Event
+    # saying the workload was replaced, and a Deployment write for nothing.
+    from spotguard.interruption import ledger
+
+    c = cluster
+    h = c.handler()
+    h.handle([c.notice("spot-0")])
+    assert "Deployment/shop/web" in ledger.read(c.kube)
+    # The surge is over and scaled back (record removed, budgets gone); the ledger keeps the entry.
+    for name, replicas in (("web", 3), ("single", 1)):
+        c.kube.patch(
+            r.DEPLOYMENTS, name, {"metadata": {"annotations": {SURGE: None}}, "spec": {"replicas": replicas}}, "shop"
+        )
+    for b in c.store.list("poddisruptionbudgets")[0]:
+        c.store.remove("poddisruptionbudgets", b["metadata"]["name"], "shop")
+    c.kube.patch(r.HPAS, "single", {"spec": {"minReplicas": 1, "maxReplicas": 1}}, "shop")
+    c.store.remove("nodes", "spot-0")
+    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
+        c.store.remove("pods", p, "shop")
+    patches = c.kube.stats.count("patch", "deployments")
+    h.reconcile()
+    assert c.kube.stats.count("patch", "deployments") == patches
+    assert ledger.read(c.kube) == {}
+    told = [e["involvedObject"]["name"] for e in c.store.list("events", namespace="shop")[0]]
+    assert told.count("web") == 1  # the surge's; no scale back told
+    assert c.deployment("web")["spec"]["replicas"] == 3
+
+
 def test_state_change_before_the_warning(cluster: Cluster) -> None:
     c = cluster
     h = c.handler()

@@ -757,6 +757,15 @@ class Handler:
             if fin.budget:
                 with contextlib.suppress(NotFound):
                     self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
+            if fin.record.lost and fin.replicas == wl.replicas:
+                # Nothing to put back on the workload (a scale back of ours whose ledger write
+                # failed, or a replace at the owner's count): only the ledger entry goes.
+                batch.records[wl.key] = None
+                log.info(
+                    "surge over: no record on the workload and it is at its owner's count; ledger entry dropped",
+                    extra={"workload": wl.key, "event_ids": list(fin.record.events), "replicas": wl.replicas},
+                )
+                return
             for _ in range(CONFLICT_ATTEMPTS):
                 keep = None if fin.remove else interruption.finished_record(fin.record)
                 try:
