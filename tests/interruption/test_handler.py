@@ -227,6 +227,39 @@ def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Clus
     assert c.deployment("web")["spec"]["replicas"] == 3
 
 
+def test_a_workload_opted_out_before_its_surge_is_written_gets_no_ledger_entry(cluster: Cluster) -> None:
+    # The surge patch meets a conflict: the owner opted the workload out meanwhile. The re-plan
+    # wants no surge; the planned record, never written, must not reach the ledger either (a
+    # ledger entry with no record on the workload reads as a lost record, "replaced").
+    from spotguard.interruption import ledger
+    from spotguard.policy.workloads import ENABLED
+
+    c = cluster
+    store = c.store
+
+    class OptOutBeforeThePatch(kube.Kube):
+        armed = True
+
+        def patch(self, res: Any, name: str, body: Any, namespace: str | None = None, **kw: Any) -> Any:
+            if self.armed and res is r.DEPLOYMENTS and name == "web":
+                self.armed = False
+                store.mutate(
+                    "deployments",
+                    "web",
+                    "shop",
+                    lambda d: d["metadata"].setdefault("annotations", {}).update({ENABLED: "false"}),
+                )
+            return super().patch(res, name, body, namespace, **kw)
+
+    connection = OptOutBeforeThePatch(c.sim.api_client())
+    h = Handler(connection, config.Config(), clock=c.now)
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert not connection.armed
+    assert c.record("web") is None and c.deployment("web")["spec"]["replicas"] == 3
+    assert "Deployment/shop/web" not in ledger.read(c.kube)
+    assert "Deployment/shop/single" in ledger.read(c.kube)
+
+
 def test_state_change_before_the_warning(cluster: Cluster) -> None:
     c = cluster
     h = c.handler()

@@ -543,7 +543,10 @@ class Handler:
             if raw is None:
                 return
             if step.write_workload:
-                step, raw = self._write_surge(step, raw, batch)
+                written, raw = self._write_surge(step, raw, batch)
+                if written is None:
+                    return  # read again, the workload wants no surge now: nothing was written
+                step = written
                 batch.records[wl.key] = step.record
             if step.autoscaler is not None:
                 a = step.autoscaler
@@ -565,7 +568,7 @@ class Handler:
                 "surge", exc=exc, failures=failures, nodes=batch_nodes, event_ids=step.record.events, workload=wl.key
             )
 
-    def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep, Obj]:
+    def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
         snap, notices, resolved, events_out = batch.snap, batch.notices, batch.resolved, batch.events
         wl = step.workload
         for _ in range(CONFLICT_ATTEMPTS):
@@ -581,7 +584,9 @@ class Handler:
                 raw.setdefault("kind", "Deployment")
                 again = self._replan_one(raw, snap, notices, resolved)
                 if again is None or not again.write_workload:
-                    return (again or step), raw
+                    # None: not one surge step now (opted out meanwhile); else the record the
+                    # workload holds already. Never the planned record, which was not written.
+                    return again, raw
                 step = again
         else:
             raise Conflict(409, "Conflict", f"{wl.key} kept changing")
