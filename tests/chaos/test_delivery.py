@@ -14,7 +14,7 @@ from spotguard.policy.workloads import SURGE
 from spotguard.sim import readiness
 
 from tests.chaos import harness as h
-from tests.chaos.test_chaos import DELAY_FAULTS, EARLY_SCALE_BACK, FAULTS, full
+from tests.chaos.test_chaos import DELAY_FAULTS, FAULTS, LATE_UNDER_TIMEOUTS, full
 from tests.interruption.transport_support import Moto
 
 
@@ -50,7 +50,7 @@ def fault_cases(quick: str) -> list[Any]:
     for f in FAULTS:
         marks: list[Any] = [] if f == quick else [full]
         if f in DELAY_FAULTS:
-            marks.append(pytest.mark.xfail(strict=False, reason=EARLY_SCALE_BACK))
+            marks.append(pytest.mark.xfail(strict=False, reason=LATE_UNDER_TIMEOUTS))
         out.append(pytest.param(f, id=f, marks=marks))
     return out
 

@@ -197,6 +197,69 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     assert c.deployment("web")["spec"]["replicas"] == 5
 
 
+def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Cluster) -> None:
+    # Seen in the chaos suite under timeouts: a scale back went through, its ledger write timed
+    # out, and the next pass took the entry for a lost record: a second "scaled back" Event
+    # saying the workload was replaced, and a Deployment write for nothing.
+    from spotguard.interruption import ledger
+
+    c = cluster
+    h = c.handler()
+    h.handle([c.notice("spot-0")])
+    assert "Deployment/shop/web" in ledger.read(c.kube)
+    # The surge is over and scaled back (record removed, budgets gone); the ledger keeps the entry.
+    for name, replicas in (("web", 3), ("single", 1)):
+        c.kube.patch(
+            r.DEPLOYMENTS, name, {"metadata": {"annotations": {SURGE: None}}, "spec": {"replicas": replicas}}, "shop"
+        )
+    for b in c.store.list("poddisruptionbudgets")[0]:
+        c.store.remove("poddisruptionbudgets", b["metadata"]["name"], "shop")
+    c.kube.patch(r.HPAS, "single", {"spec": {"minReplicas": 1, "maxReplicas": 1}}, "shop")
+    c.store.remove("nodes", "spot-0")
+    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
+        c.store.remove("pods", p, "shop")
+    patches = c.kube.stats.count("patch", "deployments")
+    h.reconcile()
+    assert c.kube.stats.count("patch", "deployments") == patches
+    assert ledger.read(c.kube) == {}
+    told = [e["involvedObject"]["name"] for e in c.store.list("events", namespace="shop")[0]]
+    assert told.count("web") == 1  # the surge's; no scale back told
+    assert c.deployment("web")["spec"]["replicas"] == 3
+
+
+def test_a_workload_opted_out_before_its_surge_is_written_gets_no_ledger_entry(cluster: Cluster) -> None:
+    # The surge patch meets a conflict: the owner opted the workload out meanwhile. The re-plan
+    # wants no surge; the planned record, never written, must not reach the ledger either (a
+    # ledger entry with no record on the workload reads as a lost record, "replaced").
+    from spotguard.interruption import ledger
+    from spotguard.policy.workloads import ENABLED
+
+    c = cluster
+    store = c.store
+
+    class OptOutBeforeThePatch(kube.Kube):
+        armed = True
+
+        def patch(self, res: Any, name: str, body: Any, namespace: str | None = None, **kw: Any) -> Any:
+            if self.armed and res is r.DEPLOYMENTS and name == "web":
+                self.armed = False
+                store.mutate(
+                    "deployments",
+                    "web",
+                    "shop",
+                    lambda d: d["metadata"].setdefault("annotations", {}).update({ENABLED: "false"}),
+                )
+            return super().patch(res, name, body, namespace, **kw)
+
+    connection = OptOutBeforeThePatch(c.sim.api_client())
+    h = Handler(connection, config.Config(), clock=c.now)
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert not connection.armed
+    assert c.record("web") is None and c.deployment("web")["spec"]["replicas"] == 3
+    assert "Deployment/shop/web" not in ledger.read(c.kube)
+    assert "Deployment/shop/single" in ledger.read(c.kube)
+
+
 def test_state_change_before_the_warning(cluster: Cluster) -> None:
     c = cluster
     h = c.handler()

@@ -449,3 +449,55 @@ def test_a_rise_to_the_autoscaler_minimum_spotguard_set_is_not_the_owners_change
         autoscalers=theirs,
     )
     assert [(f.replicas, f.hpa_min) for f in done] == [(8, None)]
+
+
+def hpa_json(min_replicas: int, max_replicas: int, **annotations: str) -> dict:
+    return {
+        "metadata": {"namespace": "shop", "name": "web", "annotations": annotations},
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": "web"},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+        },
+    }
+
+
+def test_an_autoscaler_raise_that_failed_leaves_spotguards_earlier_minimum_which_is_restored() -> None:
+    # Found by the chaos suite under timeouts: a second notice's surge wrote its record (the
+    # minimum to be 5) and then its autoscaler raise timed out, so the autoscaler still held
+    # the 4 of spotguard's first raise. The scale back took that 4 for the user's and left it.
+    first = SurgeRecord(
+        replicas=3, surge=1, written=4, events=("ev-1",), nodes=("s1",), started=NOW, hpa="web", hpa_min=3, hpa_set=4
+    )
+    # The first raise wrote the limits it set on the autoscaler too.
+    set_min, set_max = interruption.HPA_SET_MIN, interruption.HPA_SET_MAX
+    at_four = [Autoscaler.from_json(hpa_json(4, 8, **{set_min: "4", set_max: "8"}))]
+    web = with_surge(deployment("web", 4), first.to_json())
+    nodes = [node("s1"), node("s2"), node("od1", "on-demand")]
+    pods = [pod(web, 0, "s1"), pod(web, 1, "s2")] + [pod(web, i, "od1") for i in range(2, 4)]
+    step = by_name(make_plan([notice("i-s2")], nodes=nodes, pods=pods, workloads=[web], autoscalers=at_four))["web"]
+    assert step.autoscaler == interruption.AutoscalerStep("web", 5, 8)
+    assert (step.record.hpa_min, step.record.hpa_set) == (3, 5)
+    # The record is written; the raise to 5 fails: the autoscaler holds 4 still.
+    surged = with_surge(deployment("web", 5), step.record.to_json())
+    # A redelivery plans again: 3 stays the minimum to put back, 5 the one to raise to.
+    again = by_name(make_plan([notice("i-s2")], nodes=nodes, pods=pods, workloads=[surged], autoscalers=at_four))["web"]
+    assert (again.record.hpa_min, again.autoscaler) == (3, interruption.AutoscalerStep("web", 5, 8))
+    # The nodes go: the autoscaler is put back to 3 and the workload to its owner's 3.
+    serving = [pod(surged, i, "od1") for i in range(6)]
+    done, _ = interruption.finish(
+        workloads=[surged], pods=serving, nodes=[node("od1", "on-demand")], now=NOW + 200, autoscalers=at_four
+    )
+    assert [(f.hpa_min, f.replicas) for f in done] == [(3, 3)]
+    # A minimum the user set meanwhile (neither of spotguard's values) is still theirs, even
+    # the value of an earlier raise of spotguard's once the autoscaler records a later one.
+    for users in (hpa_json(6, 8, **{set_min: "4"}), hpa_json(4, 8, **{set_min: "5"})):
+        done, _ = interruption.finish(
+            workloads=[surged],
+            pods=serving,
+            nodes=[node("od1", "on-demand")],
+            now=NOW + 200,
+            autoscalers=[Autoscaler.from_json(users)],
+        )
+        theirs = users["spec"]["minReplicas"]
+        assert [(f.hpa_min, f.replicas) for f in done] == [(None, theirs)]

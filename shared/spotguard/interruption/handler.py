@@ -478,9 +478,16 @@ class Handler:
         rv = hpa.resource_version if hpa is not None else ""
         want_min, want_max = step.min_replicas, step.max_replicas
         for _ in range(CONFLICT_ATTEMPTS):
-            body: Obj = {"spec": {"minReplicas": want_min, "maxReplicas": want_max}}
+            # The values set, on the autoscaler too (in the same write): a raise that fails
+            # after its record was written leaves an earlier value of ours, known as ours.
+            body: Obj = {
+                "spec": {"minReplicas": want_min, "maxReplicas": want_max},
+                "metadata": {
+                    "annotations": {interruption.HPA_SET_MIN: str(want_min), interruption.HPA_SET_MAX: str(want_max)}
+                },
+            }
             if rv:
-                body["metadata"] = {"resourceVersion": rv}
+                body["metadata"]["resourceVersion"] = rv
             try:
                 self.kube.patch(r.HPAS, step.name, body, namespace)
                 return
@@ -503,9 +510,12 @@ class Handler:
                 spec["maxReplicas"] = want_max
             if not spec:
                 return True
-            body: Obj = {"spec": spec}
+            body: Obj = {
+                "spec": spec,
+                "metadata": {"annotations": {interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None}},
+            }
             if rv:
-                body["metadata"] = {"resourceVersion": rv}
+                body["metadata"]["resourceVersion"] = rv
             try:
                 self.kube.patch(r.HPAS, fin.record.hpa, body, namespace)
                 return True
@@ -513,9 +523,9 @@ class Handler:
                 fresh = Autoscaler.from_json(self.kube.get(r.HPAS, fin.record.hpa, namespace))
                 rv = fresh.resource_version
                 rec = fin.record
-                if rec.hpa_set is not None and fresh.min_replicas != rec.hpa_set:
+                if rec.hpa_set is not None and not rec.min_is_ours(fresh):
                     want_min = None  # the user changed it meanwhile: theirs wins
-                if rec.hpa_max_set is not None and fresh.max_replicas != rec.hpa_max_set:
+                if rec.hpa_max_set is not None and not rec.max_is_ours(fresh):
                     want_max = None
         return False
 
@@ -528,7 +538,10 @@ class Handler:
             if raw is None:
                 return
             if step.write_workload:
-                step, raw = self._write_surge(step, raw, batch)
+                written, raw = self._write_surge(step, raw, batch)
+                if written is None:
+                    return  # read again, the workload wants no surge now: nothing was written
+                step = written
                 batch.records[wl.key] = step.record
             if step.autoscaler is not None:
                 a = step.autoscaler
@@ -550,7 +563,7 @@ class Handler:
                 "surge", exc=exc, failures=failures, nodes=batch_nodes, event_ids=step.record.events, workload=wl.key
             )
 
-    def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep, Obj]:
+    def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
         snap, notices, resolved, events_out = batch.snap, batch.notices, batch.resolved, batch.events
         wl = step.workload
         for _ in range(CONFLICT_ATTEMPTS):
@@ -566,7 +579,9 @@ class Handler:
                 raw.setdefault("kind", "Deployment")
                 again = self._replan_one(raw, snap, notices, resolved)
                 if again is None or not again.write_workload:
-                    return (again or step), raw
+                    # None: not one surge step now (opted out meanwhile); else the record the
+                    # workload holds already. Never the planned record, which was not written.
+                    return again, raw
                 step = again
         else:
             raise Conflict(409, "Conflict", f"{wl.key} kept changing")
@@ -742,6 +757,15 @@ class Handler:
             if fin.budget:
                 with contextlib.suppress(NotFound):
                     self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
+            if fin.record.lost and fin.replicas == wl.replicas:
+                # Nothing to put back on the workload (a scale back of ours whose ledger write
+                # failed, or a replace at the owner's count): only the ledger entry goes.
+                batch.records[wl.key] = None
+                log.info(
+                    "surge over: no record on the workload and it is at its owner's count; ledger entry dropped",
+                    extra={"workload": wl.key, "event_ids": list(fin.record.events), "replicas": wl.replicas},
+                )
+                return
             for _ in range(CONFLICT_ATTEMPTS):
                 keep = None if fin.remove else interruption.finished_record(fin.record)
                 try:

@@ -92,6 +92,15 @@ class SurgeRecord:
     # Argo CD Replace=true): never written on the workload again.
     lost: bool = False
 
+    def min_is_ours(self, hpa: Autoscaler) -> bool:
+        """The autoscaler's minReplicas holds a value spotguard set: the record's, or the one
+        the autoscaler itself says spotguard last set (the record is written before the
+        autoscaler, and that raise may have failed, leaving an earlier raise of ours)."""
+        return self.hpa_set is not None and hpa.min_replicas in (self.hpa_set, hpa.spotguard_min)
+
+    def max_is_ours(self, hpa: Autoscaler) -> bool:
+        return self.hpa_max_set is not None and hpa.max_replicas in (self.hpa_max_set, hpa.spotguard_max)
+
     @property
     def last_written(self) -> int:
         return self.replicas + self.surge if self.written is None else self.written
@@ -202,10 +211,9 @@ def _owner_count(record: SurgeRecord, current: int, hpa: Autoscaler | None) -> i
     become the count to scale back to.)"""
     if (
         hpa is not None
-        and record.hpa_set is not None
         and hpa.name == record.hpa
-        and hpa.min_replicas == record.hpa_set
-        and record.last_written < current <= record.hpa_set
+        and record.min_is_ours(hpa)
+        and record.last_written < current <= hpa.min_replicas
     ):
         return record.replicas
     return owner_replicas(record, current)
@@ -242,6 +250,12 @@ class Budget:
         )
 
 
+# On a HorizontalPodAutoscaler, written in the same patch as the limits spotguard raises:
+# the values it set (a user's later change never matches them).
+HPA_SET_MIN = "spotguard.io/surge-min-replicas"
+HPA_SET_MAX = "spotguard.io/surge-max-replicas"
+
+
 @dataclass(frozen=True)
 class Autoscaler:
     namespace: str
@@ -251,6 +265,8 @@ class Autoscaler:
     min_replicas: int = 1
     max_replicas: int = 1
     resource_version: str = ""
+    spotguard_min: int | None = None  # HPA_SET_MIN
+    spotguard_max: int | None = None  # HPA_SET_MAX
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Autoscaler:
@@ -266,7 +282,14 @@ class Autoscaler:
             min_replicas=1 if mn is None else int(mn),
             max_replicas=int(spec.get("maxReplicas") or 1),
             resource_version=str(meta.get("resourceVersion") or ""),
+            spotguard_min=_annotation_int(meta, HPA_SET_MIN),
+            spotguard_max=_annotation_int(meta, HPA_SET_MAX),
         )
+
+
+def _annotation_int(meta: Mapping[str, Any], key: str) -> int | None:
+    text = str((meta.get("annotations") or {}).get(key) or "")
+    return int(text) if text.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -733,9 +756,10 @@ def _surge_step(
         if not hpa_name or hpa_name != hpa.name:
             hpa_name, hpa_min, hpa_max, hpa_set, hpa_max_set = hpa.name, hpa.min_replicas, None, None, None
         # The user changed a limit during the surge: their value is the one to put back.
-        if hpa_set is not None and hpa.min_replicas != hpa_set:
+        # (Not one still at a value spotguard set: a raise of ours that failed.)
+        if existing is not None and hpa_set is not None and not existing.min_is_ours(hpa):
             hpa_min = hpa.min_replicas
-        if hpa_max_set is not None and hpa.max_replicas != hpa_max_set:
+        if existing is not None and hpa_max_set is not None and not existing.max_is_ours(hpa):
             hpa_max = hpa.max_replicas
         want_min = max(hpa.min_replicas, replicas)
         want_max = max(hpa.max_replicas, want_min)
@@ -871,7 +895,7 @@ def finish(
             # Restore only what still holds our value: a change the user made wins.
             if record.hpa_min is not None:
                 ours = (
-                    hpa.min_replicas == record.hpa_set
+                    record.min_is_ours(hpa)
                     if record.hpa_set is not None
                     else hpa.min_replicas >= wl.replicas
                 )
@@ -879,7 +903,7 @@ def finish(
                     hpa_min = record.hpa_min
             if record.hpa_max is not None:
                 ours = (
-                    hpa.max_replicas == record.hpa_max_set
+                    record.max_is_ours(hpa)
                     if record.hpa_max_set is not None
                     else hpa.max_replicas >= wl.replicas
                 )
