@@ -112,7 +112,9 @@ def main() -> int:
                 if time.monotonic() - shown > 30:
                     shown = time.monotonic()
                     made, failed = sim_admission.CALLS.total()
-                    note = f"{shown - started:.0f}s: {pods}/{total} pods, {made} calls, {failed} failed"
+                    sts = sum(sum(c.values()) for key, c in counts.items() if wanted[key].kind.value == "StatefulSet")
+                    note = f"{shown - started:.0f}s: {pods}/{total} pods ({sts} of StatefulSets), {unplaced} unplaced, "
+                    note += f"{made} calls, {failed} failed"
                     print(note, file=sys.stderr)
                 time.sleep(1.0)
             counts, unplaced = tally(sim.store)
