@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from spotguard.admission import deadline, server
+from spotguard.admission import core, deadline, server
 
 from tests.admission import burst, cluster, harness, servers
 
@@ -125,3 +125,10 @@ def test_a_fresh_review_is_not_shed(tmp_path: Path) -> None:
         assert answer["response"]["allowed"] is True
         assert not json.dumps(answer).count("shed")
         assert harness.metric(s, "spotguard_admission_shed_total") == 0
+
+
+def test_each_api_call_may_take_a_share_of_the_review_deadline() -> None:
+    assert core.api_policy(core.DEFAULT_REVIEW_SECONDS) == core.API_POLICY  # 1.5 s a call, 1 s an attempt
+    slow = core.api_policy(20.0)  # a slow control plane's deadline: calls may take longer too
+    assert (slow.deadline, slow.timeout, slow.connect_timeout) == pytest.approx((15.0, 10.0, 5.0))
+    assert core.Context(core.Config(), object(), review_seconds=20.0).kube.policy == slow  # type: ignore[union-attr]

@@ -11,6 +11,7 @@ counted. The HTTP adapters (Flask, Knative/ASGI, Lambda) only move bytes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -45,6 +46,19 @@ EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workloa
 # spot nodes joining after a reclaim are seen at once, not after the node cache's minute.
 NO_SPOT_NODES_MAX_AGE = 1.0
 DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
+
+
+def api_policy(review_seconds: float) -> retry.Policy:
+    """:data:`API_POLICY` (made for the default 2 s review) scaled to the review deadline: a
+    slower control plane's longer deadline lets each call take proportionally longer too."""
+    scale = max(review_seconds, 0.1) / DEFAULT_REVIEW_SECONDS
+    return dataclasses.replace(
+        API_POLICY,
+        deadline=API_POLICY.deadline * scale,
+        timeout=API_POLICY.timeout * scale,
+        connect_timeout=API_POLICY.connect_timeout * scale,
+    )
+
 SHED_BELOW = 0.05  # seconds: a review with less left than this when a thread takes it is answered at once
 
 
@@ -118,7 +132,7 @@ class Context:
         self.connect_error = connect_error
         self.review_seconds = review_seconds
         self.pool = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="spotguard-admission")
-        self.kube = None if kube is None else deadline.DeadlineKube(kube, API_POLICY)
+        self.kube = None if kube is None else deadline.DeadlineKube(kube, api_policy(review_seconds))
         self.events = EventReporter(self.kube)
         self.health = health.Health(self)
         if self.kube is not None:
@@ -204,7 +218,7 @@ def context_from_env(
         grace = max(0.0, review / 2)
     try:
         k = (connect or kube_mod.connect)(kubeconfig or env.get("SPOTGUARD_KUBECONFIG") or None)
-        k = k.with_policy(API_POLICY)
+        k = k.with_policy(api_policy(review))
     except Exception as exc:
         log.error("no Kubernetes connection; admitting pods unchanged", extra={"error": str(exc)})
         config, problems = config_mod.from_env(env)

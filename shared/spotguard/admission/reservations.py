@@ -55,8 +55,9 @@ percentage floor) can land inside that window. The pods known to this
 instance (its count's active pods, the unseen reservations and its own spot
 admissions since the count) plus this pod exceeding the cached ``spec.replicas``
 is evidence the copy is stale: ``refresh()`` reads it again. If the fresh copy
-does not cover the pods either, the known number is too high (pods deleted since
-the count, or reservations never created): the count is redone, dead
+(or a workload read for this very review) does not cover the pods either,
+the known number is too high (pods deleted since the count, or reservations
+never created): the count is redone, dead
 reservations found by the bound are dropped, and the rule is held off for
 ``stale_hold`` seconds for that ReplicaSet.
 
@@ -410,13 +411,13 @@ class Reservations:
                 return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
             if (
                 replicas is not None
-                and refresh is not None
                 and self._known(local, doc) + 1 > replicas
                 and now - local.refuted > self.stale_hold
             ):
-                replicas, decide = refresh()
-                refresh = None
-                refreshed = True
+                if refresh is not None:  # a cached workload: read it again first
+                    replicas, decide = refresh()
+                    refresh = None
+                    refreshed = True
                 if self._known(local, doc) + 1 > replicas:
                     # The fresh workload does not cover the known pods either: pods deleted
                     # since the count, or reservations whose pods were never created.
