@@ -160,6 +160,34 @@ class Failures:
     count: int = 0
 
 
+def read_before_workloads(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj], Any, dict[str, Obj]]:
+    """Budgets, autoscalers, the surge ledger, then the workloads (key -> object).
+
+    Every list runs at once, but for one order: budgets, autoscalers and the ledger are
+    read before the workloads. A budget seen here has its workload's record visible in
+    the later list (see ``Handler._sweep_budgets``), and a surge written between the
+    ledger's read and the workloads' is never taken for a lost record (the ledger is
+    written after the workloads). Under a slow or faulty API every request on this path
+    delays the surges: two rounds of requests, not eight."""
+    budgets, autoscalers, kept = k.read_concurrently(r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read)
+    deployments, statefulsets = k.read_concurrently(r.DEPLOYMENTS, r.STATEFULSETS)
+    workloads: dict[str, Obj] = {}
+    for kind, items in ((Kind.DEPLOYMENT, deployments), (Kind.STATEFULSET, statefulsets)):
+        for w in items:
+            w["kind"] = str(kind)
+            meta = w.get("metadata") or {}
+            workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
+    return budgets, autoscalers, kept, workloads
+
+
+def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
+    """namespace -> its annotations (where a namespace opts out)."""
+    return {
+        str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
+        for ns in items
+    }
+
+
 class Handler:
     """The spot-interruption core shared by every transport (see the module docstring)."""
 
@@ -356,32 +384,11 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        def ordered(k: kube_mod.Kube) -> tuple[Any, ...]:
-            # Every list runs at once, but for one order: budgets, autoscalers and the ledger
-            # are read before the workloads. A budget seen here has its workload's record
-            # visible in the later list (see _sweep_budgets), and a surge written between the
-            # ledger's read and the workloads' is never taken for a lost record (the ledger is
-            # written after the workloads). Under a slow or faulty API every request on this
-            # path delays the surges: two rounds of requests, not eight.
-            budgets, autoscalers, kept = k.read_concurrently(r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read)
-            deployments, statefulsets = k.read_concurrently(r.DEPLOYMENTS, r.STATEFULSETS)
-            workloads: dict[str, Obj] = {}
-            for kind, items in ((Kind.DEPLOYMENT, deployments), (Kind.STATEFULSET, statefulsets)):
-                for w in items:
-                    w.setdefault("kind", str(kind))
-                    meta = w.get("metadata") or {}
-                    workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-            return budgets, autoscalers, kept, workloads
-
-        # The big lists and the namespaces run beside the ordered ones.
+        # The big lists and the namespaces run beside the ordered small ones.
         pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
-            r.PODS, r.NODES, r.NAMESPACES, ordered, page_limit=LIST_PAGE
+            r.PODS, r.NODES, r.NAMESPACES, read_before_workloads, page_limit=LIST_PAGE
         )
-        namespaces = {
-            str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
-            for ns in namespace_list
-        }
-        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
+        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
         """instance id -> node for the instances no providerID names (asks EC2 once)."""

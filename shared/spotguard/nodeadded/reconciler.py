@@ -51,7 +51,6 @@ from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
 from spotguard.gateway.errors import ApiError, Conflict, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
-from spotguard.interruption import ledger
 from spotguard.nodeadded import cleanup, metrics
 from spotguard.policy import floors, interruption, moves, rebalance
 from spotguard.policy.capacity import Capacity
@@ -290,25 +289,17 @@ class Reconciler:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
             return leases, k.list(r.REPLICASETS)
 
-        def budgets_then_workloads(k: kube_mod.Kube) -> tuple[Any, ...]:
-            budgets, autoscalers, kept = k.list(r.PODDISRUPTIONBUDGETS), k.list(r.HPAS), ledger.read(k)
-            namespaces = {
-                str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
-                for ns in k.list(r.NAMESPACES)
-            }
-            workloads: dict[str, Obj] = {}
-            for kind, res in WORKLOAD_RESOURCES.items():
-                for w in k.list(res):
-                    w["kind"] = str(kind)
-                    meta = w.get("metadata") or {}
-                    workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-            return budgets, autoscalers, kept, namespaces, workloads
-
-        pods, nodes, (leases, replicasets), (budgets, autoscalers, kept, namespaces, workloads) = (
+        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, workloads) = (
             self.kube.read_concurrently(
-                r.PODS, r.NODES, leases_then_replicasets, budgets_then_workloads, page_limit=LIST_PAGE
+                r.PODS,
+                r.NODES,
+                r.NAMESPACES,
+                leases_then_replicasets,
+                interruption_handler.read_before_workloads,
+                page_limit=LIST_PAGE,
             )
         )
+        namespaces = interruption_handler.namespaces_of(namespace_list)
         shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
         return Snapshot(shared, replicasets, leases)
 
