@@ -72,11 +72,13 @@ def running_many(
         for server in started:
             server.process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown
         for server in started:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 server.process.wait(10)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-                server.process.wait()
+            # The whole group (its own session): a master killed or gone alone left its
+            # workers running, orphaned, after some runs.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
 
 
 def _start(
@@ -102,7 +104,9 @@ def _start(
     environment.update(env or {})
     log = workdir / f"server-{port}.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=environment)
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env=environment, start_new_session=True
+        )
     return Server(f"https://127.0.0.1:{port}", str(tls.ca_cert), process, log)
 
 
