@@ -13,6 +13,7 @@ import http.server
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -73,6 +74,7 @@ class Webhook:
         self.cert = tls.self_signed(("127.0.0.1",))
         self.behaviours: dict[str, Behaviour] = {}
         self.reviews: dict[str, list[Review]] = {}
+        self.queries: list[str] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -84,9 +86,12 @@ class Webhook:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                # Routed by path, as a webhook server is; kube-apiserver adds ?timeout=<n>s.
+                url = urllib.parse.urlsplit(self.path)
                 with outer.lock:
-                    outer.reviews.setdefault(self.path, []).append(body)
-                    behaviour = outer.behaviours.get(self.path, allow())
+                    outer.queries.append(url.query)
+                    outer.reviews.setdefault(url.path, []).append(body)
+                    behaviour = outer.behaviours.get(url.path, allow())
                 response = behaviour(body)
                 data = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                    "response": response}).encode()
@@ -246,6 +251,7 @@ def test_timeout_seconds_bounds_the_call(
             core.create_namespaced_pod("default", pod_manifest(name))
         assert info.value.status == 500
     assert time.monotonic() - started < 1.8
+    assert "timeout=1s" in webhook.queries  # kube-apiserver tells the webhook its timeout
 
 
 def test_a_wrong_ca_bundle_fails_tls_verification(
