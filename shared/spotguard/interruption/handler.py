@@ -301,12 +301,16 @@ class Handler:
         them before its first eviction), then the taints and the surges. The Events come
         after (:meth:`_tell`): they are best effort, and must not delay a surge."""
         plan = batch.plan
-        # Queued first, so the workers take them first (no barrier: the taints and surges
-        # follow at once on the free workers).
+        # Queued first, so the workers take them first.
         budgets = [pool.submit(self._budget, s, batch) for s in plan.surges if s.budget is not None]
         taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
+        # The surges wait for the taints (one round trip): a surge pod created while its
+        # doomed node is still untainted (a taint write in its retry backoff) can be bound
+        # there and die with the node. A taint that failed does not hold the surge back.
+        for f in taints:
+            f.result()
         surges = [pool.submit(self._surge, s, batch) for s in plan.surges]
-        for f in (*budgets, *taints, *surges):
+        for f in (*budgets, *surges):
             f.result()
 
     def _tell(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
