@@ -58,6 +58,8 @@ def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flas
                 status, headers, body = transport.error_answer(errors.BodyTooLarge(f"the body is {length} bytes"))
                 return respond(status, {**headers, "Connection": "close"}, body)
             body = request.stream.read(transport.MAX_BODY + 1)
+            if len(body) > transport.MAX_BODY:  # a chunked body over the cap: answered 413
+                _drain(request.stream, DRAIN_LIMIT)  # (the rest read, as above, so no reset)
         else:
             if request.content_length:  # a GET with a body: read it, or the client gets a reset, not our 405
                 _drain(request.stream, request.content_length)
