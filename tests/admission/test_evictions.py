@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from spotguard.admission import core, evictions, transport
+from spotguard.gateway import errors as api_errors
 from spotguard.policy import config
 from spotguard.policy import evictions as policy
 
@@ -35,7 +36,7 @@ def answer(path: str, body: bytes, ctx: core.Context) -> dict[str, Any]:
 
 
 class Broken:
-    """A cluster connection whose every call fails (an unreachable API, a bug)."""
+    """A cluster connection whose every call fails with a bug (not an API error)."""
 
     stats = None
 
@@ -61,6 +62,37 @@ def test_an_internal_error_allows_the_eviction() -> None:
     assert response["auditAnnotations"]["spotguard.io/eviction"].startswith("failed-open")
 
 
+class Unwell:
+    """A cluster connection whose every call fails as an unwell API server's do (500s)."""
+
+    stats = None
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise api_errors.Transient(500, "InternalError", "etcdserver: leader changed")
+
+        return fail
+
+
+def test_an_unwell_api_server_gets_a_retry_for_the_error_hold_then_the_eviction() -> None:
+    ctx = core.Context(config.Config(), Unwell(), review_seconds=0.2)
+    now = [1000.0]
+    evictions.configure(ctx, evictions.Guard(clock=lambda: now[0], timing=policy.Timing(error_hold=20.0)))
+    first = answer("/evictions", review(), ctx)
+    assert first["allowed"] is False
+    assert first["status"]["code"] == 429 and first["status"]["details"] == {"retryAfterSeconds": 1}
+    assert "could not check this eviction" in first["status"]["message"]
+    assert first["auditAnnotations"]["spotguard.io/eviction"] == "api-error"
+    now[0] += 19.0
+    assert answer("/evictions", review(), ctx)["allowed"] is False
+    # another pod's failures are counted from its own first one
+    assert answer("/evictions", review(name="web-2"), ctx)["allowed"] is False
+    now[0] += 1.0
+    released = answer("/evictions", review(), ctx)
+    assert released["allowed"] is True
+    assert released["auditAnnotations"]["spotguard.io/eviction"] == "failed-open"
+
+
 def test_not_an_eviction_is_not_judged_by_the_guard() -> None:
     ctx = core.Context(config.Config(), None)
     response = answer("/evictions", review(subResource="status", operation="UPDATE"), ctx)
@@ -77,5 +109,6 @@ def test_a_denial_is_a_429_with_a_retry_hint() -> None:
 
 def test_settings_from_the_environment() -> None:
     timing = evictions.timing_from_env({"SPOTGUARD_EVICTION_GRACE_SECONDS": "3",
-                                        "SPOTGUARD_EVICTION_RELEASE_SECONDS": "-1"})
-    assert timing.grace == 3.0 and timing.release == policy.Timing().release
+                                        "SPOTGUARD_EVICTION_RELEASE_SECONDS": "-1",
+                                        "SPOTGUARD_EVICTION_ERROR_HOLD_SECONDS": "45"})
+    assert timing.grace == 3.0 and timing.release == policy.Timing().release and timing.error_hold == 45.0

@@ -5,7 +5,9 @@ against the simulated cluster, and no notice handler at all.
 - an ordinary drain of an on-demand node is never refused;
 - a spot node cordoned with no spotguard notice is protected for the grace only;
 - a dry-run eviction gets the same answer and changes nothing;
-- the guard unreachable: evictions proceed (failurePolicy Ignore).
+- the guard unreachable: evictions proceed (failurePolicy Ignore);
+- the API server failing the guard's reads (500s): a 1 s retry, not the pod, for the
+  error hold only.
 (The race with a drainer at the notice: test_e2e_drainer.py.)
 """
 
@@ -26,7 +28,9 @@ from tests.interruption import sim_scenario
 from tests.interruption.test_e2e_drainer import ready_counts
 from tests.interruption.test_e2e_owners import READY_DELAY, TIME_SCALE
 
-TIMING = evictions.Timing(grace=8.0, release=30.0)
+# The error hold is long in simulated seconds: a review whose reads all fail runs to its 2 s
+# (real) deadline, 40 simulated seconds at x20.
+TIMING = evictions.Timing(grace=8.0, release=30.0, error_hold=300.0)
 
 
 @pytest.fixture
@@ -98,6 +102,32 @@ def test_a_spot_node_without_a_notice_is_protected_for_the_grace_only(sim: Any, 
         assert exists(sim, pod)
         # once the grace has passed (simulated clock), the drain proceeds
         h.wait_until(lambda: sim.clock.now() >= first + TIMING.grace, 10, "the grace to pass")
+        assert evict(sim, pod) is None
+        assert not exists(sim, pod)
+
+
+def test_an_api_server_failing_the_guards_reads_gets_a_retry_not_the_pod(sim: Any, tmp_path: Any) -> None:
+    """A drainer at the notice under API 500s: the guard cannot read the workload's pods, so it
+    cannot tell a sole replica from anything else. It asks for a retry in a second (the
+    drainer's next try usually reads fine) instead of handing the pod over unchecked, and
+    releases the drain once the error hold has passed."""
+    with h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timing=TIMING):
+        node = spot_with_web(sim)
+        cordon(sim, node)
+        pod = ready_pod_on(sim, node)
+        sim.faults.set(verb="list", resource="pods", error_rate=1.0, status=500)
+        refused = evict(sim, pod)
+        first = sim.clock.now()
+        assert refused is not None and refused.status == 429, refused
+        assert "could not check this eviction" in refused.body
+        assert refused.headers.get("Retry-After") == "1"
+        assert exists(sim, pod)
+        # still failing after the grace (which alone would have released it): still a retry
+        h.wait_until(lambda: sim.clock.now() >= first + TIMING.grace + 1, 10, "the grace to pass")
+        again = evict(sim, pod)
+        assert again is not None and again.status == 429 and "could not check" in again.body
+        # the error hold bounds it: the drain is never wedged by an unwell API server
+        h.wait_until(lambda: sim.clock.now() >= first + TIMING.error_hold, 60, "the error hold to pass")
         assert evict(sim, pod) is None
         assert not exists(sim, pod)
 

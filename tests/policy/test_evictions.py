@@ -127,3 +127,14 @@ def test_a_rebalance_recommendation_holds_a_drain_for_a_bounded_time_only() -> N
     timing = evictions.Timing(rebalance_hold=120)
     assert not decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 119, timing=timing).allowed
     assert decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 120, timing=timing).reason == "reclaim-near"
+
+
+def test_an_api_error_asks_for_a_retry_until_the_error_hold_then_allows() -> None:
+    timing = evictions.Timing(error_hold=20.0)
+    refused = evictions.on_error(error="Transient: 500", first_error=100.0, now=100.0, timing=timing)
+    assert not refused.allowed and refused.retry_after == evictions.ERROR_RETRY_SECONDS
+    assert refused.reason == "api-error" and "Transient: 500" in refused.message
+    assert not evictions.on_error(error="x", first_error=100.0, now=119.9, timing=timing).allowed
+    assert evictions.on_error(error="x", first_error=100.0, now=120.0, timing=timing) == evictions.Decision(
+        True, "failed-open"
+    )

@@ -10,8 +10,10 @@ aws-node-termination-handler and Karpenter retry it as they retry a budget.
 
 This module reads (the pod, its workload, the workload's pods, the nodes), asks
 :func:`spotguard.policy.evictions.decide` and answers. It writes nothing (a
-dry-run eviction is answered the same way), and fails open: no cluster
-connection, an API error, a bug or the review deadline all answer "allowed".
+dry-run eviction is answered the same way). It fails open (no cluster connection,
+RBAC, a bug: "allowed"), except where the API server is unwell (5xx, 429, timeouts,
+the review deadline): then it asks the drainer to retry in a second, for at most
+``Timing.error_hold`` seconds per pod (:func:`spotguard.policy.evictions.on_error`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from concurrent import futures
 from typing import Any
 
 from spotguard.admission import core, deadline, errors, metrics, resolve, reviews
+from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources
 from spotguard.policy import evictions, floors, interruption
 from spotguard.policy.capacity import Capacity
@@ -61,6 +64,7 @@ def timing_from_env(env: Mapping[str, str] | None = None) -> evictions.Timing:
         grace=_seconds(env, "SPOTGUARD_EVICTION_GRACE_SECONDS", default.grace),
         release=_seconds(env, "SPOTGUARD_EVICTION_RELEASE_SECONDS", default.release),
         rebalance_hold=_seconds(env, "SPOTGUARD_EVICTION_REBALANCE_HOLD_SECONDS", default.rebalance_hold),
+        error_hold=_seconds(env, "SPOTGUARD_EVICTION_ERROR_HOLD_SECONDS", default.error_hold),
     )
 
 
@@ -88,6 +92,7 @@ class Guard:
         self.clock = clock
         self.timing = timing or timing_from_env()
         self._first_seen: dict[str, float] = {}
+        self._first_error: dict[str, float] = {}  # pod key -> when its failures in a row began
         self._lock = threading.Lock()
         self._list: tuple[float, futures.Future[Any]] | None = None  # (monotonic start, the LIST)
 
@@ -117,6 +122,26 @@ class Guard:
             return seen
 
 
+    def first_error(self, pod: str, now: float) -> float:
+        """When this pod's reviews began failing in a row (``now`` on the first failure)."""
+        with self._lock:
+            began = self._first_error.get(pod)
+            if began is None or now - began > 600:
+                if len(self._first_error) >= FIRST_SEEN_MAX:
+                    self._first_error.clear()
+                began = self._first_error[pod] = now
+            return began
+
+    def succeeded(self, pod: str) -> None:
+        with self._lock:
+            self._first_error.pop(pod, None)
+
+
+# A review that failed on one of these may succeed a second later: the guard asks the
+# drainer to come back rather than give it the pod unchecked (policy.evictions.on_error).
+RETRYABLE: tuple[type[BaseException], ...] = (*gateway_errors.RETRY_LATER, deadline.DeadlineExceeded, TimeoutError)
+
+
 _guards: weakref.WeakKeyDictionary[core.Context, Guard] = weakref.WeakKeyDictionary()
 _guards_lock = threading.Lock()
 
@@ -141,14 +166,27 @@ def serve(review: Any, ctx: core.Context) -> reviews.ResponseReview:
     started = time.perf_counter()
     request = core.parse(review)
     uid = request["uid"]
+    pod_key = f"{request.get('namespace')}/{request.get('name')}"
+    guard = guard_for(ctx)
     try:
         with deadline.running(deadline.Deadline.after(ctx.review_seconds)):
             decision = _decide(request, ctx)
+        guard.succeeded(pod_key)
     except Exception as exc:
         kind = type(exc).__name__
         metrics.ERRORS.labels(kind).inc()
-        log.warning("eviction guard failed; allowing the eviction", extra={"uid": uid, "error": str(exc), "kind": kind})
-        decision = evictions.Decision(True, f"failed-open: {kind}")
+        if isinstance(exc, RETRYABLE):
+            now = guard.clock()
+            decision = evictions.on_error(
+                error=f"{kind}: {exc}"[:200], first_error=guard.first_error(pod_key, now), now=now, timing=guard.timing
+            )
+        else:
+            decision = evictions.Decision(True, f"failed-open: {kind}")
+        outcome = "allowing the eviction" if decision.allowed else "asking for a retry"
+        log.warning(
+            f"eviction guard could not decide; {outcome}",
+            extra={"uid": uid, "error": str(exc), "kind": kind, "pod": pod_key},
+        )
     metrics.EVICTIONS.labels("allowed" if decision.allowed else "denied", decision.reason.split(":")[0]).inc()
     metrics.DURATION.observe(time.perf_counter() - started)
     log.info(

@@ -57,6 +57,9 @@ class Timing:
     # a node with a rebalance recommendation only (no reclaim time yet; a drainer that drains
     # at rebalance recommendations): guarded this long after the notice at most
     rebalance_hold: float = 120.0
+    # the guard could not read the cluster (a 5xx, a 429, a timeout): the eviction is refused
+    # with a short retry for this long after the pod's first such failure, then allowed
+    error_hold: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,29 @@ def decide(
         f"Retry after {retry}s (allowed by {_clock(release_at)} at the latest)."
     )
     return Decision(False, "protected", message, retry)
+
+
+ERROR_RETRY_SECONDS = 1
+
+
+def on_error(*, error: str, first_error: float, now: float, timing: Timing = Timing()) -> Decision:
+    """The answer when the guard could not read what it needs (the API server answered
+    5xx or 429, or did not answer in time).
+
+    Allowing would hand the drainer the very pod the guard exists for (a 20 % rate of
+    500s makes a five-read review fail two times in three); refusing for good would wedge
+    every drain while the API server is unwell. So a transient failure refuses with a
+    one-second retry (the drainer's next attempt usually reads fine) for ``error_hold``
+    seconds after this pod's first failure in a row, and allows after that.
+    """
+    if now - first_error >= timing.error_hold:
+        return Decision(True, "failed-open")
+    message = (
+        f"spotguard could not check this eviction ({error}); the pod may be one whose replacement "
+        f"is still starting. Retry after {ERROR_RETRY_SECONDS}s "
+        f"(allowed by {_clock(first_error + timing.error_hold)} at the latest if this persists)."
+    )
+    return Decision(False, "api-error", message, ERROR_RETRY_SECONDS)
 
 
 def _clock(epoch: float) -> str:
