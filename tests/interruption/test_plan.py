@@ -80,6 +80,36 @@ def test_a_burst_is_one_entry_per_node_and_per_workload() -> None:
     assert len(plan.notices) == len(notices)
 
 
+def test_a_pod_placed_on_a_covered_doomed_node_after_the_surge_gets_a_replacement_too() -> None:
+    """Under API 500s the taint of a doomed node can fail (retried) while its surge is written:
+    a surge pod (or any new pod) bound there meanwhile dies with the node. The next plan of the
+    same notice (the retry, the reconcile) adds one replica for each such pod; pods that left
+    the node (evicted, gone) take nothing back, and a replay with nothing new adds nothing."""
+    first = make_plan([notice("i-s1", "ev-1")])
+    web = first.surges[0]
+    assert web.record.counts == (("s1", 2),)
+    surged = dataclasses.replace(with_surge(web.workload, web.record.to_json()), replicas=web.replicas)
+    _nodes, pods, wls = cluster()
+    wls = [surged if w.name == "web" else w for w in wls]
+    landed = [*pods, pod(surged, 4, "s1")]  # a surge pod bound to s1 before its taint
+    again = by_name(make_plan([notice("i-s1", "ev-1")], pods=landed, workloads=wls))["web"]
+    assert (again.added, again.replicas, again.record.surge) == (1, 7, 3)
+    assert again.record.counts == (("s1", 3),) and again.write_workload
+
+    evicted = [p for p in pods if not (p.node_name == "s1" and p.name.startswith("web"))]
+    evicted.append(pod(surged, 0, "s1"))  # one of the two left (the drainer took the other)
+    step = by_name(make_plan([notice("i-s1", "ev-1")], pods=evicted, workloads=wls))["web"]
+    assert step.added == 0 and step.record.counts == (("s1", 2),) and not step.write_workload
+
+    # a record written before counts were kept: today's count is taken as covered
+    old = SurgeRecord.parse(web.record.to_json().replace(',"counts":{"s1":2}', ""))
+    assert old is not None and old.counts == ()
+    legacy = dataclasses.replace(with_surge(web.workload, old.to_json()), replicas=web.replicas)
+    wls = [legacy if w.name == "web" else w for w in wls]
+    step = by_name(make_plan([notice("i-s1", "ev-1")], pods=landed, workloads=wls))["web"]
+    assert step.added == 0 and step.record.counts == (("s1", 3),)
+
+
 def test_foreign_and_ignored_notices() -> None:
     plan = make_plan(
         [

@@ -88,6 +88,10 @@ class SurgeRecord:
     hpa_set: int | None = None  # the minReplicas spotguard set (restored only while it holds)
     hpa_max_set: int | None = None  # the maxReplicas spotguard set
     ready: int = 0  # Ready pods when the surge began: the serving count to keep
+    # node -> the workload's pods on it that the surge already replaces. A pod placed on a
+    # doomed node after its surge (its taint not written yet: a write that failed and is
+    # retried, a pod admitted unchanged) dies with it too: the next plan adds one for it.
+    counts: tuple[tuple[str, int], ...] = ()
     # Read from the ledger because the workload lost its annotation (kubectl replace,
     # Argo CD Replace=true): never written on the workload again.
     lost: bool = False
@@ -125,6 +129,8 @@ class SurgeRecord:
             out["until"] = {n: round(t, 3) for n, t in self.until}
         if self.ready:
             out["ready"] = self.ready
+        if self.counts:
+            out["counts"] = dict(self.counts)
         if self.hpa:
             out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "maxReplicas": self.hpa_max}
             if self.hpa_set is not None:
@@ -151,6 +157,7 @@ class SurgeRecord:
             if not isinstance(hpa, dict):
                 hpa = {}
             until = raw.get("until") or {}
+            counts = raw.get("counts") or {}
             return cls(
                 replicas=_int(raw["replicas"]),
                 surge=_int(raw["surge"]),
@@ -167,6 +174,7 @@ class SurgeRecord:
                 hpa_set=_opt_int(hpa.get("setMin")),
                 hpa_max_set=_opt_int(hpa.get("setMax")),
                 ready=_int(raw.get("ready") or 0),
+                counts=tuple(sorted((str(n), _int(c)) for n, c in counts.items())) if isinstance(counts, dict) else (),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -702,7 +710,19 @@ def _surge_step(
         existing = None  # a new notice: a new surge, whatever the finished one covered
     covered = set(existing.nodes) if existing else set()
     new_nodes = tuple(sorted(n for n in per_node if n not in covered))
-    added = sum(per_node[n] for n in new_nodes)
+    counts = dict(existing.counts) if existing else {}
+    added = 0
+    for node in sorted(per_node):
+        now_on = per_node[node]
+        if node not in covered:
+            added += now_on
+        elif node in counts and now_on > counts[node]:
+            # More of its pods on a covered doomed node than the surge replaces: placed there
+            # after the surge (the node's taint was not written yet). Each needs one more.
+            added += now_on - counts[node]
+        elif node in counts:
+            continue  # fewer now (evicted or gone): what was added stays
+        counts[node] = now_on
     events: list[str] = list(existing.events) if existing else []
     new_events: list[str] = []
     for notice in sorted(asking, key=lambda x: (x.time, x.event_id)):
@@ -797,6 +817,7 @@ def _surge_step(
         hpa_set=hpa_set,
         hpa_max_set=hpa_max_set,
         ready=serving,
+        counts=tuple(sorted(counts.items())),
     )
     changed = (
         existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added
