@@ -437,3 +437,39 @@ def test_scale_back_ranks_dead_pods_before_a_node_added_moves_pod(cluster: Clust
     ranks = [2 if p["spec"]["nodeName"] == "od-0" else 1 for p in pods]
     order = [p["metadata"]["name"] for p in pod_util.deletion_order(pods, ranks, c.now())]
     assert order[0] == "web-5d4f8-00001", order  # the pod on spot-0 goes, not the move's
+
+
+def test_an_interruption_whose_node_mark_failed_still_ranks_its_dead_pods_first(cluster: Cluster) -> None:
+    """A rebalance surge, then the interruption warning for the same node while every node write
+    answers 500: the node keeps its rebalance mark (the rewrite is retried) but the surge record
+    takes the interruption's deadline. Past the reclaim the scale back must still rank the dead
+    node's pods first to go (chaos drainer-after-rebalance-surge under 500s: web 6 -> 5 at the
+    scale back, when the stale mark made them count as pods of a living node)."""
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=900)
+    c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
+    record = c.record("web")
+    assert record is not None and record["rebalance"] == ["spot-0"]
+    c.sim.faults.set(verb="patch", resource="nodes", error_rate=1.0, status=500)
+    assert c.handler(config=cfg).handle([c.notice("spot-0")]) == [Outcome.RETRY]
+    c.sim.faults.clear()
+    record = c.record("web")
+    assert record is not None and record["rebalance"] == []
+    mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
+    assert mark["kind"] == "rebalance"  # the node's own mark is stale
+    c.store.apply_objects([pod(c.deployment("web"), 10, "od-0")])  # the replacement, Ready
+    c.handler(config=cfg, clock=lambda: c.now() + 200).reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    dead = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert dead["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
+
+
+def test_a_rebalance_only_surge_does_not_rank_the_living_nodes_pods_first(cluster: Cluster) -> None:
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
+    c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
+    c.store.apply_objects([pod(c.deployment("web"), 10, "od-0")])
+    c.handler(config=cfg, clock=lambda: c.now() + 400).reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    living = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert (living["metadata"].get("annotations") or {}).get(DELETION_COST) != str(moves.DOOMED_FIRST)

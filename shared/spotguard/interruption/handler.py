@@ -852,14 +852,20 @@ class Handler:
         (found by tests/chaos). Only where the node's notice says its instance is
         terminated (or the node is gone): a rebalance recommendation's node lives on, and
         a stopped instance may start again, with spot pods worth keeping. False where a
-        pod could not be ranked (try again later).
+        pod could not be ranked (try again later). The surge record says which of its nodes
+        only had a rebalance recommendation: a node whose own notice is still the
+        rebalance's (the interruption's taint write failed, and is retried) is doomed when
+        the record says an interruption took over.
         """
-        doomed = {
-            n
-            for n in record.nodes
-            if (mark := snap.node_notices.get(n)) is None
-            or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
-        }
+        def dies(n: str) -> bool:
+            mark = snap.node_notices.get(n)
+            if record.rebalance is not None:
+                if n in record.rebalance:
+                    return False
+                return mark is None or mark.kind is NoticeKind.REBALANCE or mark.action in ("", "terminate")
+            return mark is None or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
+
+        doomed = {n for n in record.nodes if dies(n)}
         first = str(DOOMED_FIRST)
         for p in snap.pod_views:
             if p.node_name not in doomed or p.terminating or p.annotations.get(DELETION_COST) == first:

@@ -92,6 +92,9 @@ class SurgeRecord:
     # doomed node after its surge (its taint not written yet: a write that failed and is
     # retried, a pod admitted unchanged) dies with it too: the next plan adds one for it.
     counts: tuple[tuple[str, int], ...] = ()
+    # The nodes whose deadline is a rebalance recommendation's end (no reclaim time: they live
+    # on). None: a record from before this was kept (the nodes' own notices tell).
+    rebalance: tuple[str, ...] | None = None
     # Read from the ledger because the workload lost its annotation (kubectl replace,
     # Argo CD Replace=true): never written on the workload again.
     lost: bool = False
@@ -131,6 +134,8 @@ class SurgeRecord:
             out["ready"] = self.ready
         if self.counts:
             out["counts"] = dict(self.counts)
+        if self.rebalance is not None:
+            out["rebalance"] = list(self.rebalance)
         if self.hpa:
             out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "maxReplicas": self.hpa_max}
             if self.hpa_set is not None:
@@ -175,6 +180,7 @@ class SurgeRecord:
                 hpa_max_set=_opt_int(hpa.get("setMax")),
                 ready=_int(raw.get("ready") or 0),
                 counts=tuple(sorted((str(n), _int(c)) for n, c in counts.items())) if isinstance(counts, dict) else (),
+                rebalance=tuple(str(n) for n in raw["rebalance"]) if isinstance(raw.get("rebalance"), list) else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -731,14 +737,17 @@ def _surge_step(
             new_events.append(notice.event_id)
     # Each node's deadline: an interruption (or a state change) takes over a rebalance's.
     until = dict(existing.until) if existing else {}
+    soft = set(existing.rebalance or ()) if existing else set()
     for node in per_node:
         for notice in doomed[node]:
             t = deadline(notice, cfg, now)
             if notice.kind is NoticeKind.REBALANCE:
                 if node not in until:
                     until[node] = t
-            elif node not in until or until[node] <= now or t < until[node]:
+                    soft.add(node)
+            elif node not in until or until[node] <= now or t < until[node] or node in soft:
                 until[node] = t  # the earliest reclaim time wins, a rebalance's end gives way
+                soft.discard(node)
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
     index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
@@ -818,6 +827,7 @@ def _surge_step(
         hpa_max_set=hpa_max_set,
         ready=serving,
         counts=tuple(sorted(counts.items())),
+        rebalance=tuple(sorted(soft)),
     )
     changed = (
         existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added
