@@ -129,3 +129,17 @@ def test_server_side_apply_is_415_before_the_object_is_looked_up(sim_api: testin
         assert missing.value.status == 404
     finally:
         client.close()
+
+
+def test_events_k8s_io_events_are_served_as_metadata_too(cluster: Cluster) -> None:
+    """events.k8s.io/v1 is served from core/v1 Events (docs/sim.md); metadata only works there too."""
+    cluster.core.create_namespaced_event(cluster.namespace, {
+        "metadata": {"name": "ev-0"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": cluster.namespace},
+        "reason": "Tested", "message": "m", "type": "Normal"})
+    path = f"/apis/events.k8s.io/v1/namespaces/{cluster.namespace}/events"
+    status, obj = call(cluster, "GET", f"{path}/ev-0", AS_OBJECT)
+    assert status == 200, obj
+    assert (obj["kind"], obj["metadata"]["name"]) == ("PartialObjectMetadata", "ev-0") and "reason" not in obj
+    status, listed = call(cluster, "GET", path, AS_LIST)
+    assert status == 200 and listed["kind"] == "PartialObjectMetadataList"
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["ev-0"]
