@@ -406,7 +406,7 @@ class Api:
             if page.remaining is not None:
                 meta["remainingItemCount"] = page.remaining
         if partial is not None:
-            return json_response(200, partialmeta.of_list([e.obj for e in entries], partial, meta))
+            return json_response(200, partialmeta.of_list([orjson.loads(e.raw) for e in entries], partial, meta))
         if tables.wants_table(request.headers.get("accept", "")):
             objs = [e.copy() for e in entries]
             table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"),
