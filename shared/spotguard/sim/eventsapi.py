@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from spotguard.sim import errors, patching, patchmeta, resources
+from spotguard.sim import errors, partialmeta, patching, patchmeta, resources
 
 if TYPE_CHECKING:
     from spotguard.sim import routes
@@ -265,7 +265,10 @@ def handle(api: routes.Api, request: routes.Request, t: routes.Target) -> routes
         return response
     if method == "GET":
         assert t.name is not None
-        return routes_mod.json_response(200, from_core(store.get("events", t.name, t.namespace)))
+        partial = partialmeta.requested(request.headers.get("accept", ""))
+        event = from_core(store.get("events", t.name, t.namespace))
+        return routes_mod.json_response(
+            200, event if partial is None else partialmeta.of_object(event, partial))
     if method == "POST":
         if t.name is not None:
             raise errors.MethodNotAllowed("POST is not allowed on a named object")

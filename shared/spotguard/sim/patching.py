@@ -54,6 +54,9 @@ CONTENT_TYPES = {
 }
 
 
+APPLY_NOT_SERVED = "server-side apply is not supported by the simulated cluster; use client-side apply"
+
+
 def apply(
     obj: dict[str, Any], patch: Any, patch_type: str, schema: patchmeta.Node = None
 ) -> dict[str, Any]:
@@ -73,9 +76,7 @@ def apply(
             raise errors.BadRequest("strategic merge patch must be a JSON object")
         return strategic(obj, patch, schema)
     if patch_type == "apply":
-        raise errors.UnsupportedMediaType(
-            "server-side apply is not supported by the simulated cluster; use client-side apply"
-        )
+        raise errors.UnsupportedMediaType(APPLY_NOT_SERVED)
     raise errors.UnsupportedMediaType(f"unknown patch type {patch_type!r}")
 
 

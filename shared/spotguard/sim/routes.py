@@ -20,7 +20,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from spotguard.sim import discovery, errors, patching, resources, selectors, tables
+from spotguard.sim import discovery, errors, partialmeta, patching, resources, selectors, tables
 
 if TYPE_CHECKING:
     from spotguard.sim.store import Store, Watcher
@@ -258,7 +258,10 @@ class Api:
                 if _true(q.get("watch")):
                     return self._watch(request, t)
                 return self._list(request, t)
+            partial = partialmeta.requested(request.headers.get("accept", ""))
             raw = self.store.get_raw(t.rtype.plural, t.name, t.namespace)
+            if partial is not None:
+                return json_response(200, partialmeta.of_object(orjson.loads(raw), partial))
             if tables.wants_table(request.headers.get("accept", "")):
                 obj = orjson.loads(raw)
                 return json_response(200, tables.table(
@@ -310,6 +313,8 @@ class Api:
                     f"the body of the request was in an unknown format - accepted media types "
                     f"include: {', '.join(patching.CONTENT_TYPES)}"
                 )
+            if patch_type == "apply":  # refused whether or not the object exists (no 404 first)
+                raise errors.UnsupportedMediaType(patching.APPLY_NOT_SERVED)
             patch = _load(request.body)
             if patch_type in ("merge", "strategic"):
                 _strict(t.rtype, q, patch)
@@ -377,6 +382,7 @@ class Api:
                 _check_continue(self.store, token_rv, after)
         from spotguard.sim import snapshots
 
+        partial = partialmeta.requested(request.headers.get("accept", ""))
         exact = snapshots.check(q, int(self.store.resource_version))
         # one page from the sorted key index: O(log n + limit), not a sorted copy of all
         page = self.store.list_page(
@@ -399,6 +405,8 @@ class Api:
             meta["continue"] = _continue_token(rv, (last.get("namespace", ""), last["name"]))
             if page.remaining is not None:
                 meta["remainingItemCount"] = page.remaining
+        if partial is not None:
+            return json_response(200, partialmeta.of_list([orjson.loads(e.raw) for e in entries], partial, meta))
         if tables.wants_table(request.headers.get("accept", "")):
             objs = [e.copy() for e in entries]
             table = tables.table(t.rtype, objs, str(rv), q.get("includeObject"),
@@ -413,6 +421,7 @@ class Api:
 
     def _watch(self, request: Request, t: Target) -> Response:
         q = request.query
+        partial = partialmeta.requested(request.headers.get("accept", ""))
         rv = q.get("resourceVersion")
         initial = q.get("sendInitialEvents") == "true"
         if initial:
@@ -437,7 +446,12 @@ class Api:
                 watcher.close()
                 raise errors.BadRequest("invalid timeoutSeconds") from None
         transform = None
-        if tables.wants_table(request.headers.get("accept", "")):
+        if partial is not None and partial[0] == partialmeta.OBJECT:
+            target = partial
+
+            def transform(raw: bytes) -> bytes:
+                return orjson.dumps(partialmeta.of_object(orjson.loads(raw), target))
+        elif tables.wants_table(request.headers.get("accept", "")):
             clock, rtype, include = self.store.clock, t.rtype, q.get("includeObject")
 
             def transform(raw: bytes) -> bytes:
@@ -449,8 +463,12 @@ class Api:
         if _true(q.get("allowWatchBookmarks")):
             store, rtype = self.store, t.rtype
 
+            kind, api_version = rtype.kind, rtype.api_version
+            if partial is not None and partial[0] == partialmeta.OBJECT:
+                kind, api_version = partial
+
             def bookmark() -> bytes:
-                return orjson.dumps({"kind": rtype.kind, "apiVersion": rtype.api_version,
+                return orjson.dumps({"kind": kind, "apiVersion": api_version,
                                      "metadata": {"resourceVersion": store.resource_version}})
 
         return Response(200, b"", watch=watcher, watch_timeout=timeout, watch_transform=transform,

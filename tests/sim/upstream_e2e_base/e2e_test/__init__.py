@@ -1,0 +1,1 @@
+"""Stands in for ``kubernetes.e2e_test`` (not shipped in the wheel): only ``base``."""
