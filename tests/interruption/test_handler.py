@@ -464,12 +464,24 @@ def test_an_interruption_whose_node_mark_failed_still_ranks_its_dead_pods_first(
     assert dead["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
 
 
-def test_a_rebalance_only_surge_does_not_rank_the_living_nodes_pods_first(cluster: Cluster) -> None:
+def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_living_spot_pod(cluster: Cluster) -> None:
+    """A rebalance recommendation never followed by an interruption: at the end of its surge
+    the spot pod on the (living) node stays and the surge replica goes (tests/chaos
+    rebalance-storm-surge: the ReplicaSet removed the doubled-up spot pods instead)."""
     c = cluster
     cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
-    c.store.apply_objects([pod(c.deployment("web"), 10, "od-0")])
+    extra = pod(c.deployment("web"), 10, "od-0")
+    extra["metadata"]["labels"]["spotguard.io/placement"] = "surge"
+    c.store.apply_objects([extra])
     c.handler(config=cfg, clock=lambda: c.now() + 400).reconcile()
     assert c.deployment("web")["spec"]["replicas"] == 3
     living = c.store.get("pods", "web-5d4f8-00001", "shop")
-    assert (living["metadata"].get("annotations") or {}).get(DELETION_COST) != str(moves.DOOMED_FIRST)
+    assert DELETION_COST not in (living["metadata"].get("annotations") or {})
+    surge = c.store.get("pods", extra["metadata"]["name"], "shop")
+    assert surge["metadata"]["annotations"][DELETION_COST] == str(moves.SURGE_FIRST)
+    pods = [p for p in c.store.list("pods", "shop")[0] if p["metadata"]["name"].startswith("web-")]
+    on_node = [p["spec"]["nodeName"] for p in pods]
+    ranks = [on_node.count(n) for n in on_node]  # the ReplicaSet's doubled-up rank
+    order = [p["metadata"]["name"] for p in pod_util.deletion_order(pods, ranks, c.now())]
+    assert order[0] == extra["metadata"]["name"], order

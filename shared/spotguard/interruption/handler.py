@@ -55,8 +55,9 @@ from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
-from spotguard.policy.moves import DOOMED_FIRST
+from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
+from spotguard.policy.placement import Placement
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import DELETION_COST, SURGE, Kind, Workload
 
@@ -761,7 +762,9 @@ class Handler:
                 )
                 if not self._restore_autoscaler(wl.namespace, fin, hpa):
                     return  # the autoscaler kept changing: the next reconcile decides again
-            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(wl, fin.record, snap):
+            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(
+                wl, fin.record, snap, wl.replicas - fin.replicas
+            ):
                 return  # the next reconcile scales back
             # The budget goes before the record: a failure here leaves the record, and the
             # next reconcile finishes again (a record removed first would orphan the budget).
@@ -843,8 +846,9 @@ class Handler:
                 best_effort=True,
             )
 
-    def _doomed_first(self, wl: Workload, record: SurgeRecord, snap: Snapshot) -> bool:
-        """Rank the workload's pods on its doomed nodes first to go before a scale back.
+    def _doomed_first(self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int) -> bool:
+        """Rank the workload's pods on its doomed nodes first to go before a scale back of
+        ``remove`` replicas, and where those are fewer, its surge replicas next.
 
         Past its deadline a doomed node serves nothing, but the API keeps its pods Ready
         until the node lifecycle controller notices (50 s and more): among equally Ready
@@ -866,19 +870,27 @@ class Handler:
             return mark is None or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
 
         doomed = {n for n in record.nodes if dies(n)}
-        first = str(DOOMED_FIRST)
-        for p in snap.pod_views:
-            if p.node_name not in doomed or p.terminating or p.annotations.get(DELETION_COST) == first:
-                continue
-            if interruption.workload_key_of(p) != wl.key:
+        mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
+        dead = [p for p in mine if p.node_name in doomed]
+        # Then the surge's own replicas, newest first (a rebalance recommendation not followed
+        # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
+        # rebalance-storm-surge), as many as the dead pods leave to remove.
+        extras = sorted(
+            (p for p in mine if p.node_name not in record.nodes and p.placement_label == Placement.SURGE.value),
+            key=lambda p: (p.created, p.name),
+            reverse=True,
+        )[: max(0, remove - len(dead))]
+        ranks = [(p, str(DOOMED_FIRST)) for p in dead] + [(p, str(SURGE_FIRST)) for p in extras]
+        for p, cost in ranks:
+            if p.annotations.get(DELETION_COST) == cost:
                 continue
             try:
-                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": {DELETION_COST: first}}}, p.namespace)
+                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": {DELETION_COST: cost}}}, p.namespace)
             except NotFound:
                 continue
             except ApiError as exc:
                 metrics.ERRORS.labels("finish").inc()
-                log.warning("could not rank a doomed pod first to go", extra={"workload": wl.key, "error": str(exc)})
+                log.warning("could not rank a pod first to go", extra={"workload": wl.key, "error": str(exc)})
                 return False
         return True
 

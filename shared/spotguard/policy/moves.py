@@ -52,6 +52,9 @@ FIRST_TO_GO = -1_000_000
 # move in progress at the notice the ReplicaSet removes the dead pods before the
 # move's ranked (living, serving) one; a tie would let it keep a dead pod instead.
 DOOMED_FIRST = 2 * FIRST_TO_GO
+# The deletion cost of the surge replicas a scale back removes beyond the dead pods: after
+# a move's pod (whose removal is the move), before every other replica.
+SURGE_FIRST = FIRST_TO_GO // 2
 # A move whose new pod is not Ready by then is undone.
 MOVE_TIMEOUT_SECONDS = 300.0
 # After a move that made no progress, the workload is left alone this long.
