@@ -272,19 +272,3 @@ def test_spread_keys_configurable(placement: Placement) -> None:
     cfg = dataclasses.replace(CFG, spread_topology_keys=())
     _, patched = build_and_check(pod_json(), placement, cfg)
     assert "topologySpreadConstraints" not in patched["spec"]
-
-
-def test_a_surge_replica_prefers_on_demand_tolerates_spot_and_carries_no_deletion_cost() -> None:
-    """A replica above the floor created during a surge (DESIGN: the surge adds on-demand
-    replicas): on-demand preferred with the spot weight, spot allowed (tolerations, spread),
-    labelled ``surge``, no deletion cost (it is an extra); patching again is a no-op."""
-    ops, patched = build_and_check(pod_json(labels={"app": "web"}), Placement.SURGE)
-    assert ops[0] == {
-        "op": "add",
-        "path": "/spec/affinity",
-        "value": {"nodeAffinity": {PREF: [{"weight": 100, "preference": {"matchExpressions": OD}}]}},
-    }
-    assert patched["spec"]["tolerations"] == DEFAULT_TOLERATIONS
-    assert {c["topologyKey"] for c in patched["spec"]["topologySpreadConstraints"]} == {"kubernetes.io/hostname", ZONE}
-    assert patched["metadata"]["labels"]["spotguard.io/placement"] == "surge"
-    assert "controller.kubernetes.io/pod-deletion-cost" not in (patched["metadata"].get("annotations") or {})

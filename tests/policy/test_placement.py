@@ -231,36 +231,3 @@ def test_preferred_affinity_and_other_keys_do_not_pin() -> None:
     ]
     assert placement.skip_reason(pod("p", spec=spec), CFG) is None
     assert placement.skip_reason(pod("p", owner=("StatefulSet", "db")), CFG) is None
-
-
-def test_a_replica_above_the_floor_during_a_surge_is_a_surge_replica() -> None:
-    wl = workload(replicas=4)
-    on_od = [pod(f"web-{i}", node_name="od-1") for i in range(2)]  # the floor is met
-    surging = placement.decide(
-        pod=pod("web-new"), workload=wl, floor=floors.floor_for(wl, CFG), siblings=on_od,
-        node_capacity=NODES, surging=True,
-    )
-    assert surging.placement is Placement.SURGE
-    # below the floor it is an on-demand slot, surge or not
-    short = placement.decide(
-        pod=pod("web-new"), workload=wl, floor=floors.floor_for(wl, CFG), siblings=[],
-        node_capacity=NODES, surging=True,
-    )
-    assert short.placement is Placement.ON_DEMAND
-    # without a surge it is a spot slot
-    assert decide(pod("web-new"), wl, on_od).placement is Placement.SPOT
-    # reinvocation keeps it
-    again = pod("web-new", labels={"spotguard.io/placement": "surge"})
-    assert decide(again, wl).placement is Placement.SURGE
-
-
-def test_surging_reads_the_record_and_a_finished_one_is_not_a_surge() -> None:
-    from spotguard.policy import interruption
-
-    record = interruption.SurgeRecord(replicas=4, surge=2, nodes=("spot-1",))
-    wl = workload(replicas=6, **{"spotguard.io/surge": record.to_json()})
-    assert interruption.surging(wl)
-    done = interruption.finished_record(record)
-    assert not interruption.surging(workload(replicas=4, **{"spotguard.io/surge": done.to_json()}))
-    assert not interruption.surging(workload(replicas=4))
-    assert not interruption.surging(dataclasses.replace(wl, kind=Kind.STATEFULSET))

@@ -27,7 +27,7 @@ from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy,
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
-from spotguard.policy import fit, floors, interruption, patches, placement
+from spotguard.policy import fit, floors, patches, placement
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
@@ -362,7 +362,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if skip:
         return Outcome("skipped", skip)
     existing = view.placement_label
-    if existing in placement.PLACED:
+    if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         where = Placement(existing)
         ops = patches.build(pod, where, config)
         return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
@@ -398,9 +398,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
 
     def decide(held: int) -> placement.Decision:
-        return placement.decide(
-            pod=view, workload=workload, floor=floor, reserved_on_demand=held, surging=interruption.surging(workload)
-        )
+        return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
 
     def refresh() -> tuple[int, Callable[[int], placement.Decision]]:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
@@ -413,9 +411,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             "workload changed since it was cached; deciding on the new floor",
             extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
         )
-        return w.replicas, lambda held: placement.decide(
-            pod=view, workload=w, floor=f, reserved_on_demand=held, surging=interruption.surging(w)
-        )
+        return w.replicas, lambda held: placement.decide(pod=view, workload=w, floor=f, reserved_on_demand=held)
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET:

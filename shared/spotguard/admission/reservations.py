@@ -431,7 +431,7 @@ class Reservations:
             held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
             decision = decide(held)
             if (
-                decision.placement in placement.SPOT_SLOTS
+                decision.placement is Placement.SPOT
                 and not dry_run
                 and unseen
                 and held - len(unseen) < floor
@@ -444,7 +444,7 @@ class Reservations:
                 continue
             if decision.placement is not Placement.ON_DEMAND:
                 if not dry_run:
-                    if decision.placement in placement.SPOT_SLOTS:
+                    if decision.placement is Placement.SPOT:
                         local.spot += 1
                     if self._prunable(local, doc, self.clock()):
                         self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)

@@ -196,15 +196,6 @@ class SurgeRecord:
         return record
 
 
-def surging(workload: Workload) -> bool:
-    """The Deployment has a surge in progress (a record that is not finished): its new
-    replicas above the floor are surge replicas (admission prefers on-demand for them)."""
-    if workload.kind is not Kind.DEPLOYMENT:
-        return False
-    record = SurgeRecord.of(workload)
-    return record is not None and not record.done
-
-
 # Set (on the workload view only, never on the cluster) by the adapter when the record
 # came from the ledger because the workload's own annotation is gone.
 LOST = "spotguard.io/surge-lost"

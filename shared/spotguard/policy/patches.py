@@ -91,14 +91,6 @@ def spot_preferences(config: Config) -> list[dict[str, Any]]:
     ]
 
 
-def on_demand_preferences(config: Config) -> list[dict[str, Any]]:
-    """The on-demand requirement as preferred terms (a surge replica's)."""
-    return [
-        {"weight": config.spot_preference_weight, "preference": {"matchExpressions": term}}
-        for term in on_demand_terms(config)
-    ]
-
-
 def _set_in_map(obj: Mapping[str, Any], parent: Sequence[str], key: str, value: str) -> list[Op]:
     """Ops that make ``obj[parent...][key] == value``."""
     current: Any = obj
@@ -186,11 +178,11 @@ def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in VOLATILE_LABELS}
 
 
-def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, surge: bool = False) -> list[Op]:
+def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -> list[Op]:
     ops = _append_missing(
         spec,
         ("affinity", "nodeAffinity", PREFERRED),
-        on_demand_preferences(config) if surge else spot_preferences(config),
+        spot_preferences(config),
         lambda existing, item: any(
             (e.get("preference") or {}).get("matchExpressions") == item["preference"]["matchExpressions"]
             for e in existing
@@ -230,7 +222,7 @@ def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[
     if placement is Placement.ON_DEMAND:
         ops += _on_demand_ops(spec, config)
     else:
-        ops += _spot_ops(pod, spec, config, surge=placement is Placement.SURGE)
+        ops += _spot_ops(pod, spec, config)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:

@@ -20,11 +20,6 @@ MANAGED_OWNERS = ("ReplicaSet", "StatefulSet")
 class Placement(enum.StrEnum):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
-    # A Deployment's replica above its floor created while it surges for an interruption:
-    # the surge adds on-demand replicas (DESIGN), so on-demand is preferred, and a spot node
-    # that stays is allowed (rather than Pending where on-demand is full). It is counted by
-    # the node it lands on, like a spot slot, and carries no deletion cost (an extra).
-    SURGE = "surge"
 
     @classmethod
     def of(cls, capacity: Capacity) -> Placement | None:
@@ -33,10 +28,6 @@ class Placement(enum.StrEnum):
         if capacity is Capacity.ON_DEMAND:
             return cls.ON_DEMAND
         return None
-
-
-PLACED = (Placement.ON_DEMAND.value, Placement.SPOT.value, Placement.SURGE.value)
-SPOT_SLOTS = (Placement.SPOT, Placement.SURGE)  # above the floor: no on-demand reservation
 
 
 @dataclass(frozen=True)
@@ -113,7 +104,6 @@ def decide(
     node_capacity: Mapping[str, Capacity] | None = None,
     reserved_on_demand: int = 0,
     ordinal_start: int = 0,
-    surging: bool = False,
 ) -> Decision:
     """Decide the slot for ``pod``.
 
@@ -121,14 +111,12 @@ def decide(
     Deployment, the pods of the pod's ReplicaSet; for a StatefulSet, its pods);
     ``reserved_on_demand`` is the number of on-demand slots handed out to pods not
     yet visible in ``siblings`` (Deployments only). ``ordinal_start`` is a
-    StatefulSet's ``spec.ordinals.start``. ``surging``: the Deployment has a surge in
-    progress (:func:`spotguard.policy.interruption.surging`): a pod above the floor is a
-    surge replica.
+    StatefulSet's ``spec.ordinals.start``.
     """
     if not floor.enabled:
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
     existing = pod.placement_label
-    if existing in PLACED:
+    if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         return Decision(Placement(existing), "already placed (reinvocation)")
     if workload.kind is Kind.STATEFULSET:
         return statefulset_slot(
@@ -142,8 +130,6 @@ def decide(
     held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
     if held < floor.on_demand:
         return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
-    if surging and workload.kind is Kind.DEPLOYMENT:
-        return Decision(Placement.SURGE, f"on-demand floor {floor.on_demand} met ({held}); a surge replica")
     return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")
 
 
