@@ -472,7 +472,8 @@ def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_livin
     cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
     extra = pod(c.deployment("web"), 10, "od-0")
-    extra["metadata"]["labels"]["spotguard.io/placement"] = "surge"
+    extra["metadata"]["labels"]["spotguard.io/placement"] = "on-demand"
+    extra["metadata"]["annotations"] = {"spotguard.io/surge-replica": "true"}
     c.store.apply_objects([extra])
     c.handler(config=cfg, clock=lambda: c.now() + 400).reconcile()
     assert c.deployment("web")["spec"]["replicas"] == 3

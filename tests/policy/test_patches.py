@@ -272,3 +272,17 @@ def test_spread_keys_configurable(placement: Placement) -> None:
     cfg = dataclasses.replace(CFG, spread_topology_keys=())
     _, patched = build_and_check(pod_json(), placement, cfg)
     assert "topologySpreadConstraints" not in patched["spec"]
+
+
+def test_a_surge_replica_is_marked_and_gets_no_deletion_cost() -> None:
+    """An on-demand slot of a surge in progress: the same requirement, marked as a surge
+    replica, and no deletion cost (an extra: the scale back removes it after the dead pods,
+    not the spot pods of a node that lives on); patching again is a no-op."""
+    before = pod_json(labels={"app": "web"})
+    ops = patches.build(before, Placement.ON_DEMAND, CFG, surge=True)
+    patched = apply(before, ops)
+    assert patches.build(patched, Placement.ON_DEMAND, CFG, surge=True) == []
+    assert patched["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"] == [{"matchExpressions": OD}]
+    assert patched["metadata"]["annotations"] == {"spotguard.io/surge-replica": "true"}
+    plain = apply(before, patches.build(before, Placement.ON_DEMAND, CFG))
+    assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}

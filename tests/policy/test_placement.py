@@ -231,3 +231,23 @@ def test_preferred_affinity_and_other_keys_do_not_pin() -> None:
     ]
     assert placement.skip_reason(pod("p", spec=spec), CFG) is None
     assert placement.skip_reason(pod("p", owner=("StatefulSet", "db")), CFG) is None
+
+
+def test_the_on_demand_slots_a_surge_adds_are_surge_replicas() -> None:
+    """The floor rises by a surge in progress; the slots above the base floor are the surge's
+    extras (no deletion cost), the base floor's are not."""
+    record = '{"replicas":4,"surge":2,"events":["e"],"nodes":["spot-1"],"started":1}'
+    wl = workload(replicas=6, **{"spotguard.io/surge": record})
+    floor = floors.floor_for(wl, CFG)
+    assert floor.surge == 2
+    base = floor.on_demand - floor.surge
+    on_od = [pod(f"web-{i}", node_name="od-1") for i in range(base)]
+    extra = decide(pod("web-new"), wl, on_od)
+    assert extra.placement is Placement.ON_DEMAND and extra.surge
+    short = decide(pod("web-new"), wl, on_od[:-1]) if base else None
+    assert short is None or (short.placement is Placement.ON_DEMAND and not short.surge)
+    full = [pod(f"web-{i}", node_name="od-1") for i in range(floor.on_demand)]
+    assert decide(pod("web-new"), wl, full).placement is Placement.SPOT
+    again = pod("web-new", labels={"spotguard.io/placement": "on-demand"},
+                annotations={"spotguard.io/surge-replica": "true"})
+    assert decide(again, wl).surge

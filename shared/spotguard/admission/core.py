@@ -33,7 +33,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import Kind
+from spotguard.policy.workloads import SURGE_REPLICA, Kind
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -289,11 +289,11 @@ def build_response(
 
 
 def placement_patch(
-    pod: Mapping[str, Any], where: Placement, config: Config, token: str | None
+    pod: Mapping[str, Any], where: Placement, config: Config, token: str | None, surge: bool = False
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for an on-demand slot."""
     if token is None:
-        return patches.build(pod, where, config)
+        return patches.build(pod, where, config, surge)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -305,7 +305,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config)
+    return first + patches.build(with_token, where, config, surge)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -364,7 +364,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     existing = view.placement_label
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         where = Placement(existing)
-        ops = patches.build(pod, where, config)
+        ops = patches.build(pod, where, config, view.annotations.get(SURGE_REPLICA) == "true")
         return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
     if ctx.kube is None:
         raise RuntimeError(f"no Kubernetes connection: {ctx.connect_error}")
@@ -434,7 +434,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         decision, token = claim.decision, claim.token
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
-    ops = placement_patch(pod, decision.placement, config, token)
+    ops = placement_patch(pod, decision.placement, config, token, decision.surge)
     return Outcome("patched", decision.reason, decision.placement, ops)
 
 

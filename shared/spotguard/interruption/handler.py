@@ -57,9 +57,8 @@ from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
 from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
-from spotguard.policy.placement import Placement
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, SURGE, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -876,7 +875,7 @@ class Handler:
         # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
         # rebalance-storm-surge), as many as the dead pods leave to remove.
         extras = sorted(
-            (p for p in mine if p.node_name not in record.nodes and p.placement_label == Placement.SURGE.value),
+            (p for p in mine if p.node_name not in record.nodes and p.annotations.get(SURGE_REPLICA) == "true"),
             key=lambda p: (p.created, p.name),
             reverse=True,
         )[: max(0, remove - len(dead))]

@@ -16,7 +16,7 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.tolerations import Toleration
-from spotguard.policy.workloads import DELETION_COST, PLACEMENT_LABEL
+from spotguard.policy.workloads import DELETION_COST, PLACEMENT_LABEL, SURGE_REPLICA
 
 Op = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -215,8 +215,11 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
     return ops
 
 
-def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[Op]:
-    """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is."""
+def build(pod: Mapping[str, Any], placement: Placement, config: Config, surge: bool = False) -> list[Op]:
+    """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
+
+    ``surge``: an on-demand slot of a surge in progress: marked ``spotguard.io/surge-replica``
+    and given no deletion cost (an extra replica, the first to go after the dead pods)."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
@@ -225,7 +228,9 @@ def build(pod: Mapping[str, Any], placement: Placement, config: Config) -> list[
         ops += _spot_ops(pod, spec, config)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
+    if placement is Placement.ON_DEMAND and surge:
+        ops += _set_in_map(pod, ("metadata", "annotations"), SURGE_REPLICA, "true")
+    elif placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
         # Scale-down removes spot replicas before the on-demand floor.
         ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
     return ops

@@ -11,7 +11,7 @@ from spotguard.policy.capacity import Capacity, LabelScheme
 from spotguard.policy.config import Config
 from spotguard.policy.floors import Floor
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import Kind, Workload
+from spotguard.policy.workloads import SURGE_REPLICA, Kind, Workload
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MANAGED_OWNERS = ("ReplicaSet", "StatefulSet")
@@ -34,6 +34,10 @@ class Placement(enum.StrEnum):
 class Decision:
     placement: Placement | None  # None: leave the pod alone
     reason: str
+    # An on-demand slot of a surge in progress (the floor raised by the surge): an extra
+    # replica, which gets no deletion cost (a rebalance-only surge's scale back must remove
+    # it, not the spot pods of the living node)
+    surge: bool = False
 
     @property
     def leave_alone(self) -> bool:
@@ -117,7 +121,9 @@ def decide(
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
     existing = pod.placement_label
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
-        return Decision(Placement(existing), "already placed (reinvocation)")
+        return Decision(
+            Placement(existing), "already placed (reinvocation)", surge=pod.annotations.get(SURGE_REPLICA) == "true"
+        )
     if workload.kind is Kind.STATEFULSET:
         return statefulset_slot(
             pod,
@@ -129,6 +135,10 @@ def decide(
         )
     held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
     if held < floor.on_demand:
+        if floor.surge and held >= floor.on_demand - floor.surge:
+            return Decision(
+                Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled (a surge replica)", surge=True
+            )
         return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
     return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")
 

@@ -12,6 +12,9 @@ MIN_ON_DEMAND = "spotguard.io/min-on-demand"
 ENABLED = "spotguard.io/enabled"
 PLACEMENT_LABEL = "spotguard.io/placement"
 SURGE = "spotguard.io/surge"
+# On a pod: admitted as one of a surge's extra on-demand replicas (no deletion cost; the
+# scale back removes these first after the dead pods).
+SURGE_REPLICA = "spotguard.io/surge-replica"
 INTERRUPTION_TAINT = "spotguard.io/interruption"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
