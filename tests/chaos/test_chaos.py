@@ -115,11 +115,16 @@ def second_wave(c: Chaos) -> None:
 def rebalance_storm(c: Chaos) -> None:
     """A rebalance recommendation for every spot node, and no interruption: nothing is drained."""
     spot = c.spot()
-    on_spot = {p["metadata"]["uid"] for p in c.sim.store.list("pods")[0] if p["spec"].get("nodeName") in spot}
+    on_spot = {
+        p["metadata"]["uid"]: f"{p['metadata']['name']} on {p['spec']['nodeName']}"
+        for p in c.sim.store.list("pods")[0]
+        if p["spec"].get("nodeName") in spot
+    }
     c.notify(spot, NoticeKind.REBALANCE)
     c.settle()
     still = {p["metadata"]["uid"] for p in c.sim.store.list("pods")[0] if p["spec"].get("nodeName") in spot}
-    assert on_spot <= still, "a pod on a spot node was drained for a rebalance recommendation"
+    gone = sorted(name for uid, name in on_spot.items() if uid not in still)
+    assert not gone, f"pods on spot nodes were drained for a rebalance recommendation: {gone}"
 
 
 def capacity_short(c: Chaos) -> None:

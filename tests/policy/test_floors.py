@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from spotguard.policy import config, floors
 from spotguard.policy.floors import Count, Percent
 from spotguard.policy.validation import Problem
-from spotguard.policy.workloads import Kind, Workload
+from spotguard.policy.workloads import MIN_ON_DEMAND, SURGE, Kind, Workload
 
 CFG = config.Config()
 
@@ -109,3 +111,17 @@ def test_cluster_default_from_config() -> None:
     # the annotation still wins over the cluster default
     got = floors.floor_for(wl(Kind.DEPLOYMENT, 5, **{"spotguard.io/min-on-demand": "0"}), cfg)
     assert (got.on_demand, got.source) == (0, "annotation")
+
+
+def test_a_percentage_floor_does_not_rise_with_the_surge_itself() -> None:
+    """50 % of 4 is 2; surged by 2 to 6, the floor is 2 + 2, not 50 % of 6 + 2: the surge's
+    two extras are its own on-demand slots, and no extra slot with a deletion cost appears
+    (a rebalance-only scale back then removed a spot pod of a living node: tests/chaos)."""
+    record = '{"replicas":4,"surge":2,"written":6,"events":["e"],"nodes":["spot-1"],"started":1}'
+    wl = Workload(Kind.DEPLOYMENT, "shop", "cart", 6, {MIN_ON_DEMAND: "50%", SURGE: record})
+    floor = floors.floor_for(wl, config.Config())
+    assert (floor.on_demand, floor.surge) == (4, 2)
+    # a person scaled to 10 during the surge (the owner now wants 8): 50 % of 8 + 2
+    assert floors.floor_for(dataclasses.replace(wl, replicas=10), config.Config()).on_demand == 6
+    # a GitOps revert to 4: the owner wants 4; 2 + the surge, capped at the replicas
+    assert floors.floor_for(dataclasses.replace(wl, replicas=4), config.Config()).on_demand == 4

@@ -103,31 +103,63 @@ def floor_for(
     namespace_annotations: Mapping[str, str] | None = None,
     replicas: int | None = None,
 ) -> Floor:
-    """The on-demand floor of ``workload`` (at ``replicas``, default its own)."""
-    base = _base_floor(workload, config, namespace_annotations, replicas)
-    extra = surge_count(workload.annotations)
+    """The on-demand floor of ``workload`` (at ``replicas``, default its own).
+
+    While an interruption surge is in progress (``spotguard.io/surge``) the surge
+    replicas are on-demand too: the floor is the usual floor of the count the owner
+    wants (not of the surged count: a percentage floor would rise with the surge and
+    give an extra an on-demand slot with a deletion cost, and the scale back would
+    then remove a spot pod of a node that lives on) plus the surge.
+    """
+    n = max(workload.replicas if replicas is None else replicas, 0)
+    record = surge_of(workload.annotations)
+    if record is None:
+        return _base_floor(workload, config, namespace_annotations, n)
+    extra, before, written = record
+    base = _base_floor(workload, config, namespace_annotations, min(n, owner_count(before, written, n)))
     if not base.enabled or extra == 0:
         return base
-    # While an interruption surge is in progress (``spotguard.io/surge``), the
-    # surge replicas are on-demand too: the floor rises by the surge.
-    n = max(workload.replicas if replicas is None else replicas, 0)
     on_demand = min(n, base.on_demand + extra)
     return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand)
 
 
-def surge_count(annotations: Mapping[str, str]) -> int:
-    """The replica count of the surge recorded in ``spotguard.io/surge`` (0: none, or unreadable)."""
+def owner_count(before: int, written: int, current: int) -> int:
+    """The count a workload's owner wants during a surge: ``before`` (the count at the
+    surge) while ``spec.replicas`` is still what spotguard ``written``; theirs where someone
+    lowered it; ``before`` plus what they added where someone raised it."""
+    if current == written:
+        return before
+    if current > written:
+        return before + (current - written)
+    return current
+
+
+def surge_of(annotations: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(surge, replicas before it, replicas spotguard last wrote) of the record in
+    ``spotguard.io/surge``; None: none, or unreadable."""
     raw = annotations.get(SURGE)
     if not raw:
-        return 0
+        return None
     try:
         value = json.loads(raw)
     except ValueError:
-        return 0
-    surge = value.get("surge") if isinstance(value, dict) else None
-    if isinstance(surge, bool) or not isinstance(surge, int):
-        return 0
-    return max(surge, 0)
+        return None
+    if not isinstance(value, dict):
+        return None
+    surge, before, written = _count(value.get("surge")), _count(value.get("replicas")), _count(value.get("written"))
+    if surge is None or before is None:
+        return None
+    return surge, before, before + surge if written is None else written
+
+
+def _count(value: object) -> int | None:
+    return max(value, 0) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def surge_count(annotations: Mapping[str, str]) -> int:
+    """The replica count of the surge recorded in ``spotguard.io/surge`` (0: none, or unreadable)."""
+    record = surge_of(annotations)
+    return 0 if record is None else record[0]
 
 
 def _base_floor(

@@ -209,12 +209,7 @@ def owner_replicas(record: SurgeRecord, current: int) -> int:
     is. Raised by someone else (a person or an autoscaler adding replicas): the
     count before the surge plus what they added.
     """
-    written = record.last_written
-    if current == written:
-        return record.replicas
-    if current > written:
-        return record.replicas + (current - written)
-    return current
+    return floors.owner_count(record.replicas, record.last_written, current)
 
 
 def _owner_count(record: SurgeRecord, current: int, hpa: Autoscaler | None) -> int:
