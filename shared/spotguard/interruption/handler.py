@@ -754,6 +754,12 @@ class Handler:
         try:
             if raw is None:
                 return
+            # The pods to go first are ranked before the autoscaler's minimum comes down: the
+            # autoscaler may scale down itself right after, and must remove the same pods.
+            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(
+                wl, fin.record, snap, wl.replicas - fin.replicas
+            ):
+                return  # the next reconcile scales back
             if fin.hpa_min is not None or fin.hpa_max is not None:
                 hpa = next(
                     (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
@@ -761,10 +767,6 @@ class Handler:
                 )
                 if not self._restore_autoscaler(wl.namespace, fin, hpa):
                     return  # the autoscaler kept changing: the next reconcile decides again
-            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(
-                wl, fin.record, snap, wl.replicas - fin.replicas
-            ):
-                return  # the next reconcile scales back
             # The budget goes before the record: a failure here leaves the record, and the
             # next reconcile finishes again (a record removed first would orphan the budget).
             if fin.budget:
