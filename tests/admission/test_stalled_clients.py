@@ -228,3 +228,11 @@ def test_the_client_limit_setting_is_validated(raw: str | None, seconds: float) 
 def test_an_invalid_client_limit_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert connections.limit_from_env({connections.SETTING: "0"}) == connections.DEFAULT_LIMIT
     assert any(getattr(rec, "setting", None) == connections.SETTING for rec in caplog.records)
+
+
+def test_drops_are_logged_at_most_once_every_ten_seconds_per_reason(caplog: pytest.LogCaptureFixture) -> None:
+    for port in range(3):
+        connections.dropped("flood-test", ("10.0.0.1", port))
+    lines = [rec for rec in caplog.records if getattr(rec, "reason", None) == "flood-test"]
+    assert len(lines) == 1 and getattr(lines[0], "client", None) == "10.0.0.1:0"
+    assert connections._last_logged["flood-test"][1] == 2  # the next line will say so

@@ -34,6 +34,7 @@ import logging
 import math
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -50,6 +51,10 @@ DEFAULT_LIMIT = 3.0
 MIN_LIMIT = 0.1  # below this a loaded node's own handshakes would be cut
 MAX_LIMIT = 30.0  # the longest timeoutSeconds Kubernetes allows a webhook
 MIN_WAIT = 0.001  # past its deadline a read takes only what has arrived already
+LOG_EVERY = 10.0  # seconds between two log lines of drops for the same reason
+
+_log_lock = threading.Lock()
+_last_logged: dict[str, tuple[float, int]] = {}  # reason -> (time.monotonic() of its last line, drops since)
 
 
 def limit_from_env(env: Mapping[str, str]) -> float:
@@ -98,11 +103,21 @@ class Stalled(ConnectionResetError, TimeoutError):
 
 
 def dropped(reason: str, client: Any) -> None:
-    """Count and log one connection dropped for a client that stalled."""
+    """Count and log one connection dropped for a client that stalled: a line for the first
+    drop, then at most one every :data:`LOG_EVERY` seconds per reason (a flood of stalled
+    connections is an attack's, and must not become a flood of log lines), with the
+    number of drops not logged since the last line."""
     metrics.DROPPED_CONNECTIONS.labels(reason).inc()
+    now = time.monotonic()
+    with _log_lock:
+        last, unlogged = _last_logged.get(reason, (-math.inf, 0))
+        if now - last < LOG_EVERY:
+            _last_logged[reason] = (last, unlogged + 1)
+            return
+        _last_logged[reason] = (now, 0)
     log.warning(
         "client connection dropped: it stalled past the client limit",
-        extra={"reason": reason, "client": _address(client), "limit_seconds": limit()},
+        extra={"reason": reason, "client": _address(client), "limit_seconds": limit(), "not_logged_since": unlogged},
     )
 
 
