@@ -99,6 +99,7 @@ def test_connections_that_stall_before_or_in_the_handshake_leave_a_review_its_th
     # GIVEN a webhook with 4 threads and the default client limit (3 s)
     with webhook(cluster, tmp_path, threads=4) as s:
         warm(s, cluster, "warm")
+        review = first_pod_review(cluster, "web")
         addr = clients.address(s.url)
         # WHEN 12 peers connect and send nothing (3 for each thread), 2 stop half-way through
         # their ClientHello and one sends half a request head after its handshake
@@ -106,7 +107,6 @@ def test_connections_that_stall_before_or_in_the_handshake_leave_a_review_its_th
         halves = [clients.half_hello(addr, s.ca) for _ in range(2)]
         head = clients.partial_request(addr, s.ca, HEAD[:30])
         # AND kube-apiserver then sends a review
-        review = first_pod_review(cluster, "web")
         response = review_as_kube_apiserver(s, review)
         # THEN it is answered in time, and decided: the Deployment's first pod on on-demand
         assert placed_on_demand(review, response)
@@ -127,14 +127,14 @@ def test_more_stalled_handshakes_than_threads_are_cut_at_the_limit_and_the_revie
     # GIVEN a webhook with 2 threads and a client limit of 1 s
     with webhook(cluster, tmp_path, threads=2, limit="1") as s:
         warm(s, cluster, "warm-2")
+        review = first_pod_review(cluster, "api")
         addr = clients.address(s.url)
-        # WHEN 2 peers stop half-way through their ClientHello and one after a handshake and
-        # half a request (every thread held, and one more waiting), and 6 send nothing
+        # WHEN 2 peers stop half-way through their ClientHello (both threads held), one behind
+        # them sends a request head and one byte of its body after its handshake, and 6 send nothing
         halves = [clients.half_hello(addr, s.ca) for _ in range(2)]
         body = clients.partial_request(addr, s.ca, HEAD + b"Content-Length: 4000\r\n\r\n{")
         silent = [clients.silent(addr) for _ in range(6)]
         # AND kube-apiserver sends a review behind them
-        review = first_pod_review(cluster, "api")
         response = review_as_kube_apiserver(s, review)
         # THEN the stalled ones are dropped at the limit and the review is answered in time, decided
         assert placed_on_demand(review, response)
