@@ -33,8 +33,10 @@ DEFAULTS = config.Config()
 # A test machine shared with other work is a control plane far slower than a real one: at a
 # load of 20 on 2 cores a webhook's first review (three API round trips) has taken over
 # 2 s and failed open. The servers get the review deadline of a slow control plane, and the
-# webhook the longest timeout, unless a test is about the deadline (it sets its own).
-LOADED_MACHINE = {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10"}
+# webhook the longest timeout, unless a test is about the deadline (it sets its own). The
+# simulated API server, the webhook's client, is as slow to finish a TLS handshake or send
+# a request: the server waits on it as long as the webhook's timeout lets it wait.
+LOADED_MACHINE = {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10", "SPOTGUARD_ADMISSION_CLIENT_TIMEOUT_SECONDS": "30"}
 TIMEOUT_SECONDS = 30
 
 

@@ -40,7 +40,12 @@ FLOOR = 40  # "10%"
 # longer review deadline and reservation grace); what is asserted is that no call fails
 # (refused, reset, 5xx, fail-open) and that the floor is exact.
 TIMEOUT = 60.0
-SLOW_CONTROL_PLANE = {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "20", "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "10"}
+SLOW_CONTROL_PLANE = {
+    "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "20",
+    "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "10",
+    # a client this loaded may take seconds to finish its TLS handshake or send its request
+    "SPOTGUARD_ADMISSION_CLIENT_TIMEOUT_SECONDS": "30",
+}
 
 
 @contextlib.contextmanager

@@ -12,7 +12,6 @@ counted in ``spotguard_admission_shed_total`` and logged.
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import threading
 import time
@@ -20,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from spotguard.admission import core, deadline, server
+from spotguard.admission import connections, core, deadline, server
 
-from tests.admission import burst, cluster, harness, servers
+from tests.admission import burst, clients, cluster, harness, servers
 
 
 @pytest.mark.parametrize(
@@ -72,11 +71,12 @@ def test_the_tls_context_is_built_once_and_again_when_the_certificate_changes(tm
 
 
 def test_a_review_that_waited_past_its_deadline_is_shed_at_once(tmp_path: Path) -> None:
-    # GIVEN a webhook with one thread, held by a connection that never finishes its TLS handshake
+    # GIVEN a webhook with one thread, held by a connection stopped half-way through its TLS
+    # handshake (the client limit, raised to 30 s here, would free the thread only then)
     tls = servers.make_certs(tmp_path / "tls")
-    with servers.running(tls, tmp_path, workers=1, threads=1) as s:
-        host, port = "127.0.0.1", int(s.url.rsplit(":", 1)[1])
-        stall = socket.create_connection((host, port))
+    env = {connections.SETTING: "30"}
+    with servers.running(tls, tmp_path, workers=1, threads=1, env=env) as s:
+        stall = clients.half_hello(clients.address(s.url), s.ca)
         harness.wait_for(lambda: _accepted(s), timeout=30, what="the stalled connection to take the thread")
         # WHEN a review whose caller gives it 1 s arrives behind it, and the thread is freed 1.5 s later
         rs = {

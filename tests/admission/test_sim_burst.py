@@ -41,7 +41,12 @@ QUORUM = 21  # a StatefulSet: floor 21 // 2 + 1 = 11
 FAST_CONTROLLERS = settings.Settings(
     controller_manager=settings.ControllerManager(kube_api_qps=2000.0, kube_api_burst=2000, burst_replicas=500)
 )
-SLOW_CONTROL_PLANE = {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "20", "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "10"}
+SLOW_CONTROL_PLANE = {
+    "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "20",
+    "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "10",
+    # a client this loaded may take seconds to finish its TLS handshake or send its request
+    "SPOTGUARD_ADMISSION_CLIENT_TIMEOUT_SECONDS": "30",
+}
 
 
 def _scenario() -> list[dict[str, Any]]:

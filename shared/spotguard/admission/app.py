@@ -27,10 +27,20 @@ def _drain(stream: Any, length: int) -> None:
         left -= len(chunk)
 
 
+class _App(flask.Flask):
+    def handle_exception(self, e: Exception) -> Any:
+        """A connection error while reading the request (the client reset it, or stalled past
+        the client limit and was dropped) is passed to the server, which closes the
+        connection: there is no one to answer, and certainly not with a 500."""
+        if isinstance(e, ConnectionError):
+            raise e
+        return super().handle_exception(e)
+
+
 def create_app(context: core.Context | Callable[[], core.Context]) -> flask.Flask:
     """``context`` may be a factory: it is then called once, on the first request
     (after gunicorn forks its workers, so each worker has its own connection)."""
-    app = flask.Flask("spotguard.admission")
+    app = _App("spotguard.admission")
     state: dict[str, core.Context] = {}
     lock = threading.Lock()
 

@@ -54,11 +54,12 @@ def run(args: argparse.Namespace) -> int:
         if not 0 < args.metrics_port < 65536 or args.metrics_port == args.port:
             raise UserError(f"--metrics-port {args.metrics_port}: not a free port")
         _share_metrics()
-    from spotguard.admission import core, server
+    from spotguard.admission import connections, core, server
 
     factory = functools.partial(core.context_from_env, dict(os.environ), args.kubeconfig)
     server.run(
         factory,
+        client_timeout=connections.limit_from_env(os.environ),
         host=args.host,
         port=args.port,
         certfile=args.tls_cert,

@@ -19,6 +19,10 @@
 * ``spotguard_admission_ready{reason}``: 1 when ready, else 0 with why not.
 * ``spotguard_admission_no_spot_nodes``: 1 while no node is spot (reported, still ready).
 * ``spotguard_admission_unplaceable_total{placement}``: slots no reachable node offers.
+* ``spotguard_admission_dropped_connections_total{reason}``: client connections dropped
+  because the client stalled past the client limit (:mod:`spotguard.admission.connections`):
+  ``idle`` (sent nothing), ``handshake`` (TLS handshake unfinished), ``request`` (request
+  head or body unfinished), ``response`` (the answer not taken).
 
 With several gunicorn workers each worker has its own registry; scrape with one
 worker, or point ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory.
@@ -87,6 +91,14 @@ UNPLACEABLE = prometheus_client.Counter(
     "Slots that no node the pod can run on offers (the pod went where it can run)",
     ["placement"],
 )
+
+DROPPED_CONNECTIONS = prometheus_client.Counter(
+    "spotguard_admission_dropped_connections",
+    "Client connections dropped because the client stalled past the client limit, by where it stalled",
+    ["reason"],
+)
+for _reason in ("idle", "handshake", "request", "response"):
+    DROPPED_CONNECTIONS.labels(_reason)  # every reason shown, at 0 until it happens
 
 
 def api_call(verb: str, resource: str) -> None:

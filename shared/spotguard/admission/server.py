@@ -9,6 +9,7 @@ thread, and its review's deadline counts from there.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import ssl
@@ -21,7 +22,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
 from spotguard.admission import app as app_mod
-from spotguard.admission import core, deadline
+from spotguard.admission import connections, core, deadline
 
 _contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}
 _contexts_lock = threading.Lock()
@@ -43,7 +44,10 @@ def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLCo
     gunicorn asks for a context on every new connection; building one (reading and
     parsing the certificate and key) costs about a millisecond of CPU, which a burst of
     hundreds of new connections pays hundreds of times. The context is built once and
-    built again only when the certificate or key file changes (a rotated Secret)."""
+    built again only when the certificate or key file changes (a rotated Secret).
+
+    Its sockets are :class:`connections.ClientSocket`: the handshake, the request and each
+    write of the answer are bounded by the client limit."""
     key = (_signature(config.certfile), _signature(config.keyfile), _signature(config.ca_certs))
     with _contexts_lock:
         context = _contexts.get(key)
@@ -51,6 +55,7 @@ def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLCo
             context = default_ssl_context_factory()
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.options |= ssl.OP_NO_COMPRESSION
+            context.sslsocket_class = connections.ClientSocket
             _contexts.clear()
             _contexts[key] = context
         return context
@@ -59,15 +64,63 @@ def tls_context(config: Any, default_ssl_context_factory: Callable[[], ssl.SSLCo
 class Worker(gthread.ThreadWorker):  # type: ignore[misc]
     """gunicorn's threaded worker, with each request stamped when it is ready to be served
     (accepted, or a kept-alive connection readable): the review's deadline counts from
-    there, so a review that waited out its time behind a burst is shed, not answered late."""
+    there, so a review that waited out its time behind a burst is shed, not answered late.
+
+    No thread waits on a client past the client limit (:mod:`spotguard.admission.connections`):
+    a new connection that has sent nothing yet goes back to the worker's poller at once
+    (gunicorn's own worker holds a thread for up to 5 s first) and is closed when it has
+    sent nothing within the limit (gunicorn's: the 75 s keep-alive); the TLS socket bounds
+    the handshake and the request; a kept-alive connection's next request gets the limit
+    afresh when a thread takes it up."""
 
     def enqueue_req(self, conn: Any) -> None:
         conn.spotguard_ready = time.monotonic()
         super().enqueue_req(conn)
 
+    def handle(self, conn: Any) -> Any:
+        if not conn.initialized and not conn.data_ready and not conn.wait_for_data(0):
+            return gthread._DEFER  # to the poller, which hands it back when its first bytes arrive
+        if isinstance(conn.sock, connections.ClientSocket):
+            conn.sock.arm()
+        keep = super().handle(conn)
+        if keep is False and isinstance(conn.sock, connections.ClientSocket):
+            # gunicorn closes it next, on its main loop, lingering up to 2 s for the client
+            # to close first: every connection of the worker would wait on this client.
+            conn.sock.linger()
+        return keep
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        super().finish_request(conn, fs)
+        if self.pending_conns and self.pending_conns[-1] is conn:
+            # Deferred above (only new connections are): closed unless it speaks within the
+            # limit. Every entry gets "now + limit", so the queue stays in expiry order.
+            conn.timeout = time.monotonic() + connections.limit()
+
+    def murder_pending(self) -> None:
+        """gunicorn's ``murder_pending``, each connection closed counted and logged."""
+        now = time.monotonic()
+        while self.pending_conns and self.pending_conns[0].timeout <= now:
+            conn = self.pending_conns.popleft()
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            conn.close()
+            connections.dropped("idle", conn.client)
+
     def handle_request(self, req: Any, conn: Any) -> Any:
-        with deadline.arrived(getattr(conn, "spotguard_ready", None)):
-            return super().handle_request(req, conn)
+        try:
+            with deadline.arrived(getattr(conn, "spotguard_ready", None)):
+                return super().handle_request(req, conn)
+        finally:
+            if isinstance(conn.sock, connections.ClientSocket):
+                conn.sock.answered()
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        try:
+            super().handle_error(req, client, addr, exc)
+        finally:
+            if isinstance(client, connections.ClientSocket):
+                client.answered()
 
 
 BACKLOG = 2048  # pending connections per listening socket (the kernel caps it at net.core.somaxconn)
@@ -148,5 +201,8 @@ def worker_gone(arbiter: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
-def run(factory: Callable[[], core.Context], **kwargs: Any) -> None:
+def run(
+    factory: Callable[[], core.Context], *, client_timeout: float = connections.DEFAULT_LIMIT, **kwargs: Any
+) -> None:
+    connections.configure(client_timeout)  # before the fork: every worker has it
     Server(factory, options(**kwargs)).run()
