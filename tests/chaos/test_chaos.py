@@ -274,6 +274,8 @@ QUICK = {
     ("gitops-revert", "no-faults"),
     ("autoscaler-moves", "no-faults"),
     ("drainer-at-notice", "no-faults"),
+    ("drainer-at-notice", "faults-20pct-500"),
+    ("rebalance-storm-surge", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.
@@ -303,40 +305,12 @@ LATE_UNDER_TIMEOUTS = (
 )
 
 
-# Seen once (full matrix, no faults): when a rebalance-only surge ends, the scale back leaves the
-# ReplicaSet to choose which replicas go, and it removed the older pods on the (living) spot nodes
-# rather than the surge's new on-demand ones: nothing is lost, but the workload leaves spot until
-# node-added moves it back. Not strict: which pods go depends on the ReplicaSet's ranking.
-REBALANCE_SCALE_BACK = (
-    "a rebalance-only surge's scale back can remove the spot pods instead of the surge's on-demand "
-    "replicas (no pod-deletion-cost ranking for it); docs/chaos.md"
-)
-
-
-# Seen in 2 of 5 CI runs (each beside another full suite): every spot node at once under
-# 20 % injected 500s, one Deployment (worker 8 -> 7) loses a serving replica at the reclaim,
-# with the notices' writes retried. Suspected, not proven: a surge replica above the floor gets
-# admission's spot preference and lands on a spot node whose notice is still being retried;
-# that node's surge then comes too late. The fix (admission preferring on-demand, or treating
-# nodes with a pending notice as doomed, while notices are in flight) is not built. An open
-# defect, named here and in docs/chaos.md, not a pass.
-SURGE_ON_PENDING_SPOT = (
-    "under 20 % 500s a surge replica can land on a spot node whose notice is still being retried, "
-    "and that node's own surge is late (docs/chaos.md)"
-)
-FAULTS_500 = "faults-20pct-500"
-
-
 def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
-    if name == "rebalance-storm-surge":
-        marks.append(pytest.mark.xfail(strict=False, reason=REBALANCE_SCALE_BACK))
-    elif name in BROKEN:
+    if name in BROKEN:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
     elif fault in DELAY_FAULTS:
         marks.append(pytest.mark.xfail(strict=False, reason=LATE_UNDER_TIMEOUTS))
-    elif fault == FAULTS_500 and name in ("all-at-once", "webhook-down", "drainer-after-rebalance-surge"):
-        marks.append(pytest.mark.xfail(strict=False, reason=SURGE_ON_PENDING_SPOT))
     return marks
 
 
