@@ -153,15 +153,22 @@ def test_a_pass_cut_off_anywhere_is_carried_on_and_the_minimum_restored(tmp_path
             h.passes_until(h.reconciler_for(sim, CFG), finishing, max_passes=200)
         finally:
             sim.faults.clear()
-        # Scaled back (the autoscaler, still at 4, may have scaled up again at a sync since).
-        assert k.get(r.DEPLOYMENTS, "api", NS)["spec"]["replicas"] in (3, 4)
         assert hpa_spec(k) == (4, 6)  # still raised: the record says what to put back
         left = record(k)
         assert left is not None and left["hpa"] == {"name": "api", "minReplicas": 3, "setMin": 4}
-        # 3. The next process restores it and goes on to the optimum.
+        # Scaled back, and the autoscaler, still at 4, puts the "+1" back at its next sync.
+        h.wait_until(lambda: k.get(r.DEPLOYMENTS, "api", NS)["spec"]["replicas"] == 4, 30, "the autoscaler's sync")
+        # From now on a steady load: the autoscaler keeps whatever count it finds (it will not
+        # scale the 4 back down by itself, as it would under a load that needs 3).
+        sim.store.mutate("horizontalpodautoscalers", "api", NS,
+                         lambda o: o["metadata"]["annotations"].pop("sim.spotguard.io/load-replicas", None))
+        # 3. The next process restores it and scales back again: the 4 is the move's own
+        # minimum at work, not someone else's count (which a hold would have kept for good:
+        # under a steady load the autoscaler keeps whatever count it finds).
         rec = h.reconciler_for(sim, CFG)
-        rec.reconcile()
+        h.passes_until(rec, lambda rep: record(k) is None, max_passes=20)
         assert hpa_spec(k) == (3, 6)
+        assert k.get(r.DEPLOYMENTS, "api", NS)["spec"]["replicas"] == 3
         h.passes_until(rec, lambda rep: h.at_optimum(sim.store, [API]) and rep.optimal, max_passes=200)
         assert hpa_spec(k) == (3, 6)
         assert record(k) is None

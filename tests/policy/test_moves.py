@@ -183,6 +183,25 @@ def test_someone_else_changed_the_count_theirs_wins_and_nothing_loops() -> None:
     assert p.action is Action.HOLD and p.replicas is None and p.restore_cost and p.hold is not None
 
 
+def test_the_autoscaler_restoring_the_plus_one_is_not_someone_elses_change() -> None:
+    """The finish scaled back to 2 (record kept at scaled_to 2) but restoring the autoscaler's
+    minimum (raised to 3 by the move) failed: the autoscaler put the count back to 3. That is
+    the move's own minimum at work: the finish runs again (scale back, restore), instead of a
+    hold that keeps 3 for good (steady load: the autoscaler keeps whatever count it finds;
+    tests/chaos half under 500s: api left at 4)."""
+    r = record(scaled_to=2, hpa="web", hpa_min=2, hpa_set=3)
+    pods = [wpod(0, "od-1"), wpod(1, "spot-1"), wpod(2, "spot-2")]
+    s = state(pods, replicas=3, **{moves.MOVE: r.to_json()})
+    p = moves.progress(s, r, CAPACITY, NOW + 10, timeout=300, hold_seconds=600, autoscaler_min=3)
+    assert p.action is Action.FINISH and p.replicas == 2
+    # the autoscaler synced between the scale back and the restore: the same
+    restored = moves.progress(s, r, CAPACITY, NOW + 10, timeout=300, hold_seconds=600, autoscaler_min=2)
+    assert restored.action is Action.FINISH and restored.replicas == 2
+    # the user (or anyone) set the minimum meanwhile: their count wins, as before
+    p = moves.progress(s, r, CAPACITY, NOW + 10, timeout=300, hold_seconds=600, autoscaler_min=4)
+    assert p.action is Action.HOLD and p.replicas is None
+
+
 def test_a_hold_ends_and_gives_the_cost_back() -> None:
     held = record(hold_until=NOW + 50, reason="x")
     assert progress([wpod(0, "od-1"), wpod(1, "od-2")], held, replicas=2).action is Action.WAIT

@@ -232,6 +232,7 @@ class Reconciler:
                     now,
                     timeout=config.rebalance_move_timeout_seconds,
                     hold_seconds=config.rebalance_hold_seconds,
+                    autoscaler_min=_autoscaler_min(snap, states[key].workload, record),
                 )
                 for key, record in sorted(records.items())
             ]
@@ -619,3 +620,9 @@ class Reconciler:
             extra={"lease": f"{lease.namespace}/{lease.name}", "replicaset": lease.replicaset},
         )
         return False
+
+
+def _autoscaler_min(snap: Snapshot, workload: Workload, record: moves.MoveRecord) -> int | None:
+    """The minReplicas of the autoscaler a move raised (None: none, or another one now)."""
+    hpa = snap.autoscaler_of(workload) if record.hpa else None
+    return hpa.min_replicas if hpa is not None and hpa.name == record.hpa else None

@@ -229,8 +229,11 @@ def progress(
     *,
     timeout: float = MOVE_TIMEOUT_SECONDS,
     hold_seconds: float = HOLD_SECONDS,
+    autoscaler_min: int | None = None,
 ) -> Progress:
-    """What the recorded move of ``state``'s workload needs now (see the module docstring)."""
+    """What the recorded move of ``state``'s workload needs now (see the module docstring).
+
+    ``autoscaler_min``: the minReplicas of the workload's autoscaler now (None: none)."""
     wl = state.workload
 
     def held(record: MoveRecord, now: float, reason: str) -> MoveRecord:
@@ -251,7 +254,7 @@ def progress(
         return _evict_progress(
             record, wl, active, marked=marked, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
         )
-    if wl.replicas != record.scaled_to:
+    if wl.replicas != record.scaled_to and not _our_minimum(record, wl.replicas, autoscaler_min):
         # Someone else set the count meanwhile (an autoscaler, GitOps, a person): theirs wins.
         # Holding keeps an autoscaler that scales it straight back from a loop of moves.
         why = f"replicas changed to {wl.replicas} by someone else"
@@ -282,6 +285,18 @@ def progress(
             hold=held(record, now, "the new replica did not become Ready"),
         )
     return Progress(wl, record, Action.WAIT, f"{ready_others} of {record.replicas} Ready besides {record.pod}")
+
+
+def _our_minimum(record: MoveRecord, replicas: int, autoscaler_min: int | None) -> bool:
+    """The count is above the move's only because the autoscaler held the minimum the move
+    raised it to after the scale back (its restore failed, or the autoscaler synced between
+    the two writes) and put the "+1" back. Not someone else's change: the move finishes, and
+    scales back again. The minimum is still the move's, or back at the user's value."""
+    return (
+        record.hpa_set is not None
+        and autoscaler_min in (record.hpa_set, record.hpa_min)
+        and record.scaled_to < replicas <= record.hpa_set
+    )
 
 
 def _progressed(record: MoveRecord, pods: Sequence[PodView], capacity_of: Mapping[str, Capacity]) -> bool:
