@@ -45,6 +45,23 @@ def wait_until(what: Callable[[], bool], timeout: float, message: str, step: flo
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
 
 
+def ready_pods(store: Any) -> int:
+    return sum(1 for p in store.list("pods")[0] if is_ready(p))
+
+
+def start_mixed_workloads(store: Any) -> dict[str, tuple[int, int]]:
+    """Apply ``sim_scenario.mixed_workloads()`` and wait until every pod of them is Ready;
+    their :func:`floors_of` then."""
+    workloads = sim_scenario.mixed_workloads()
+    store.apply_objects(workloads)
+    count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
+    wait_until(lambda: len(floors_of(store)) == count, 5, "the workloads")
+    before = floors_of(store)
+    total = sum(replicas for replicas, _ in before.values())
+    wait_until(lambda: ready_pods(store) == total, 30, "every pod Ready")
+    return before
+
+
 def notices_for(
     sim: Any, nodes: Sequence[str], kind: NoticeKind = NoticeKind.INTERRUPTION, state: str = ""
 ) -> list[Notice]:

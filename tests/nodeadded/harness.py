@@ -70,8 +70,7 @@ def floors_of(store: Any) -> dict[str, tuple[int, int]]:
     return ih.floors_of(store)
 
 
-def ready_pods(store: Any) -> int:
-    return sum(1 for p in store.list("pods")[0] if ih.is_ready(p))
+ready_pods = ih.ready_pods
 
 
 def workloads(store: Any) -> dict[str, Workload]:
