@@ -100,16 +100,21 @@ def handler_for(sim: Any, **kw: Any) -> Handler:
     return Handler(k, kw.pop("config", config.Config()), clock=sim.clock.now, **kw)
 
 
+def workloads(store: Any) -> dict[str, Workload]:
+    """key -> every Deployment and StatefulSet now."""
+    out = {}
+    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+        for obj in store.list(res)[0]:
+            obj.setdefault("kind", kind)
+            w = Workload.from_json(obj)
+            out[w.key] = w
+    return out
+
+
 def floors_of(store: Any) -> dict[str, tuple[int, int]]:
     """key -> (replicas, on-demand floor) of every workload now."""
-    out = {}
     cfg = config.Config()
-    for res in ("deployments", "statefulsets"):
-        for obj in store.list(res)[0]:
-            obj.setdefault("kind", "Deployment" if res == "deployments" else "StatefulSet")
-            w = Workload.from_json(obj)
-            out[w.key] = (w.replicas, floors.floor_for(w, cfg).on_demand)
-    return out
+    return {key: (w.replicas, floors.floor_for(w, cfg).on_demand) for key, w in workloads(store).items()}
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config as config_mod
-from spotguard.policy.workloads import Workload
 from spotguard.sim import testing, tls
 
 from tests.interruption import e2e_harness as ih
@@ -71,16 +70,6 @@ def floors_of(store: Any) -> dict[str, tuple[int, int]]:
 
 
 ready_pods = ih.ready_pods
-
-
-def workloads(store: Any) -> dict[str, Workload]:
-    out = {}
-    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
-        for obj in store.list(res)[0]:
-            obj.setdefault("kind", kind)
-            w = Workload.from_json(obj)
-            out[w.key] = w
-    return out
 
 
 def passes_until(
