@@ -111,12 +111,8 @@ def spot_nodes(store: Any) -> list[str]:
     return sorted(n["metadata"]["name"] for n in store.list("nodes")[0] if n["metadata"]["name"].startswith("spot"))
 
 
-def ready(store: Any) -> int:
-    return sum(1 for p in store.list("pods")[0] if h.is_ready(p))
-
-
 def start(sim: Any, total: int) -> None:
-    h.wait_until(lambda: ready(sim.store) == total, 30, "every pod Ready")
+    h.wait_until(lambda: h.ready_pods(sim.store) == total, 30, "every pod Ready")
 
 
 def set_replicas(store: Any, n: int, name: str = "web") -> None:
