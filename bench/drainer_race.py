@@ -108,12 +108,7 @@ def notices(sim: Any, names: list[str], kind: NoticeKind, prefix: str) -> list[N
 
 
 def ready(store: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in store.list("pods")[0]:
-        key = readiness.workload_key(p)
-        if key and readiness.is_ready(p):
-            out[key] = out.get(key, 0) + 1
-    return out
+    return readiness.ready_counts(store.list("pods")[0])
 
 
 def wait(what: Any, timeout: float) -> bool:

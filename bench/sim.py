@@ -102,20 +102,12 @@ class _Hook(http.server.BaseHTTPRequestHandler):
     calls = 0
 
     def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        review = testing.read_review(self)
         patch = [{"op": "add", "path": "/metadata/annotations",
                   "value": {"bench.spotguard.io/admitted": "true"}}]
-        body = json.dumps({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
-                         "patch": base64.b64encode(json.dumps(patch).encode()).decode()},
-        }).encode()
         type(self).calls += 1
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        testing.answer_review(self, {"uid": review["request"]["uid"], "allowed": True, "patchType": "JSONPatch",
+                                     "patch": base64.b64encode(json.dumps(patch).encode()).decode()})
 
     def log_message(self, *args: Any) -> None:
         pass

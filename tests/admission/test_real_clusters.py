@@ -23,7 +23,7 @@ import pytest
 import requests
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, tls
+from spotguard.sim import objects, testing, tls
 
 from tests.admission import harness
 
@@ -65,7 +65,7 @@ class Refuser(http.server.BaseHTTPRequestHandler):
     lock = threading.Lock()
 
     def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        review = testing.read_review(self)
         request = review["request"]
         app = ((request.get("object") or {}).get("metadata") or {}).get("labels", {}).get("app", "")
         with self.lock:
@@ -75,12 +75,7 @@ class Refuser(http.server.BaseHTTPRequestHandler):
         response: dict[str, Any] = {"uid": request["uid"], "allowed": not deny}
         if deny:
             response["status"] = {"code": 403, "message": "refused by policy (once)"}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
+        testing.answer_review(self, response)
 
     def log_message(self, *args: Any) -> None:
         pass

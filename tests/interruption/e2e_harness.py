@@ -45,6 +45,23 @@ def wait_until(what: Callable[[], bool], timeout: float, message: str, step: flo
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
 
 
+def ready_pods(store: Any) -> int:
+    return sum(1 for p in store.list("pods")[0] if is_ready(p))
+
+
+def start_mixed_workloads(store: Any) -> dict[str, tuple[int, int]]:
+    """Apply ``sim_scenario.mixed_workloads()`` and wait until every pod of them is Ready;
+    their :func:`floors_of` then."""
+    workloads = sim_scenario.mixed_workloads()
+    store.apply_objects(workloads)
+    count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
+    wait_until(lambda: len(floors_of(store)) == count, 5, "the workloads")
+    before = floors_of(store)
+    total = sum(replicas for replicas, _ in before.values())
+    wait_until(lambda: ready_pods(store) == total, 30, "every pod Ready")
+    return before
+
+
 def notices_for(
     sim: Any, nodes: Sequence[str], kind: NoticeKind = NoticeKind.INTERRUPTION, state: str = ""
 ) -> list[Notice]:
@@ -83,16 +100,21 @@ def handler_for(sim: Any, **kw: Any) -> Handler:
     return Handler(k, kw.pop("config", config.Config()), clock=sim.clock.now, **kw)
 
 
+def workloads(store: Any) -> dict[str, Workload]:
+    """key -> every Deployment and StatefulSet now."""
+    out = {}
+    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+        for obj in store.list(res)[0]:
+            obj.setdefault("kind", kind)
+            w = Workload.from_json(obj)
+            out[w.key] = w
+    return out
+
+
 def floors_of(store: Any) -> dict[str, tuple[int, int]]:
     """key -> (replicas, on-demand floor) of every workload now."""
-    out = {}
     cfg = config.Config()
-    for res in ("deployments", "statefulsets"):
-        for obj in store.list(res)[0]:
-            obj.setdefault("kind", "Deployment" if res == "deployments" else "StatefulSet")
-            w = Workload.from_json(obj)
-            out[w.key] = (w.replicas, floors.floor_for(w, cfg).on_demand)
-    return out
+    return {key: (w.replicas, floors.floor_for(w, cfg).on_demand) for key, w in workloads(store).items()}
 
 
 @contextlib.contextmanager

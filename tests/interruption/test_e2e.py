@@ -22,10 +22,6 @@ READY_DELAY = 30.0
 RECLAIM_AFTER = 120.0
 
 
-def ready_pods(store) -> int:
-    return sum(1 for p in store.list("pods")[0] if h.is_ready(p))
-
-
 @pytest.mark.parametrize("drainer", [False, True], ids=["nobody-drains", "drainer-at-notice"])
 def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
     with (
@@ -35,13 +31,8 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         h.admission_webhook(sim, tmp_path),
     ):
         store = sim.store
-        workloads = sim_scenario.mixed_workloads()
-        store.apply_objects(workloads)
-        count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
-        h.wait_until(lambda: len(h.floors_of(store)) == count, 5, "the workloads")
-        before = h.floors_of(store)
+        before = h.start_mixed_workloads(store)
         total = sum(replicas for replicas, _ in before.values())
-        h.wait_until(lambda: ready_pods(store) == total, 30, "every pod Ready")
         watcher = h.Watcher()
         watcher.start(store)
         spot = sorted(
@@ -84,7 +75,7 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
             now = h.floors_of(store)
             if any(now[k][0] != before[k][0] for k in before):
                 return False
-            return ready_pods(store) == total
+            return h.ready_pods(store) == total
 
         h.wait_until(settled, (RECLAIM_AFTER + 4 * READY_DELAY) / TIME_SCALE + 20, "the surge to end", step=0.25)
 

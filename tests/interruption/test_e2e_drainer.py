@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config
-from spotguard.sim import testing
+from spotguard.sim import readiness, testing
 from spotguard.sim.controllers import drainer, nodes
 
 from tests.interruption import e2e_harness as h
@@ -68,12 +68,7 @@ def pods_on(store: Any, nodes: list[str]) -> int:
 
 
 def ready_counts(store: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in store.list("pods")[0]:
-        key = h.workload_key(p)
-        if key and h.is_ready(p):
-            out[key] = out.get(key, 0) + 1
-    return out
+    return readiness.ready_counts(store.list("pods")[0])
 
 
 def mark_for_reclaim(sim: Any, names: list[str], notice_time: float, drain_at: float) -> None:

@@ -40,7 +40,7 @@ def test_duplicates_reordering_and_faults_surge_once() -> None:
         store = sim.store
         before = h.floors_of(store)
         total = sum(r for r, _ in before.values())
-        h.wait_until(lambda: sum(1 for p in store.list("pods")[0] if h.is_ready(p)) == total, 30, "every pod Ready")
+        h.wait_until(lambda: h.ready_pods(store) == total, 30, "every pod Ready")
         spot = sorted(n["metadata"]["name"] for n in store.list("nodes")[0] if n["metadata"]["name"].startswith("spot"))
         doomed = Counter(
             h.workload_key(p)

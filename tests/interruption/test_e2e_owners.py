@@ -9,9 +9,11 @@ than real time; pods take 10 s to be Ready.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,12 +111,8 @@ def spot_nodes(store: Any) -> list[str]:
     return sorted(n["metadata"]["name"] for n in store.list("nodes")[0] if n["metadata"]["name"].startswith("spot"))
 
 
-def ready(store: Any) -> int:
-    return sum(1 for p in store.list("pods")[0] if h.is_ready(p))
-
-
 def start(sim: Any, total: int) -> None:
-    h.wait_until(lambda: ready(sim.store) == total, 30, "every pod Ready")
+    h.wait_until(lambda: h.ready_pods(sim.store) == total, 30, "every pod Ready")
 
 
 def set_replicas(store: Any, n: int, name: str = "web") -> None:
@@ -135,6 +133,32 @@ def settle(handler: Handler, store: Any, what: str = "the surge to end", timeout
     h.wait_until(over, timeout, what, step=0.2)
 
 
+def untainted(handler: Handler, store: Any, nodes: list[str]) -> None:
+    """Reconcile until no node of ``nodes`` carries spotguard's taint."""
+    h.wait_until(
+        lambda: (reconcile(handler), not any(taints(store, n) for n in nodes))[1], 60, "the taints to go", step=0.2
+    )
+
+
+def reclaim_and_settle(handler: Handler, sim: Any, spot: list[str]) -> None:
+    """The doomed nodes reclaimed at their two minutes, then reconciled until the surge is over."""
+    sim.reclaim(spot, after_seconds=120)
+    settle(handler, sim.store)
+
+
+@contextlib.contextmanager
+def running(
+    hpa: bool = False, make: Callable[..., Handler] = h.handler_for, **handler_kw: Any
+) -> Iterator[tuple[Any, Handler, list[str]]]:
+    """The scenario's cluster with every pod of web Ready; the handler ``make`` gives for it
+    (``handler_kw`` passed on); its spot nodes."""
+    with testing.running_cluster(
+        scenario(replicas=6, hpa=hpa), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
+    ) as sim:
+        start(sim, 6)
+        yield sim, make(sim, **handler_kw), spot_nodes(sim.store)
+
+
 # -- 1. the owner's count after the scale back ------------------------------------------------
 
 
@@ -148,11 +172,8 @@ def settle(handler: Handler, store: Any, what: str = "the surge to end", timeout
     ],
 )
 def test_scale_back_ends_at_the_owners_count(change: str, expected: Any) -> None:
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+    with running() as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         warning(handler, sim, spot)
         rec = record(store)
         assert rec is not None and rec["surge"] > 0
@@ -164,8 +185,7 @@ def test_scale_back_ends_at_the_owners_count(change: str, expected: Any) -> None
             set_replicas(store, 3)
         elif change == "scale-up-by-2":
             set_replicas(store, written + 2)
-        sim.reclaim(spot, after_seconds=120)
-        settle(handler, store)
+        reclaim_and_settle(handler, sim, spot)
         assert replicas(store) == expected(pre, written)
         assert replicas(store) > 0
 
@@ -174,13 +194,8 @@ def test_an_autoscaler_that_moved_keeps_its_count_and_gets_its_minimum_back() ->
     """The handler stopped between the Deployment and the autoscaler writes; the autoscaler
     then moved the count. The reconcile raises its minimum (the surge is not undone), and
     the scale back leaves it at the user's minimum, never at 0."""
-    with testing.running_cluster(
-        scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
-    ) as sim:
+    with running(hpa=True) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         # The autoscaler write fails: the notice is handled up to the Deployment.
         sim.faults.set(verb="patch", resource="horizontalpodautoscalers", error_rate=1.0, status=500)
         for n in spot:
@@ -199,25 +214,18 @@ def test_an_autoscaler_that_moved_keeps_its_count_and_gets_its_minimum_back() ->
         reconcile(handler)  # finishes the half-done handling: the autoscaler's minimum
         hpa = store.get("horizontalpodautoscalers", "web", "shop")["spec"]
         assert hpa["minReplicas"] >= 6 + rec["surge"]
-        sim.reclaim(spot, after_seconds=120)
-        settle(handler, store)
+        reclaim_and_settle(handler, sim, spot)
         hpa = store.get("horizontalpodautoscalers", "web", "shop")["spec"]
         assert hpa["minReplicas"] == 6
         assert replicas(store) == 6 + 1  # the count before the surge plus the autoscaler's step
 
 
 def test_a_user_change_to_the_autoscaler_minimum_is_kept() -> None:
-    with testing.running_cluster(
-        scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
-    ) as sim:
+    with running(hpa=True) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         warning(handler, sim, spot)
         store.mutate("horizontalpodautoscalers", "web", "shop", lambda a: a["spec"].__setitem__("minReplicas", 7))
-        sim.reclaim(spot, after_seconds=120)
-        settle(handler, store)
+        reclaim_and_settle(handler, sim, spot)
         assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 7
         assert replicas(store) >= 7
 
@@ -229,19 +237,14 @@ def test_a_warning_after_a_finished_rebalance_surge_gets_its_own_surge() -> None
     cfg = dataclasses.replace(
         config.Config(), rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60
     )
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+    with running(config=cfg) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim, config=cfg)
-        spot = spot_nodes(store)
         rebalance(handler, sim, spot)
         first = record(store)
         assert first is not None and first["surge"] > 0
         # Nothing follows for longer than the rebalance surge lasts: it ends, the taint goes.
         settle(handler, store, "the rebalance surge to end")
-        h.wait_until(
-            lambda: (reconcile(handler), not any(taints(store, n) for n in spot))[1], 60, "the taints to go", step=0.2
-        )
+        untainted(handler, store, spot)
         assert replicas(store) == 6
         # The interruption warning, later: a new event id, a new surge.
         warning(handler, sim, spot)
@@ -254,11 +257,8 @@ def test_a_warning_after_a_finished_rebalance_surge_gets_its_own_surge() -> None
 
 def test_an_interruption_takes_over_a_rebalance_surge_with_its_deadline() -> None:
     cfg = dataclasses.replace(config.Config(), rebalance_action=config.RebalanceAction.SURGE)
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+    with running(config=cfg) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim, config=cfg)
-        spot = spot_nodes(store)
         rebalance(handler, sim, spot)
         first = record(store)
         assert first is not None
@@ -269,25 +269,19 @@ def test_an_interruption_takes_over_a_rebalance_surge_with_its_deadline() -> Non
         for n in spot:
             assert f"itn-{n}" in taken["events"]
             assert taken["until"][n] <= now + 121  # the warning's two minutes, not the rebalance's ten
-        sim.reclaim(spot, after_seconds=120)
-        settle(handler, store)
+        reclaim_and_settle(handler, sim, spot)
         assert replicas(store) == 6
 
 
 def test_a_stopped_and_restarted_node_loses_its_taint_and_is_protected_next_time() -> None:
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+    with running() as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         warning(handler, sim, spot, action="stop")
         assert record(store) is not None
         # The instances stop and start again: the nodes stay, Ready. Past the reclaim time
         # the surge ends and the taint goes.
         settle(handler, store, "the surge to end", timeout=90)
-        h.wait_until(
-            lambda: (reconcile(handler), not any(taints(store, n) for n in spot))[1], 60, "the taints to go", step=0.2
-        )
+        untainted(handler, store, spot)
         assert replicas(store) == 6
         assert not any(
             "spotguard.io/notice" in (store.get("nodes", n)["metadata"].get("annotations") or {}) for n in spot
@@ -307,12 +301,12 @@ def test_a_settings_change_is_picked_up_at_its_ttl(monkeypatch: pytest.MonkeyPat
     from spotguard.gateway import kube, settings
 
     monkeypatch.setenv("SPOTGUARD_CONFIG_TTL_SECONDS", "0")
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
-        store = sim.store
-        start(sim, 6)
+    def rereading(sim: Any) -> Handler:
         k = kube.Kube(sim.api_client())
-        handler = Handler(k, lambda: settings.load(k)[0], clock=sim.clock.now)
-        spot = spot_nodes(store)
+        return Handler(k, lambda: settings.load(k)[0], clock=sim.clock.now)
+
+    with running(make=rereading) as (sim, handler, spot):
+        store = sim.store
         store.apply_objects(
             [
                 {
@@ -381,13 +375,8 @@ def nothing_left_raised(handler: Handler, sim: Any, spot: list[str]) -> None:
 
 
 def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
-    with testing.running_cluster(
-        scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
-    ) as sim:
+    with running(hpa=True) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         warning(handler, sim, spot)
         assert record(store) is not None
         assert [b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]] == ["spotguard-surge-web"]
@@ -418,14 +407,13 @@ def test_a_lost_record_planned_again_after_a_conflict_keeps_the_autoscalers_orig
     # met a conflict (the Deployment controller's status write after the replace). The
     # workload read again carries no record, and was planned as a fresh surge that took the
     # autoscaler's minimum raised to 9 by spotguard for its original: it stayed at 9 for good.
-    with testing.running_cluster(
-        scenario(replicas=6, hpa=True), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY
-    ) as sim:
+    def writer_before_the_patch(sim: Any) -> Handler:
+        return Handler(WriterBeforeThePatch(sim), config.Config(), clock=sim.clock.now)
+
+    with running(hpa=True, make=writer_before_the_patch) as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        connection = WriterBeforeThePatch(sim)
-        handler = Handler(connection, config.Config(), clock=sim.clock.now)
-        spot = spot_nodes(store)
+        connection = handler.kube
+        assert isinstance(connection, WriterBeforeThePatch)
         warning(handler, sim, spot)
         assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 9
         replace_without_record(sim)
@@ -443,11 +431,8 @@ def test_a_lost_record_planned_again_after_a_conflict_keeps_the_autoscalers_orig
 def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
     from prometheus_client import REGISTRY
 
-    with testing.running_cluster(scenario(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim:
+    with running() as (sim, handler, spot):
         store = sim.store
-        start(sim, 6)
-        handler = h.handler_for(sim)
-        spot = spot_nodes(store)
         # Every Deployment write fails: the nodes are tainted, nothing is surged.
         sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
         for n in spot:
@@ -463,8 +448,7 @@ def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
         assert sorted(rec["events"]) == [f"itn-{n}" for n in spot]
         assert replicas(store) == 6 + rec["surge"]
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 1
-        sim.reclaim(spot, after_seconds=120)
-        settle(handler, store)
+        reclaim_and_settle(handler, sim, spot)
         assert replicas(store) == 6
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 0
         assert REGISTRY.get_sample_value("spotguard_interruption_surges_overdue") == 0

@@ -9,7 +9,6 @@ simulated clock.
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +18,7 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config as config_mod
-from spotguard.policy.workloads import Workload
-from spotguard.sim import tls
+from spotguard.sim import testing, tls
 
 from tests.interruption import e2e_harness as ih
 from tests.interruption import sim_scenario
@@ -71,18 +69,7 @@ def floors_of(store: Any) -> dict[str, tuple[int, int]]:
     return ih.floors_of(store)
 
 
-def ready_pods(store: Any) -> int:
-    return sum(1 for p in store.list("pods")[0] if ih.is_ready(p))
-
-
-def workloads(store: Any) -> dict[str, Workload]:
-    out = {}
-    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
-        for obj in store.list(res)[0]:
-            obj.setdefault("kind", kind)
-            w = Workload.from_json(obj)
-            out[w.key] = w
-    return out
+ready_pods = ih.ready_pods
 
 
 def passes_until(
@@ -150,7 +137,7 @@ class Refuser:
                 pass
 
             def do_POST(self) -> None:
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                review = testing.read_review(self)
                 request = review["request"]
                 labels = (request.get("object") or {}).get("metadata", {}).get("labels") or {}
                 allowed = True
@@ -162,12 +149,7 @@ class Refuser:
                 answer: dict[str, Any] = {"uid": request["uid"], "allowed": allowed}
                 if not allowed:
                     answer["status"] = {"code": 403, "message": "refused by a policy"}
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer})
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
+                testing.answer_review(self, answer)
 
         server, url, ca = tls.serve_https(Handler)
         store.create(

@@ -46,13 +46,8 @@ def test_every_workload_back_to_spot_after_a_mass_reclaim(tmp_path: Any) -> None
         h.admission_webhook(sim, tmp_path),
     ):
         store = sim.store
-        workloads = sim_scenario.mixed_workloads()
-        store.apply_objects(workloads)
-        count = sum(1 for o in workloads if o["kind"] in ("Deployment", "StatefulSet"))
-        h.wait_until(lambda: len(h.floors_of(store)) == count, 5, "the workloads")
-        before = h.floors_of(store)
+        before = ih.start_mixed_workloads(store)
         total = sum(replicas for replicas, _ in before.values())
-        h.wait_until(lambda: h.ready_pods(store) == total, 30, "every pod Ready")
 
         # Every spot node is reclaimed at once; the spot-interruption function surges, and
         # the reconcile's own call to its scale-back ends the surges.

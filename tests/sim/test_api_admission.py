@@ -85,7 +85,7 @@ class Webhook:
                 pass
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = testing.read_review(self)
                 # Routed by path, as a webhook server is; kube-apiserver adds ?timeout=<n>s.
                 url = urllib.parse.urlsplit(self.path)
                 with outer.lock:
@@ -93,13 +93,7 @@ class Webhook:
                     outer.reviews.setdefault(url.path, []).append(body)
                     behaviour = outer.behaviours.get(url.path, allow())
                 response = behaviour(body)
-                data = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                testing.answer_review(self, response)
 
         self.server, self.base_url, self.ca_bundle = tls.serve_https(Handler, self.cert)
 

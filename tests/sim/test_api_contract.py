@@ -731,7 +731,7 @@ class _SlowHook(http.server.BaseHTTPRequestHandler):
     peak: dict[str, int] = {}
 
     def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        review = testing.read_review(self)
         cls = type(self)
         who = review["request"]["userInfo"]["username"].rsplit(":", 1)[-1]
         with cls.lock:
@@ -743,13 +743,7 @@ class _SlowHook(http.server.BaseHTTPRequestHandler):
         response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not cls.deny}
         if cls.deny:
             response["status"] = {"code": 403, "message": "no pods today"}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": response}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        testing.answer_review(self, response)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -843,20 +837,14 @@ class _EvictionHook(http.server.BaseHTTPRequestHandler):
     reviews: list[dict[str, Any]] = []
 
     def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        review = testing.read_review(self)
         cls = type(self)
         cls.reviews.append(review)
         response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": not cls.deny}
         if cls.deny:
             response["status"] = {"code": 429, "reason": "TooManyRequests", "message": "not yet",
                                   "details": {"retryAfterSeconds": 5}}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": response}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        testing.answer_review(self, response)
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -5,7 +5,6 @@ Kubernetes documentation or source it follows."""
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -167,7 +166,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
     lock = threading.Lock()
 
     def do_POST(self) -> None:
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        review = testing.read_review(self)
         cls = type(self)
         with cls.lock:
             cls.inflight += 1
@@ -176,13 +175,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
         time.sleep(0.05)
         with cls.lock:
             cls.inflight -= 1
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        testing.answer_review(self, {"uid": review["request"]["uid"], "allowed": True})
 
     def log_message(self, *args: Any) -> None:
         pass

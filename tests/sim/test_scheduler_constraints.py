@@ -51,6 +51,25 @@ def anti(app: str, key: str = HOST) -> dict[str, Any]:
         {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}]}}
 
 
+def high_priority(sim: Any) -> None:
+    """The PriorityClass ``high`` (value 1000)."""
+    kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
+        {"metadata": {"name": "high"}, "value": 1000})
+
+
+def create_pod(sim: Any, name: str, app: str, cpu: str, *, node: str | None = None, high: bool = False,
+               **spec: Any) -> None:
+    """A pod ``name`` of ``app`` in ``default`` requesting ``cpu``: bound to ``node`` when given,
+    of priority ``high`` when asked; ``spec`` goes into its spec as is."""
+    pod_spec: dict[str, Any] = {"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}], **spec}
+    if node is not None:
+        pod_spec["nodeName"] = node
+    if high:
+        pod_spec["priorityClassName"] = "high"
+    core(sim).create_namespaced_pod("default", {"metadata": {"name": name, "labels": {"app": app}}, "spec": pod_spec})
+
+
 def condition(sim: Any, app: str) -> dict[str, Any]:
     """The PodScheduled condition of a pending pod of ``app`` ({} while there is none yet)."""
     pending = next((p for p in h.pods_of(sim.store, app) if not p["spec"].get("nodeName")), None)
@@ -152,14 +171,10 @@ def test_default_spreading_uses_the_controller_selector() -> None:
 def test_a_higher_priority_pod_preempts_lower_priority_ones() -> None:
     with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
         sim.store.create("nodes", h.node("only", cpu="2"))
-        sched = kubernetes.client.SchedulingV1Api(sim.api_client())
-        sched.create_priority_class({"metadata": {"name": "high"}, "value": 1000})
+        high_priority(sim)
         apps(sim).create_namespaced_deployment("default", h.deployment("low", 3, cpu="600m"))
         h.wait_for(lambda: len(placement(sim, "low")[0]) == 3, what="three low-priority pods")
-        core(sim).create_namespaced_pod("default", {
-            "metadata": {"name": "vip", "labels": {"app": "vip"}},
-            "spec": {"priorityClassName": "high", "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}})
+        create_pod(sim, "vip", "vip", "1", high=True)
         h.wait_for(lambda: placement(sim, "vip")[0] == ["only"], timeout=20, what="the vip bound")
         vip = sim.store.get("pods", "vip", "default")
         assert vip["spec"]["priority"] == 1000 and vip["status"].get("nominatedNodeName") == "only"
@@ -171,13 +186,9 @@ def test_preemption_prefers_victims_no_budget_protects() -> None:
     with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
         sim.store.create("nodes", h.node("a", cpu="1"))
         sim.store.create("nodes", h.node("b", cpu="1"))
-        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
-            {"metadata": {"name": "high"}, "value": 1000})
+        high_priority(sim)
         for app, node in (("guarded", "a"), ("free", "b")):
-            core(sim).create_namespaced_pod("default", {
-                "metadata": {"name": app, "labels": {"app": app}},
-                "spec": {"nodeName": node, "containers": [
-                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "800m"}}}]}})
+            create_pod(sim, app, app, "800m", node=node)
         kubernetes.client.PolicyV1Api(sim.api_client()).create_namespaced_pod_disruption_budget("default", {
             "metadata": {"name": "guarded"},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
@@ -185,10 +196,7 @@ def test_preemption_prefers_victims_no_budget_protects() -> None:
                    what="both running")
         h.wait_for(lambda: (sim.store.get("poddisruptionbudgets", "guarded", "default").get("status") or {})
                    .get("currentHealthy") == 1, what="the budget computed")
-        core(sim).create_namespaced_pod("default", {
-            "metadata": {"name": "vip", "labels": {"app": "vip"}},
-            "spec": {"priorityClassName": "high", "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}})
+        create_pod(sim, "vip", "vip", "500m", high=True)
         h.wait_for(lambda: placement(sim, "vip")[0] == ["b"], timeout=20, what="the vip on b")
         assert not sim.store.get("pods", "guarded", "default")["metadata"].get("deletionTimestamp")
 
@@ -251,26 +259,13 @@ def test_preemption_rechecks_inter_pod_anti_affinity() -> None:
     with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
         sim.store.create("nodes", h.node("a", cpu="1", labels={HOST: "a"}))
         sim.store.create("nodes", h.node("b", cpu="1", labels={HOST: "b"}))
-        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
-            {"metadata": {"name": "high"}, "value": 1000})
-
-        def bound(name: str, node: str, app: str, cpu: str, high: bool = False) -> None:
-            spec: dict[str, Any] = {"nodeName": node, "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
-            if high:
-                spec["priorityClassName"] = "high"
-            core(sim).create_namespaced_pod("default", {
-                "metadata": {"name": name, "labels": {"app": app}}, "spec": spec})
-
-        bound("rival", "a", "rival", "100m")
-        bound("filler-1", "a", "filler", "450m")
-        bound("filler-2", "a", "filler", "450m")
-        bound("blocker", "b", "rival", "100m", high=True)
-        bound("filler-b", "b", "filler", "800m")
-        core(sim).create_namespaced_pod("default", {
-            "metadata": {"name": "vip", "labels": {"app": "vip"}},
-            "spec": {"priorityClassName": "high", "affinity": anti("rival"), "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}})
+        high_priority(sim)
+        create_pod(sim, "rival", "rival", "100m", node="a")
+        create_pod(sim, "filler-1", "filler", "450m", node="a")
+        create_pod(sim, "filler-2", "filler", "450m", node="a")
+        create_pod(sim, "blocker", "rival", "100m", node="b", high=True)
+        create_pod(sim, "filler-b", "filler", "800m", node="b")
+        create_pod(sim, "vip", "vip", "500m", high=True, affinity=anti("rival"))
         h.wait_for(lambda: placement(sim, "vip")[0] == ["a"], timeout=20, what="the vip on a")
 
         def deleting(name: str) -> bool:
@@ -291,25 +286,15 @@ def test_preemption_rechecks_hard_topology_spread() -> None:
     with testing.running_cluster(time_scale=50.0, ready_delay_seconds=1.0) as sim:
         sim.store.create("nodes", h.node("a", cpu="1", zone="x", labels={HOST: "a", zone: "x"}))
         sim.store.create("nodes", h.node("b", cpu="1", zone="y", labels={HOST: "b", zone: "y"}))
-        kubernetes.client.SchedulingV1Api(sim.api_client()).create_priority_class(
-            {"metadata": {"name": "high"}, "value": 1000})
+        high_priority(sim)
         for name, node, app, cpu, high in (("web-1", "a", "web", "100m", True),
                                            ("filler-a", "a", "filler", "800m", False),
                                            ("filler-b1", "b", "filler", "450m", False),
                                            ("filler-b2", "b", "filler", "450m", False)):
-            spec: dict[str, Any] = {"nodeName": node, "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
-            if high:
-                spec["priorityClassName"] = "high"
-            core(sim).create_namespaced_pod("default", {
-                "metadata": {"name": name, "labels": {"app": app}}, "spec": spec})
-        core(sim).create_namespaced_pod("default", {
-            "metadata": {"name": "web-2", "labels": {"app": "web"}},
-            "spec": {"priorityClassName": "high", "containers": [
-                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}],
-                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": zone,
-                                               "whenUnsatisfiable": "DoNotSchedule",
-                                               "labelSelector": {"matchLabels": {"app": "web"}}}]}})
+            create_pod(sim, name, app, cpu, node=node, high=high)
+        create_pod(sim, "web-2", "web", "500m", high=True, topologySpreadConstraints=[
+            {"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app": "web"}}}])
         h.wait_for(lambda: sim.store.get("pods", "web-2", "default")["spec"].get("nodeName") == "b",
                    timeout=20, what="web-2 on b")
         assert not sim.store.get("pods", "filler-a", "default")["metadata"].get("deletionTimestamp")

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.sim import served
+
 ENV = "SPOTGUARD_CLIENT_E2E_DIR"
 FILES = ("test_client.py", "test_apps.py", "test_batch.py", "test_watch.py", "test_informer.py")
 DESELECTED = {
@@ -43,17 +42,7 @@ def test_upstream_e2e_files_pass_unmodified(tmp_path: Path) -> None:
         pytest.skip(f"{ENV} is not set: no kubernetes-client/python checkout to take the files from")
     suite = Path(checkout) / "kubernetes" / "e2e_test"
     assert (suite / "base.py").is_file(), f"{suite} is not kubernetes-client/python's e2e_test"
-    kubeconfig = tmp_path / "kubeconfig"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "spotguard.cli", "sim", "serve", "--kubeconfig", str(kubeconfig),
-         "--scenario", str(REPO / "infra" / "scenarios" / "small.yaml")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists():
-            assert serve.poll() is None, serve.stderr.read().decode() if serve.stderr else "died"
-            assert time.monotonic() < deadline, "spotguard sim serve did not write its kubeconfig"
-            time.sleep(0.1)
+    with served.serving(tmp_path) as kubeconfig:
         args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 "--rootdir", str(checkout), *(f"kubernetes/e2e_test/{f}" for f in FILES)]
         for test_id in DESELECTED:  # node ids relative to the checkout's root
@@ -65,9 +54,3 @@ def test_upstream_e2e_files_pass_unmodified(tmp_path: Path) -> None:
         assert " passed" in result.stdout and " failed" not in result.stdout
         left_out = re.search(r"(\d+) deselected", result.stdout)
         assert left_out is None or int(left_out.group(1)) <= len(DESELECTED)  # nothing else
-    finally:
-        serve.send_signal(signal.SIGINT)
-        try:
-            serve.wait(10)
-        except subprocess.TimeoutExpired:
-            serve.kill()

@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import kubernetes
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.sim import served
+
 SHIM = Path(__file__).resolve().parent / "upstream_e2e_base"
 PACKAGE = Path(kubernetes.__file__).resolve().parent
 SITE = PACKAGE.parent
@@ -66,30 +63,6 @@ __doc__ = (__doc__ or "") + "\nDeselected:\n" + "".join(
     f"\n- ``{k}``: {v}" for k, v in DESELECTED.items()) + "\n"
 
 
-@contextmanager
-def serving(tmp: Path) -> Iterator[Path]:
-    """`spotguard sim serve --kubeconfig` in a subprocess; yields the kubeconfig it wrote."""
-    kubeconfig = tmp / "kubeconfig"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "spotguard.cli", "sim", "serve", "--kubeconfig", str(kubeconfig),
-         "--scenario", str(REPO / "infra" / "scenarios" / "small.yaml")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists():
-            assert serve.poll() is None, serve.stderr.read().decode() if serve.stderr else "died"
-            assert time.monotonic() < deadline, "spotguard sim serve did not write its kubeconfig"
-            time.sleep(0.1)
-        yield kubeconfig
-    finally:
-        serve.send_signal(signal.SIGINT)
-        try:
-            serve.wait(10)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
-
-
 def outcomes(junit: Path) -> dict[str, str]:
     """``{classname.name: passed|failed|error|skipped}`` from a JUnit XML report."""
     found = {}
@@ -107,7 +80,7 @@ def test_the_shipped_upstream_dynamic_client_e2e_tests_pass_unmodified(tmp_path:
             "longer ships upstream's dynamic-client e2e tests")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # not the repository's settings
     junit = tmp_path / "junit.xml"
-    with serving(tmp_path) as kubeconfig:
+    with served.serving(tmp_path) as kubeconfig:
         args = [sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(SITE),
                 "-p", "no:cacheprovider", "-p", "spotguard_e2e_base_plugin", "-q", "-rfEs",
                 f"--junitxml={junit}", *(str(SITE / name) for name in FILES)]

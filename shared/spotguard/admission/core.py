@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -181,17 +182,21 @@ def _quietly(fn: Callable[[], Any]) -> None:
         log.debug("warm-up failed", extra={"error": str(exc)})
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def seconds_setting(
+    env: Mapping[str, str], name: str, default: float, most: float = math.inf, logger: logging.Logger = log
+) -> float:
+    """The setting ``name`` in seconds, from 0 to ``most``; ``default`` when it is unset or
+    invalid (an invalid one is logged to ``logger``)."""
     raw = env.get(name)
     if not raw:
         return default
     try:
         value = float(raw)
-        if not value >= 0:  # negative, or NaN
-            raise ValueError("must be a non-negative number")
+        if not 0 <= value <= most:  # negative, too large, or NaN
+            raise ValueError("must be a non-negative number" if most == math.inf else f"must be between 0 and {most:g}")
         return value
     except ValueError as exc:
-        log.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
+        logger.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
         return default
 
 
@@ -207,9 +212,11 @@ def context_from_env(
 
     env = dict(os.environ if env is None else env)
     namespace = env.get("SPOTGUARD_NAMESPACE") or DEFAULT_NAMESPACE
-    trust = _seconds(env, "SPOTGUARD_ADMISSION_TRUST_SECONDS", 3.0)
-    grace = _seconds(env, "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS", 1.0)
-    review = _seconds(env, "SPOTGUARD_ADMISSION_DEADLINE_SECONDS", DEFAULT_REVIEW_SECONDS) or DEFAULT_REVIEW_SECONDS
+    trust = seconds_setting(env, "SPOTGUARD_ADMISSION_TRUST_SECONDS", 3.0)
+    grace = seconds_setting(env, "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS", 1.0)
+    review = (
+        seconds_setting(env, "SPOTGUARD_ADMISSION_DEADLINE_SECONDS", DEFAULT_REVIEW_SECONDS) or DEFAULT_REVIEW_SECONDS
+    )
     if grace + LIST_RESERVE >= review:
         log.warning(
             "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS leaves no time inside the review deadline; shortened",

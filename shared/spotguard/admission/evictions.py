@@ -69,17 +69,7 @@ def timing_from_env(env: Mapping[str, str] | None = None) -> evictions.Timing:
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-        if not 0 <= value <= 600:
-            raise ValueError("must be between 0 and 600")
-        return value
-    except ValueError as exc:
-        log.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
-        return default
+    return core.seconds_setting(env, name, default, most=600, logger=log)
 
 
 class Guard:

@@ -477,14 +477,10 @@ def _workloads(store: Any) -> dict[str, Workload]:
 
 
 @contextlib.contextmanager
-def _ticking(tracker: serving.Serving) -> Iterator[None]:
+def _in_background(name: str, run: Callable[[threading.Event], None]) -> Iterator[None]:
+    """``run(stop)`` in a daemon thread while the block runs; ``stop`` is set at its end."""
     stop = threading.Event()
-
-    def tick() -> None:
-        while not stop.wait(0.02):
-            tracker.tick()
-
-    thread = threading.Thread(target=tick, name="serving-ticker", daemon=True)
+    thread = threading.Thread(target=run, args=(stop,), name=name, daemon=True)
     thread.start()
     try:
         yield
@@ -493,17 +489,25 @@ def _ticking(tracker: serving.Serving) -> Iterator[None]:
         thread.join(5)
 
 
-@contextlib.contextmanager
-def _reclaiming(sim: Any, names: list[str], delays: dict[str, float], t0: float, after: float) -> Iterator[None]:
+def _ticking(tracker: serving.Serving) -> contextlib.AbstractContextManager[None]:
+    def tick(stop: threading.Event) -> None:
+        while not stop.wait(0.02):
+            tracker.tick()
+
+    return _in_background("serving-ticker", tick)
+
+
+def _reclaiming(
+    sim: Any, names: list[str], delays: dict[str, float], t0: float, after: float
+) -> contextlib.AbstractContextManager[None]:
     """Mark each node for reclaim at ``t0 + after``, ``delays[node]`` after the notice.
 
     The simulated drainer (when on) drains a node as soon as it is marked, so the
     delay is when the drainer acts; the reclaim time is the same for every node.
     """
-    stop = threading.Event()
     order = sorted(names, key=lambda n: delays[n])
 
-    def mark() -> None:
+    def mark(stop: threading.Event) -> None:
         for name in order:
             while not stop.is_set():
                 wait = t0 + delays[name] - sim.clock.now()
@@ -514,10 +518,4 @@ def _reclaiming(sim: Any, names: list[str], delays: dict[str, float], t0: float,
                 return
             sim.reclaim([name], after_seconds=max(0.0, t0 + after - sim.clock.now()))
 
-    thread = threading.Thread(target=mark, name="reclaim", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(5)
+    return _in_background("reclaim", mark)

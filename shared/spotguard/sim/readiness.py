@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,16 @@ def is_ready(obj: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
+
+
+def ready_counts(pods: Iterable[Obj]) -> dict[str, int]:
+    """Workload key -> how many of ``pods`` are its Ready pods (pods of no workload left out)."""
+    out: dict[str, int] = {}
+    for p in pods:
+        key = workload_key(p)
+        if key and is_ready(p):
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def serving(pod: Mapping[str, Any], cloud: cloud_mod.Cloud) -> bool:

@@ -1256,12 +1256,6 @@ def _default(resource: str, obj: Obj) -> None:
                                                "rollingUpdate": {"partition": 0}})
     for template_spec in strategies.default(resource, obj):
         _default_pod_spec(template_spec, tolerations=False)
-    if resource in _STATUS_DEFAULTS:
-        status = obj.get("status")
-        if not isinstance(status, dict):
-            status = obj["status"] = {}
-        for key, value in _STATUS_DEFAULTS[resource].items():
-            status.setdefault(key, value)
     if resource == "namespaces":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
@@ -1284,16 +1278,6 @@ def _default(resource: str, obj: Obj) -> None:
             for rule in hook.get("rules") or []:
                 if isinstance(rule, dict):
                     rule.setdefault("scope", "*")
-
-
-# status fields the API always serialises (not omitempty), so clients can rely on them
-_STATUS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "replicasets": {"replicas": 0},
-    "statefulsets": {"replicas": 0, "availableReplicas": 0},
-    "poddisruptionbudgets": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
-                             "expectedPods": 0},
-    "horizontalpodautoscalers": {"desiredReplicas": 0},
-}
 
 
 def _default_pod_spec(spec: dict[str, Any], tolerations: bool = True) -> None:

@@ -31,11 +31,17 @@ SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000,
                            "system-cluster-critical": 2_000_000_000}
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# Status fields the API always serialises (not omitempty): clients rely on them, and refuse
+# objects without the required ones (apps/v1 DaemonSetStatus).
 _STATUS_DEFAULTS: dict[str, Obj] = {
-    # required (not omitempty) in apps/v1 DaemonSetStatus: clients refuse objects without them
     "daemonsets": {"currentNumberScheduled": 0, "desiredNumberScheduled": 0,
                    "numberMisscheduled": 0, "numberReady": 0},
     "replicationcontrollers": {"replicas": 0},
+    "replicasets": {"replicas": 0},
+    "statefulsets": {"replicas": 0, "availableReplicas": 0},
+    "poddisruptionbudgets": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                             "expectedPods": 0},
+    "horizontalpodautoscalers": {"desiredReplicas": 0},
 }
 
 

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +23,7 @@ from spotguard.sim import cluster as cluster_mod
 from spotguard.sim import settings as settings_mod
 from spotguard.sim.cluster import SimCluster
 
-__all__ = ["SimCluster", "running_cluster"]
+__all__ = ["SimCluster", "answer_review", "read_review", "running_cluster"]
 
 
 @contextlib.contextmanager
@@ -58,3 +60,19 @@ def running_cluster(
     finally:
         sim.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_review(handler: http.server.BaseHTTPRequestHandler) -> Any:
+    """The AdmissionReview a test webhook's POST carries (its decoded JSON body)."""
+    return json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+
+
+def answer_review(handler: http.server.BaseHTTPRequestHandler, response: Mapping[str, Any]) -> None:
+    """Answer a test webhook's POST: 200 with an ``admission.k8s.io/v1`` AdmissionReview
+    carrying ``response`` (its ``uid``, ``allowed``, and any ``status`` or patch)."""
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard.sim import clock as simclock
 from spotguard.sim import disruption, errors
-from spotguard.sim.controllers import base, nodes, pods
+from spotguard.sim.controllers import base, instances, nodes, pods
 
 RETRY_SECONDS = 5.0  # kubectl drain waits 5 s before evicting again after a 429
 USER = {"username": "system:serviceaccount:kube-system:aws-node-termination-handler",
@@ -35,13 +34,7 @@ def drainable(pod: dict[str, Any]) -> bool:
 
 
 def _drain_at(node: dict[str, Any]) -> float | None:
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(DRAIN_AT)
-    if not raw:
-        return None
-    try:
-        return simclock.parse_iso(str(raw))
-    except ValueError:
-        return None
+    return instances.annotated_time(node, DRAIN_AT)
 
 
 class Drainer(base.Controller):

@@ -31,14 +31,19 @@ INSTANCE_ACTION = "sim.spotguard.io/instance-action"
 SHUTDOWN_TAINT = {"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}
 
 
-def terminate_at(node: dict[str, Any]) -> float | None:
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(TERMINATE_AT)
+def annotated_time(node: dict[str, Any], key: str) -> float | None:
+    """The time (epoch seconds) in ``node``'s annotation ``key``; None without one, or an unreadable one."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
     if not raw:
         return None
     try:
         return simclock.parse_iso(str(raw))
     except ValueError:
         return None
+
+
+def terminate_at(node: dict[str, Any]) -> float | None:
+    return annotated_time(node, TERMINATE_AT)
 
 
 def next_tick(now: float, period: float) -> float:
