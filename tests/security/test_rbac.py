@@ -328,6 +328,12 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> Non
         ]
         assert doomed, "no web pod on spot: the webhook did not place any"
         node = doomed[0]
+        # The other spot node is full (cordoned): the drained pods' replacements spill to
+        # on-demand, so once new spot nodes join there is a replica for node-added to move
+        # back. (The scale back itself removes the surge's own on-demand replicas first.)
+        for other in SPOT:
+            if other != node:
+                sim.store.mutate("nodes", other, None, lambda n: n["spec"].__setitem__("unschedulable", True))
         notice = json.loads((EVENTS / "ec2-spot-instance-interruption-warning.json").read_text())
         notice["detail"]["instance-id"] = SPOT[node]
         notice["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
