@@ -486,3 +486,15 @@ def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_livin
     ranks = [on_node.count(n) for n in on_node]  # the ReplicaSet's doubled-up rank
     order = [p["metadata"]["name"] for p in pod_util.deletion_order(pods, ranks, c.now())]
     assert order[0] == extra["metadata"]["name"], order
+
+
+def test_a_taint_write_answered_500_once_is_written_again_at_once(cluster: Cluster) -> None:
+    """A 500 on the taint (which may hide a write that happened): the taint and its mark are
+    the same whoever writes them twice, so the handler writes again within the handling
+    instead of leaving the node open (and a drainer's grace running out) until the notice's
+    redelivery: chaos drainer-at-notice under 500s lost api and worker replicas that way."""
+    c = cluster
+    c.sim.faults.set(verb="patch", resource="nodes", error_rate=1.0, status=500, before=c.sim.faults.clear)
+    assert c.handler().handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert c.sim.faults.injected == 1
+    assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]

@@ -65,6 +65,7 @@ log = logging.getLogger("spotguard.interruption")
 Obj = dict[str, Any]
 Event = tuple[Obj, str, str, str]  # involved object, reason, message, type
 CONFLICT_ATTEMPTS = 4
+TAINT_RETRY_SECONDS = 0.1  # a failed taint write is tried again after 0.1 s, 0.2 s, 0.3 s
 WORKERS = 16
 # The snapshot reads every pod at once: bigger pages than the gateway's default (500)
 # mean fewer round trips; kube-apiserver serves 5,000 a page without trouble.
@@ -430,13 +431,22 @@ class Handler:
         node = snap.node(step.node)
         events = plan.node_events.get(step.node, ())
         try:
-            for _ in range(CONFLICT_ATTEMPTS):
+            for attempt in range(CONFLICT_ATTEMPTS):
                 if node is None:
                     return
                 try:
                     self.kube.patch(r.NODES, step.node, records.taint_patch(node, step))
                     break
-                except Conflict:
+                except (Conflict, Transient) as exc:
+                    # A 500 or a timeout may hide a write that happened; the taint and its mark
+                    # are the same whoever writes them twice, so read the node and write again
+                    # now (the surges wait for this, and a drainer at the notice is held only
+                    # for the guard's short grace until the mark is there), not at the notice's
+                    # redelivery seconds later.
+                    if isinstance(exc, Transient):
+                        if attempt == CONFLICT_ATTEMPTS - 1:
+                            raise
+                        time.sleep(TAINT_RETRY_SECONDS * (attempt + 1))
                     node = self.kube.find(r.NODES, step.node)
                     if node is not None and _marked(node, step):
                         return
