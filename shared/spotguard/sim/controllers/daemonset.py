@@ -19,6 +19,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import threading
 from concurrent import futures
 from typing import Any
 
@@ -67,14 +68,23 @@ def pin_to_node(spec: dict[str, Any], node: str) -> None:
         "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
 
 
-def should_run(template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Whether a daemon pod belongs on ``node`` (NodeShouldRunDaemonPod)."""
+def daemon_pod(template_spec: dict[str, Any]) -> scheduler.PodInfo:
+    """The template as the scheduler sees a daemon pod (with the daemon tolerations)."""
+    return scheduler.PodInfo.from_pod({"metadata": {}, "spec": {
+        **template_spec, "tolerations": with_daemon_tolerations(template_spec)}})
+
+
+def should_run(template_spec: dict[str, Any], node: dict[str, Any],
+               pod: scheduler.PodInfo | None = None, info: scheduler.NodeInfo | None = None) -> bool:
+    """Whether a daemon pod belongs on ``node`` (NodeShouldRunDaemonPod); ``pod`` is
+    ``daemon_pod(template_spec)``, given when many nodes are judged for one template."""
     meta = node.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return False
-    info = scheduler.NodeInfo.from_node(node)
-    pod = scheduler.PodInfo.from_pod({"metadata": {}, "spec": {
-        **template_spec, "tolerations": with_daemon_tolerations(template_spec)}})
+    if info is None:
+        info = scheduler.NodeInfo.from_node(node)
+    if pod is None:
+        pod = daemon_pod(template_spec)
     if not scheduler.matches_node_affinity(pod, info):
         return False
     return all(
@@ -105,6 +115,9 @@ class DaemonSetController(base.Controller):
     def __init__(self, store: Any, informer: base.Informer) -> None:
         super().__init__(store, informer)
         self.pool = futures.ThreadPoolExecutor(4, thread_name_prefix="sim-ds-create")
+        self._nodes_lock = threading.Lock()
+        self._nodes_seen: dict[str, str] = {}  # node -> what should_run reads of it
+        self._node_info: dict[str, tuple[Any, scheduler.NodeInfo]] = {}
 
     def stop(self) -> None:
         super().stop()
@@ -114,12 +127,39 @@ class DaemonSetController(base.Controller):
         if resource == "daemonsets":
             self.queue.add(base.key_of(obj))
         elif resource == "nodes":
+            # upstream's updateNode (shouldIgnoreNodeUpdate): a heartbeat or a status change
+            # cannot change where daemon pods belong; only what should_run reads can
+            meta = obj.get("metadata") or {}
+            seen = None if event_type == "DELETED" else json.dumps(
+                [meta.get("labels"), (obj.get("spec") or {}).get("taints"),
+                 meta.get("deletionTimestamp")], sort_keys=True)
+            with self._nodes_lock:
+                if self._nodes_seen.get(meta.get("name", "")) == seen:
+                    return
+                if seen is None:
+                    self._nodes_seen.pop(meta.get("name", ""), None)
+                    self._node_info.pop(meta.get("name", ""), None)
+                else:
+                    self._nodes_seen[meta.get("name", "")] = seen
             for ds in self.informer.list("daemonsets"):
                 self.queue.add_coalesced(base.key_of(ds))
         elif resource == "pods":
             ref = base.controller_ref(obj)
             if ref and ref.get("kind") == "DaemonSet":
                 self.queue.add_coalesced((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+
+    def _info(self, node: dict[str, Any]) -> scheduler.NodeInfo:
+        """The node as the scheduler sees it, parsed once per resourceVersion."""
+        meta = node["metadata"]
+        key = (meta["name"], meta.get("resourceVersion"))
+        with self._nodes_lock:
+            cached = self._node_info.get(meta["name"])
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        info = scheduler.NodeInfo.from_node(node)
+        with self._nodes_lock:
+            self._node_info[meta["name"]] = (key, info)
+        return info
 
     def sync(self, key: Any) -> None:
         ns, name = key
@@ -132,7 +172,8 @@ class DaemonSetController(base.Controller):
         template_spec = template.get("spec") or {}
         generation = str(ds["metadata"].get("generation", 1))
         nodes = {n["metadata"]["name"]: n for n in self.informer.list("nodes")}
-        wanted = {n for n, node in nodes.items() if should_run(template_spec, node)}
+        daemon = daemon_pod(template_spec)
+        wanted = {n for n, node in nodes.items() if should_run(template_spec, node, daemon, self._info(node))}
         by_node: dict[str, list[dict[str, Any]]] = {}
         for p in self.informer.pods_owned_by(ds["metadata"]["uid"]):
             node = _pod_node(p)

@@ -101,9 +101,8 @@ class CloudNodeLifecycleController(base.Controller):
 
     def sync(self, key: Any) -> None:
         _, name = key
-        try:
-            node = self.store.get("nodes", name)
-        except errors.NotFound:
+        node = self.informer.get("nodes", key)  # the lister, as upstream's
+        if node is None:
             return
         if scheduler.node_ready(node):
             if _has_shutdown_taint(node):

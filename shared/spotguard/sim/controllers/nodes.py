@@ -82,9 +82,8 @@ class NodeLifecycleController(base.Controller):
 
     def sync(self, key: Any) -> None:
         _, name = key
-        try:
-            node = self.store.get("nodes", name)
-        except errors.NotFound:
+        node = self.informer.get("nodes", key)  # the lister, as upstream's monitorNodeHealth
+        if node is None:
             return
         now = self.clock.now()
         noticed = self._noticed(name)

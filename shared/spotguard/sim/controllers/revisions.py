@@ -24,9 +24,12 @@ def template_hash(template: dict[str, Any]) -> str:
 
 
 def owned(store: Any, owner: dict[str, Any]) -> list[dict[str, Any]]:
-    items, _ = store.list("controllerrevisions", owner["metadata"]["namespace"])
+    # the entries are read in place and only the owner's copied (a namespace holds the
+    # revisions of every set in it: copying them all on every sync was the controller's cost)
+    entries, _ = store.list_entries("controllerrevisions", owner["metadata"]["namespace"])
     uid = owner["metadata"]["uid"]
-    return sorted((r for r in items if base.controller_uid(r) == uid), key=lambda r: int(r.get("revision") or 0))
+    mine = [e.copy() for e in entries if base.controller_uid(e.obj) == uid]
+    return sorted(mine, key=lambda r: int(r.get("revision") or 0))
 
 
 def template_of(revision: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import threading
 from collections.abc import Callable
@@ -155,10 +156,7 @@ class StatefulSetController(base.Controller):
         partition = self._partition(sts)
         if partition is None:
             return
-        items, _ = self.store.list("pods", sts["metadata"]["namespace"])
-        uid = sts["metadata"]["uid"]
-        mine = {i: p for p in items if base.controller_uid(p) == uid
-                and (i := ordinal(sts["metadata"]["name"], p["metadata"]["name"])) is not None}
+        mine = self._pods(sts)  # the informer's pods, as upstream's pod lister: no list call per sync
         replicas = int((sts.get("spec") or {}).get("replicas", 1) or 0)
         if len(mine) != replicas or any(pods.is_terminating(p) or not running_and_ready(p)
                                         for p in mine.values()):
@@ -244,6 +242,10 @@ class StatefulSetController(base.Controller):
             new.update(revision_status)
             obj["status"] = new
 
+        cached = copy.deepcopy(sts)
+        edit(cached)
+        if cached.get("status") == sts.get("status"):
+            return  # upstream writes the status only when it changed: no request, no token
         with contextlib.suppress(errors.NotFound):
             self.client.wait(self._stop)
             self.store.mutate("statefulsets", sts["metadata"]["name"], sts["metadata"]["namespace"], edit)
