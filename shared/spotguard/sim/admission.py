@@ -21,7 +21,9 @@ is rejected, as kube-apiserver does).
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -124,8 +126,19 @@ def _ca_file(ca_bundle: str) -> str:
         fd, path = tempfile.mkstemp(prefix="spotguard-sim-ca-", suffix=".pem")
         with os.fdopen(fd, "wb") as fh:
             fh.write(pem)
+        if not _ca_files:
+            atexit.register(_remove_ca_files)
         _ca_files[key] = path
         return path
+
+
+def _remove_ca_files() -> None:
+    """The cached CA files go with the process (they used to pile up in the temp folder)."""
+    with _ca_lock:
+        for path in _ca_files.values():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        _ca_files.clear()
 
 
 def _rule_matches(rule: Mapping[str, Any], rtype: resources.ResourceType, operation: str,
