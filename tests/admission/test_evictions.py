@@ -8,8 +8,12 @@ from typing import Any
 
 from spotguard.admission import core, evictions, transport
 from spotguard.gateway import errors as api_errors
+from spotguard.gateway import resources as r
 from spotguard.policy import config
 from spotguard.policy import evictions as policy
+
+from tests.admission import cluster
+from tests.admission.fakekube import FakeKube
 
 
 def review(**request: Any) -> bytes:
@@ -112,3 +116,33 @@ def test_settings_from_the_environment() -> None:
                                         "SPOTGUARD_EVICTION_RELEASE_SECONDS": "-1",
                                         "SPOTGUARD_EVICTION_ERROR_HOLD_SECONDS": "45"})
     assert timing.grace == 3.0 and timing.release == policy.Timing().release and timing.error_hold == 45.0
+
+
+def test_a_node_list_from_before_the_cordons_is_never_shared_with_a_later_eviction() -> None:
+    """A drainer cordons spot-0 and spot-1 and evicts their pods. web wants 2 serving and
+    has one pod on each spot node and one on on-demand. A node list read just before the
+    cordons (for another review, within the sharing window) shows each review the other
+    spot node as staying: shared, it let both pods go (each review counted the other's pod)
+    and web fell to 1. The guard shares only a list that started after the review arrived."""
+    k = FakeKube()
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=2)
+    _, rs = cluster.deployment(k, "web", 2)
+    ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    for name, node in (("web-a", "spot-0"), ("web-b", "spot-1"), ("web-c", "od-0")):
+        pod = cluster.pod_for(rs, name=name)
+        pod["spec"]["nodeName"] = node
+        pod["status"] = ready
+        k.put(r.PODS, pod)
+    ctx = core.Context(config.Config(), k)
+    evictions.configure(ctx, evictions.Guard(clock=lambda: 1000.0))
+    # a review that reads the node list while nothing is cordoned yet
+    assert answer("/evictions", review(name="web-c"), ctx)["auditAnnotations"]["spotguard.io/eviction"] == "node-stays"
+    for node in ("spot-0", "spot-1"):
+        obj = k.get(r.NODES, node)
+        obj.setdefault("spec", {})["unschedulable"] = True
+        k.put(r.NODES, obj)
+    first = answer("/evictions", review(name="web-a"), ctx)
+    second = answer("/evictions", review(name="web-b"), ctx)
+    # only web-c serves on a node that stays: both are protected (the grace), neither goes
+    assert (first["allowed"], second["allowed"]) == (False, False), (first, second)
+    assert first["auditAnnotations"]["spotguard.io/eviction"] == "protected"

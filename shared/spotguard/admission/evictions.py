@@ -86,14 +86,23 @@ class Guard:
         self._lock = threading.Lock()
         self._list: tuple[float, futures.Future[Any]] | None = None  # (monotonic start, the LIST)
 
-    def nodes(self, ctx: core.Context) -> futures.Future[Any]:
-        """A LIST of every node that started at most SHARE_LIST_SECONDS ago (one per burst)."""
+    def nodes(self, ctx: core.Context, since: float) -> futures.Future[Any]:
+        """A LIST of every node that started at or after ``since`` (the review's arrival,
+        monotonic), and at most SHARE_LIST_SECONDS ago: one per burst.
+
+        Never an older one: a drainer cordons node X and evicts its pod A, then cordons Y and
+        evicts B, a pod of the same workload. A list from before both cordons shows each
+        review the other node as staying, so each counts the other's pod as serving and
+        both evictions are allowed: the workload loses two. A list that started after the
+        review arrived (so after its own node's cordon) cannot do that: for both reviews to
+        count the other's pod, each list would have to start before the other's cordon,
+        and so before the other review arrived (tests/admission/test_evictions.py)."""
         kube = ctx.kube
         assert kube is not None
         with self._lock:
             now = time.monotonic()
             shared = self._list
-            if shared is not None and now - shared[0] <= SHARE_LIST_SECONDS and not (
+            if shared is not None and since <= shared[0] and now - shared[0] <= SHARE_LIST_SECONDS and not (
                 shared[1].done() and shared[1].exception() is not None
             ):
                 return shared[1]
@@ -154,13 +163,14 @@ def serve(review: Any, ctx: core.Context) -> reviews.ResponseReview:
     """Answer one ``pods/eviction`` AdmissionReview (raises :class:`errors.WebhookError`
     when it is not an AdmissionReview at all)."""
     started = time.perf_counter()
+    arrived = time.monotonic()
     request = core.parse(review)
     uid = request["uid"]
     pod_key = f"{request.get('namespace')}/{request.get('name')}"
     guard = guard_for(ctx)
     try:
         with deadline.running(deadline.Deadline.after(ctx.review_seconds)):
-            decision = _decide(request, ctx)
+            decision = _decide(request, ctx, arrived)
         guard.succeeded(pod_key)
     except Exception as exc:
         kind = type(exc).__name__
@@ -206,7 +216,7 @@ def build_response(uid: str, decision: evictions.Decision) -> reviews.ResponseRe
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def _decide(request: reviews.Request, ctx: core.Context) -> evictions.Decision:
+def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evictions.Decision:
     if request.get("operation") != "CREATE" or not is_eviction({"request": request}):
         return evictions.Decision(True, "not-an-eviction")
     kube = ctx.kube
@@ -220,7 +230,7 @@ def _decide(request: reviews.Request, ctx: core.Context) -> evictions.Decision:
     if namespace in config.excluded_namespaces:
         return evictions.Decision(True, "not-managed")
     guard = guard_for(ctx)
-    nodes_raw = guard.nodes(ctx)
+    nodes_raw = guard.nodes(ctx, arrived)
     raw = kube.find(resources.PODS, name, namespace)
     if raw is None:
         return evictions.Decision(True, "no-such-pod")
