@@ -766,7 +766,7 @@ class Handler:
                 return
             # The pods to go first are ranked before the autoscaler's minimum comes down: the
             # autoscaler may scale down itself right after, and must remove the same pods.
-            if fin.scale and fin.replicas < wl.replicas and not self._doomed_first(
+            if fin.scale and fin.replicas < wl.replicas and not self._rank_first_to_go(
                 wl, fin.record, snap, wl.replicas - fin.replicas
             ):
                 return  # the next reconcile scales back
@@ -857,7 +857,7 @@ class Handler:
                 best_effort=True,
             )
 
-    def _doomed_first(self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int) -> bool:
+    def _rank_first_to_go(self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int) -> bool:
         """Rank the workload's pods on its doomed nodes first to go before a scale back of
         ``remove`` replicas, and where those are fewer, its surge replicas next.
 
