@@ -18,6 +18,7 @@ workload at its owner's count and serving it; the queue empty), and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from spotguard.admission import core, registration, reservations
 from spotguard.gateway import kube
 from spotguard.interruption import ledger
 from spotguard.policy import config as config_mod
+from spotguard.policy import evictions as guard_policy
 from spotguard.policy import floors, moves
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
@@ -137,6 +139,21 @@ def eventbridge(kind: NoticeKind, instance_id: str, event_id: str, when: float, 
 # -- the admission webhook ---------------------------------------------------------------------
 
 
+# The eviction guard's grace and error hold bound spotguard's own latency (a notice's way
+# through SQS, the poller and the API; an API server's recovery), which runs in real time here
+# while the guard's clock is the cluster's: at x20 production's 8 s grace is 0.4 real seconds,
+# less than one plan under load with 20 % 500s takes. As the clients' timeouts (at least one
+# real second), they get a floor in real time: at least 2 real seconds (40 simulated at x20).
+# Every cluster timing (the notice window, the drainer, pod start) stays simulated.
+GUARD_REAL_FLOOR_SECONDS = 2.0
+
+
+def guard_timing(time_scale: float) -> guard_policy.Timing:
+    default = guard_policy.Timing()
+    floor = GUARD_REAL_FLOOR_SECONDS * time_scale
+    return dataclasses.replace(default, grace=max(default.grace, floor), error_hold=max(default.error_hold, floor))
+
+
 class Webhook:
     """``spotguard serve admission`` over HTTPS on loopback, registered with the shipped configuration."""
 
@@ -170,7 +187,7 @@ class Webhook:
         # The eviction guard measures on the cluster's clock (the notices' reclaim times are in it).
         from spotguard.admission import evictions
 
-        evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now))
+        evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now, timing=guard_timing(scale)))
         registration.register(self.sim.store, f"https://127.0.0.1:{self.server.server_port}", self.paths.ca_bundle)
 
     def stop(self) -> None:

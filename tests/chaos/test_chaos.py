@@ -284,6 +284,7 @@ QUICK = {
     ("gitops-revert", "no-faults"),
     ("autoscaler-moves", "no-faults"),
     ("drainer-at-notice", "no-faults"),
+    ("drainer-at-notice", "faults-20pct-500"),
     ("rebalance-storm-surge", "no-faults"),
 }
 

@@ -13,10 +13,11 @@ never changes that count, so concurrent evictions (a drainer evicts a node's pod
 in parallel, several webhook processes answer them) cannot race each other past
 it, and the guard needs no write and no shared state.
 
-It never wedges a drain: a node with spotguard's notice is released ``release``
-seconds before its reclaim time (the drain still finishes inside the window), or
-``rebalance_hold`` seconds after a rebalance recommendation; a node without one
-is protected for ``grace`` seconds after this process first saw it going away
+It never wedges a drain: a node with spotguard's notice (its mark on the node, or
+the workload's surge record naming it) is released ``release`` seconds before its
+reclaim time (the drain still finishes inside the window), or ``rebalance_hold``
+seconds after a rebalance recommendation; a node without one is protected for
+``grace`` seconds after this process first saw it going away
 (the notice usually reaches spotguard within a second or two), then released.
 """
 
@@ -100,6 +101,24 @@ def wanted(workload: Workload, floor_on_demand: int) -> int:
     return max(0, workload.replicas)
 
 
+def surge_cover(workload: Workload, node: str) -> tuple[float, bool, float] | None:
+    """(reclaim time, a rebalance's node?, when the surge began) where the workload's running
+    surge covers ``node``; None otherwise.
+
+    The surge record is the notice as the workload carries it: the node's own mark may be
+    missing (its taint write failed and waits for the notice's redelivery, tens of seconds
+    later), and without it the node would get only the short grace of a node nobody told
+    spotguard about, while the surge replicas are still starting."""
+    record = interruption.SurgeRecord.of(workload)
+    if record is None or record.done or node not in record.nodes:
+        return None
+    until = record.deadline(node, 0.0)
+    if until <= 0:
+        return None
+    rebalance = record.rebalance is not None and node in record.rebalance
+    return until, rebalance, record.started
+
+
 def ready_on_staying_nodes(pods: Iterable[PodView], nodes: Mapping[str, NodeFacts]) -> int:
     """Ready pods on nodes that exist and are not going away."""
     count = 0
@@ -137,7 +156,8 @@ def decide(
     if node is None or not node.going_away:
         return Decision(True, "node-stays")
     notice = node.notice
-    if notice is None and not node.spot:
+    covered = None if notice is not None else surge_cover(workload, node.name)
+    if notice is None and covered is None and not node.spot:
         return Decision(True, "not-spot")
     if notice is not None:
         release_at = notice.until - timing.release
@@ -146,6 +166,14 @@ def decide(
         if now >= release_at:
             return Decision(True, "reclaim-near")
         why = f"node {node.name} is reclaimed at {_clock(notice.until)} (spotguard notice {notice.event_id})"
+    elif covered is not None:
+        until, rebalance, started = covered
+        release_at = until - timing.release
+        if rebalance:
+            release_at = min(release_at, started + timing.rebalance_hold)
+        if now >= release_at:
+            return Decision(True, "reclaim-near")
+        why = f"node {node.name} is reclaimed at {_clock(until)} (the workload's surge covers it)"
     else:
         release_at = first_seen + timing.grace
         if now >= release_at:
