@@ -18,8 +18,8 @@ from spotguard.gateway import stats as stats_mod
 from spotguard.gateway.errors import ApiError
 from spotguard.interruption import ledger
 from spotguard.interruption.handler import Handler, Outcome
-from spotguard.policy.interruption import SurgeRecord
 from spotguard.policy.notices import NoticeKind
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import testing
 

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 from spotguard.policy import config, floors, interruption
-from spotguard.policy.interruption import Autoscaler, Budget, SurgeRecord, Verdict
+from spotguard.policy.interruption import Autoscaler, Budget, Verdict
 from spotguard.policy.notices import NoticeKind
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.tolerations import Taint
 from spotguard.policy.workloads import INTERRUPTION_TAINT
 

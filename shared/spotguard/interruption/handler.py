@@ -50,13 +50,14 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, metrics, records
-from spotguard.policy import floors, interruption
+from spotguard.policy import floors, interruption, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
-from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeRecord, SurgeStep, TaintStep, Verdict
+from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
 from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload
 
@@ -132,7 +133,7 @@ def _with_ledger(view: Workload, kept: dict[str, SurgeRecord]) -> Workload:
     record = kept.get(view.key)
     if record is None or SURGE in view.annotations:
         return view
-    extra = {SURGE: record.to_json(), interruption.LOST: "true"}
+    extra = {SURGE: record.to_json(), surges.LOST: "true"}
     return dataclasses.replace(view, annotations={**view.annotations, **extra})
 
 
@@ -809,7 +810,7 @@ class Handler:
                     if fin.record.lost and SURGE not in view.annotations:
                         view = dataclasses.replace(
                             view,
-                            annotations={**view.annotations, SURGE: fin.record.to_json(), interruption.LOST: "true"},
+                            annotations={**view.annotations, SURGE: fin.record.to_json(), surges.LOST: "true"},
                         )
                     again, _ = interruption.finish(
                         workloads=[view],
@@ -909,7 +910,7 @@ class Handler:
         """Delete our budgets whose workload has no surge in progress (left by a crash)."""
         active = set()
         for w in snap.workload_views:
-            rec = interruption.SurgeRecord.of(w)
+            rec = SurgeRecord.of(w)
             if rec is not None and not rec.done and rec.budget:
                 active.add((w.namespace, rec.budget))
         now = self.clock()

@@ -29,7 +29,7 @@ from spotguard.gateway import resources as r
 from spotguard.gateway import settings
 from spotguard.gateway.errors import AlreadyExists, ApiError, Conflict, NotFound
 from spotguard.policy import interruption
-from spotguard.policy.interruption import SurgeRecord
+from spotguard.policy.surges import SurgeRecord
 
 log = logging.getLogger("spotguard.interruption")
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from spotguard.policy import interruption
-from spotguard.policy.interruption import BudgetStep, SurgeRecord, TaintStep
+from spotguard.policy.interruption import BudgetStep, TaintStep
 from spotguard.policy.notices import NODE_NOTICE
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE
 
 SURGE_FOR = "spotguard.io/surge-for"  # on the temporary budget: the workload it protects

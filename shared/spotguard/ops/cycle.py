@@ -34,7 +34,7 @@ from spotguard.logs import UserError
 from spotguard.ops import aws, functions, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
-from spotguard.policy import floors, interruption
+from spotguard.policy import floors, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import scenario as scenario_mod
@@ -454,7 +454,7 @@ def _surging(w: Workload) -> bool:
     """A surge in progress (a record kept as done, while its nodes linger in the API, is over)."""
     if SURGE not in w.annotations:
         return False
-    record = interruption.SurgeRecord.of(w)
+    record = surges.SurgeRecord.of(w)
     return record is None or not record.done
 
 

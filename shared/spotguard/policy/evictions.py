@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from spotguard.policy import interruption
+from spotguard.policy import interruption, surges
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.views import PodView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
@@ -94,7 +94,7 @@ def wanted(workload: Workload, floor_on_demand: int) -> int:
     """
     if workload.kind is Kind.STATEFULSET:
         return max(0, min(floor_on_demand, workload.replicas))
-    record = interruption.SurgeRecord.of(workload)
+    record = surges.SurgeRecord.of(workload)
     if record is not None and not record.done:
         keep = record.ready or record.replicas
         return max(0, min(keep, interruption.owner_replicas(record, workload.replicas)))
@@ -109,7 +109,7 @@ def surge_cover(workload: Workload, node: str) -> tuple[float, bool, float] | No
     missing (its taint write failed and waits for the notice's redelivery, tens of seconds
     later), and without it the node would get only the short grace of a node nobody told
     spotguard about, while the surge replicas are still starting."""
-    record = interruption.SurgeRecord.of(workload)
+    record = surges.SurgeRecord.of(workload)
     if record is None or record.done or node not in record.nodes:
         return None
     until = record.deadline(node, 0.0)

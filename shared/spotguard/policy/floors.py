@@ -12,13 +12,13 @@ percentage ("30%", rounded up), clamped to the replica count.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.validation import Problem
 from spotguard.policy.workloads import ENABLED, MIN_ON_DEMAND, SURGE, Kind, Workload
 
@@ -138,22 +138,10 @@ def surge_of(annotations: Mapping[str, str]) -> tuple[int, int, int] | None:
     """(surge, replicas before it, replicas spotguard last wrote) of the record in
     ``spotguard.io/surge``; None: none, or unreadable."""
     raw = annotations.get(SURGE)
-    if not raw:
+    record = SurgeRecord.parse(raw) if raw else None
+    if record is None:
         return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    surge, before, written = _count(value.get("surge")), _count(value.get("replicas")), _count(value.get("written"))
-    if surge is None or before is None:
-        return None
-    return surge, before, before + surge if written is None else written
-
-
-def _count(value: object) -> int | None:
-    return max(value, 0) if isinstance(value, int) and not isinstance(value, bool) else None
+    return max(record.surge, 0), max(record.replicas, 0), max(record.last_written, 0)
 
 
 def surge_count(annotations: Mapping[str, str]) -> int:
