@@ -10,6 +10,7 @@ load average before and after) and the date.
     .venv/bin/python bench/run_all.py --quick     # smaller sizes, a few minutes; aims not judged
     .venv/bin/python bench/run_all.py --only admission --only sim
     .venv/bin/python bench/run_all.py --list
+    .venv/bin/python bench/run_all.py --readme    # full run; the table goes into README.md too
 
 A benchmark this file does not know yet is still run (with no arguments) and
 its numeric figures listed; add it to :data:`KNOWN` to give it quick-run
@@ -94,7 +95,64 @@ def _admission_large(r: Result) -> str:
     )
 
 
+def _chaos(r: Result) -> str:
+    runs = r.get("runs") or []
+    each = "; ".join(
+        f"{x.get('faults')}: worst margin {_num(x.get('worst_margin'))}, back after "
+        f"{_num(x.get('recovered_after_s'), 0)} simulated s" for x in runs
+    )
+    held = r.get("promise_held")
+    return f"every spot node at once, x{_num(r.get('time_scale'), 0)}: **promise held: {held}** ({each})"
+
+
+def _drainer_race(r: Result) -> str:
+    held = r.get("promise_held") or {}
+    return "; ".join(f"{k}: {'**held**' if v else 'broken'}" for k, v in sorted(held.items()))
+
+
+def _reconcile(r: Result) -> str:
+    return (
+        f"one pass: **{_num(r.get('seconds'))} s** ({_num(r.get('cpu_seconds'))} s of CPU), "
+        f"**{_num(r.get('api_requests'))} API requests, {_num(r.get('api_writes'))} writes**, "
+        f"peak RSS {_num(r.get('max_rss_mb'), 0)} MB; optimal: {r.get('optimal')}"
+    )
+
+
+def _return_to_spot(r: Result) -> str:
+    return (
+        f"{r.get('scenario')}: {_num(r.get('serving_on_spot_at_end'))} of {_num(r.get('replicas_to_move'))} "
+        f"replicas back on spot, optimum reached: **{r.get('optimal')}** in **{_num(r.get('simulated_seconds'), 0)} "
+        f"simulated s**, {_num(r.get('api_requests'))} API requests ({_num(r.get('api_requests_per_replica_moved'))} "
+        f"a replica moved)"
+    )
+
+
 KNOWN: dict[str, Known] = {
+    "chaos": Known(
+        quick=["--faults", "none"],
+        figures=_chaos,
+        aim="the promise held with and without 20 % mixed API faults",
+        met=lambda r: r.get("promise_held") is True,
+    ),
+    "drainer_race": Known(
+        quick=["--seeds", "1", "--protections", "guard"],
+        figures=_drainer_race,
+        aim="with the eviction guard, the promise held whoever is first",
+        met=lambda r: all(v for k, v in (r.get("promise_held") or {}).items() if k.endswith("/guard")),
+    ),
+    "reconcile": Known(
+        quick=["--scenario", "infra/scenarios/medium.yaml"],
+        figures=_reconcile,
+        aim="< 2 s, reads only (0 writes) at the optimum",
+        met=lambda r: r.get("seconds", 99) < 2.0 and r.get("api_writes") == 0,
+    ),
+    "return_to_spot": Known(
+        quick=["--scenario", "infra/scenarios/demo.yaml"],
+        full=["--scenario", "infra/scenarios/medium.yaml"],
+        figures=_return_to_spot,
+        aim="the optimum reached; a few API requests a replica moved",
+        met=lambda r: r.get("optimal") is True,
+    ),
     "admission_large": Known(
         quick=["--scenario", "infra/scenarios/demo.yaml"],
         figures=_admission_large,
@@ -276,6 +334,37 @@ def write(runs: list[Run], quick: bool, path: Path) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+README = ROOT / "README.md"
+README_START = "<!-- bench/run_all.py: start -->"
+README_END = "<!-- bench/run_all.py: end -->"
+
+
+def write_readme(runs: list[Run], path: Path) -> None:
+    """Put the table of a full run into the README's performance section, between the markers
+    (with the commit and the machine): the README shows what the last full run measured."""
+    cores = os.cpu_count() or 0
+    machine = f"{cores} cores, {cpu_model()}"
+    text = path.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"run_all: {path} has no {README_START} ... {README_END} section")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    when = runs[0].date if runs else ""
+    body = [
+        README_START,
+        "",
+        f"Written by `bench/run_all.py --readme` at commit {commit()}, {when} UTC, on {machine} "
+        f"(Python {platform.python_version()}); the load average before and after each benchmark is in "
+        "its row. Raw JSON lines: [bench/RESULTS.md](bench/RESULTS.md).",
+        "",
+        table(runs, False, machine),
+        "",
+        *oversubscribed(runs, cores),
+        README_END,
+    ]
+    path.write_text(head + "\n".join(body) + tail, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (aims are not judged)")
@@ -286,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=RESULTS, help=f"where to write (default {RESULTS.relative_to(ROOT)})"
     )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument(
+        "--readme", action="store_true", help="also put the table in README.md (a full run of every benchmark only)"
+    )
     args = parser.parse_args(argv)
     names = discover()
     if args.list:
@@ -299,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = [run_one(name, args.quick, args.timeout) for name in chosen]
     write(runs, args.quick, args.out)
     print(f"run_all: wrote {args.out}", file=sys.stderr)
+    if args.readme:
+        if args.quick or args.only or args.skip:
+            print("run_all: --readme takes a full run of every benchmark; README.md left alone", file=sys.stderr)
+        else:
+            write_readme(runs, README)
+            print(f"run_all: wrote the table into {README}", file=sys.stderr)
     bad = [r.name for r in runs if r.result is None or r.error or verdict(r, args.quick) == "**not met**"]
     if bad:
         print(f"run_all: failed or missed the aim: {', '.join(bad)}", file=sys.stderr)
