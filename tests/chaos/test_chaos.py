@@ -13,6 +13,7 @@ under every kind of API fault (``conftest``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -297,30 +298,46 @@ BROKEN: dict[str, str] = {
     ),
 }
 
-# Under injected timeouts a hung request costs the functions' client 1 real second, 20
-# simulated seconds (10 in production), and a pod creation through a webhook whose API reads
-# hang up to 3 real seconds, 60 simulated (3 in production). The SQS poller handles one batch
-# at a time: a batch's snapshot, best-effort Events and ledger write meeting a few of those
-# delay the next batch's warnings past the reclaim (or their surge pods are not Ready by it),
-# and the pods on those nodes go with no replacement. Seen in duplicated-reordered-foreign
-# (timeout, mixed). Not strict: it depends on which requests the faults hit. (This was
-# described as an early scale back: the scale-back Events carry wall-clock times and were
-# read against the simulated t0; they came after the reclaim. Under 429s, the same delay came
-# from Retry-After honoured in real seconds, fixed in functions.SimulatedTimePolicy.)
+# Latency faults: every request may hang (20 %) or, in the mixed column, answer 500, 429 or
+# 409 or hang. (The duplicated-reordered-foreign break described before 2026-11-26 was the
+# time compression below; under 429s the same delay came from Retry-After honoured in real
+# seconds, fixed in functions.SimulatedTimePolicy.)
 DELAY_FAULTS = ("faults-20pct-timeout", "faults-20pct-mixed")
-LATE_UNDER_TIMEOUTS = (
-    "under 20 % injected timeouts (20 simulated seconds each, 2x production's; 60 for a pod through the "
-    "webhook, 20x) the serial poller reaches later warnings too late for their surge to be Ready at the "
-    "reclaim (docs/chaos.md)"
-)
+# Those columns run at x4, not x20. A hung request costs real time (the client's timeout, the
+# webhook's 3 s), and at x20 every real second is 20 of the cluster's: a pod created through a
+# webhook whose read hangs waited 60 simulated seconds (3 in production), so a surge's slow-start
+# batches (1, 2, 4) took three minutes and no surge was Ready at the reclaim, whatever spotguard
+# did (10 of 12 scenarios broke so on 2026-11-26). At x4 the functions' client times out after
+# 10 simulated seconds (production's), the webhook's 3 s costs 12 (4x production's), the guard's
+# grace and error hold are production's, and every cluster timing is unchanged: still harsher
+# than a real cluster, and no kinder. SPOTGUARD_CHAOS_TIME_SCALE overrides it for any column.
+DELAY_TIME_SCALE = 4.0
+
+
+def time_scale_for(fault: str) -> float:
+    override = os.environ.get("SPOTGUARD_CHAOS_TIME_SCALE")
+    if override:
+        return float(override)
+    return DELAY_TIME_SCALE if fault in DELAY_FAULTS else h.TIME_SCALE
+
+
+# Open: seen once in four runs at x4 (2026-11-26): worker 8 -> 7 at 134 s, after its scale back
+# at 127 s; a second surge of one followed (a pod counted onto a doomed node after the surge).
+# Not diagnosed; not strict (docs/chaos.md).
+FLAKY_UNDER_TIMEOUTS = {
+    ("drainer-after-rebalance-surge", "faults-20pct-timeout"): (
+        "1 of 4 runs at x4: worker 8 -> 7 seven seconds after its scale back (docs/chaos.md), not diagnosed"
+    ),
+}
+
 
 
 def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
     if name in BROKEN:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
-    elif fault in DELAY_FAULTS:
-        marks.append(pytest.mark.xfail(strict=False, reason=LATE_UNDER_TIMEOUTS))
+    elif (name, fault) in FLAKY_UNDER_TIMEOUTS:
+        marks.append(pytest.mark.xfail(strict=False, reason=FLAKY_UNDER_TIMEOUTS[(name, fault)]))
     return marks
 
 
@@ -335,7 +352,8 @@ def cases() -> list[Any]:
 @pytest.mark.parametrize(("scenario", "fault"), cases())
 def test_chaos(scenario: str, fault: str, tmp_path: Path, aws_env: Moto) -> None:
     s = SCENARIOS[scenario]
-    with h.chaos(tmp_path, aws_env.url, cfg=s.cfg, nodes_=s.nodes(), drainer=s.drainer) as c:
+    scale = time_scale_for(fault)
+    with h.chaos(tmp_path, aws_env.url, cfg=s.cfg, nodes_=s.nodes(), drainer=s.drainer, time_scale=scale) as c:
         FAULTS[fault](c)
         s.play(c)
         if c.recovered_at is None:

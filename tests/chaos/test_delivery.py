@@ -14,7 +14,7 @@ from spotguard.policy.workloads import SURGE
 from spotguard.sim import readiness
 
 from tests.chaos import harness as h
-from tests.chaos.test_chaos import DELAY_FAULTS, FAULTS, LATE_UNDER_TIMEOUTS, full
+from tests.chaos.test_chaos import FAULTS, full, time_scale_for
 from tests.interruption.transport_support import Moto
 
 
@@ -62,15 +62,13 @@ def fault_cases(quick: str) -> list[Any]:
     out = []
     for f in FAULTS:
         marks: list[Any] = [] if f == quick else [full]
-        if f in DELAY_FAULTS:
-            marks.append(pytest.mark.xfail(strict=False, reason=LATE_UNDER_TIMEOUTS))
         out.append(pytest.param(f, id=f, marks=marks))
     return out
 
 
 @pytest.mark.parametrize("fault", fault_cases("no-faults"))
 def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path, aws_env: Moto) -> None:
-    with h.chaos(tmp_path, aws_env.url, interruption_in_process=False) as c:
+    with h.chaos(tmp_path, aws_env.url, interruption_in_process=False, time_scale=time_scale_for(fault)) as c:
         FAULTS[fault](c)
         spot = c.spot()
         doomed = on_nodes(c, spot)
@@ -93,7 +91,7 @@ def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path
 
 @pytest.mark.parametrize("fault", fault_cases("faults-20pct-500"))
 def test_duplicated_reordered_and_foreign_messages(fault: str, tmp_path: Path, aws_env: Moto) -> None:
-    with h.chaos(tmp_path, aws_env.url) as c:
+    with h.chaos(tmp_path, aws_env.url, time_scale=time_scale_for(fault)) as c:
         FAULTS[fault](c)
         rnd = random.Random(11)
         spot = c.spot()
