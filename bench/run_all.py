@@ -302,9 +302,13 @@ def oversubscribed(runs: list[Run], cores: int) -> list[str]:
     ]
 
 
-def write(runs: list[Run], quick: bool, path: Path) -> None:
+def machine() -> tuple[int, str]:
     cores = os.cpu_count() or 0
-    machine = f"{cores} cores, {cpu_model()}"
+    return cores, f"{cores} cores, {cpu_model()}"
+
+
+def write(runs: list[Run], quick: bool, path: Path) -> None:
+    cores, machine_ = machine()
     lines = [
         "# Benchmark results",
         "",
@@ -318,7 +322,7 @@ def write(runs: list[Run], quick: bool, path: Path) -> None:
             else "Full sizes."
         ),
         "",
-        table(runs, quick, machine),
+        table(runs, quick, machine_),
         "",
         *oversubscribed(runs, cores),
         "Raw JSON lines:",
@@ -342,8 +346,7 @@ README_END = "<!-- bench/run_all.py: end -->"
 def write_readme(runs: list[Run], path: Path) -> None:
     """Put the table of a full run into the README's performance section, between the markers
     (with the commit and the machine): the README shows what the last full run measured."""
-    cores = os.cpu_count() or 0
-    machine = f"{cores} cores, {cpu_model()}"
+    cores, machine_ = machine()
     text = path.read_text(encoding="utf-8")
     if README_START not in text or README_END not in text:
         raise SystemExit(f"run_all: {path} has no {README_START} ... {README_END} section")
@@ -353,11 +356,11 @@ def write_readme(runs: list[Run], path: Path) -> None:
     body = [
         README_START,
         "",
-        f"Written by `bench/run_all.py --readme` at commit {commit()}, {when} UTC, on {machine} "
+        f"Written by `bench/run_all.py --readme` at commit {commit()}, {when} UTC, on {machine_} "
         f"(Python {platform.python_version()}); the load average before and after each benchmark is in "
         "its row. Raw JSON lines: [bench/RESULTS.md](bench/RESULTS.md).",
         "",
-        table(runs, False, machine),
+        table(runs, False, machine_),
         "",
         *oversubscribed(runs, cores),
         README_END,

@@ -84,24 +84,26 @@ class Decision:
     retry_after: int = 0  # seconds (a denial only)
 
 
-def wanted(workload: Workload, floor_on_demand: int) -> int:
+def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord | None = None) -> int:
     """How many Ready pods on nodes that stay the workload wants before a doomed pod goes.
 
     A Deployment: the count before the notice (the surge record's Ready count when
     the surge began, or its pre-surge replicas; never more than its owner wants now),
     else ``spec.replicas``. A StatefulSet: its floor (quorum by default): its pods
     cannot be replaced before they are gone, so it keeps the quorum, no more.
+    ``record`` is the workload's surge record where the caller has read it already.
     """
     if workload.kind is Kind.STATEFULSET:
         return max(0, min(floor_on_demand, workload.replicas))
-    record = surges.SurgeRecord.of(workload)
+    if record is None:
+        record = surges.SurgeRecord.of(workload)
     if record is not None and not record.done:
         keep = record.ready or record.replicas
         return max(0, min(keep, interruption.owner_replicas(record, workload.replicas)))
     return max(0, workload.replicas)
 
 
-def surge_cover(workload: Workload, node: str) -> tuple[float, bool, float] | None:
+def surge_cover(record: surges.SurgeRecord | None, node: str) -> tuple[float, bool, float] | None:
     """(reclaim time, a rebalance's node?, when the surge began) where the workload's running
     surge covers ``node``; None otherwise.
 
@@ -109,7 +111,6 @@ def surge_cover(workload: Workload, node: str) -> tuple[float, bool, float] | No
     missing (its taint write failed and waits for the notice's redelivery, tens of seconds
     later), and without it the node would get only the short grace of a node nobody told
     spotguard about, while the surge replicas are still starting."""
-    record = surges.SurgeRecord.of(workload)
     if record is None or record.done or node not in record.nodes:
         return None
     until = record.deadline(node, 0.0)
@@ -156,7 +157,8 @@ def decide(
     if node is None or not node.going_away:
         return Decision(True, "node-stays")
     notice = node.notice
-    covered = None if notice is not None else surge_cover(workload, node.name)
+    record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
+    covered = None if notice is not None else surge_cover(record, node.name)
     if notice is None and covered is None and not node.spot:
         return Decision(True, "not-spot")
     if notice is not None:
@@ -179,7 +181,7 @@ def decide(
         if now >= release_at:
             return Decision(True, "no-notice")
         why = f"spot node {node.name} is going away and spotguard's notice for it may be on its way"
-    want = wanted(workload, floor_on_demand)
+    want = wanted(workload, floor_on_demand, record)
     have = ready_on_staying_nodes(pods, nodes)
     if have >= want:
         return Decision(True, "replaced")

@@ -242,7 +242,7 @@ class StatefulSetController(base.Controller):
             new.update(revision_status)
             obj["status"] = new
 
-        cached = copy.deepcopy(sts)
+        cached = {"status": copy.deepcopy(sts.get("status"))}  # edit touches the status only
         edit(cached)
         if cached.get("status") == sts.get("status"):
             return  # upstream writes the status only when it changed: no request, no token
