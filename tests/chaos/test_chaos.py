@@ -321,24 +321,10 @@ def time_scale_for(fault: str) -> float:
     return DELAY_TIME_SCALE if fault in DELAY_FAULTS else h.TIME_SCALE
 
 
-# Open (2026-11-26, x4): 4 of 13 runs broke, each a dip right after a scale back: worker 8 -> 7
-# seven seconds after its scale back; cart 4 -> 3 two seconds after; web 6 -> 2 over the 45 s
-# after. Not diagnosed; not strict (docs/chaos.md).
-FLAKY_UNDER_TIMEOUTS = {
-    ("drainer-after-rebalance-surge", "faults-20pct-timeout"): (
-        "4 of 13 runs at x4: a serving replica lost right after a surge's scale back (docs/chaos.md), "
-        "not diagnosed"
-    ),
-}
-
-
-
 def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
     if name in BROKEN:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
-    elif (name, fault) in FLAKY_UNDER_TIMEOUTS:
-        marks.append(pytest.mark.xfail(strict=False, reason=FLAKY_UNDER_TIMEOUTS[(name, fault)]))
     return marks
 
 

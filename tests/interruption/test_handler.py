@@ -15,6 +15,7 @@ import pytest
 from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
 from spotguard.interruption.handler import Handler, Outcome
+from spotguard.nodeadded import reconciler
 from spotguard.policy import config, moves
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE
@@ -462,6 +463,103 @@ def test_an_interruption_whose_node_mark_failed_still_ranks_its_dead_pods_first(
     assert c.deployment("web")["spec"]["replicas"] == 3
     dead = c.store.get("pods", "web-5d4f8-00001", "shop")
     assert dead["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
+
+
+def _rebalance_then_interruption(c: Cluster, cfg: config.Config, *fail: tuple[str, str]) -> Handler:
+    """A rebalance surge for spot-0 (its end at +120 s), then at +80 s the interruption warning
+    (reclaim at +200 s) while every request of ``fail`` (verb, resource) answers 500. Returns
+    the handler that took the warning."""
+    c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
+    assert c.record("web")["rebalance"] == ["spot-0"] and c.deployment("web")["spec"]["replicas"] == 4
+    at = c.now() + 80
+    warning = Notice("ev-late", NoticeKind.INTERRUPTION, sc.instance_id("spot-0"), datetime.fromtimestamp(at, UTC))
+    for verb, resource in fail:
+        c.sim.faults.set(verb=verb, resource=resource, error_rate=1.0, status=500)
+    h = c.handler(config=cfg, clock=lambda: c.now() + 80)
+    assert h.handle([warning]) == [Outcome.RETRY]
+    c.sim.faults.clear()
+    assert c.record("web")["rebalance"] == ["spot-0"]  # the takeover was not written
+    surge = pod(c.deployment("web"), 10, "od-0")
+    surge["metadata"]["annotations"] = {"spotguard.io/surge-replica": "true"}
+    c.store.apply_objects([surge])  # the surge replica, Ready
+    return h
+
+
+def test_a_rebalance_surge_holds_past_its_end_when_the_node_mark_says_a_reclaim_follows(cluster: Cluster) -> None:
+    """The warning came 80 s after the recommendation; its write to the workload failed (it is
+    retried), its node mark did not. Another process's reconcile (node-added's) past the
+    rebalance's end must not scale back while the doomed pod still serves: the record alone
+    said the node lives on (chaos drainer-after-rebalance-surge under timeouts, cart 4 -> 3)."""
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    _rebalance_then_interruption(c, cfg, ("patch", "deployments"))
+    mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
+    assert (mark["kind"], mark["event"]) == ("interruption", "ev-late")
+    other = c.handler(config=cfg, clock=lambda: c.now() + 130)
+    other.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    # The reconcile re-planned the pending notice from the node's mark: the takeover is written.
+    assert c.record("web")["rebalance"] == []
+    dying = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert DELETION_COST not in (dying["metadata"].get("annotations") or {})
+    # Past the reclaim the dead node's pod goes first, not the surge replica.
+    c.handler(config=cfg, clock=lambda: c.now() + 210).reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    dying = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert dying["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [(("patch", "deployments"), ("patch", "nodes")), (("list", "*"),)],
+    ids=["every-write-failed", "the-read-failed"],
+)
+def test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could_not_write(
+    cluster: Cluster, fail: tuple[tuple[str, str], ...]
+) -> None:
+    """Neither the node's mark nor the workload's record took the warning (every write failed,
+    or the read before the plan did): only the handler retrying it knows the reclaim. Its own
+    reconciles (`serve spot-interruption` runs one every 15 s beside the poller) hold the surge
+    and the node's taint until the reclaim, instead of treating the node as a rebalance's
+    survivor (chaos drainer-after-rebalance-surge under timeouts: web 6 -> 4)."""
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    h = _rebalance_then_interruption(c, cfg, *fail)
+    mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
+    assert mark["kind"] == "rebalance"
+    h.clock = lambda: c.now() + 130
+    h.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    h.clock = lambda: c.now() + 185  # past the rebalance's end and its staleness: still tainted
+    h.reconcile()
+    assert [t["value"] for t in c.taints("spot-0")] == ["rebalance-spot-0"]
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    h.clock = lambda: c.now() + 210  # past the reclaim: the dead node's pod goes first
+    h.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    dying = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert dying["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
+
+
+def test_the_node_added_pass_leaves_a_rebalance_surge_to_the_function_that_may_hold_its_reclaim(
+    cluster: Cluster,
+) -> None:
+    """Every write of the warning failed: the cluster still says "rebalance" for spot-0, and only
+    the spot-interruption process retrying the warning knows the reclaim. The node-added pass
+    (another process, its own schedule) must not end that surge at the rebalance's end (chaos
+    drainer-after-rebalance-surge under timeouts: its scale back, then cart 4 -> 3); the
+    spot-interruption function's own reconcile decides. (One that does not hold the warning, its
+    message redelivered to another process, ends it: all the cluster says is "rebalance".)"""
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    _rebalance_then_interruption(c, cfg, ("patch", "deployments"), ("patch", "nodes"))
+    pass_ = reconciler.Reconciler(c.kube, cfg, clock=lambda: c.now() + 130)
+    assert pass_.reconcile(dry_run=True).surges_over == []
+    pass_.reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 4
+    # A fresh spot-interruption handler (its notice redelivered elsewhere) ends it as over.
+    c.handler(config=cfg, clock=lambda: c.now() + 130).reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
 
 
 def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_living_spot_pod(cluster: Cluster) -> None:

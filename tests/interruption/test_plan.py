@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from spotguard.policy import config, floors, interruption
 from spotguard.policy.interruption import Autoscaler, Budget, Verdict
-from spotguard.policy.notices import NoticeKind
+from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.tolerations import Taint
 from spotguard.policy.workloads import INTERRUPTION_TAINT
@@ -223,6 +223,55 @@ def test_interruption_names_the_taint_over_a_rebalance() -> None:
     assert [(t.node, t.event_id, t.kind) for t in plan.taints] == [("s1", "ev-1", NoticeKind.INTERRUPTION)]
 
 
+def _mark(kind: NoticeKind, until: float, event: str = "ev-0", time: float = NOW) -> NodeNotice:
+    return NodeNotice(event_id=event, kind=kind, time=time, until=until, action="terminate")
+
+
+REBALANCE_TAINT = [{"key": INTERRUPTION_TAINT, "value": "rb-1", "effect": "NoSchedule"}]
+
+
+def test_an_interruption_rewrites_a_rebalance_mark_that_ends_sooner_than_the_reclaim() -> None:
+    """The recommendation came 80 s before the warning, with a 120 s rebalance surge: its mark
+    ends at +40 s, the reclaim is at +120 s. Left saying rebalance, the node would be released
+    by the eviction guard, and its surge ended, at +40 s (chaos drainer-after-rebalance-surge
+    under timeouts: cart 4 -> 3)."""
+    nodes, _pods, _wls = cluster()
+    nodes[0] = node("s1", taints=REBALANCE_TAINT)
+    marks = {"s1": _mark(NoticeKind.REBALANCE, NOW + 40, "rb-1", NOW - 80)}
+    plan = make_plan([notice("i-s1", "ev-1")], nodes=nodes, node_notices=marks)
+    assert [(t.node, t.event_id, t.kind, t.notice and t.notice.until) for t in plan.taints] == [
+        ("s1", "ev-1", NoticeKind.INTERRUPTION, NOW + 120)
+    ]
+
+
+def test_a_late_rebalance_recommendation_never_replaces_a_reclaims_mark() -> None:
+    """Reordered messages: the warning was handled first; the recommendation sent before it
+    arrives after, and its (shorter) deadline must not turn the node back into a rebalance's."""
+    cfg = dataclasses.replace(CFG, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=30)
+    nodes, _pods, _wls = cluster()
+    nodes[0] = node("s1", taints=REBALANCE_TAINT)
+    marks = {"s1": _mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-1")}
+    plan = make_plan([notice("i-s1", "rb-1", NoticeKind.REBALANCE)], nodes=nodes, node_notices=marks, config=cfg)
+    assert plan.taints == ()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "stands"),
+    [
+        (_mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-1"), _mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-1"), True),
+        (_mark(NoticeKind.INTERRUPTION, NOW + 50, "ev-1"), _mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-2"), True),
+        (_mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-1"), _mark(NoticeKind.INTERRUPTION, NOW + 50, "ev-2"), False),
+        (_mark(NoticeKind.INTERRUPTION, NOW - 1, "ev-1"), _mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-2"), False),
+        (_mark(NoticeKind.REBALANCE, NOW + 40, "rb-1"), _mark(NoticeKind.INTERRUPTION, NOW + 120, "ev-1"), False),
+        (_mark(NoticeKind.REBALANCE, NOW + 40, "rb-1"), _mark(NoticeKind.STATE_CHANGE, NOW + 120, "sc-1"), False),
+        (_mark(NoticeKind.INTERRUPTION, NOW + 100, "ev-1"), _mark(NoticeKind.REBALANCE, NOW + 30, "rb-1"), True),
+        (_mark(NoticeKind.REBALANCE, NOW + 40, "rb-1"), _mark(NoticeKind.REBALANCE, NOW + 600, "rb-2"), True),
+    ],
+)
+def test_which_mark_stands(old: NodeNotice, new: NodeNotice, stands: bool) -> None:
+    assert interruption.mark_stands(old, new, NOW) is stands
+
+
 def test_opted_out_workloads_are_left_alone() -> None:
     _nodes, _pods, wls = cluster()
     wls[0] = deployment("web", 4, **{"spotguard.io/enabled": "false"})
@@ -294,6 +343,27 @@ def test_finish_scales_back_keeping_the_users_change() -> None:
     pods = [pod(web, i, "od1") for i in range(9)]
     done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30)
     assert [(f.replicas, f.remove, f.scale) for f in done] == [(7, True, True)]
+
+
+def test_a_rebalance_surge_whose_node_a_reclaim_followed_waits_for_the_reclaim() -> None:
+    """The record still says rebalance (the interruption's write to the workload failed and is
+    retried), but the node's mark says the reclaim comes at +200 s: past the rebalance's end
+    (+120 s) the surge waits while the doomed pods serve, instead of ending and leaving them
+    to die with the node."""
+    web = surged_web(until=(("s1", NOW + 120),), rebalance=("s1",))
+    nodes = [node("s1"), node("od1", "on-demand")]
+    pods = [pod(web, i, "s1") for i in range(2)] + [pod(web, i, "od1") for i in range(2, 6)]
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 130)
+    assert [f.reason for f in done] == ["replacements Ready and the doomed pods gone"]  # no mark: ends
+    reclaim = {"s1": _mark(NoticeKind.INTERRUPTION, NOW + 200, "ev-2", NOW + 80)}
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 130, marks=reclaim)
+    assert done == [] and "still Ready on doomed nodes" in waiting[0].reason
+    still_rebalance = {"s1": _mark(NoticeKind.REBALANCE, NOW + 120, "rb-1")}
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 130, marks=still_rebalance)
+    assert len(done) == 1
+    # Past the reclaim its pods serve nothing: the surge ends on its replacements.
+    done, _ = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 201, marks=reclaim)
+    assert [f.replicas for f in done] == [4]
 
 
 def test_finish_while_the_node_exists_keeps_a_done_record() -> None:

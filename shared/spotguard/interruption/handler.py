@@ -30,8 +30,9 @@ import enum
 import gc
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -154,6 +155,8 @@ class Batch:
     events: list[Event] = field(default_factory=list)
     # Records written or removed by this handling (None: removed), for the ledger.
     records: dict[str, SurgeRecord | None] = field(default_factory=dict)
+    # Each node's notice: its mark as read, or the notice this process is still retrying.
+    marks: dict[str, NodeNotice] = field(default_factory=dict)
 
 
 @dataclass
@@ -201,14 +204,23 @@ class Handler:
         clock: Callable[[], float] = time.time,
         *,
         workers: int = WORKERS,
+        ends_rebalance_surges: bool = True,
     ) -> None:
+        """``ends_rebalance_surges=False``: a surge whose node had only a rebalance
+        recommendation and still exists is left to the spot-interruption function's own
+        reconcile (the node-added pass): only that function knows a reclaim warning for the
+        node that it could not write yet (:meth:`_remember_retries`)."""
         self.kube = kube
         # A Config, or a function giving the current one (the settings, re-read at their TTL).
         self._config = config
         self.ec2 = ec2
         self.clock = clock
         self.workers = workers
+        self.ends_rebalance_surges = ends_rebalance_surges
         self.last_timings: dict[str, float] = {}  # seconds of the last handle(), by phase
+        # event id -> a reclaim notice that could not be carried out yet (it is retried).
+        self._retrying: dict[str, Notice] = {}
+        self._retrying_lock = threading.Lock()
 
     @property
     def config(self) -> Config:
@@ -240,6 +252,7 @@ class Handler:
             except ApiError as exc:
                 metrics.ERRORS.labels("list").inc()
                 log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
+                self._remember_retries([(n, Outcome.RETRY) for n in notices])
                 return self._count(notices, [Outcome.RETRY] * len(notices))
             read = time.perf_counter()
             resolved, lookup_failed = self._resolve(notices, snap)
@@ -284,6 +297,7 @@ class Handler:
                 outcomes.append(Outcome.RETRY)
             else:
                 outcomes.append(Outcome.DONE)
+        self._remember_retries([(res.notice, out) for res, out in zip(plan.notices, outcomes, strict=True)])
         log.info(
             "plan carried out",
             extra={
@@ -297,6 +311,46 @@ class Handler:
             },
         )
         return self._count(notices, outcomes)
+
+    def _remember_retries(self, outcomes: Iterable[tuple[Notice, Outcome]]) -> None:
+        """Keep the reclaim notices that must be retried until they are carried out.
+
+        Until then a node may lack its mark and a workload its surge record (a write, or the
+        read before the plan, failed), and a rebalance recommendation's surge for the same
+        node would end at the rebalance's end as if no reclaim were coming. This process's
+        scale backs read them as the nodes' marks (:meth:`_marks`); another process (the
+        node-added reconcile) knows the reclaim once the node's mark is written."""
+        with self._retrying_lock:
+            for notice, outcome in outcomes:
+                if notice.kind is NoticeKind.REBALANCE:
+                    continue
+                if outcome is Outcome.RETRY:
+                    self._retrying[notice.event_id] = notice
+                else:
+                    self._retrying.pop(notice.event_id, None)
+
+    def _marks(self, snap: Snapshot, now: float) -> dict[str, NodeNotice]:
+        """The nodes' marks as read, with the reclaim notices this process still retries
+        (those past their reclaim are forgotten)."""
+        marks = dict(snap.node_notices)
+        config = self.config
+        with self._retrying_lock:
+            for key, notice in list(self._retrying.items()):
+                if interruption.verdict_of(notice, config, now)[0] is not Verdict.DOOMED:
+                    del self._retrying[key]
+            retrying = list(self._retrying.values())
+        if not retrying:
+            return marks
+        nodes = interruption.match_nodes(retrying, snap.node_views)
+        for notice in retrying:
+            node = nodes.get(notice.instance_id)
+            if node is None:
+                continue
+            mark = interruption.node_notice(notice, config, now)
+            old = marks.get(node)
+            if old is None or not interruption.mark_stands(old, mark, now):
+                marks[node] = mark
+        return marks
 
     def _carry_out(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
         """Write a plan: the temporary budgets first (a drainer acting at the notice then meets
@@ -665,6 +719,7 @@ class Handler:
         """After a plan (or alone, on schedule): scale back what is over, drain, untaint, keep the ledger."""
         now = self.clock()
         config = self.config
+        batch.marks = self._marks(snap, now)
         views = [w for w in snap.workload_views if w.key not in skip]
         done, waiting = interruption.finish(
             workloads=views,
@@ -672,7 +727,20 @@ class Handler:
             nodes=snap.node_views,
             now=now,
             autoscalers=snap.autoscaler_views,
+            marks=batch.marks,
         )
+        if not self.ends_rebalance_surges:
+            alive = {n.name for n in snap.node_views}
+            kept = []
+            for f in done:
+                if set(f.record.rebalance or ()) & alive:
+                    log.debug(
+                        "a rebalance's surge: its end is the spot-interruption function's",
+                        extra={"workload": f.workload.key},
+                    )
+                else:
+                    kept.append(f)
+            done = kept
         for w in waiting:
             log.debug("surge in progress", extra={"workload": w.workload.key, "reason": w.reason})
         list(pool.map(lambda f: self._finish(f, snap, batch), done))
@@ -682,9 +750,10 @@ class Handler:
                 pods=snap.pod_views,
                 nodes=snap.node_views,
                 now=now,
+                marks=batch.marks,
             )
             list(pool.map(self._evict, evictions))
-        self._untaint_survivors(snap, pool, now)
+        self._untaint_survivors(snap, pool, now, batch.marks)
         self._sweep_budgets(snap, pool)
         self._keep_ledger(snap, batch)
         self._gauges(snap, now, config, batch)
@@ -705,11 +774,14 @@ class Handler:
             metrics.ERRORS.labels("evict").inc()
             log.warning("could not evict", extra={"pod": f"{ev.namespace}/{ev.pod}", "error": str(exc)})
 
-    def _untaint_survivors(self, snap: Snapshot, pool: ThreadPoolExecutor, now: float) -> None:
+    def _untaint_survivors(
+        self, snap: Snapshot, pool: ThreadPoolExecutor, now: float, marks: Mapping[str, NodeNotice]
+    ) -> None:
         """A node that is Ready again past the notice it was tainted for survived it
-        (a stop and start, a rebalance recommendation never followed): untaint it."""
+        (a stop and start, a rebalance recommendation never followed): untaint it. A node
+        whose reclaim notice this process still retries has not survived it yet."""
         for node in snap.node_views:
-            mark = snap.node_notices.get(node.name)
+            mark = marks.get(node.name)
             if mark is None or not node.ready or now < mark.until + interruption.STALE_SECONDS:
                 continue
             raw = snap.node(node.name)
@@ -767,8 +839,10 @@ class Handler:
                 return
             # The pods to go first are ranked before the autoscaler's minimum comes down: the
             # autoscaler may scale down itself right after, and must remove the same pods.
-            if fin.scale and fin.replicas < wl.replicas and not self._rank_first_to_go(
-                wl, fin.record, snap, wl.replicas - fin.replicas
+            if (
+                fin.scale
+                and fin.replicas < wl.replicas
+                and not self._rank_first_to_go(wl, fin.record, snap, wl.replicas - fin.replicas, batch.marks)
             ):
                 return  # the next reconcile scales back
             if fin.hpa_min is not None or fin.hpa_max is not None:
@@ -817,6 +891,7 @@ class Handler:
                         pods=snap.pod_views,
                         nodes=snap.node_views,
                         now=self.clock(),
+                        marks=batch.marks,
                     )
                     if not again:
                         return
@@ -858,7 +933,9 @@ class Handler:
                 best_effort=True,
             )
 
-    def _rank_first_to_go(self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int) -> bool:
+    def _rank_first_to_go(
+        self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int, marks: Mapping[str, NodeNotice]
+    ) -> bool:
         """Rank the workload's pods on its doomed nodes first to go before a scale back of
         ``remove`` replicas, and where those are fewer, its surge replicas next.
 
@@ -871,13 +948,16 @@ class Handler:
         pod could not be ranked (try again later). The surge record says which of its nodes
         only had a rebalance recommendation: a node whose own notice is still the
         rebalance's (the interruption's taint write failed, and is retried) is doomed when
-        the record says an interruption took over.
+        the record says an interruption took over; and the other way round, a node the record
+        still names for a rebalance dies where its mark (``marks``) says a reclaim came.
         """
+
         def dies(n: str) -> bool:
-            mark = snap.node_notices.get(n)
+            mark = marks.get(n)
             if record.rebalance is not None:
                 if n in record.rebalance:
-                    return False
+                    reclaimed = mark is not None and mark.kind is not NoticeKind.REBALANCE
+                    return reclaimed and mark is not None and mark.action in ("", "terminate")
                 return mark is None or mark.kind is NoticeKind.REBALANCE or mark.action in ("", "terminate")
             return mark is None or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
 

@@ -251,9 +251,15 @@ class Reconciler:
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
         done, _waiting = interruption.finish(
-            workloads=workload_views, pods=snap.pod_views, nodes=snap.node_views, now=now
+            workloads=workload_views,
+            pods=snap.pod_views,
+            nodes=snap.node_views,
+            now=now,
+            marks=snap.shared.node_notices,
         )
-        report.surges_over = [f.workload.key for f in done]
+        alive = {n.name for n in snap.node_views}
+        # A rebalance's surge whose node lives is the spot-interruption function's to end.
+        report.surges_over = [f.workload.key for f in done if not set(f.record.rebalance or ()) & alive]
         self._gauges(plan)
         if dry_run:
             report.started = plan.first_step()
@@ -276,7 +282,10 @@ class Reconciler:
         return report
 
     def _interruption_reconcile(self, snap: interruption_handler.Snapshot) -> None:
-        interruption_handler.Handler(self.kube, self.config, clock=self.clock).reconcile(snap)
+        # A rebalance recommendation's surge is ended by the spot-interruption function only:
+        # a reclaim warning for its node may be in its hands, not yet written to the cluster.
+        handler = interruption_handler.Handler(self.kube, self.config, clock=self.clock, ends_rebalance_surges=False)
+        handler.reconcile(snap)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -244,7 +244,7 @@ def _reconcile(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Re
     snap = handler.snapshot()
     done, waiting = interruption.finish(
         workloads=snap.workload_views, pods=snap.pod_views, nodes=snap.node_views, now=clock(),
-        autoscalers=snap.autoscaler_views,
+        autoscalers=snap.autoscaler_views, marks=snap.node_notices,
     )  # fmt: skip
     for fin in done:
         if fin.scale:

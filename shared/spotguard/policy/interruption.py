@@ -308,7 +308,8 @@ def match_nodes(
     return out
 
 
-def _verdict(notice: Notice, config: Config, now: float) -> tuple[Verdict, str]:
+def verdict_of(notice: Notice, config: Config, now: float) -> tuple[Verdict, str]:
+    """What a notice asks for now, and why."""
     if notice.kind is NoticeKind.INTERRUPTION:
         if now > deadline(notice, config, now) + STALE_SECONDS:
             return Verdict.IGNORED, "spot interruption warning past its reclaim time: the node outlived it"
@@ -360,6 +361,44 @@ def node_notice(notice: Notice, config: Config, now: float) -> NodeNotice:
     )
 
 
+def mark_stands(old: NodeNotice, new: NodeNotice, now: float) -> bool:
+    """True where the notice recorded on a node stands against a new one for it (the node's
+    mark is not written again).
+
+    The same notice stands. One that is over does not (a node that survived it). A reclaim
+    (interruption, state change) replaces a rebalance recommendation's mark whatever their
+    deadlines: the rebalance's end is no reclaim time, and a mark left saying rebalance lets
+    the eviction guard release the node, and a surge end, at the rebalance's end while the
+    reclaim is still to come (chaos drainer-after-rebalance-surge under timeouts: cart lost a
+    replica). A rebalance recommendation never replaces a reclaim's mark (reordered
+    messages). Otherwise the sooner deadline stands.
+    """
+    if old.event_id == new.event_id:
+        return True
+    if old.until <= now:
+        return False
+    old_reclaim = old.kind is not NoticeKind.REBALANCE
+    new_reclaim = new.kind is not NoticeKind.REBALANCE
+    if old_reclaim != new_reclaim:
+        return old_reclaim
+    return old.until <= new.until
+
+
+def node_deadline(
+    record: SurgeRecord, node: str, default: float, marks: Mapping[str, NodeNotice] | None = None
+) -> float:
+    """Until when a surge's node is doomed: the record's deadline for it, or the reclaim time
+    its own mark names where that is later. The record keeps a rebalance recommendation's end
+    for a node while the interruption that followed is still being written to it (the
+    workload's write failed and is retried): the node's mark, written first, already says
+    when it goes."""
+    t = record.deadline(node, default)
+    mark = marks.get(node) if marks else None
+    if mark is not None and mark.kind is not NoticeKind.REBALANCE and mark.until > t:
+        return mark.until
+    return t
+
+
 def has_interruption_taint(node: NodeView) -> bool:
     return any(t.key == INTERRUPTION_TAINT for t in node.taints)
 
@@ -398,7 +437,7 @@ def plan(
         if not name:
             results.append(NoticeResult(n, "", Verdict.FOREIGN, f"no node runs instance {n.instance_id}"))
             continue
-        verdict, reason = _verdict(n, config, now)
+        verdict, reason = verdict_of(n, config, now)
         results.append(NoticeResult(n, name, verdict, reason))
         if verdict is Verdict.DOOMED:
             doomed.setdefault(name, []).append(n)
@@ -408,8 +447,8 @@ def plan(
             node_events[name].append(n.event_id)
 
     # One taint per node; the first notice (interruption first) names it. A node tainted
-    # already is written again only where this notice dooms it sooner, or where the
-    # recorded notice is over (a node that survived an earlier one).
+    # already is written again only where its recorded notice does not stand against this
+    # one (:func:`mark_stands`).
     taints: list[TaintStep] = []
     recorded = node_notices or {}
     for name in sorted(set(doomed) | set(tainted)):
@@ -421,7 +460,7 @@ def plan(
         mark = node_notice(first, config, now)
         if has_interruption_taint(node):
             old = recorded.get(name)
-            if old is not None and (old.event_id == first.event_id or (old.until > now and old.until <= mark.until)):
+            if old is not None and mark_stands(old, mark, now):
                 continue
             if old is None:
                 continue  # tainted before notices were recorded on nodes
@@ -727,6 +766,7 @@ def finish(
     autoscalers: Sequence[Autoscaler] = (),
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     max_seconds: float = SURGE_MAX_SECONDS,
+    marks: Mapping[str, NodeNotice] | None = None,
 ) -> tuple[list[Finish], list[Waiting]]:
     """Which recorded surges are over, and which still wait (with why).
 
@@ -737,6 +777,9 @@ def finish(
     ``REPLACEMENT_GRACE`` seconds past the last deadline. It then goes back to the
     count the owner wants now (:func:`owner_replicas`), never below the autoscaler's
     minimum.
+
+    ``marks``: the notice recorded on each node (and any the caller knows are still being
+    written); a node's deadline is :func:`node_deadline`.
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -751,7 +794,7 @@ def finish(
         if record is None:
             continue
         default_until = record.started + max_seconds
-        last = max((record.deadline(n, default_until) for n in record.nodes), default=default_until)
+        last = max((node_deadline(record, n, default_until, marks) for n in record.nodes), default=default_until)
         doomed_nodes = set(record.nodes)
         nodes_gone = not (doomed_nodes & alive)
         over = nodes_gone or now >= last + STALE_SECONDS
@@ -759,7 +802,7 @@ def finish(
             if over:
                 done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
             continue
-        live = {n for n in doomed_nodes if n in alive and now < record.deadline(n, default_until)}
+        live = {n for n in doomed_nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
         wl_pods = pods_by_key.get(wl.key, [])
         doomed_ready = sum(1 for p in wl_pods if p.active and p.ready and p.node_name in live)
         ready_elsewhere = sum(1 for p in wl_pods if p.active and p.ready and p.node_name not in doomed_nodes)
@@ -844,6 +887,7 @@ def evictions(
     now: float,
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     max_seconds: float = SURGE_MAX_SECONDS,
+    marks: Mapping[str, NodeNotice] | None = None,
 ) -> list[Eviction]:
     """The doomed pods spotguard may evict now, where it drains the doomed nodes itself.
 
@@ -864,7 +908,7 @@ def evictions(
         if record is None or record.done:
             continue
         default_until = record.started + max_seconds
-        live = {n for n in record.nodes if n in alive and now < record.deadline(n, default_until)}
+        live = {n for n in record.nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
         if not live:
             continue
         wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]
