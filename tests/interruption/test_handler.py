@@ -562,6 +562,29 @@ def test_the_node_added_pass_leaves_a_rebalance_surge_to_the_function_that_may_h
     assert c.deployment("web")["spec"]["replicas"] == 3
 
 
+def test_a_surge_replica_the_webhook_let_through_unmarked_still_goes_first(cluster: Cluster) -> None:
+    """Under API timeouts the webhook fails open: the surge's pod has no surge-replica mark and
+    no on-demand deletion cost, like the spot pods. At the end of a rebalance-only surge it is
+    still ranked first to go (created since the surge began), not a spot pod doubled up on the
+    living node (chaos rebalance-storm-surge under timeouts: cart's pod on spot-1 went)."""
+    c = cluster
+    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
+    c.store.apply_objects([pod(c.deployment("web"), 11, "spot-0")])  # doubled up on the living node
+    c.sim.clock.advance(5)
+    c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
+    assert c.deployment("web")["spec"]["replicas"] == 5
+    c.sim.clock.advance(5)
+    unmarked = [pod(c.deployment("web"), i, "od-0") for i in (20, 21)]
+    c.store.apply_objects(unmarked)
+    c.handler(config=cfg, clock=lambda: c.now() + 400).reconcile()
+    assert c.deployment("web")["spec"]["replicas"] == 3
+    for p in unmarked:
+        got = c.store.get("pods", p["metadata"]["name"], "shop")
+        assert got["metadata"]["annotations"][DELETION_COST] == str(moves.SURGE_FIRST)
+    for name in ("web-5d4f8-00001", "web-5d4f8-00011"):
+        assert DELETION_COST not in (c.store.get("pods", name, "shop")["metadata"].get("annotations") or {})
+
+
 def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_living_spot_pod(cluster: Cluster) -> None:
     """A rebalance recommendation never followed by an interruption: at the end of its surge
     the spot pod on the (living) node stays and the surge replica goes (tests/chaos

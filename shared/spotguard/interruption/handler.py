@@ -966,10 +966,17 @@ class Handler:
         dead = [p for p in mine if p.node_name in doomed]
         # Then the surge's own replicas, newest first (a rebalance recommendation not followed
         # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
-        # rebalance-storm-surge), as many as the dead pods leave to remove.
+        # rebalance-storm-surge), as many as the dead pods leave to remove. Its own: marked so
+        # by the webhook, or created since the surge began (a surge pod the webhook let through
+        # unchanged, failing open, has no mark; without a rank the ReplicaSet removed a spot
+        # pod doubled up on the living node instead: rebalance-storm-surge under timeouts).
+        # (creationTimestamp has whole seconds.)
+        def surge_replica(p: PodView) -> bool:
+            return p.annotations.get(SURGE_REPLICA) == "true" or (0 < p.created and p.created >= int(record.started))
+
         extras = sorted(
-            (p for p in mine if p.node_name not in record.nodes and p.annotations.get(SURGE_REPLICA) == "true"),
-            key=lambda p: (p.created, p.name),
+            (p for p in mine if p.node_name not in record.nodes and surge_replica(p)),
+            key=lambda p: (p.annotations.get(SURGE_REPLICA) == "true", p.created, p.name),
             reverse=True,
         )[: max(0, remove - len(dead))]
         ranks = [(p, str(DOOMED_FIRST)) for p in dead] + [(p, str(SURGE_FIRST)) for p in extras]
