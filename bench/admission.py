@@ -271,8 +271,12 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=400, help="reviews in flight at once (0: skip the burst)")
     parser.add_argument("--only-burst", action="store_true", help="run the burst alone")
     args = parser.parse_args()
+    # The folder holds the webhook's private key: removed however the run ends.
+    with tempfile.TemporaryDirectory(prefix="spotguard-bench-") as folder:
+        return run(args, Path(folder))
 
-    workdir = Path(tempfile.mkdtemp(prefix="spotguard-bench-"))
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
     tls = certs.make(workdir / "tls", ["localhost"], ips=["127.0.0.1"])
     ca = str(tls.ca_cert)
     results: dict[str, Any] = {}
