@@ -60,7 +60,7 @@ RECLAIM_AFTER = 120.0  # the two-minute notice
 VISIBILITY = 2
 RETRY_DELAY = 1
 MAX_RECEIVES = 20  # the dead-letter queue's redrive policy (infra/aws: 5 receives over minutes)
-SETTLE_TIMEOUT = 150.0  # real seconds
+SETTLE_TIMEOUT = 150.0  # real seconds at TIME_SCALE (see Chaos.window)
 TAINT_KEY = "spotguard.io/interruption"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -318,12 +318,24 @@ class Chaos:
                 out[key] = (have.get(key, 0), want)
         return out
 
+    def window(self, seconds: float) -> float:
+        """Real seconds to wait for what takes ``seconds`` at the default TIME_SCALE: the same
+        simulated length at any scale. A wait for the cluster or the functions (pods starting,
+        node-added's moves, a surge's end) is one in simulated time; at x4 (the latency
+        columns) a real-second window tuned at x20 gave them a fifth of it, and a loaded
+        machine turned slow convergence red (half and webhook-down under timeouts: "a
+        node-added move in progress" at the end of the window, on the code before and after
+        2026-11-26's fixes alike)."""
+        return seconds * max(1.0, TIME_SCALE / float(self.sim.clock.time_scale))
+
     def load(self, objs: list[Obj]) -> None:
         self.sim.store.apply_objects(objs)
         count = sum(1 for o in objs if o["kind"] in ("Deployment", "StatefulSet"))
-        wait_until(lambda: len(self.workload_views()) >= count, 10, "the workloads")
+        wait_until(lambda: len(self.workload_views()) >= count, self.window(10), "the workloads")
         self.record_owner()
-        wait_until(self.all_serving, 60, lambda: f"every pod serving: {self.serving()} of {self.owner}")
+        wait_until(
+            self.all_serving, self.window(60), lambda: f"every pod serving: {self.serving()} of {self.owner}"
+        )
 
     def record_owner(self) -> None:
         for key, w in self.workload_views().items():
@@ -498,14 +510,20 @@ class Chaos:
         return out
 
     def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
-        """Wait until everything is back (see :meth:`leftovers`); then stop the functions."""
+        """Wait until everything is back (see :meth:`leftovers`); then stop the functions.
+        ``timeout``: real seconds at the default TIME_SCALE (:meth:`window`)."""
         last: list[str] = []
 
         def back() -> bool:
             last[:] = self.leftovers()
             return not last
 
-        wait_until(back, timeout, lambda: "everything back: " + "; ".join(last) + f"; told: {self.told()}", step=0.25)
+        wait_until(
+            back,
+            self.window(timeout),
+            lambda: "everything back: " + "; ".join(last) + f"; told: {self.told()}",
+            step=0.25,
+        )
         self.recovered_at = self.sim.clock.now()
         self.stop_functions()
 

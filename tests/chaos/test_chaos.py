@@ -108,7 +108,8 @@ def second_wave(c: Chaos) -> None:
     """The second half's warnings while the first surge's pods are still starting."""
     spot = c.spot()
     c.interrupt(spot[:3])
-    h.wait_until(lambda: any(SURGE in w.annotations for w in c.workload_views().values()), 30, "the first surge")
+    first_surge = lambda: any(SURGE in w.annotations for w in c.workload_views().values())  # noqa: E731
+    h.wait_until(first_surge, c.window(30), "the first surge")
     c.sleep(10)  # the surge pods take 30 s to be Ready
     c.interrupt(spot[3:])
 
@@ -136,7 +137,7 @@ def capacity_short(c: Chaos) -> None:
     def pending() -> list[str]:
         return [p["metadata"]["name"] for p in c.sim.store.list("pods")[0] if not p["spec"].get("nodeName")]
 
-    h.wait_until(lambda: len(pending()) >= 5, 30, "surge pods Pending")
+    h.wait_until(lambda: len(pending()) >= 5, c.window(30), "surge pods Pending")
     c.sleep(20)
     assert pending(), "the surge pods found room on a full on-demand pool"
     surging = [k for k, w in c.workload_views().items() if SURGE in w.annotations]
@@ -157,19 +158,19 @@ def webhook_down(c: Chaos) -> None:
     store.mutate("statefulsets", "queue", "shop", lambda o: o["spec"].update(replicas=7))
     store.mutate("deployments", "web", "shop", lambda o: o["spec"].update(replicas=9))
     store.apply_objects([objects.deployment("fresh", 4, namespace="shop")])
-    h.wait_until(lambda: len(c.workload_views()) == 9, 10, "the new Deployment")
+    h.wait_until(lambda: len(c.workload_views()) == 9, c.window(10), "the new Deployment")
     c.record_owner()
-    h.wait_until(c.all_serving, 60, lambda: f"every pod serving: {c.serving()} of {c.owner}")
+    h.wait_until(c.all_serving, c.window(60), lambda: f"every pod serving: {c.serving()} of {c.owner}")
     unplaced = [p for p in store.list("pods")[0] if "spotguard.io/placement" not in (p["metadata"].get("labels") or {})]
     assert len(unplaced) >= 2 + 3 + 4, "pods created while the webhook was down were placed"
     c.webhook.start()
-    h.wait_until(lambda: not c.below_floor(), 60, lambda: f"floors repaired: {c.below_floor()}")
+    h.wait_until(lambda: not c.below_floor(), c.window(60), lambda: f"floors repaired: {c.below_floor()}")
     # "Just before the notice" is the repaired state: a node-added move still in progress
     # (create before evict) serves one replica over the owner's count, which its end removes
     # by design; the promise is not measured against that transient replica.
     h.wait_until(
         lambda: not any(moves.MOVE in w.annotations for w in c.workload_views().values()) and c.all_serving(),
-        120,
+        c.window(120),
         lambda: f"node-added done moving: {[k for k, w in c.workload_views().items() if moves.MOVE in w.annotations]}",
     )
     c.interrupt(c.spot())
@@ -190,7 +191,7 @@ def gitops_revert(c: Chaos) -> None:
         return len(reverted) >= 3
 
     c.interrupt(c.spot())
-    h.wait_until(revert, 30, "GitOps reverting the surges")
+    h.wait_until(revert, c.window(30), "GitOps reverting the surges")
 
 
 def autoscaler_moves(c: Chaos) -> None:
@@ -203,7 +204,7 @@ def autoscaler_moves(c: Chaos) -> None:
     c.interrupt(c.spot())
     h.wait_until(
         lambda: all(SURGE in c.workload_views()[f"Deployment/shop/{n}"].annotations for n in ("worker", "api")),
-        30,
+        c.window(30),
         "the surges",
     )
     c.sleep(5)
@@ -214,7 +215,7 @@ def autoscaler_moves(c: Chaos) -> None:
     def hpa_min() -> int:
         return int(store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"])
 
-    h.wait_until(lambda: hpa_min() > 3, 30, "spotguard's raise of api's autoscaler minimum")
+    h.wait_until(lambda: hpa_min() > 3, c.window(30), "spotguard's raise of api's autoscaler minimum")
     raised = hpa_min()
     store.mutate("horizontalpodautoscalers", "api", "shop", lambda o: o["spec"].update(minReplicas=raised + 1))
     c.autoscalers["api"] = (raised + 1, c.autoscalers["api"][1])
@@ -248,8 +249,8 @@ def drainer_after_rebalance(c: Chaos) -> None:
     spot = c.spot()
     c.notify(spot, NoticeKind.REBALANCE)
     wanted = sum(c.owner.values())
-    h.wait_until(lambda: sum(c.serving().values()) > wanted, 30, "the rebalance surge serving")
-    h.wait_until(c.everything_serving, 30, "every surge pod serving")
+    h.wait_until(lambda: sum(c.serving().values()) > wanted, c.window(30), "the rebalance surge serving")
+    h.wait_until(c.everything_serving, c.window(30), "every surge pod serving")
     drainer_at_notice(7)(c)
 
 

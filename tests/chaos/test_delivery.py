@@ -76,7 +76,7 @@ def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path
         # Every Deployment write takes a second: the process dies with its surges in flight.
         c.sim.faults.set(verb="patch", resource="deployments", latency_seconds=1.0)
         c.interrupt(spot)
-        h.wait_until(lambda: bool(c.taints_seen), 30, "the handling to start (the first taint)")
+        h.wait_until(lambda: bool(c.taints_seen), c.window(30), "the handling to start (the first taint)")
         c.kill_child()
         surged = {k for k, w in c.workload_views().items() if SURGE in w.annotations}
         assert surged < set(doomed), "every surge was written before the kill"
