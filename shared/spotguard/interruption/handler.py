@@ -972,7 +972,7 @@ class Handler:
         # pod doubled up on the living node instead: rebalance-storm-surge under timeouts).
         # (creationTimestamp has whole seconds.)
         def surge_replica(p: PodView) -> bool:
-            return p.annotations.get(SURGE_REPLICA) == "true" or (0 < p.created and p.created >= int(record.started))
+            return p.annotations.get(SURGE_REPLICA) == "true" or (p.created > 0 and p.created >= int(record.started))
 
         extras = sorted(
             (p for p in mine if p.node_name not in record.nodes and surge_replica(p)),
