@@ -326,6 +326,10 @@ def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
     if name in BROKEN:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
+    if fault in DELAY_FAULTS:
+        # The waits are simulated lengths (Chaos.window): at x4 a case may take five times
+        # the real time it takes at x20, and the per-test timeout (300 s) must allow it.
+        marks.append(pytest.mark.timeout(int(300 * h.TIME_SCALE / DELAY_TIME_SCALE)))
     return marks
 
 
