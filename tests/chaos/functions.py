@@ -21,7 +21,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from spotguard.interruption.handler import Handler
 from spotguard.interruption.poller import Poller
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config as config_mod
+from spotguard.sim import clock as clock_mod
 
 log = logging.getLogger("tests.chaos")
 
@@ -159,7 +159,7 @@ def node_added(k: kube.Kube, cfg: config_mod.Config, clock: Callable[[], float],
 
 def main(argv: list[str] | None = None) -> int:
     """The spot-interruption process on its own, reading the simulated clock of its parent
-    (``--clock sim0,offset,real0,scale``: CLOCK_MONOTONIC is shared by every process)."""
+    (``--clock``: :meth:`spotguard.sim.clock.Clock.spec`)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--queue-url", required=True)
@@ -168,10 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-delay", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    sim0, offset, real0, scale = (float(x) for x in args.clock.split(","))
-
-    def clock() -> float:
-        return sim0 + offset + (time.monotonic() - real0) * scale
+    sim_clock = clock_mod.Clock.from_spec(args.clock)
+    clock, scale = sim_clock.now, sim_clock.time_scale
 
     import boto3
 

@@ -366,8 +366,7 @@ class Chaos:
 
     def start_child(self) -> None:
         """The spot-interruption process as a separate OS process (it can be killed)."""
-        c = self.sim.clock
-        spec = f"{c._sim0!r},{c._offset!r},{c._real0!r},{c.time_scale!r}"
+        spec = self.sim.clock.spec()
         log = (self.workdir / f"interruption-{time.monotonic_ns()}.log").open("wb")
         cmd = [
             sys.executable, "-m", "tests.chaos.functions", "--kubeconfig", str(self.sim.kubeconfig),

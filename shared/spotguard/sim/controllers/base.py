@@ -18,6 +18,7 @@ from spotguard.sim import errors
 Key = tuple[str, str]
 MIN_RESYNC_REAL_SECONDS = 1.0  # a safety net; events and timers do the real work
 COALESCE_SECONDS = 0.05  # real seconds over which dependent events are batched
+MAX_DELAY_WAIT = 0.5  # real seconds: a delayed key's wait is measured again (the clock's scale may change)
 FAILURE_BASE_DELAY = 0.005  # seconds before the first retry of a failed sync (client-go workqueue)
 ObjList = list[dict[str, Any]]
 log = logging.getLogger("spotguard.sim.controllers")
@@ -67,7 +68,7 @@ class WorkQueue:
         if sim_seconds <= 0:
             self.add(key)
             return
-        due = time.monotonic() + self._clock.real(sim_seconds)
+        due = self._clock.now() + sim_seconds
         with self._cond:
             if not self._shutdown:
                 heapq.heappush(self._delayed, (due, next(self._seq), key))
@@ -80,13 +81,14 @@ class WorkQueue:
             if self._shutdown or key in self._coalescing or key in self._dirty:
                 return
             self._coalescing.add(key)
-            heapq.heappush(self._delayed, (time.monotonic() + real_seconds, next(self._seq), key))
+            due = self._clock.now() + real_seconds * self._clock.time_scale
+            heapq.heappush(self._delayed, (due, next(self._seq), key))
             self._cond.notify()
 
     def get(self) -> Hashable | None:
         with self._cond:
             while True:
-                now = time.monotonic()
+                now = self._clock.now()
                 while self._delayed and self._delayed[0][0] <= now:
                     key = heapq.heappop(self._delayed)[2]
                     self._coalescing.discard(key)
@@ -98,7 +100,8 @@ class WorkQueue:
                     self._processing.add(key)
                     self._dirty.discard(key)
                     return key
-                timeout = self._delayed[0][0] - now if self._delayed else None
+                # Due times are simulated: the clock's scale may change while this waits.
+                timeout = min(self._clock.real(self._delayed[0][0] - now), MAX_DELAY_WAIT) if self._delayed else None
                 self._cond.wait(timeout)
 
     def done(self, key: Hashable) -> None:
@@ -322,8 +325,8 @@ class Controller:
 
     def _resync_loop(self) -> None:
         self.resync()
-        interval = max(self.clock.real(self.resync_seconds), MIN_RESYNC_REAL_SECONDS)
-        while not self._stop.wait(interval):
+        # Measured again each time: the clock's scale may change while the cluster runs.
+        while not self._stop.wait(max(self.clock.real(self.resync_seconds), MIN_RESYNC_REAL_SECONDS)):
             try:
                 self.resync()
             except Exception:

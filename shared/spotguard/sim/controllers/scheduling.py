@@ -148,8 +148,7 @@ class SchedulerLoop:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _periodic(self) -> None:
-        interval = max(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS), base.MIN_RESYNC_REAL_SECONDS)
-        while not self._stop.wait(interval):
+        while not self._stop.wait(max(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS), base.MIN_RESYNC_REAL_SECONDS)):
             self._flush_unschedulable()
 
     def _next(self) -> base.Key | None:
