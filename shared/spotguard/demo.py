@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Kubernetes YAML or a `spotguard snapshot` with nodes and workloads (infra/scenarios/demo.yaml)",
     )  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=20.0, help="simulated seconds per real second (20)")
+    add_pace(parser)
     parser.add_argument(
         "--pod-startup", "--ready-delay", dest="pod_startup", type=float, default=30.0, metavar="SECONDS",
         help="seconds a pod takes to become Ready (30)",
@@ -63,6 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the summary as one JSON object on the last line of stdout (the rest to stderr)",
     )
+
+
+def add_pace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pace", choices=("auto", "fixed"), default="auto",
+        help="auto: the notice and the return to spot run slower than --time-scale where this machine could not "
+        "keep a real control plane's pace (a large scenario); fixed: one speed throughout (auto)",
+    )  # fmt: skip
 
 
 def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
@@ -89,6 +98,7 @@ def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
     options = cycle.Options(
         objects=scenario_mod.load(path), time_scale=args.time_scale, pod_startup=args.pod_startup,
         reclaim_after=args.reclaim_after, drainer=args.drainer, seed=args.seed, return_to_spot=not args.no_return,
+        pace=args.pace,
     )  # fmt: skip
     cycle.check(options)
     return options, plot

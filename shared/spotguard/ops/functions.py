@@ -131,8 +131,12 @@ def _healthy(url: str, context: ssl.SSLContext | None, proc: subprocess.Popen[by
 
 
 @contextlib.contextmanager
-def interruption_poller(sim: Any, queue_client: Any, queue_url: str, reconcile_every: float) -> Iterator[Any]:
-    """The spot-interruption poller and scheduled reconcile on ``queue_url``; yields the handler."""
+def interruption_poller(
+    sim: Any, queue_client: Any, queue_url: str, reconcile_every: Callable[[], float]
+) -> Iterator[Any]:
+    """The spot-interruption poller and scheduled reconcile on ``queue_url``; yields the handler.
+
+    ``reconcile_every()``: real seconds to the next reconcile (the simulated clock's scale may change)."""
     from spotguard.gateway import kube
     from spotguard.interruption import dispatch
     from spotguard.interruption.handler import Handler
@@ -144,7 +148,7 @@ def interruption_poller(sim: Any, queue_client: Any, queue_url: str, reconcile_e
     stop = threading.Event()
 
     def reconcile() -> None:
-        while not stop.wait(reconcile_every):
+        while not stop.wait(reconcile_every()):
             dispatch.reconcile(handler, transport="schedule")
 
     threads = [

@@ -140,6 +140,8 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "drainer_delays": outcome.drainer_delays,
         "seed": outcome.options.seed,
         "time_scale": outcome.options.time_scale,
+        "pace": outcome.options.pace,
+        "time_scales": outcome.time_scales,
         "simulated_seconds": round(outcome.duration, 1),
         "settled": outcome.settled,
         "return_to_spot": outcome.returned,

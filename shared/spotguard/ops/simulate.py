@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spotguard.demo import add_pace
 from spotguard.logs import UserError
 
 
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drainer", action="store_true", help="a drainer evicts 0-2 s after the notice")
     parser.add_argument("--seed", type=int, default=0, help="seed for the drainer's delays and for N nodes (0)")
     parser.add_argument("--time-scale", type=float, default=20.0, help="simulated seconds per real second (20)")
+    add_pace(parser)
     parser.add_argument("--no-return", action="store_true", help="stop after the reclaim (no return to spot)")
     parser.add_argument("--report", metavar="FILE.html|FILE.png", help="write the report (HTML with the plot, or PNG)")
     parser.add_argument("--output", choices=("text", "json"), default="text", help="text for a person, json (text)")
@@ -85,7 +87,7 @@ def options_from(args: argparse.Namespace) -> tuple[Any, Path | None]:
     options = cycle.Options(
         objects=scenario_mod.load(path), interrupt=interrupt_of(args.interrupt), time_scale=args.time_scale,
         pod_startup=args.pod_startup, reclaim_after=args.reclaim_after, drainer=args.drainer, seed=args.seed,
-        return_to_spot=not args.no_return,
+        return_to_spot=not args.no_return, pace=args.pace,
     )  # fmt: skip
     cycle.check(options)
     return options, report
