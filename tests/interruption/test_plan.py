@@ -366,6 +366,29 @@ def test_a_rebalance_surge_whose_node_a_reclaim_followed_waits_for_the_reclaim()
     assert [f.replicas for f in done] == [4]
 
 
+def test_a_surge_held_by_a_reclaim_mark_is_not_reported_overdue() -> None:
+    """The alert reads the deadline the scale back holds the surge to: a rebalance's surge
+    whose node has a reclaim's mark is not overdue until the reclaim (+200 s)."""
+    web = surged_web(until=(("s1", NOW + 120),), rebalance=("s1",))
+    record = SurgeRecord.of(web)
+    assert record is not None
+    reclaim = {"s1": _mark(NoticeKind.INTERRUPTION, NOW + 200, "ev-2", NOW + 80)}
+    assert interruption.deadline_passed(record, NOW + 130) is True  # the record alone
+    assert interruption.deadline_passed(record, NOW + 130, marks=reclaim) is False
+    assert interruption.deadline_passed(record, NOW + 200, marks=reclaim) is True
+    still_rebalance = {"s1": _mark(NoticeKind.REBALANCE, NOW + 120, "rb-1")}
+    assert interruption.deadline_passed(record, NOW + 130, marks=still_rebalance) is True
+
+
+def test_only_a_rebalance_surge_whose_node_lives_is_left_to_the_spot_interruption_function() -> None:
+    rebalance = SurgeRecord.of(surged_web(until=(("s1", NOW + 120),), rebalance=("s1",)))
+    reclaim = SurgeRecord.of(surged_web())
+    assert rebalance is not None and reclaim is not None
+    assert interruption.rebalance_node_lives(rebalance, {"s1", "od1"}) is True
+    assert interruption.rebalance_node_lives(rebalance, {"od1"}) is False  # the node is gone
+    assert interruption.rebalance_node_lives(reclaim, {"s1", "od1"}) is False  # not a rebalance's
+
+
 def test_finish_while_the_node_exists_keeps_a_done_record() -> None:
     web = surged_web(budget="spotguard-surge-web")
     nodes = [node("s1"), node("od1", "on-demand")]

@@ -332,7 +332,6 @@ class Handler:
     def _marks(self, snap: Snapshot, now: float) -> dict[str, NodeNotice]:
         """The nodes' marks as read, with the reclaim notices this process still retries
         (those past their reclaim are forgotten)."""
-        marks = dict(snap.node_notices)
         config = self.config
         with self._retrying_lock:
             for key, notice in list(self._retrying.items()):
@@ -340,7 +339,8 @@ class Handler:
                     del self._retrying[key]
             retrying = list(self._retrying.values())
         if not retrying:
-            return marks
+            return snap.node_notices
+        marks = dict(snap.node_notices)
         nodes = interruption.match_nodes(retrying, snap.node_views)
         for notice in retrying:
             node = nodes.get(notice.instance_id)
@@ -733,7 +733,7 @@ class Handler:
             alive = {n.name for n in snap.node_views}
             kept = []
             for f in done:
-                if set(f.record.rebalance or ()) & alive:
+                if interruption.rebalance_node_lives(f.record, alive):
                     log.debug(
                         "a rebalance's surge: its end is the spot-interruption function's",
                         extra={"workload": f.workload.key},
@@ -825,7 +825,7 @@ class Handler:
             if rec is None or rec.done:
                 continue
             surging += 1
-            if interruption.deadline_passed(rec, now):
+            if interruption.deadline_passed(rec, now, marks=batch.marks):
                 overdue += 1
         metrics.SURGING.set(surging)
         metrics.OVERDUE.set(overdue)
@@ -955,9 +955,10 @@ class Handler:
         def dies(n: str) -> bool:
             mark = marks.get(n)
             if record.rebalance is not None:
-                if n in record.rebalance:
-                    reclaimed = mark is not None and mark.kind is not NoticeKind.REBALANCE
-                    return reclaimed and mark is not None and mark.action in ("", "terminate")
+                if n in record.rebalance:  # dead only where a reclaim's mark came since
+                    if mark is None:
+                        return False
+                    return mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate")
                 return mark is None or mark.kind is NoticeKind.REBALANCE or mark.action in ("", "terminate")
             return mark is None or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
 

@@ -259,7 +259,7 @@ class Reconciler:
         )
         alive = {n.name for n in snap.node_views}
         # A rebalance's surge whose node lives is the spot-interruption function's to end.
-        report.surges_over = [f.workload.key for f in done if not set(f.record.rebalance or ()) & alive]
+        report.surges_over = [f.workload.key for f in done if not interruption.rebalance_node_lives(f.record, alive)]
         self._gauges(plan)
         if dry_run:
             report.started = plan.first_step()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -862,10 +862,24 @@ def finished_record(record: SurgeRecord) -> SurgeRecord:
     )
 
 
-def deadline_passed(record: SurgeRecord, now: float, max_seconds: float = SURGE_MAX_SECONDS) -> bool:
-    """True when every node of a surge in progress is past its deadline (for alerting)."""
+def deadline_passed(
+    record: SurgeRecord,
+    now: float,
+    max_seconds: float = SURGE_MAX_SECONDS,
+    marks: Mapping[str, NodeNotice] | None = None,
+) -> bool:
+    """True when every node of a surge in progress is past its deadline (for alerting): the
+    deadline :func:`finish` holds the surge to (:func:`node_deadline`, with the nodes' marks)."""
     default_until = record.started + max_seconds
-    return all(now >= record.deadline(n, default_until) for n in record.nodes) if record.nodes else False
+    return all(now >= node_deadline(record, n, default_until, marks) for n in record.nodes) if record.nodes else False
+
+
+def rebalance_node_lives(record: SurgeRecord, alive: Collection[str]) -> bool:
+    """Whether a surge was started for a rebalance recommendation whose node still exists.
+
+    Only the spot-interruption function ends such a surge: a reclaim for the same node may
+    still be being retried there, and no other process knows it yet."""
+    return bool(set(record.rebalance or ()) & set(alive))
 
 
 # --- draining (create before evict) -----------------------------------------------
