@@ -85,6 +85,23 @@ def test_cordoned_nodes_still_get_daemon_pods(sim: Any) -> None:
     h.wait_for(lambda: set(bound(sim, "agent")) == {"n0", "n1"}, what="a pod on the cordoned node")
 
 
+def test_a_new_noschedule_taint_keeps_the_daemon_pod_a_noexecute_one_removes_it(sim: Any) -> None:
+    """NodeShouldRunDaemonPod: an untolerated NoSchedule taint stops new daemon pods only
+    (shouldContinueRunning); an untolerated NoExecute taint removes the pod. spotguard's own
+    taint on a doomed node is NoSchedule: the node's CNI and log agent keep running."""
+    core = kubernetes.client.CoreV1Api(sim.api_client())
+    apps(sim).create_namespaced_daemon_set("default", daemonset("agent"))
+    h.wait_for(lambda: set(bound(sim, "agent")) == {"n0", "n1"}, what="two pods")
+    before = bound(sim, "agent")
+    core.patch_node("n1", {"spec": {"taints": [{"key": "spotguard.io/interruption", "value": "x",
+                                                "effect": "NoSchedule"}]}})
+    h.wait_for(lambda: (s := apps(sim).read_namespaced_daemon_set("agent", "default").status)
+               .number_misscheduled == 1 and s.desired_number_scheduled == 1, what="status: n1 misscheduled")
+    assert bound(sim, "agent") == before  # the pod on n1 is still there, the same one
+    core.patch_node("n1", {"spec": {"taints": [{"key": "example.com/evict", "value": "x", "effect": "NoExecute"}]}})
+    h.wait_for(lambda: set(bound(sim, "agent")) == {"n0"}, what="the pod leaves n1")
+
+
 def test_daemon_pods_take_node_capacity(sim: Any) -> None:
     """A node's pod slots and CPU go to its daemon pods first; a workload that fitted before
     no longer does (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/

@@ -3,7 +3,10 @@
 A node is eligible when the template's nodeSelector and required node affinity
 match it and its NoSchedule/NoExecute taints are tolerated, counting the
 tolerations the controller adds to every daemon pod
-(pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations). Each pod is
+(pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations). A pod already on
+a node that gained an untolerated NoSchedule taint stays (NodeShouldRunDaemonPod's
+``shouldContinueRunning``: only an untolerated NoExecute taint removes it); it is
+not replaced if it fails, and the status counts it as misscheduled. Each pod is
 pinned to its node by a required node affinity term on ``metadata.name``
 (ReplaceDaemonSetPodNodeNameNodeAffinity) and bound by the scheduler, so it
 takes that node's CPU, memory and a pod slot like any pod. Failed pods are
@@ -93,6 +96,14 @@ def should_run(template_spec: dict[str, Any], node: dict[str, Any],
     )
 
 
+def should_continue(node: dict[str, Any], pod: scheduler.PodInfo, info: scheduler.NodeInfo) -> bool:
+    """Whether a daemon pod already on ``node`` stays there (``shouldContinueRunning``): the
+    node still matches, and it has no NoExecute taint the pod does not tolerate."""
+    if (node.get("metadata") or {}).get("deletionTimestamp") or not scheduler.matches_node_affinity(pod, info):
+        return False
+    return all(tolerations.tolerated(t, pod.tolerations) for t in info.taints if t.effect == "NoExecute")
+
+
 def _pod_node(pod: dict[str, Any]) -> str | None:
     """The node a daemon pod is for: where it runs, else its pinned name."""
     spec = pod.get("spec") or {}
@@ -174,17 +185,19 @@ class DaemonSetController(base.Controller):
         nodes = {n["metadata"]["name"]: n for n in self.informer.list("nodes")}
         daemon = daemon_pod(template_spec)
         wanted = {n for n, node in nodes.items() if should_run(template_spec, node, daemon, self._info(node))}
+        staying = {n for n, node in nodes.items()
+                   if n not in wanted and should_continue(node, daemon, self._info(node))}
         by_node: dict[str, list[dict[str, Any]]] = {}
         for p in self.informer.pods_owned_by(ds["metadata"]["uid"]):
             node = _pod_node(p)
             if node is not None:
                 by_node.setdefault(node, []).append(p)
         if not ds["metadata"].get("deletionTimestamp"):
-            self._reconcile(ds, wanted, by_node, generation)
+            self._reconcile(ds, wanted, by_node, generation, staying)
         self._update_status(ds, wanted, generation)
 
     def _reconcile(self, ds: dict[str, Any], wanted: set[str],
-                   by_node: dict[str, list[dict[str, Any]]], generation: str) -> None:
+                   by_node: dict[str, list[dict[str, Any]]], generation: str, staying: set[str]) -> None:
         spec = ds.get("spec") or {}
         to_create: list[str] = []
         to_delete: list[dict[str, Any]] = []
@@ -199,8 +212,16 @@ class DaemonSetController(base.Controller):
                 live.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
                 to_delete.extend(live[1:])
         for node, owned in by_node.items():
-            if node not in wanted:
-                to_delete.extend(p for p in owned if not pods.is_terminating(p))
+            if node in wanted:
+                continue
+            live = [p for p in owned if not pods.is_terminating(p)]
+            if node in staying:  # kept, not replaced: failed ones and all but the oldest go
+                gone = [p for p in live if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
+                rest = sorted((p for p in live if p not in gone),
+                              key=lambda p: p["metadata"].get("creationTimestamp", ""))
+                to_delete.extend(gone + rest[1:])
+            else:
+                to_delete.extend(live)
         strategy = spec.get("updateStrategy") or {}
         if strategy.get("type", "RollingUpdate") == "RollingUpdate":
             to_delete.extend(self._rolling_victims(ds, wanted, by_node, generation, to_delete))
