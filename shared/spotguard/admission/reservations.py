@@ -91,6 +91,7 @@ from spotguard.policy.placement import Decision, Placement
 from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
+_JITTER = random.Random()  # our own: the global generator is the application's (and its tests') to seed
 
 ANNOTATION = "spotguard.io/reservations"
 RS_UID_ANNOTATION = "spotguard.io/replicaset-uid"
@@ -462,7 +463,7 @@ class Reservations:
                 if deadline.remaining() <= deadline.WRITE_RESERVE:
                     raise Busy(f"lease {self.namespace}/{name} busy after {attempt} tries") from exc
                 local.lease, local.lease_read = self._read(name), True
-                time.sleep(random.uniform(0.0, min(0.05, 0.005 * attempt)))
+                time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * attempt)))
 
     def _wait(self, local: Local, doc: Doc, unseen: list[str], pause: float) -> bool:
         """Sleep until the young reservations may have appeared; False when there is no time left."""

@@ -59,13 +59,15 @@ class Policy:
     def delay(self, retry_number: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
         """Seconds to sleep before retry ``retry_number`` (1 for the first retry)."""
         ceiling = min(self.max_delay, self.base_delay * float(2 ** (retry_number - 1)))
-        draw = rng.random() if rng is not None else random.random()
+        draw = (rng or _JITTER).random()
         jittered = ceiling * (0.5 + 0.5 * draw)
         if retry_after is not None:
             return max(retry_after, jittered)
         return jittered
 
 
+# Jitter from a generator of our own: the global one is the application's (and its tests') to seed.
+_JITTER = random.Random()
 DEFAULT = Policy()
 NONE = Policy(attempts=1)
 

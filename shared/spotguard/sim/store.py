@@ -1223,8 +1223,14 @@ class Store:
         return created
 
 
+# generateName's suffixes come from the store's own generator, as kube-apiserver's from its own
+# (apimachinery's util/rand): the global one is anyone's to seed (Hypothesis re-seeds it for
+# every example, which made the ReplicaSet controller draw the same taken name again and again).
+_NAMES = random.Random()
+
+
 def _generate(base: str) -> str:
-    return base[:58] + "".join(random.choice(_GEN_ALPHABET) for _ in range(5))
+    return base[:58] + "".join(_NAMES.choice(_GEN_ALPHABET) for _ in range(5))
 
 
 def _default(resource: str, obj: Obj) -> None:
