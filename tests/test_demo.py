@@ -86,6 +86,7 @@ def test_demo_with_a_drainer_is_reproducible_and_honest() -> None:
         (["--pod-startup", "-1"], "negative"),
         (["--plot", "out.jpg"], "PNG"),
         (["--plot", "/nonexistent/dir/out.png"], "does not exist"),
+        (["--pace", "fast"], "invalid choice"),
     ],
 )
 def test_demo_bad_arguments_are_plain_sentences(args: list[str], message: str) -> None:

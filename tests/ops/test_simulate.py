@@ -105,6 +105,7 @@ def test_a_snapshot_and_a_kubectl_export_are_scenarios(tmp_path: Path) -> None:
         (["--interrupt", "all-spot", "--report", "/nonexistent/r.html"], ["does not exist"]),
         (["--interrupt", "all-spot", "--time-scale", "-3"], ["--time-scale"]),
         (["--interrupt", "all-spot", "--output", "xml"], ["invalid choice"]),
+        (["--interrupt", "all-spot", "--pace", "fast"], ["--pace", "invalid choice"]),
     ],
 )
 def test_bad_arguments(args: list[str], words: list[str]) -> None:
