@@ -47,6 +47,10 @@ def test_demo_keeps_the_promise_without_a_drainer(tmp_path: Path) -> None:
     # AND the web Deployment (3 of 4 on spot) never served fewer than 4, though all its spot pods went
     web = rows[("Deployment", "shop", "web")]
     assert web["min_ready"] == 4 and web["spot_share_before"] == 0.75
+    # AND each phase's speed and the simulated scheduler's lag since the notice are reported
+    assert summary["time_scales"]["placing"] == 20 and set(summary["time_scales"]) <= {"placing", "notice", "return"}
+    lag = summary["scheduler_lag"]
+    assert lag["pods"] > 0 and 0 <= lag["p99_seconds"] <= lag["max_seconds"], lag
     # AND every spot node went, the shares are fractions and the cheapest split is reported
     assert summary["spot_nodes_reclaimed"] == 4
     assert 0 < summary["spot_share_before"] <= summary["optimal_spot_share"] <= 1

@@ -86,3 +86,10 @@ def test_a_paced_notice_is_reported_and_keeps_simulated_time_continuous(tmp_path
         "--time-scale", "100", "--pod-startup", "5", "--reclaim-after", "40", "--no-return", "--pace", "fixed",
     ))  # fmt: skip
     assert fixed["time_scales"] == {"placing": 100, "notice": 100}
+
+
+def test_a_scheduler_slower_than_a_real_one_is_named() -> None:
+    assert cycle._lag_notes("after the notice", (500, 2.0, 30.0)) == []  # a few stragglers: a real one has them too
+    (note,) = cycle._lag_notes("after the notice", (500, 12.0, 40.0))
+    assert "after the notice the simulated scheduler left pods waiting up to 40s" in note
+    assert "99th percentile 12s" in note and "harsher than a real cluster's" in note

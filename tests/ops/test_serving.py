@@ -89,3 +89,32 @@ def test_not_ready_nodes_and_terminating_pods_do_not_serve() -> None:
 def test_totals_over_time_sum_the_workloads() -> None:
     per = {"a": [(0.0, 1, 2), (5.0, 0, 2), (7.0, 1, 1)], "b": [(0.0, 3, 0), (6.0, 0, 3)]}
     assert report._totals([0.0, 5.0, 6.0, 7.0, 10.0], per) == ([4, 3, 0, 1, 1], [2, 2, 5, 4, 4])
+
+
+def unschedulable(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
+    return obj
+
+
+def test_the_schedulers_lag_is_measured_from_creation_to_binding_since_the_notice() -> None:
+    clock = Clock()
+    t = tracker(clock)
+    t.on_change("ADDED", "pods", pod("early", "", ready=False))  # before the notice: not measured
+    t.arm({KEY: 4})
+    assert t.bind_lag() == (0, 0.0, 0.0)
+    for uid in ("a", "b", "c"):
+        t.on_change("ADDED", "pods", pod(uid, "", ready=False))
+    t.on_change("ADDED", "pods", pod("bound-at-once", "od-1", ready=False))  # created bound: no wait
+    clock.t += 2
+    t.on_change("MODIFIED", "pods", pod("a", "od-1", ready=False))
+    t.on_change("MODIFIED", "pods", pod("early", "od-1", ready=False))
+    t.on_change("MODIFIED", "pods", unschedulable(pod("c", "", ready=False)))  # no room: not the scheduler's lag
+    clock.t += 28
+    t.on_change("MODIFIED", "pods", pod("b", "od-1", ready=False))
+    t.on_change("MODIFIED", "pods", pod("c", "od-1", ready=False))
+    assert t.bind_lag() == (2, 30.0, 30.0)
+    assert t.bind_lag(start=1) == (1, 30.0, 30.0)
+    t.on_change("ADDED", "pods", pod("gone", "", ready=False))
+    t.on_change("DELETED", "pods", pod("gone", "", ready=False))
+    clock.t += 100
+    assert t.bind_lag()[0] == 2  # a pod deleted unbound was never bound: no wait recorded

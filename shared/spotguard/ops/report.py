@@ -142,6 +142,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "time_scale": outcome.options.time_scale,
         "pace": outcome.options.pace,
         "time_scales": outcome.time_scales,
+        "scheduler_lag": outcome.scheduler_lag,
         "simulated_seconds": round(outcome.duration, 1),
         "settled": outcome.settled,
         "return_to_spot": outcome.returned,

@@ -68,6 +68,10 @@ class Serving:
         self.armed_at: float | None = None
         self.series: list[tuple[float, str, int, int]] = []  # (time, key, serving on spot, on on-demand)
         self.created: list[float] = []  # simulated times workload pods were created since the notice
+        # Since the notice: simulated seconds from a workload pod's creation to its binding, where
+        # the scheduler never found it unschedulable (so the wait was the scheduler's own lag).
+        self.bind_waits: list[float] = []
+        self._unbound: dict[str, float | None] = {}  # uid -> first seen unbound (None: found unschedulable)
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -144,6 +148,16 @@ class Serving:
                     out[p.key] += 1
         return dict(out)
 
+    def bind_lag(self, start: int = 0) -> tuple[int, float, float]:
+        """(pods bound since the notice, the 99th percentile and the longest of their waits for
+        the scheduler, in simulated seconds), pods found unschedulable left out; from the
+        ``start``-th binding on (an earlier count: what was bound since)."""
+        with self.lock:
+            waits = sorted(self.bind_waits[start:])
+        if not waits:
+            return 0, 0.0, 0.0
+        return len(waits), waits[min(len(waits) - 1, int(0.99 * len(waits)))], waits[-1]
+
     def created_between(self, start: float, end: float) -> int:
         with self.lock:
             return sum(1 for t in self.created if start <= t <= end)
@@ -169,8 +183,21 @@ class Serving:
             node = (obj.get("spec") or {}).get("nodeName") or ""
             new = Pod(key, node, readiness.is_ready(obj))
             self.pods[uid] = new
+            self._bind_wait(uid, obj, node, old is None)
+        else:
+            self._unbound.pop(uid, None)
         if old != new:
             self._change(key, old, new)
+
+    def _bind_wait(self, uid: str, obj: Obj, node: str, first: bool) -> None:
+        if node:
+            since = self._unbound.pop(uid, None)
+            if since is not None:
+                self.bind_waits.append(self.clock() - since)
+        elif _unschedulable(obj):
+            self._unbound[uid] = None
+        elif first and self.armed_at is not None:
+            self._unbound[uid] = self.clock()
 
     def _node(self, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -226,6 +253,13 @@ class Serving:
             for cap in (SPOT, ON_DEMAND):
                 c.pod_seconds[cap] += span * c.placed.get(cap, 0)
         c.since = max(c.since, now)
+
+
+def _unschedulable(obj: Obj) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
 
 
 def _has_ready_condition(obj: Obj) -> bool:
