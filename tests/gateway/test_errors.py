@@ -144,3 +144,26 @@ def test_from_response_without_a_body() -> None:
     assert isinstance(error, errors.Transient)
     assert error.reason == "Service Unavailable"
     assert errors.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+
+
+@pytest.mark.parametrize(
+    ("message", "details", "refused"),
+    [
+        # kube-apiserver's eviction REST (pkg/registry/core/pod/storage/eviction.go): a budget
+        (
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget db needs 2 healthy pods"}]},
+            True,
+        ),
+        ("Cannot evict pod as it would violate the pod's disruption budget.", {}, True),  # before the cause
+        # a validating webhook's denial of pods/eviction with code 429 (spotguard's eviction guard)
+        ('admission webhook "evictions.spotguard.io" denied the request: replacement not Ready', {}, True),
+        # API Priority and Fairness / max-requests-inflight: throttling, not a refusal
+        ("Too many requests, please try again later.", {"retryAfterSeconds": 1}, False),
+        ("", {}, False),
+    ],
+)
+def test_a_429_says_whether_the_eviction_was_refused_or_throttled(message: str, details: dict, refused: bool) -> None:
+    body = status(429, "TooManyRequests", message, details=details).body
+    exc = errors.TooManyRequests(429, "TooManyRequests", message, body)
+    assert exc.refused is refused

@@ -8,13 +8,15 @@ StatefulSet (never below its quorum). Then two more passes write nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.policy import config
+from spotguard.policy import config, moves
 from spotguard.sim import testing
 
 from tests.interruption import sim_scenario
@@ -217,3 +219,28 @@ def test_floor_repaired(cause: Callable[[Env], str], tmp_path: Any) -> None:
         assert rec.kube.stats.writes == before
         events = [e for e in env.store.list("events", NS)[0] if e.get("reason") == "SpotguardRebalance"]
         assert bool(events) is any(rep.started for rep in reports), "the moves are told in Kubernetes Events"
+
+
+def test_a_throttled_eviction_is_tried_again_not_held(tmp_path: Any) -> None:
+    """A 429 from the API server's own limits (API Priority and Fairness) is not a budget's
+    refusal: the floor repair evicts again at the next pass instead of holding the StatefulSet
+    below its floor for rebalance_hold_seconds (tests/chaos webhook-down under 429s stalled so)."""
+    with (
+        testing.running_cluster(cluster(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        env = Env(sim)
+        key = statefulset_webhook_down(env)
+        # A hold would outlast the test many times over.
+        rec = h.reconciler_for(sim, dataclasses.replace(CFG, rebalance_hold_seconds=100_000))
+        # GIVEN every eviction throttled (429 with Retry-After, no budget cause)
+        sim.faults.set("create", "pods", error_rate=1.0, status=429)
+        h.passes_until(rec, lambda rep: rec.kube.stats.count(resource="pods/eviction") >= 2, max_passes=60)
+        assert moves.MOVE in env.store.get("statefulsets", "db", NS)["metadata"]["annotations"]
+        record = json.loads(env.store.get("statefulsets", "db", NS)["metadata"]["annotations"][moves.MOVE])
+        assert "holdUntil" not in record, record
+        # WHEN the throttling passes THEN the next passes repair the floor
+        sim.faults.clear()
+        h.passes_until(rec, lambda rep: not rep.progress and h.at_optimum(env.store, [key]), max_passes=80)
+        replicas, floor = h.floors_of(env.store)[key]
+        assert h.placement(env.store)[key] == (floor, replicas - floor, 0)

@@ -89,7 +89,16 @@ class Invalid(ApiError):
 
 
 class TooManyRequests(ApiError):
-    pass
+    @property
+    def refused(self) -> bool:
+        """An eviction refused on purpose: a PodDisruptionBudget (``details.causes`` reason
+        ``DisruptionBudget``, or upstream's message) or a validating webhook's denial, not the
+        API server throttling (API Priority and Fairness, max-requests-inflight), which
+        passes on its own and is worth another try soon."""
+        if any(c.get("reason") == "DisruptionBudget" for c in self.causes):
+            return True
+        text = self.message.lower()
+        return "disruption budget" in text or "admission webhook" in text
 
 
 class Transient(ApiError):

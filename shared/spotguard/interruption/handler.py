@@ -766,8 +766,9 @@ class Handler:
                 "doomed pod evicted: its replacement is Ready",
                 extra={"workload": ev.workload, "pod": f"{ev.namespace}/{ev.pod}", "node": ev.node},
             )
-        except TooManyRequests:
-            log.debug("eviction refused by a budget; later", extra={"pod": f"{ev.namespace}/{ev.pod}"})
+        except TooManyRequests as exc:
+            why = "refused by a budget or webhook" if exc.refused else "throttled by the API server"
+            log.debug(f"eviction {why}; later", extra={"pod": f"{ev.namespace}/{ev.pod}"})
         except NotFound:
             pass
         except ApiError as exc:

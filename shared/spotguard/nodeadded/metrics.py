@@ -17,7 +17,8 @@ PASS_SECONDS = Histogram(
 MOVES = Counter(
     "spotguard_nodeadded_moves_total",
     "Moves by direction (to-spot, to-on-demand), method (scale, evict) and step "
-    "(started, finished, aborted, blocked, held, ended, failed).",
+    "(started, finished, aborted, blocked (a budget or webhook refused the eviction), throttled (the API "
+    "server answered 429 without refusing: tried again next pass), held, ended, failed).",
     ["direction", "method", "step"],
 )
 SKIPPED = Gauge(

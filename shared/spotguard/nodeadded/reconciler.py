@@ -424,7 +424,14 @@ class Reconciler:
                 written = self._patch_workload(raw, {MOVE: record.to_json()})
                 try:
                     self.kube.evict(move.pod.name, move.pod.namespace)
-                except TooManyRequests:
+                except TooManyRequests as exc:
+                    if not exc.refused:
+                        # The API server throttled it: the move stays recorded and the next
+                        # pass evicts again (moves.progress: "still there"), no hold.
+                        metrics.MOVES.labels(*labels, "throttled").inc()
+                        log.info("eviction throttled by the API server: next pass",
+                                 extra={"workload": wl.key, "pod": move.pod.name})  # fmt: skip
+                        return True
                     # A budget forbids it now: leave a hold, never a retry loop.
                     metrics.MOVES.labels(*labels, "blocked").inc()
                     log.info("eviction refused by a budget: holding", extra={"workload": wl.key, "pod": move.pod.name})
@@ -507,8 +514,8 @@ class Reconciler:
             if step.action is Action.EVICT:
                 try:
                     self.kube.evict(record.pod, wl.namespace)
-                except TooManyRequests:
-                    metrics.MOVES.labels(*labels, "blocked").inc()
+                except TooManyRequests as exc:
+                    metrics.MOVES.labels(*labels, "blocked" if exc.refused else "throttled").inc()
                 except NotFound:
                     pass
                 return False
