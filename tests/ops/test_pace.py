@@ -93,3 +93,13 @@ def test_a_scheduler_slower_than_a_real_one_is_named() -> None:
     (note,) = cycle._lag_notes("after the notice", (500, 12.0, 40.0))
     assert "after the notice the simulated scheduler left pods waiting up to 40s" in note
     assert "99th percentile 12s" in note and "harsher than a real cluster's" in note
+
+
+def test_a_real_control_planes_share_is_counted_from_its_first_pod() -> None:
+    # GIVEN large.yaml's 17,640 lost pods, the first replacement created 25 s after the notice
+    r = cycle._replacements(options(LARGE), 17_640, created=1_609, creating=120 - 25)
+    # THEN a real controller-manager at 20 QPS (burst 30) would have created 20 * 95 + 30 by the reclaim
+    assert (r.possible, r.expected) == (20 * 90 + 30, 20 * 95 + 30)
+    assert cycle._replacement_notes(options(LARGE), r)[1:] == []  # 1,609 of 1,930: not the machine lagging
+    slow = cycle._replacements(options(LARGE), 17_640, created=900, creating=95)
+    assert "harsher than a real cluster's" in cycle._replacement_notes(options(LARGE), slow)[-1]
