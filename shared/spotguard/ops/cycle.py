@@ -173,23 +173,21 @@ def notice_scale(options: Options, pods: int) -> float:
     where a real control plane replacing ``pods`` lost pods would create more pods a
     simulated second (at most its ``--kube-api-qps``) than this machine simulates
     faithfully at that speed."""
-    if options.pace == "fixed":
-        return options.time_scale
     rate = pods / max(1.0, options.reclaim_after - options.pod_startup)
     qps = settings_of(options.objects).controller_manager.kube_api_qps
-    return _paced(options.time_scale, min(rate, qps) if qps > 0 else rate)
+    return _paced(options, min(rate, qps) if qps > 0 else rate)
 
 
 def return_scale(options: Options, moving: int, settle: float) -> float:
     """The time scale of the return to spot: node-added moves one replica of each of
     ``moving`` workloads at a time, each a pod start and ``settle`` seconds."""
-    if options.pace == "fixed":
-        return options.time_scale
-    return _paced(options.time_scale, moving / (options.pod_startup + settle + PING_SECONDS))
+    return _paced(options, moving / (options.pod_startup + settle + PING_SECONDS))
 
 
-def _paced(scale: float, pods_per_second: float) -> float:
-    if pods_per_second <= 0:
+def _paced(options: Options, pods_per_second: float) -> float:
+    """``time_scale``, or slower where ``pods_per_second`` simulated would outrun the machine."""
+    scale = options.time_scale
+    if options.pace == "fixed" or pods_per_second <= 0:
         return scale
     return min(scale, math.floor(100 * FAITHFUL_PODS_PER_SECOND / pods_per_second) / 100 or 0.01)
 
@@ -281,8 +279,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         pods = sum(_replicas(o) for o in apps)
         workers = 2 if pods > 1000 else 1
         # The guard's grace runs on the webhook's own real clock: sized for the slowest the notice may run.
-        slowest = min(scale, notice_scale(options, pods))
-        admission = stack.enter_context(functions.admission_server(sim, workdir, workers, time_scale=slowest))
+        admission = stack.enter_context(
+            functions.admission_server(sim, workdir, workers, time_scale=notice_scale(options, pods))
+        )
         bus = bus_future.result()
         stack.enter_context(
             functions.interruption_poller(
@@ -348,9 +347,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
             )
 
         reclaim = t0 + options.reclaim_after
-        created = tracker.created_between(t0, reclaim)
-        first = tracker.first_created(t0, reclaim)
-        replacements = _replacements(options, needed, created, reclaim - (first if first is not None else reclaim))
+        created, first = tracker.creations(t0, reclaim)
+        replacements = _replacements(options, needed, created, reclaim - first if first is not None else 0.0)
         watch.phase.notes.extend(_replacement_notes(options, replacements))
         watch.phase.notes.extend(_lag_notes("after the notice", tracker.bind_lag()))
 

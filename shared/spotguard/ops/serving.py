@@ -158,14 +158,11 @@ class Serving:
             return 0, 0.0, 0.0
         return len(waits), waits[min(len(waits) - 1, int(0.99 * len(waits)))], waits[-1]
 
-    def first_created(self, start: float, end: float) -> float | None:
-        """When the first workload pod was created between ``start`` and ``end`` (None: none was)."""
+    def creations(self, start: float, end: float) -> tuple[int, float | None]:
+        """(workload pods created between ``start`` and ``end``, when the first was; None: none was)."""
         with self.lock:
-            return min((t for t in self.created if start <= t <= end), default=None)
-
-    def created_between(self, start: float, end: float) -> int:
-        with self.lock:
-            return sum(1 for t in self.created if start <= t <= end)
+            times = [t for t in self.created if start <= t <= end]
+        return len(times), min(times, default=None)
 
     def live_nodes(self, capacity: str | None = None) -> list[str]:
         with self.lock:
