@@ -879,7 +879,7 @@ def rebalance_node_lives(record: SurgeRecord, alive: Collection[str]) -> bool:
 
     Only the spot-interruption function ends such a surge: a reclaim for the same node may
     still be being retried there, and no other process knows it yet."""
-    return bool(set(record.rebalance or ()) & set(alive))
+    return any(n in alive for n in record.rebalance or ())
 
 
 # --- draining (create before evict) -----------------------------------------------
