@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -310,3 +311,39 @@ def test_kubectl_auth_can_i_whoami_and_create_token(sim: testing.SimCluster, tmp
     assert denied.returncode == 1
     assert (f'Error from server (Forbidden): nodes is forbidden: User "{SA}" cannot list resource "nodes" in API '
             'group "" at the cluster scope') in denied.stderr  # fmt: skip
+
+
+def test_aggregated_cluster_roles_take_the_rules_of_the_roles_they_select() -> None:
+    """The clusterrole-aggregation controller (pkg/controller/clusterroleaggregation)."""
+    label = {"rbac.example.com/aggregate-to-monitoring": "true"}
+    with testing.running_cluster([objects.namespace("team")]) as sim:
+        sim.store.create("serviceaccounts", {"metadata": {"name": "robot", "namespace": "team"}})
+        aggregated = {"metadata": {"name": "monitoring"}, "rules": [],
+                      "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": label}]}}  # fmt: skip
+        create(sim, "clusterroles", aggregated)
+        create(
+            sim,
+            "clusterrolebindings",
+            binding(
+                "monitoring",
+                "ClusterRole",
+                "monitoring",
+                [{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}],
+            ),
+        )
+        client = robot(sim)
+        assert client.call("GET", "/api/v1/nodes")[0] == 403
+        feed = {"metadata": {"name": "monitoring-nodes", "labels": label},
+                "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}  # fmt: skip
+        create(sim, "clusterroles", feed)
+        wait(lambda: client.call("GET", "/api/v1/nodes")[0] == 200, "the aggregated rule")
+        assert sim.store.get("clusterroles", "monitoring")["rules"] == feed["rules"]
+        sim.store.delete("clusterroles", "monitoring-nodes")
+        wait(lambda: client.call("GET", "/api/v1/nodes")[0] == 403, "the rule gone with its role")
+
+
+def wait(check: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
