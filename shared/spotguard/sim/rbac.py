@@ -169,22 +169,16 @@ class Authorizer:
         """``VisitRulesFor``: (source, rule, error) for every rule that applies to ``user``
         in ``namespace`` (cluster-wide bindings first)."""
         policy = self._current()
-        for binding in policy.cluster_role_bindings:
-            subject = _applies(user, binding.get("subjects") or [], "")
-            if subject is None:
-                continue
-            ref = binding.get("roleRef") or {}
-            rules, error = self._rules(policy, ref, "")
-            if error:
-                yield "", None, error
-                continue
-            source = (f'ClusterRoleBinding "{binding["metadata"]["name"]}" of {ref.get("kind")} '
-                      f'"{ref.get("name")}" to {_describe(subject, "")}')
-            for rule in rules:
-                yield source, rule, ""
-        if not namespace:
-            return
-        for binding in policy.role_bindings.get(namespace, []):
+        yield from self._visit(policy, user, policy.cluster_role_bindings, "")
+        if namespace:
+            yield from self._visit(policy, user, policy.role_bindings.get(namespace, []), namespace)
+
+    def _visit(
+        self, policy: _Policy, user: Mapping[str, Any], bindings: list[dict[str, Any]], namespace: str
+    ) -> Iterator[tuple[str, Rule | None, str]]:
+        """The rules of ``bindings`` (a namespace's RoleBindings, or with ``namespace`` empty
+        the ClusterRoleBindings) that apply to ``user``, described as upstream describes them."""
+        for binding in bindings:
             subject = _applies(user, binding.get("subjects") or [], namespace)
             if subject is None:
                 continue
@@ -193,8 +187,9 @@ class Authorizer:
             if error:
                 yield "", None, error
                 continue
-            source = (f'RoleBinding "{binding["metadata"]["name"]}/{namespace}" of {ref.get("kind")} '
-                      f'"{ref.get("name")}" to {_describe(subject, namespace)}')
+            name = binding["metadata"]["name"]
+            kind = f'RoleBinding "{name}/{namespace}"' if namespace else f'ClusterRoleBinding "{name}"'
+            source = f'{kind} of {ref.get("kind")} "{ref.get("name")}" to {_describe(subject, namespace)}'
             for rule in rules:
                 yield source, rule, ""
 

@@ -43,18 +43,10 @@ class ServingCert:
         return ctx
 
 
-def self_signed(hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"), days: int = 30) -> ServingCert:
-    """An EC P-256 certificate that is its own CA, valid for the given names and IPs."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotguard-sim-apiserver")])
+def _ca_builder(name: x509.Name, key: ec.EllipticCurvePrivateKey, days: int) -> x509.CertificateBuilder:
+    """A self-signed CA certificate's builder (it signs certificates), valid ``days``."""
     now = datetime.datetime.now(datetime.UTC)
-    alt: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            alt.append(x509.DNSName(host))
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -71,6 +63,21 @@ def self_signed(hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"), days
             ),
             critical=True,
         )
+    )
+
+
+def self_signed(hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"), days: int = 30) -> ServingCert:
+    """An EC P-256 certificate that is its own CA, valid for the given names and IPs."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotguard-sim-apiserver")])
+    alt: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            alt.append(x509.DNSName(host))
+    cert = (
+        _ca_builder(name, key, days)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
         .sign(key, hashes.SHA256())
@@ -126,26 +133,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 def client_ca(days: int = 30) -> ClientCA:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotguard-sim-client-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=False,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
+    cert = _ca_builder(name, key, days).sign(key, hashes.SHA256())
     return ClientCA(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
