@@ -33,17 +33,19 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from spotguard.admission import registration
-from spotguard.gateway import kube
+from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import objects, testing
 
 from tests.fuzz import processes
+from tests.infra import test_manifests as manifests
 from tests.nodeadded import test_transports as node_added_transports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -464,3 +466,48 @@ def interrupt(
         used(node_added.url + "/metrics", False),
         evictions_reviewed(webhook.url + "/metrics", webhook.verify),
     )
+
+
+def can(sim: testing.SimCluster, token: str, grant: Grant) -> bool:
+    """A SelfSubjectAccessReview of ``grant`` as ``token``'s user."""
+    resource, _, subresource = grant.resource.partition("/")
+    attributes = {
+        "verb": grant.verb, "group": grant.group, "resource": resource, "subresource": subresource,
+        "namespace": "" if grant.scope == CLUSTER else grant.scope, "name": grant.names[0] if grant.names else "",
+    }  # fmt: skip
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": attributes}}  # fmt: skip
+    ca = Path(sim.kubeconfig).with_name("ca-eks.crt")
+    ca.write_bytes(sim.ca_pem or b"")
+    with requests.Session() as session:
+        session.trust_env = False
+        answer = session.post(sim.url + "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=review,
+                              headers={"Authorization": f"Bearer {token}"}, verify=str(ca), timeout=30)  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    return bool(answer.json()["status"]["allowed"])
+
+
+def test_each_eks_access_entry_gets_what_its_function_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN the roles the kustomize base ships on a simulated cluster that authenticates EKS
+    tokens by access entry, WHEN each Lambda's IAM principal signs a token (as the Lambdas
+    do), THEN the Kubernetes groups of its access entry in infra/aws/template.yaml are
+    allowed every permission its function needs, and no more than that."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    entries = manifests.resources("AWS::EKS::AccessEntry")
+    assert entries
+    with testing.running_cluster([objects.namespace("spotguard")], controllers=False) as sim:
+        install_rbac(sim, "kubernetes/base", tmp_path)
+        for i, entry in enumerate(sorted(entries)):
+            groups = entries[entry]["Properties"]["KubernetesGroups"]
+            [group] = groups
+            role = "spotguard-" + group.split(":", 1)[1]
+            access_key = f"AKIAEXAMPLE{i:09d}"
+            sim.map_aws_access_key(access_key, f"arn:aws:sts::123456789012:assumed-role/{entry}/lambda", tuple(groups))
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", access_key)
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
+            token = eks.token("prod", eks.sts_client(boto3.session.Session(region_name="us-east-1")))
+            missing = sorted(g for g in NEEDS[role] if not can(sim, token, g))
+            assert not missing, f"{entry} ({group}) lacks: {missing}"
+            assert not can(sim, token, Grant(CLUSTER, "", "secrets", "list")), f"{entry} may list secrets"
