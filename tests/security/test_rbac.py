@@ -18,7 +18,10 @@ Two checks hold the declaration to the truth from both sides:
   eviction guard never fails open) and report on ``/metrics``
   (``spotguard_kube_requests_total``) every request they made: each is declared, and
   each declared permission is used (or is listed in :data:`NOT_EXERCISED` with the
-  reason).
+  reason);
+- each EKS access entry of infra/aws/template.yaml maps its Lambda's principal to
+  groups that the kustomize roles allow exactly what its function needs (checked
+  with an EKS token the Lambdas' own code signs, by SelfSubjectAccessReview).
 """
 
 from __future__ import annotations
