@@ -57,6 +57,7 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("services", "Service", "", "v1", True, ("svc",), ("status",), _ALL),
     ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",), ("token",)),
     ResourceType("secrets", "Secret", "", "v1", True),
+    ResourceType("resourcequotas", "ResourceQuota", "", "v1", True, ("quota",), ("status",)),
     ResourceType(
         "deployments", "Deployment", "apps", "v1", True, ("deploy",), ("status", "scale"), _ALL
     ),

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from spotguard.sim import clock as clock_mod
-from spotguard.sim import errors, patching, patchmeta, rbacpolicy, resources, selectors, strategies
+from spotguard.sim import errors, patching, patchmeta, quota, rbacpolicy, resources, selectors, strategies
 
 log = logging.getLogger(__name__)
 
@@ -457,6 +457,11 @@ class Store:
         with self.lock:
             return sum(len(v) for v in self._bucket(resource).values())
 
+    def count_in(self, resource: str, namespace: str) -> int:
+        """How many ``resource`` objects ``namespace`` holds."""
+        with self.lock:
+            return len(self._bucket(resource).get(namespace, {}))
+
     # ---- watches and subscribers -----------------------------------------
 
     def watch(
@@ -700,6 +705,11 @@ class Store:
             obj.setdefault("status", {})
         try:
             with self.lock:
+                if rtype.namespaced and self._data["resourcequotas"].get(ns):
+                    # ResourceQuota admission, last, with the namespace's usage as it is now
+                    quota.admit(rtype, obj, [e.obj for e in self._data["resourcequotas"][ns].values()],
+                                lambda plural: [e.obj for e in self._data[plural].get(ns, {}).values()],
+                                self.clock.now())
                 names = self._data[resource].get(ns, {})
                 if meta["name"] in names:
                     raise errors.already_exists(resource, meta["name"], rtype.group)

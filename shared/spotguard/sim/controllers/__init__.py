@@ -28,6 +28,7 @@ from spotguard.sim.controllers import (
     podgc,
     replicaset,
     replicationcontroller,
+    resourcequota,
     scheduling,
     serviceaccounts,
     statefulset,
@@ -50,6 +51,7 @@ def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Cont
         completion.Completion(store, informer),
         serviceaccounts.ServiceAccountsController(store, informer),
         clusterroleaggregation.ClusterRoleAggregationController(store, informer),
+        resourcequota.ResourceQuotaController(store, informer),
     ]
 
 
