@@ -122,7 +122,8 @@ def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str 
         import boto3
 
         ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
-    return handler.Handler(k, current, ec2)
+    managed_tag = os.environ.get(handler.MANAGED_TAG_ENV, "").strip()
+    return handler.Handler(k, current, ec2, managed_tag=managed_tag)
 
 
 def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading.Event) -> None:

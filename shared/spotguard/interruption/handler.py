@@ -72,6 +72,9 @@ WORKERS = 16
 # The snapshot reads every pod at once: bigger pages than the gateway's default (500)
 # mean fewer round trips; kube-apiserver serves 5,000 a page without trouble.
 LIST_PAGE = 5000
+# The tag key that marks this cluster's instances (finder: aws-node-termination-handler's
+# managed tag, e.g. aws-node-termination-handler/managed); empty: every instance.
+MANAGED_TAG_ENV = "SPOTGUARD_MANAGED_TAG"
 # Our budgets with no surge in progress are deleted once this old (a crash between
 # the scale back and the budget's deletion leaves one behind).
 ORPHAN_BUDGET_SECONDS = 60.0
@@ -205,6 +208,7 @@ class Handler:
         *,
         workers: int = WORKERS,
         ends_rebalance_surges: bool = True,
+        managed_tag: str = "",
     ) -> None:
         """``ends_rebalance_surges=False``: a surge whose node had only a rebalance
         recommendation and still exists is left to the spot-interruption function's own
@@ -214,6 +218,9 @@ class Handler:
         # A Config, or a function giving the current one (the settings, re-read at their TTL).
         self._config = config
         self.ec2 = ec2
+        # Only instances with this tag key are this cluster's where no node names them by
+        # providerID (finder: aws-node-termination-handler's managed tag).
+        self.managed_tag = managed_tag
         self.clock = clock
         self.workers = workers
         self.ends_rebalance_surges = ends_rebalance_surges
@@ -236,7 +243,8 @@ class Handler:
             import boto3
 
             ec2 = boto3.client("ec2", region_name=region)
-        return cls(k, lambda: _load_config(k), ec2)
+        managed_tag = os.environ.get(MANAGED_TAG_ENV, "").strip()
+        return cls(k, lambda: _load_config(k), ec2, managed_tag=managed_tag)
 
     # -- the entry points ------------------------------------------------------------------
 
@@ -284,7 +292,11 @@ class Handler:
                 else:
                     log.info(
                         "notice for an instance that is not in this cluster: acknowledged",
-                        extra={"event_id": res.notice.event_id, "instance_id": res.notice.instance_id},
+                        extra={
+                            "event_id": res.notice.event_id,
+                            "instance_id": res.notice.instance_id,
+                            "managed_tag": self.managed_tag,
+                        },
                     )
                     outcomes.append(Outcome.IGNORED)
             elif res.verdict is Verdict.IGNORED:
@@ -457,7 +469,16 @@ class Handler:
         if not unmatched or self.ec2 is None:
             return {}, set()
         try:
-            names = finder.private_dns_names(self.ec2, unmatched)
+            names = finder.private_dns_names(self.ec2, unmatched, self.managed_tag)
+        except finder.LookupDenied as exc:
+            # Not transient: retrying would only fill the dead-letter queue with every
+            # other cluster's notices. No node names these instances: not ours.
+            metrics.ERRORS.labels("ec2-denied").inc()
+            log.warning(
+                "EC2 refused DescribeInstances: instances no node names by providerID are taken as another cluster's",
+                extra={"error": str(exc), "instance_ids": unmatched},
+            )
+            return {}, set()
         except finder.LookupFailed as exc:
             metrics.ERRORS.labels("ec2").inc()
             log.warning("could not ask EC2 for the instances' DNS names", extra={"error": str(exc)})
@@ -966,6 +987,7 @@ class Handler:
         doomed = {n for n in record.nodes if dies(n)}
         mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
         dead = [p for p in mine if p.node_name in doomed]
+
         # Then the surge's own replicas, newest first (a rebalance recommendation not followed
         # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
         # rebalance-storm-surge), as many as the dead pods leave to remove. Its own: marked so
