@@ -144,15 +144,8 @@ def test_every_shape_ships_the_eviction_guard(shape: tuple[dict[str, Any], ...])
     assert 1 <= hook["timeoutSeconds"] <= 3
     assert hook["sideEffects"] == "None"
     assert hook["admissionReviewVersions"] == ["v1"]
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE"],
-            "resources": ["pods/eviction"],
-            "scope": "Namespaced",
-        }
-    ]
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods/eviction"], "scope": "Namespaced"}]
     [pods_config] = of_kind(shape, "MutatingWebhookConfiguration")
     [pods_hook] = pods_config["webhooks"]
     assert hook["namespaceSelector"] == pods_hook["namespaceSelector"]
@@ -544,8 +537,7 @@ def test_sam_node_added_runs_when_an_instance_runs_and_every_minute() -> None:
     [permission] = [p for p in resources("AWS::Lambda::Permission").values() if p["Properties"]["SourceArn"] == source]
     assert permission["Properties"]["Principal"] == "events.amazonaws.com"
     schedules = [
-        s
-        for s in resources("AWS::Scheduler::Schedule").values()
+        s for s in resources("AWS::Scheduler::Schedule").values()
         if s["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["NodeAddedFunction", "Arn"]}
     ]
     [schedule] = schedules
