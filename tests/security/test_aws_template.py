@@ -113,3 +113,31 @@ def test_the_namespace_and_a_private_endpoint_are_parameters() -> None:
         assert "ec2:CreateNetworkInterface" in actions and "ec2:DeleteNetworkInterface" in actions, role
     association_text = TEMPLATE.read_text().split("SqsSourcePodIdentity:", 1)[1].split("\n\n", 1)[0]
     assert "Namespace: !Ref Namespace" in association_text
+
+
+def test_advance_notices_reach_the_queue_and_the_function_may_hold_and_complete_lifecycle_actions() -> None:
+    template = manifests.sam()
+    rules = template["Resources"]
+    lifecycle = rules["LifecycleTerminateRule"]["Properties"]["EventPattern"]
+    assert lifecycle == {"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"]}
+    health = rules["ScheduledChangeRule"]["Properties"]["EventPattern"]
+    assert health["source"] == ["aws.health"] and health["detail-type"] == ["AWS Health Event"]
+    assert health["detail"] == {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}
+    for rule in ("LifecycleTerminateRule", "ScheduledChangeRule"):
+        assert sends_to(rules[rule], "NoticeQueue") and sends_to(rules[rule], "NoticeDeadLetterQueue"), rule
+    [policy] = [p for p in rules["SpotInterruptionRole"]["Properties"]["Policies"] if "PolicyName" in p]
+    actions = {
+        a
+        for s in policy["PolicyDocument"]["Statement"]
+        for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    }
+    wanted = {
+        "autoscaling:RecordLifecycleActionHeartbeat",
+        "autoscaling:CompleteLifecycleAction",
+        "autoscaling:DescribeLifecycleHooks",
+        "ec2:DescribeInstances",
+    }
+    assert wanted <= actions
+    variables = rules["SpotInterruptionFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["SPOTGUARD_MANAGED_TAG"] == {"Ref": "ManagedTag"}
+    assert template["Parameters"]["ManagedTag"]["Default"] == ""
