@@ -49,8 +49,11 @@ FOREIGN_LOG = "notice for an instance that is not in this cluster: acknowledged"
 
 @pytest.fixture
 def queues(aws_env: Moto) -> dict[str, Any]:
+    return make_queues(aws_env.client("sqs"))
+
+
+def make_queues(sqs: Any) -> dict[str, Any]:
     """The notice queue and its dead-letter queue (maxReceiveCount 2, visibility 0 s to drain fast)."""
-    sqs = aws_env.client("sqs")
     dlq_url = sqs.create_queue(QueueName=unique("notices-dlq"))["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"})
@@ -144,15 +147,7 @@ def test_a_notice_of_another_cluster_is_acknowledged_when_ec2_refuses_the_lookup
     import boto3
 
     admin = {"aws_access_key_id": denied_keys["admin"], "aws_secret_access_key": denied_keys["admin-secret"]}
-    sqs = boto3.client("sqs", endpoint_url=aws_env.url, region_name=REGION, **admin)
-    dlq_url = sqs.create_queue(QueueName=unique("notices-dlq"))["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"})
-    url = sqs.create_queue(
-        QueueName=unique("notices"), Attributes={"RedrivePolicy": redrive, "VisibilityTimeout": "0"}
-    )["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    queues = {"sqs": sqs, "url": url, "arn": arn, "dlq_url": dlq_url}
+    queues = make_queues(boto3.client("sqs", endpoint_url=aws_env.url, region_name=REGION, **admin))
     # The function runs as the user without ec2:DescribeInstances.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", denied_keys["function"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", denied_keys["function-secret"])
@@ -161,7 +156,7 @@ def test_a_notice_of_another_cluster_is_acknowledged_when_ec2_refuses_the_lookup
     cluster = [objects.namespace("shop"), node("spot-a", "spot", "i-0aaaaaaaaaaaaaaa0")]
     with testing.running_cluster(cluster) as sim:
         monkeypatch.setenv("KUBECONFIG", sim.kubeconfig)
-        sqs.send_message(QueueUrl=url, MessageBody=warning(foreign))
+        queues["sqs"].send_message(QueueUrl=queues["url"], MessageBody=warning(foreign))
         with caplog.at_level(logging.INFO):
             failures = drain(queues, rounds=4)
     assert failures == [[]], "the foreign notice was handed back for a retry"

@@ -210,12 +210,7 @@ def _decode_ec2(payload: object, what: str) -> Notice:
     kind = DETAIL_TYPES.get(detail_type)
     if kind is None:
         raise Foreign(f"{what} has detail-type {detail_type!r}, not an EC2 notice", **context)
-    if not event_id.strip():
-        raise Malformed(f"{detail_type}: 'id' is missing or not a non-empty string", **context)
-    time = _time(payload.get("time"), detail_type, context)
-    detail = payload.get("detail")
-    if not isinstance(detail, Mapping):
-        raise Malformed(f"{detail_type} {event_id}: 'detail' is missing or not an object", **context)
+    time, detail = _envelope(payload, detail_type, event_id, context)
     instance_id = detail.get("instance-id")
     if not isinstance(instance_id, str) or not instance_id:
         raise Malformed(f"{detail_type} {event_id}: 'detail.instance-id' is missing or not a string", **context)
@@ -256,6 +251,19 @@ def _decode_ec2(payload: object, what: str) -> Notice:
     )
 
 
+def _envelope(
+    payload: Mapping[str, Any], name: str, event_id: str, context: Mapping[str, str]
+) -> tuple[datetime, Mapping[str, Any]]:
+    """The event's time and detail, once its id is known to be there."""
+    if not event_id.strip():
+        raise Malformed(f"{name}: 'id' is missing or not a non-empty string", **context)
+    time = _time(payload.get("time"), name, context)
+    detail = payload.get("detail")
+    if not isinstance(detail, Mapping):
+        raise Malformed(f"{name} {event_id}: 'detail' is missing or not an object", **context)
+    return time, detail
+
+
 def _advance(payload: Mapping[str, Any], what: str) -> list[Notice]:
     """An ASG lifecycle action or an AWS Health scheduled change (see the module docstring)."""
     source = str(payload.get("source"))
@@ -270,12 +278,7 @@ def _advance(payload: Mapping[str, Any], what: str) -> list[Notice]:
     wanted = LIFECYCLE_ACTION if source == AUTOSCALING else HEALTH_EVENT
     if detail_type != wanted:
         raise Foreign(f"{what} has detail-type {detail_type!r} from {source}, not {wanted!r}", **context)
-    if not event_id.strip():
-        raise Malformed(f"{wanted}: 'id' is missing or not a non-empty string", **context)
-    time = _time(payload.get("time"), wanted, context)
-    detail = payload.get("detail")
-    if not isinstance(detail, Mapping):
-        raise Malformed(f"{wanted} {event_id}: 'detail' is missing or not an object", **context)
+    time, detail = _envelope(payload, wanted, event_id, context)
     region = payload.get("region", "")
     account = payload.get("account", "")
     common = {
