@@ -309,10 +309,14 @@ def _lifecycle(detail: Mapping[str, Any], common: dict[str, Any], context: Mappi
     if not _INSTANCE_ID.fullmatch(instance_id):
         raise Malformed(f"{LIFECYCLE_ACTION} {event_id}: {instance_id!r} is not an EC2 instance id", **context)
     time: datetime = common["time"]
+    try:
+        until = time + timedelta(seconds=DEFAULT_LIFECYCLE_SECONDS)
+    except OverflowError:
+        raise Malformed(f"{LIFECYCLE_ACTION} {event_id}: 'time' is too far in the future", **context) from None
     return Notice(
         kind=NoticeKind.LIFECYCLE,
         instance_id=instance_id,
-        until=time + timedelta(seconds=DEFAULT_LIFECYCLE_SECONDS),
+        until=until,
         lifecycle=Lifecycle(
             group=fields["AutoScalingGroupName"],
             hook=fields["LifecycleHookName"],
@@ -366,7 +370,7 @@ def _health_time(raw: object) -> datetime | None:
         return None
     try:
         parsed = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         try:
             parsed = datetime.fromisoformat(raw)
         except ValueError:

@@ -470,7 +470,10 @@ class Handler:
         if self.hooks is None or notice.lifecycle is None or notice.kind is not NoticeKind.LIFECYCLE:
             return notice
         timeouts = self.hooks.timeouts(notice.lifecycle)
-        return dataclasses.replace(notice, until=notice.time + timedelta(seconds=timeouts.global_))
+        try:
+            return dataclasses.replace(notice, until=notice.time + timedelta(seconds=timeouts.global_))
+        except OverflowError:  # a time at the end of the calendar: keep the default
+            return notice
 
     def _lifecycle_pass(self, snap: Snapshot, marks: Mapping[str, NodeNotice], instances: Mapping[str, str]) -> None:
         """Heartbeat every held lifecycle action whose node's surge is not Ready; complete the others."""
