@@ -511,19 +511,22 @@ def queue_rules() -> dict[str, Any]:
     }
 
 
-def test_sam_rules_deliver_the_three_notices_to_the_queue() -> None:
+def test_sam_rules_deliver_the_notices_to_the_queue() -> None:
     rules = queue_rules()
-    detail_types: set[str] = set()
+    detail_types: set[tuple[str, str]] = set()
     for rule in rules.values():
         pattern = rule["Properties"]["EventPattern"]
-        assert pattern["source"] == ["aws.ec2"]
-        detail_types.update(pattern["detail-type"])
+        [source] = pattern["source"]
+        detail_types.update((source, d) for d in pattern["detail-type"])
         [target] = rule["Properties"]["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": ["NoticeQueue", "Arn"]}
     assert detail_types == {
-        "EC2 Spot Instance Interruption Warning",
-        "EC2 Instance Rebalance Recommendation",
-        "EC2 Instance State-change Notification",
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+        ("aws.ec2", "EC2 Instance State-change Notification"),
+        # the advance notices (tests/security/test_aws_template.py checks their patterns)
+        ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"),
+        ("aws.health", "AWS Health Event"),
     }
 
 
