@@ -161,7 +161,10 @@ def tool(name: str) -> str:
 @cache
 def rendered(source: str) -> tuple[dict[str, Any], ...]:
     if source.startswith("helm"):
-        command = [tool("helm"), "template", "spotguard", str(INFRA / "helm" / "spotguard"), "--namespace", "spotguard"]
+        # certs.mode=generate (the default) refuses a render without a cluster; RBAC is the same in every mode
+        chart = str(INFRA / "helm" / "spotguard")
+        command = [tool("helm"), "template", "spotguard", chart, "--namespace", "spotguard"]
+        command += ["--set", "certs.mode=cert-manager"]
     else:
         command = [tool("kubectl"), "kustomize", str(INFRA / source)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
