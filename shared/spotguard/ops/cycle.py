@@ -256,15 +256,16 @@ def run(options: Options, view: View | None = None) -> Outcome:
         starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moto-start")
         bus_future = starting.submit(bus_cm.__enter__)
         stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
-        sim = stack.enter_context(
-            testing.running_cluster(
-                infra,
-                time_scale=scale,
-                ready_delay_seconds=options.pod_startup,
-                drainer=options.drainer,
-                settings=settings_of(options.objects),
+        with loading():
+            sim = stack.enter_context(
+                testing.running_cluster(
+                    infra,
+                    time_scale=scale,
+                    ready_delay_seconds=options.pod_startup,
+                    drainer=options.drainer,
+                    settings=settings_of(options.objects),
+                )
             )
-        )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
         tracker.start(sim.store)
@@ -292,7 +293,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
 
         # 1. the workloads, placed by the webhook
         watch.phase.name = "placing the workloads"
-        sim.store.apply_objects(apps)
+        with loading():
+            sim.store.apply_objects(apps)
         wls = _workloads(sim.store)
         watch.wls = wls
         watch.floor = floor = {k: min(w.replicas, floors.floor_for(w, cfg).on_demand) for k, w in wls.items()}
@@ -449,6 +451,18 @@ def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.fut
 
 
 @contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """The scenario's objects go into the simulated cluster: one it refuses (an invalid
+    object, as kube-apiserver would answer 422) is the user's to fix, a sentence."""
+    from spotguard.sim import errors
+
+    try:
+        yield
+    except errors.StatusError as exc:
+        raise UserError(f"the scenario cannot be loaded: {exc.message}") from exc
+
+
+@contextlib.contextmanager
 def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: float = 0.0) -> Iterator[Any]:
     """The simulated cluster with the scenario's workloads placed by the admission webhook and Ready.
 
@@ -459,14 +473,16 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         raise UserError("the scenario has no nodes: pods would never be placed")
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
-        sim = stack.enter_context(
-            testing.running_cluster(
-                infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+        with loading():
+            sim = stack.enter_context(
+                testing.running_cluster(
+                    infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+                )
             )
-        )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         stack.enter_context(functions.admission_server(sim, workdir))
-        sim.store.apply_objects(apps)
+        with loading():
+            sim.store.apply_objects(apps)
         desired = sum(w.replicas for w in _workloads(sim.store).values())
 
         def ready() -> bool:

@@ -3,8 +3,9 @@
 Each EVENT_FILE (or every *.json file of a folder) is recognised by its shape:
 an EventBridge event, an SQS message, a Lambda SQS batch, a CloudEvent
 (structured JSON, or an HTTP capture {"headers": ..., "body": ...}), an
-AdmissionReview, a Knative ApiServerSource or PingSource event (examples, one
-per kind, in infra/events/). Each runs through the same core the functions
+AdmissionReview, a Knative ApiServerSource or PingSource event, the
+EventBridge Scheduler's input (``{"spotguard": "reconcile"}``: a reconcile, as
+a ``Scheduled Event``) (examples, one per kind, in infra/events/). Each runs through the same core the functions
 use: interruption notices through the spot-interruption handler, reviews
 through the admission core, node additions and pings through node-added (and
 pings also through the interruption reconcile).
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             results = [post(f, args.to, args.ca_cert) for f in files]
         else:
             with target(args) as (kube, clock):
-                results = [replay_one(f, kube, clock, args.dry_run) for f in files]
+                results = [replay_safely(f, kube, clock, args.dry_run) for f in files]
     if args.output == "json":
         print(json.dumps({"dry_run": args.dry_run, "results": [r.to_json() for r in results]}))
     else:
@@ -129,6 +130,7 @@ def target(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
             k = kube.connect(args.kubeconfig)
         except Exception as exc:
             raise UserError(f"cannot use the kubeconfig {args.kubeconfig}: {exc}") from exc
+        reachable(k, args.kubeconfig)
         yield k, time.time
         return
     from spotguard.ops import cycle
@@ -141,7 +143,29 @@ def target(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
         yield kube.Kube(sim.api_client()), sim.clock.now
 
 
+def reachable(k: Any, kubeconfig: str) -> None:
+    """Read the settings once: a cluster that does not answer (or refuses us) is a sentence, not a traceback."""
+    from spotguard.gateway import errors, settings
+
+    server = getattr(k.api_client.configuration, "host", "")
+    try:
+        settings.read(k, os.environ, settings.Source.from_env(os.environ))
+    except errors.ApiError as exc:
+        raise UserError(f"cannot reach the cluster of {kubeconfig} ({server}): {exc}") from exc
+
+
 # -- one file against a cluster -----------------------------------------------------------------
+
+
+def replay_safely(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Result:
+    """:func:`replay_one`, an API error on the way a result of its own (the next file still runs)."""
+    from spotguard.gateway import errors
+
+    try:
+        return replay_one(f, k, clock, dry_run)
+    except errors.ApiError as exc:
+        result = "retry" if isinstance(exc, errors.Transient) else "failed"
+        return Result(str(f.path), f.kind, f.function, result, [f"the cluster answered: {exc}"])
 
 
 def replay_one(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Result:
