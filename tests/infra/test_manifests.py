@@ -936,3 +936,23 @@ def test_kustomize_and_helm_run_the_same_commands() -> None:
         kp = {p["name"]: p["port"] for p in one(kustomized, "Service", service)["spec"]["ports"]}
         hp = {p["name"]: p["port"] for p in one(helmed, "Service", service)["spec"]["ports"]}
         assert kp == hp, service
+
+
+def test_every_served_container_listens_beyond_its_own_pod() -> None:
+    # `spotguard serve` listens on 127.0.0.1 by default (a laptop); in a pod the probes, the
+    # API server and Prometheus reach it through the pod's address: every manifest says 0.0.0.0.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    served = 0
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                if container.get("args", [])[:1] == ["serve"] and container.get("ports"):
+                    served += 1
+                    assert "--host=0.0.0.0" in container["args"], (source, container["name"], container["args"])
+    assert served >= 6

@@ -23,12 +23,15 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from spotguard import logs, serving
 from spotguard.interruption import cloudevents, dispatch
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Any  # func_python.cloudevent.CloudEventSender
 
+logs.configure()  # at import, before func-python's first line: every line through one formatter
+serving.hypercorn_through_root()  # and func-python's hypercorn
 log = logging.getLogger("spotguard.interruption.knative")
 
 
@@ -45,9 +48,7 @@ class Function:
 
     def start(self, cfg: dict[str, str]) -> None:
         """Connect to the cluster once per instance (in-cluster service account)."""
-        from spotguard import logs
-
-        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))
+        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))  # again: func-python's server is set up by now
         self._connect()
 
     def stop(self) -> None:

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from spotguard import logs, serving
+from spotguard import flags, logs, serving
 from spotguard.interruption import dispatch
 
 log = logging.getLogger("spotguard.interruption")
@@ -25,10 +25,8 @@ DEFAULT_PORT = 8080
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help=f"serve CloudEvents over HTTP on this port (default {DEFAULT_PORT})")
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
-    )
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    flags.add_host(parser)
+    flags.add_kubeconfig(parser)
     parser.add_argument("--sqs-queue-url", help="long-poll this SQS queue for EventBridge events")
     parser.add_argument("--region", help="AWS region (default: $AWS_REGION or $AWS_DEFAULT_REGION)")
     parser.add_argument(

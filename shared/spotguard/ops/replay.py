@@ -10,7 +10,7 @@ use: interruption notices through the spot-interruption handler, reviews
 through the admission core, node additions and pings through node-added (and
 pings also through the interruption reconcile).
 
-Against --kubeconfig (a real cluster), or --scenario (the simulated cluster
+Against --kubeconfig (a real cluster; default $KUBECONFIG), or --scenario (the simulated cluster
 loaded from a scenario or a `spotguard snapshot`, its pods placed by the
 admission webhook), or --to URL (post each event to a running function,
 as its transport would: CloudEvents for spot-interruption and node-added,
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spotguard import flags
 from spotguard.logs import UserError
 from spotguard.ops import eventfiles
 
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("files", nargs="+", metavar="EVENT_FILE|DIR", help="event files, or folders of *.json")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--kubeconfig", metavar="FILE", help="replay against this cluster")
+    flags.add_kubeconfig(target, "replay against this cluster (default: $KUBECONFIG, when no --scenario or --to)")
     target.add_argument("--scenario", metavar="FILE", help="replay against the simulated cluster loaded from FILE")
     target.add_argument("--to", metavar="URL", help="post each event to a running function at URL")
     parser.add_argument("--dry-run", action="store_true", help="write nothing; print the plan with reasons")
@@ -84,7 +85,9 @@ class Result:
 
 def run(args: argparse.Namespace) -> int:
     if not (args.kubeconfig or args.scenario or args.to):
-        raise UserError("say where to replay: --kubeconfig FILE, --scenario FILE, or --to URL")
+        args.kubeconfig = flags.env_kubeconfig()  # as kubectl: $KUBECONFIG names the cluster
+    if not (args.kubeconfig or args.scenario or args.to):
+        raise UserError("say where to replay: --kubeconfig FILE (or $KUBECONFIG), --scenario FILE, or --to URL")
     if args.to and args.dry_run:
         raise UserError("--dry-run plans against a cluster; with --to the running function decides (drop one)")
     if args.ca_cert and not Path(args.ca_cert).is_file():
