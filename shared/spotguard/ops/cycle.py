@@ -73,6 +73,7 @@ class Options:
     spot_price: float = 0.1  # of on-demand
     settle_seconds: float = 300.0  # simulated seconds after the reclaim to wait for the surges to end
     pace: str = "auto"  # "auto": slower than time_scale where the machine would lag (notice_scale); "fixed"
+    scenario: str = ""  # where the objects came from (the report's title)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class Outcome:
     replacements: Replacements | None = None
     time_scales: dict[str, float] = field(default_factory=dict)  # per phase: placing, notice, return
     scheduler_lag: dict[str, float] = field(default_factory=dict)  # pods bound since the notice, p99 and max waits
+    spot_returned: float | None = None  # simulated seconds from the notice to new spot nodes joining
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -222,6 +224,7 @@ class Watch:
     floor: dict[str, int] = field(default_factory=dict)
     t0: float | None = None
     sim: Any = None
+    spot_returned: float | None = None  # simulated time new spot nodes joined
 
     def show(self) -> None:
         if self.view is None:
@@ -377,6 +380,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
             time_scales=scales, scheduler_lag=lag,
+            spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -515,6 +519,7 @@ def _return_to_spot(
         watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options))
     watch.phase.name = "new spot nodes joined; node-added moves workloads back"
     fresh = [replacement(n) for n in gone]
+    watch.spot_returned = sim.clock.now()
     sim.store.apply_objects(fresh)
     for n in fresh:
         node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))
