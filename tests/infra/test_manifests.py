@@ -956,3 +956,26 @@ def test_every_served_container_listens_beyond_its_own_pod() -> None:
                     served += 1
                     assert "--host=0.0.0.0" in container["args"], (source, container["name"], container["args"])
     assert served >= 6
+
+
+def test_the_event_functions_are_ready_only_when_they_can_do_their_job() -> None:
+    # /healthz is the process (liveness); /readyz says whether the function can do its job
+    # (spotguard.readiness): every readiness probe of spot-interruption and node-added asks it.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative") + kustomize("knative/node-added"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    probed = set()
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                function = container.get("args", ["", ""])[1:2]
+                if function in (["spot-interruption"], ["node-added"]):
+                    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", (source, function)
+                    if "livenessProbe" in container:
+                        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", (source, function)
+                    probed.add((source, function[0]))
+    assert len(probed) == 6, probed

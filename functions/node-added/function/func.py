@@ -59,7 +59,11 @@ class Function:
         return True, "OK"
 
     def ready(self) -> tuple[bool, str]:
-        return (False, "not connected: " + self.error) if self.error else (True, "OK")
+        """Ready when passes can run: connected, the cluster reached, the last passes not all failed."""
+        if self.error:
+            return False, "not connected: " + self.error
+        why = self.service.ready()
+        return (True, "OK") if why is None else (False, why)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         # A pass blocks on Kubernetes API calls (and may wait for a node): keep the event loop free.

@@ -1,7 +1,8 @@
 """Serve the node-added function: CloudEvents over HTTP, and a reconcile on a timer.
 
 POST / takes CloudEvents in binary or structured mode (a Node added, a ping);
-GET /healthz and GET /metrics answer. With --reconcile-interval S (> 0), a pass
+GET /healthz (the process), GET /readyz (whether passes can run: the cluster
+reached, the last passes not all failed) and GET /metrics answer. With --reconcile-interval S (> 0), a pass
 also runs every S seconds: the shape for clusters without Knative or Lambda.
 SIGTERM and SIGINT stop it cleanly: a pass in progress finishes first.
 """
