@@ -19,6 +19,7 @@ REQ = "requiredDuringSchedulingIgnoredDuringExecution"
 PREF = "preferredDuringSchedulingIgnoredDuringExecution"
 # "not spot under any scheme": one NotIn per default scheme, sorted by key
 OD = [
+    {"key": "cloud.google.com/gke-preemptible", "operator": "NotIn", "values": ["true"]},
     {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]},
     {"key": "eks.amazonaws.com/capacityType", "operator": "NotIn", "values": ["SPOT"]},
     {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
@@ -29,6 +30,7 @@ OD = [
 SPOT_PREFS = [
     {"weight": 100, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}}
     for key, value in [
+        ("cloud.google.com/gke-preemptible", "true"),
         ("cloud.google.com/gke-spot", "true"),
         ("eks.amazonaws.com/capacityType", "SPOT"),
         ("karpenter.sh/capacity-type", "spot"),
@@ -39,6 +41,7 @@ SPOT_PREFS = [
 DEFAULT_TOLERATIONS = [
     {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
     {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-preemptible", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
 ]
 ZONE = "topology.kubernetes.io/zone"
 
