@@ -251,3 +251,24 @@ def test_the_on_demand_slots_a_surge_adds_are_surge_replicas() -> None:
     again = pod("web-new", labels={"spotguard.io/placement": "on-demand"},
                 annotations={"spotguard.io/surge-replica": "true"})
     assert decide(again, wl).surge
+
+
+# -- pods pinned to a node by spec.nodeName ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [("spot-1", Placement.SPOT), ("od-1", Placement.ON_DEMAND)],
+)
+def test_a_pod_pinned_to_a_node_is_placed_as_its_node(node: str, expected: Placement) -> None:
+    decision = placement.pinned_slot(pod(node_name=node, phase="Pending"), NODES)
+    assert decision is not None and decision.placement is expected
+
+
+def test_a_pod_pinned_to_an_unknown_node_is_left_alone() -> None:
+    decision = placement.pinned_slot(pod(node_name="gone", phase="Pending"), NODES)
+    assert decision is not None and decision.leave_alone
+
+
+def test_a_pod_not_pinned_is_decided_by_the_floor() -> None:
+    assert placement.pinned_slot(pod(), NODES) is None

@@ -34,7 +34,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import SURGE_REPLICA, Kind
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_REPLICA, Kind
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -372,7 +372,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         where = Placement(existing)
         ops = patches.build(pod, where, config, view.annotations.get(SURGE_REPLICA) == "true")
-        return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
+        if not ops or ctx.kube is None or not _label_from_template(view, ctx):
+            return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
+        # The label came with the pod template, not from this webhook: decided afresh.
+        view = dataclasses.replace(view, labels={k: v for k, v in view.labels.items() if k != PLACEMENT_LABEL})
     if ctx.kube is None:
         raise RuntimeError(f"no Kubernetes connection: {ctx.connect_error}")
     # First round trip: the namespace, the nodes and the pod's owner at the same time
@@ -400,6 +403,11 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     ctx.events.report(resolved, floor.problems)
     if not floor.enabled:
         return Outcome("skipped", f"{workload.key} opted out")
+    pinned = view.node_name and placement.pinned_slot(view, ctx.resolver.node_capacity(config, [view.node_name]))
+    if pinned:
+        if pinned.placement is None:
+            return Outcome("skipped", pinned.reason)
+        return Outcome("patched", pinned.reason, pinned.placement, patches.build(pod, pinned.placement, config))
     forced = _forced(view, nodes_future.result(), config, resolved, ctx)
     if forced is not None and forced.placement is not None:
         return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
@@ -443,6 +451,21 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("skipped", decision.reason)
     ops = placement_patch(pod, decision.placement, config, token, decision.surge)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _label_from_template(pod: PodView, ctx: Context) -> bool:
+    """Whether the pod's ``spotguard.io/placement`` label is its template's (the webhook owns
+    that label: one a template carries says nothing about where this pod was placed)."""
+    owner = pod.owner
+    if owner is None:
+        return False
+    if owner.kind == "ReplicaSet":
+        obj = ctx.resolver.replicaset_of(pod)
+    else:
+        resolved = ctx.resolver.resolve(pod)
+        obj = resolved.obj if isinstance(resolved, Resolved) else None
+    template = (((obj or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return PLACEMENT_LABEL in (template.get("labels") or {})
 
 
 def _soon(ctx: Context, cached: bool, fn: Callable[..., T], *args: Any) -> futures.Future[T]:

@@ -75,6 +75,26 @@ def skip_reason(pod: PodView, config: Config) -> str | None:
     return None
 
 
+def pinned_slot(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Decision | None:
+    """The slot of a pod whose spec names its node (``spec.nodeName``): what that node is.
+
+    Such a pod skips the scheduler, and its kubelet rejects it when its required node
+    affinity does not match the node (the NodeAffinity predicate at admission; its
+    controller then re-creates it in a loop): it is placed, and counted, as its node's
+    capacity. None when the pod names no node; a decision to leave it alone when the
+    node is not known (nothing to tell what it is).
+    """
+    if not pod.node_name:
+        return None
+    cap = node_capacity.get(pod.node_name)
+    if cap is None:
+        return Decision(None, f"pinned to node {pod.node_name}, which is not in the node list")
+    where = Placement.of(cap)
+    if where is None:
+        return Decision(None, f"pinned to node {pod.node_name} of {cap} capacity")
+    return Decision(where, f"pinned to node {pod.node_name} ({where})")
+
+
 def placement_of(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Placement | None:
     """Where a live pod counts: its node's capacity once scheduled, else its label."""
     if pod.node_name and pod.node_name in node_capacity:

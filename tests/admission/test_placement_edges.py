@@ -1,0 +1,114 @@
+"""End to end, default settings: pods whose own spec or labels could mislead the placement.
+
+GIVEN a simulated cluster labelled as a provider labels it and ``spotguard serve
+admission`` with no configuration behind the shipped webhook configuration,
+WHEN a workload's template pins its pods to a node (``spec.nodeName``), carries
+the ``spotguard.io/placement`` label the webhook owns, or the cluster's spot
+capacity is GKE preemptible VMs, THEN every pod runs where its placement says,
+and the floor holds by the nodes the pods run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spotguard.gateway import resources as r
+from spotguard.policy.capacity import Capacity
+from spotguard.sim import objects
+
+from tests.admission import harness
+
+EKS_OD = {"eks.amazonaws.com/capacityType": "ON_DEMAND"}
+EKS_SPOT = {"eks.amazonaws.com/capacityType": "SPOT"}
+GKE_STANDARD = {"cloud.google.com/gke-nodepool": "default-pool"}
+GKE_PREEMPTIBLE = {"cloud.google.com/gke-nodepool": "preemptible-pool", "cloud.google.com/gke-preemptible": "true"}
+REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _scenario(od: dict[str, str], spot: dict[str, str]) -> list[dict[str, Any]]:
+    nodes = [harness.node(f"od-{i}", dict(od), zone=f"us-east-1{'ab'[i]}") for i in range(2)]
+    nodes += [harness.node(f"spot-{i}", dict(spot), zone=f"us-east-1{'abc'[i]}") for i in range(3)]
+    return [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
+
+
+@pytest.fixture(scope="module")
+def eks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Served]:
+    with harness.served(_scenario(EKS_OD, EKS_SPOT), tmp_path_factory.mktemp("edges-eks")) as s:
+        yield s
+
+
+def _all_pods(k: Any, app: str) -> list[dict[str, Any]]:
+    return list(k.list(r.PODS, harness.NS, label_selector=f"app={app}"))
+
+
+def test_a_pod_pinned_to_a_spot_node_runs_there_as_spot(eks: harness.Served) -> None:
+    # GIVEN a one-replica Deployment (floor 1) whose template names a spot node
+    k = eks.k
+    k.create(r.DEPLOYMENTS, harness.deployment("pinned-spot", 1, nodeName="spot-1"), harness.NS)
+    # WHEN its pod is admitted, THEN the kubelet runs it (no NodeAffinity rejection, no
+    # re-creation loop): it is placed, and labelled, as what its node is
+    pods = harness.running(k, "pinned-spot", 1)
+    assert [p["spec"]["nodeName"] for p in pods] == ["spot-1"]
+    assert pods[0]["metadata"]["labels"][harness.PLACEMENT] == "spot"
+    required = ((pods[0]["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(REQ)
+    assert required is None
+    assert not [p for p in _all_pods(k, "pinned-spot") if (p.get("status") or {}).get("phase") == "Failed"]
+
+
+def test_pods_pinned_to_an_on_demand_node_count_as_on_demand(eks: harness.Served) -> None:
+    # GIVEN a three-replica Deployment (floor 1) whose template names an on-demand node
+    k = eks.k
+    k.create(r.DEPLOYMENTS, harness.deployment("pinned-od", 3, nodeName="od-0"), harness.NS)
+    # THEN all three run there, each labelled as on-demand (what they are)
+    pods = harness.running(k, "pinned-od", 3)
+    assert {p["spec"]["nodeName"] for p in pods} == {"od-0"}
+    assert harness.on_demand(k, pods) == (3, 3)
+
+
+def test_a_placement_label_in_the_template_is_not_trusted(eks: harness.Served) -> None:
+    # GIVEN a three-replica Deployment (floor 1) whose template carries the label the
+    # webhook owns, claiming every pod is already placed on spot
+    k = eks.k
+    dep = harness.deployment("labelled", 3)
+    dep["spec"]["template"]["metadata"]["labels"][harness.PLACEMENT] = "spot"
+    k.create(r.DEPLOYMENTS, dep, harness.NS)
+    # WHEN its pods are admitted, THEN the floor is placed all the same: exactly one pod
+    # on on-demand, by its node and by its label
+    pods = harness.running(k, "labelled", 3)
+    assert harness.on_demand(k, pods) == (1, 1)
+
+
+def test_a_placement_label_in_a_statefulset_template_is_not_trusted(eks: harness.Served) -> None:
+    # GIVEN a three-replica StatefulSet (floor 2) whose template says "on-demand" for every pod
+    k = eks.k
+    sts = harness.statefulset("labelled-db", 3)
+    sts["spec"]["template"]["metadata"]["labels"][harness.PLACEMENT] = "on-demand"
+    k.create(r.STATEFULSETS, sts, harness.NS)
+    # THEN its floor is on on-demand and the rest on spot
+    pods = harness.running(k, "labelled-db", 3)
+    assert harness.on_demand(k, pods) == (2, 2)
+
+
+def test_gke_preemptible_nodes_are_spot(tmp_path: Path) -> None:
+    # GIVEN a GKE cluster: a standard pool (no capacity label) and a preemptible pool
+    with harness.served(_scenario(GKE_STANDARD, GKE_PREEMPTIBLE), tmp_path) as s:
+        k = s.k
+        # WHEN a six-replica Deployment (floor 1) is created
+        k.create(r.DEPLOYMENTS, harness.deployment("web", 6), harness.NS)
+        pods = harness.running(k, "web", 6)
+        caps = harness.capacities(k)
+        assert caps["spot-0"] is Capacity.SPOT
+        # THEN its floor pod is required off the preemptible VMs, and runs on the standard pool
+        floor = [p for p in pods if p["metadata"]["labels"][harness.PLACEMENT] == "on-demand"]
+        assert len(floor) == 1
+        terms = floor[0]["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
+        assert all(
+            {"key": "cloud.google.com/gke-preemptible", "operator": "NotIn", "values": ["true"]}
+            in t["matchExpressions"]
+            for t in terms
+        )
+        assert caps[floor[0]["spec"]["nodeName"]] is Capacity.ON_DEMAND
+        assert harness.on_demand(k, pods)[1] == 1
