@@ -10,6 +10,7 @@ and the floor holds by the nodes the pods run on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
+from spotguard.policy.surges import SurgeRecord
+from spotguard.policy.workloads import MIN_ON_DEMAND, SURGE, SURGE_REPLICA
 from spotguard.sim import objects
 
 from tests.admission import harness
@@ -112,3 +115,29 @@ def test_gke_preemptible_nodes_are_spot(tmp_path: Path) -> None:
         )
         assert caps[floor[0]["spec"]["nodeName"]] is Capacity.ON_DEMAND
         assert harness.on_demand(k, pods)[1] == 1
+
+
+def test_a_surge_replica_is_on_demand_when_the_workload_already_has_extra_on_demand_pods(
+    eks: harness.Served,
+) -> None:
+    # GIVEN a four-replica Deployment with two pods on on-demand and a floor of one (it had
+    # a floor of two: one on-demand pod more than its floor now, as a spilled pod is)
+    k = eks.k
+    k.create(r.DEPLOYMENTS, harness.deployment("extra", 4, {MIN_ON_DEMAND: "2"}), harness.NS)
+    harness.running(k, "extra", 4)
+    k.patch(r.DEPLOYMENTS, "extra", {"metadata": {"annotations": {MIN_ON_DEMAND: "1"}}}, harness.NS)
+    # WHEN an interruption surge adds one replica (one patch: the replicas and the record,
+    # as the spot-interruption handler writes it)
+    record = SurgeRecord(replicas=4, surge=1, nodes=("spot-0",), started=time.time(), written=5)
+    k.patch(
+        r.DEPLOYMENTS,
+        "extra",
+        {"metadata": {"annotations": {SURGE: record.to_json()}}, "spec": {"replicas": 5}},
+        harness.NS,
+    )
+    # THEN the surge's replica is on on-demand, marked as a surge replica
+    pods = harness.running(k, "extra", 5)
+    assert harness.on_demand(k, pods) == (3, 3)
+    surged = [p for p in pods if (p["metadata"].get("annotations") or {}).get(SURGE_REPLICA) == "true"]
+    assert len(surged) == 1
+    assert harness.capacities(k)[surged[0]["spec"]["nodeName"]] is Capacity.ON_DEMAND

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, metrics, reviews
-from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Reservations
+from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
@@ -412,10 +412,17 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if forced is not None and forced.placement is not None:
         return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
 
-    def decide(held: int) -> placement.Decision:
-        return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
+    def decide(held: int, surge_created: tuple[float, ...] = (), reserved_surge: int = 0) -> placement.Decision:
+        return placement.decide(
+            pod=view,
+            workload=workload,
+            floor=floor,
+            reserved_on_demand=held,
+            surge_created=surge_created,
+            reserved_surge=reserved_surge,
+        )
 
-    def refresh() -> tuple[int, Callable[[int], placement.Decision]]:
+    def refresh() -> tuple[int, Decide]:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
         metrics.STALE.inc()
         again = ctx.resolver.refresh_workload(resolved)
@@ -426,7 +433,9 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             "workload changed since it was cached; deciding on the new floor",
             extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
         )
-        return w.replicas, lambda held: placement.decide(pod=view, workload=w, floor=f, reserved_on_demand=held)
+        return w.replicas, lambda held, created, surging: placement.decide(
+            pod=view, workload=w, floor=f, reserved_on_demand=held, surge_created=created, reserved_surge=surging
+        )
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET:
