@@ -141,3 +141,45 @@ def test_a_surge_replica_is_on_demand_when_the_workload_already_has_extra_on_dem
     surged = [p for p in pods if (p["metadata"].get("annotations") or {}).get(SURGE_REPLICA) == "true"]
     assert len(surged) == 1
     assert harness.capacities(k)[surged[0]["spec"]["nodeName"]] is Capacity.ON_DEMAND
+
+
+AKS_SPOT_TAINT = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
+SPREAD_CLUSTERS = {
+    # name: (on-demand node labels, spot node labels, spot taints)
+    "gke": (GKE_STANDARD, {"cloud.google.com/gke-spot": "true"}, None),
+    "aks": ({"kubernetes.azure.com/agentpool": "regular"}, {"kubernetes.azure.com/scalesetpriority": "spot"},
+            [AKS_SPOT_TAINT]),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(SPREAD_CLUSTERS))
+def test_spot_slots_land_on_spot_while_spot_has_room(provider: str, tmp_path: Path) -> None:
+    # GIVEN a cluster labelled as the provider labels it: three spot nodes in two zones,
+    # with room for every replica, and two empty on-demand nodes in two other zones (no
+    # spot there: for the soft spread, the one the floor pod leaves empty scores as high
+    # as the spot preference)
+    od, spot, taints = SPREAD_CLUSTERS[provider]
+    nodes = [harness.node(f"od-{i}", dict(od), zone=f"us-east-1{'cd'[i]}") for i in range(2)]
+    nodes += [
+        objects.node(f"spot-{i}", None, zone=f"us-east-1{'aba'[i]}", labels=dict(spot), taints=taints,
+                     cpu="16", memory="64Gi", pods="110")
+        for i in range(3)
+    ]
+    scenario = [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
+    with harness.served(scenario, tmp_path) as s:
+        # WHEN a twelve-replica Deployment (floor 1) of one-CPU pods is created
+        dep = harness.deployment("web", 12)
+        dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+        s.k.create(r.DEPLOYMENTS, dep, harness.NS)
+        pods = harness.running(s.k, "web", 12)
+        # THEN only its floor runs on on-demand: every spot slot is on a spot node (the
+        # soft spread no longer pulls them onto the empty on-demand nodes) ...
+        assert harness.on_demand(s.k, pods) == (1, 1)
+        # ... and they still spread over the spot nodes and zones (zone a has two spot
+        # nodes, zone b one: as many pods in each zone, and as many on each node of a)
+        per_node = {n["metadata"]["name"]: 0 for n in nodes}
+        for p in pods:
+            if p["metadata"]["labels"][harness.PLACEMENT] == "spot":
+                per_node[p["spec"]["nodeName"]] += 1
+        assert abs(per_node["spot-0"] + per_node["spot-2"] - per_node["spot-1"]) <= 1, per_node
+        assert abs(per_node["spot-0"] - per_node["spot-2"]) <= 1, per_node

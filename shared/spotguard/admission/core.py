@@ -296,11 +296,17 @@ def build_response(
 
 
 def placement_patch(
-    pod: Mapping[str, Any], where: Placement, config: Config, token: str | None, surge: bool = False
+    pod: Mapping[str, Any],
+    where: Placement,
+    config: Config,
+    token: str | None,
+    surge: bool = False,
+    *,
+    spot_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for an on-demand slot."""
     if token is None:
-        return patches.build(pod, where, config, surge)
+        return patches.build(pod, where, config, surge, spot_key)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -312,7 +318,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config, surge)
+    return first + patches.build(with_token, where, config, surge, spot_key)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -410,7 +416,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("patched", pinned.reason, pinned.placement, patches.build(pod, pinned.placement, config))
     forced = _forced(view, nodes_future.result(), config, resolved, ctx)
     if forced is not None and forced.placement is not None:
-        return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
+        key = _spot_key(nodes_future.result(), config) if forced.placement is Placement.SPOT else None
+        return Outcome(
+            "patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config, spot_key=key)
+        )
 
     def decide(held: int, surge_created: tuple[float, ...] = (), reserved_surge: int = 0) -> placement.Decision:
         return placement.decide(
@@ -458,8 +467,14 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         decision, token = claim.decision, claim.token
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
-    ops = placement_patch(pod, decision.placement, config, token, decision.surge)
+    spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
+    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _spot_key(nodes: Sequence[NodeView], config: Config) -> str | None:
+    """The cluster's spot-only label key (``patches.spot_only_key``), from the cached node list."""
+    return patches.spot_only_key((n.labels for n in nodes), config)
 
 
 def _label_from_template(pod: PodView, ctx: Context) -> bool:
