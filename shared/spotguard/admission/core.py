@@ -46,13 +46,18 @@ EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workloa
 # With no spot node in the cached list, the list is read again when older than this (seconds):
 # spot nodes joining after a reclaim are seen at once, not after the node cache's minute.
 NO_SPOT_NODES_MAX_AGE = 1.0
-DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
+# One review's deadline: the time the shipped webhook's call has (3 s) but what the answer
+# needs to travel back (deadline.CALLER_SHARE), counted from the request's arrival.
+DEFAULT_REVIEW_SECONDS = deadline.CALLER_SHARE * deadline.CALLER_TIMEOUT
+API_POLICY_REVIEW = 2.0  # the review length API_POLICY was made for
 
 
 def api_policy(review_seconds: float) -> retry.Policy:
-    """:data:`API_POLICY` (made for the default 2 s review) scaled to the review deadline: a
-    slower control plane's longer deadline lets each call take proportionally longer too."""
-    scale = max(review_seconds, 0.1) / DEFAULT_REVIEW_SECONDS
+    """:data:`API_POLICY` (made for a 2 s review) scaled to the review deadline: a slower
+    control plane's longer deadline lets each call take proportionally longer too. Inside a
+    review every call is bounded by the review's remaining time instead
+    (:class:`deadline.DeadlineKube`); this policy serves the calls made outside one."""
+    scale = max(review_seconds, 0.1) / API_POLICY_REVIEW
     return dataclasses.replace(
         API_POLICY,
         deadline=API_POLICY.deadline * scale,

@@ -151,17 +151,19 @@ class DeadlineKube:
         self.policy = policy
 
     def _kube(self, what: str, write: bool = False) -> kube_mod.Kube:
+        """The gateway bounded by the review's remaining time: one attempt may take all of it
+        (a slow but healthy API server answers late, not never: a fixed per-request timeout
+        shorter than the time left only turned its late answers into failed reviews), and a
+        retry after a quick failure (a 5xx, a refused connection) gets what is left then."""
         d = _current.get()
         if d is None:
             return self.base
         left = d.check(what, WRITE_RESERVE if write else 0.0)
-        if left >= self.policy.deadline:
-            return self.base
         return self.base.with_policy(
             dataclasses.replace(
                 self.policy,
                 deadline=left,
-                timeout=min(self.policy.timeout, left),
+                timeout=left,
                 connect_timeout=min(self.policy.connect_timeout, left),
             )
         )
