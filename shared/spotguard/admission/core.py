@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, metrics, reviews
+from spotguard.admission import resolve as resolve_mod
 from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
@@ -393,10 +394,15 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     # (warm caches need no thread hand-off at all).
     ns_future = _soon(ctx, ctx.resolver.has_namespace(namespace), ctx.resolver.namespace_annotations, namespace)
     nodes_future = _soon(ctx, ctx.resolver.has_nodes(), ctx.resolver.nodes)
-    owner_rs = ctx.resolver.replicaset_of(view)
+    owner_rs = ctx.resolver.cached_replicaset(view)
+    if owner_rs is None:
+        # A ReplicaSet not cached (its first pods): its Deployment (named after it), the
+        # Lease and the pod count are read while the ReplicaSet is, not after it.
+        ctx.resolver.prefetch_deployment(view, ctx.pool)
+        owner_rs = _replicaset_hint(view)
     warm: futures.Future[None] | None = None
     if owner_rs is not None and ctx.reservations.needs_count(owner_rs):
-        # Second round trip: the Lease and the pod count while the Deployment is read.
+        # The Lease and the pod count while the workload is read.
         warm = deadline.submit(ctx.pool, ctx.reservations.warm, owner_rs, config)
     resolved = ctx.resolver.resolve(view)
     ns_annotations = ns_future.result()
@@ -475,6 +481,20 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
     ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _replicaset_hint(pod: PodView) -> dict[str, Any] | None:
+    """What counting a Deployment pod's siblings needs of its ReplicaSet, from the pod alone:
+    the owner reference's name and uid, and a selector on the pod's ``pod-template-hash``
+    (every pod of the ReplicaSet carries it; the count keeps only pods owned by that uid)."""
+    owner = pod.owner
+    digest = pod.labels.get(resolve_mod.POD_TEMPLATE_HASH)
+    if owner is None or owner.kind != "ReplicaSet" or not owner.uid or not digest:
+        return None
+    return {
+        "metadata": {"name": owner.name, "namespace": pod.namespace, "uid": owner.uid},
+        "spec": {"selector": {"matchLabels": {resolve_mod.POD_TEMPLATE_HASH: digest}}},
+    }
 
 
 def _spot_key(nodes: Sequence[NodeView], config: Config) -> str | None:
