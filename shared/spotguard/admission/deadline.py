@@ -17,6 +17,7 @@ extra argument; work handed to a thread pool carries it along
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import dataclasses
@@ -150,14 +151,19 @@ class DeadlineKube:
     def __init__(self, base: kube_mod.Kube, policy: retry.Policy) -> None:
         self.base = base
         self.policy = policy
-        self._latency = 0.0  # a moving average of how long the API server takes to answer
+        # how long the last three calls took: the fastest is what a write needs at least now
+        # (a busy API server's slower answers are queueing that a write may not meet)
+        self._recent: collections.deque[float] = collections.deque(maxlen=3)
         self._latency_lock = threading.Lock()
 
     def write_reserve(self) -> float:
-        """The time a write needs left to be started: :data:`WRITE_RESERVE`, or longer when the
-        API server answers slower than that now. A write started with less time than it takes
-        would land after the review gave up on it (a reservation for a pod admitted unchanged)."""
-        return max(WRITE_RESERVE, self._latency)
+        """The time a write needs left to be started: :data:`WRITE_RESERVE`, or the fastest of
+        the last few calls when the API server answers slower than that now. A write started
+        with less time than any call takes would land after the review gave up on it (a
+        reservation for a pod admitted unchanged)."""
+        with self._latency_lock:
+            fastest = min(self._recent, default=0.0)
+        return max(WRITE_RESERVE, fastest)
 
     def _timed(self, fn: Callable[[], T]) -> T:
         started = time.monotonic()
@@ -166,7 +172,7 @@ class DeadlineKube:
         finally:
             took = time.monotonic() - started
             with self._latency_lock:
-                self._latency = took if self._latency == 0.0 else 0.7 * self._latency + 0.3 * took
+                self._recent.append(took)
 
     def _kube(self, what: str, write: bool = False) -> kube_mod.Kube:
         """The gateway bounded by the review's remaining time: one attempt may take all of it
