@@ -71,28 +71,25 @@ def test_pods_pinned_to_an_on_demand_node_count_as_on_demand(eks: harness.Served
     assert harness.on_demand(k, pods) == (3, 3)
 
 
-def test_a_placement_label_in_the_template_is_not_trusted(eks: harness.Served) -> None:
-    # GIVEN a three-replica Deployment (floor 1) whose template carries the label the
-    # webhook owns, claiming every pod is already placed on spot
+@pytest.mark.parametrize(
+    ("kind", "claimed", "floor"),
+    [("Deployment", "spot", 1), ("StatefulSet", "on-demand", 2)],
+)
+def test_a_placement_label_in_the_template_is_not_trusted(
+    eks: harness.Served, kind: str, claimed: str, floor: int
+) -> None:
+    # GIVEN a three-replica workload (a Deployment: floor 1; a StatefulSet: floor 2) whose
+    # template carries the label the webhook owns, claiming every pod is already placed
     k = eks.k
-    dep = harness.deployment("labelled", 3)
-    dep["spec"]["template"]["metadata"]["labels"][harness.PLACEMENT] = "spot"
-    k.create(r.DEPLOYMENTS, dep, harness.NS)
-    # WHEN its pods are admitted, THEN the floor is placed all the same: exactly one pod
-    # on on-demand, by its node and by its label
-    pods = harness.running(k, "labelled", 3)
-    assert harness.on_demand(k, pods) == (1, 1)
-
-
-def test_a_placement_label_in_a_statefulset_template_is_not_trusted(eks: harness.Served) -> None:
-    # GIVEN a three-replica StatefulSet (floor 2) whose template says "on-demand" for every pod
-    k = eks.k
-    sts = harness.statefulset("labelled-db", 3)
-    sts["spec"]["template"]["metadata"]["labels"][harness.PLACEMENT] = "on-demand"
-    k.create(r.STATEFULSETS, sts, harness.NS)
-    # THEN its floor is on on-demand and the rest on spot
-    pods = harness.running(k, "labelled-db", 3)
-    assert harness.on_demand(k, pods) == (2, 2)
+    name = f"labelled-{kind.lower()}"
+    make, res = (harness.deployment, r.DEPLOYMENTS) if kind == "Deployment" else (harness.statefulset, r.STATEFULSETS)
+    obj = make(name, 3)
+    obj["spec"]["template"]["metadata"]["labels"][harness.PLACEMENT] = claimed
+    k.create(res, obj, harness.NS)
+    # WHEN its pods are admitted, THEN the floor is placed all the same: exactly the floor
+    # on on-demand, by the nodes and by the labels
+    pods = harness.running(k, name, 3)
+    assert harness.on_demand(k, pods) == (floor, floor)
 
 
 def test_gke_preemptible_nodes_are_spot(tmp_path: Path) -> None:

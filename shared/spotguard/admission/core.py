@@ -35,7 +35,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_REPLICA, Kind
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -432,15 +432,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             "patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config, spot_key=key)
         )
 
-    def decide(held: int, surge_created: tuple[float, ...] = (), reserved_surge: int = 0) -> placement.Decision:
-        return placement.decide(
-            pod=view,
-            workload=workload,
-            floor=floor,
-            reserved_on_demand=held,
-            surge_created=surge_created,
-            reserved_surge=reserved_surge,
-        )
+    decide = _deciding(view, workload, floor)
 
     def refresh() -> tuple[int, Decide]:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
@@ -453,15 +445,13 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             "workload changed since it was cached; deciding on the new floor",
             extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
         )
-        return w.replicas, lambda held, created, surging: placement.decide(
-            pod=view, workload=w, floor=f, reserved_on_demand=held, surge_created=created, reserved_surge=surging
-        )
+        return w.replicas, _deciding(view, w, f)
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET:
         decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
-        decision = decide(0)  # nothing to reserve
+        decision = decide(0, (), 0)  # nothing to reserve
     else:
         if warm is not None:
             warm.result()
@@ -481,6 +471,22 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
     ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _deciding(pod: PodView, workload: Workload, floor: floors.Floor) -> Decide:
+    """A Deployment pod's decision given what its Lease and count hold (see ``Decide``)."""
+
+    def decide(held: int, surge_created: tuple[float, ...] = (), reserved_surge: int = 0) -> placement.Decision:
+        return placement.decide(
+            pod=pod,
+            workload=workload,
+            floor=floor,
+            reserved_on_demand=held,
+            surge_created=surge_created,
+            reserved_surge=reserved_surge,
+        )
+
+    return decide
 
 
 def _replicaset_hint(pod: PodView) -> dict[str, Any] | None:
