@@ -65,12 +65,13 @@ class SchedulerLoop:
                 self.cache.ns_labels[obj["metadata"]["name"]] = dict(obj["metadata"].get("labels") or {})
             return
         if resource == "nodes":
+            changed = False
             with self._lock:
                 if event_type == "DELETED":
                     self.cache.remove_node(obj["metadata"]["name"])
                 else:
-                    self.cache.set_node(obj)
-            if event_type != "DELETED":
+                    changed = self.cache.set_node(obj)
+            if changed:  # a status write that changes nothing scheduling reads requeues nothing
                 self._flush_unschedulable()
             return
         if resource != "pods":
