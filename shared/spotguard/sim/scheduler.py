@@ -755,7 +755,13 @@ class Result:
     # why nodes failed: those searched; every node's static filters too when none fits
     reasons: Counter[str] = field(default_factory=Counter)
     next_start: int = 0
-    scores: dict[str, float] = field(default_factory=dict)
+    # the feasible nodes searched and their total scores (when more than one was found)
+    scored: tuple[list[NodeInfo], list[float]] = field(default_factory=lambda: ([], []))
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Each scored node's total (built on demand: the loop needs only the best)."""
+        return {nd.name: t for nd, t in zip(*self.scored, strict=True)}
 
     def message(self, total_nodes: int) -> str:
         parts = sorted(f"{count} {reason}" for reason, count in self.reasons.items())
@@ -1119,7 +1125,7 @@ def schedule(
         result.node = feasible[0].name
         return result
     scores = combine_scores(pod, feasible, states, cache, plan)
-    result.scores = {nd.name: t for nd, t in zip(feasible, scores, strict=True)}
+    result.scored = (feasible, scores)
     best = max(scores)
     top = [nd.name for nd, t in zip(feasible, scores, strict=True) if t == best]
     result.node = top[0] if rng is None else rng.choice(top)
