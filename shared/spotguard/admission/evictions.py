@@ -91,6 +91,10 @@ class Guard:
         self.timing = timing or timing_from_env()
         self.sightings = sightings.Sightings(clock, refresh)
         self._first_error: dict[str, float] = {}  # pod key -> when its failures in a row began
+        # a pod's controller (uid) -> its workload's label selector, as a LIST's labelSelector
+        # (a Deployment's and a StatefulSet's selector never change): the pods are listed as
+        # soon as the pod is read, beside the workload's re-read
+        self._selectors: dict[str, str | None] = {}
         self._lock = threading.Lock()
         # (monotonic start, the guard's clock at the start, the LIST)
         self._list: tuple[float, float, futures.Future[Any]] | None = None
@@ -138,6 +142,17 @@ class Guard:
             config = ctx.config
             self.sightings.watch(sightings.reader(ctx.kube), lambda raw: node_facts(raw, config))
         return seen
+
+    def selector(self, owner: str) -> str | bool | None:
+        """The selector remembered for the controller ``owner`` (False: none yet)."""
+        with self._lock:
+            return self._selectors.get(owner, False)
+
+    def remember_selector(self, owner: str, match: str | None) -> None:
+        with self._lock:
+            if len(self._selectors) >= FIRST_SEEN_MAX:
+                self._selectors.clear()
+            self._selectors[owner] = match
 
     def first_error(self, pod: str, now: float) -> float:
         """When this pod's reviews began failing in a row (``now`` on the first failure)."""
@@ -307,17 +322,25 @@ def _workload_reads(
     kube = ctx.kube
     assert kube is not None
     resolver = ctx.resolver
+    namespace = pod.namespace
+    owner = pod.owner.uid if pod.owner is not None else ""
+    # A workload's selector never changes (apps/v1): once known, its pods are listed beside
+    # the (re-)read of the workload (the surge record as it is now), not after it.
+    listing: futures.Future[Any] | None = None
+    known = guard.selector(owner) if owner else False
+    if known is not False:
+        metrics.api_call("list", resources.PODS.name)
+        listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, known)
+    annotations = deadline.submit(guard.pool, resolver.namespace_annotations, namespace)
     resolved = resolver.resolve(pod)
     if isinstance(resolved, resolve.Unresolved):
         return None
-    namespace = pod.namespace
-    # A workload's selector never changes (apps/v1): its pods are listed beside the re-read
-    # of the workload (the surge record as it is now), not after it.
-    cached = resolved.workload
-    match = ",".join(f"{k}={v}" for k, v in sorted(cached.selector.items())) or None
-    metrics.api_call("list", resources.PODS.name)
-    listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, match)
-    annotations = deadline.submit(guard.pool, resolver.namespace_annotations, namespace)
+    match = ",".join(f"{k}={v}" for k, v in sorted(resolved.workload.selector.items())) or None
+    if listing is None or known != match:
+        metrics.api_call("list", resources.PODS.name)
+        listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, match)
+    if owner:
+        guard.remember_selector(owner, match)
     resolved = resolver.refresh_workload(resolved)
     workload = resolved.workload
     floor = floors.floor_for(workload, ctx.config, _result(annotations, "GET namespaces"))
