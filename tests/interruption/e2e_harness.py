@@ -154,7 +154,6 @@ def admission_webhook(
     url = f"{base}/mutate"
     if evictions:
         from spotguard.admission import evictions as guard
-
         from spotguard.admission import sightings
 
         refresh = sightings.REFRESH_SECONDS / scale
