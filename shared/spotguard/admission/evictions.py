@@ -99,8 +99,11 @@ class Guard:
         # (monotonic start, the guard's clock at the start, the LIST)
         self._list: tuple[float, float, futures.Future[Any]] | None = None
         # The guard's own threads: a review's reads run beside each other, and a drainer's
-        # parallel evictions must not queue behind one another (or behind placement's).
-        self.pool = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="spotguard-evictions")
+        # parallel evictions must not queue behind one another (or behind placement's). A
+        # review's workload reads (``tasks``) wait for reads of their own (``pool``), which
+        # never wait for a task: two pools, so a burst cannot fill one with waiters.
+        self.pool = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="spotguard-evictions")
+        self.tasks = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="spotguard-eviction-reviews")
 
     def nodes(self, ctx: core.Context, since: float) -> tuple[float, futures.Future[Any]]:
         """A LIST of every node that started at or after ``since`` (the review's arrival,
@@ -278,7 +281,7 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
     # API server), and not waited for unless the node is going away.
     own_node = deadline.submit(guard.pool, kube.find, resources.NODES, pod.node_name)
     listed_at, nodes_raw = guard.nodes(ctx, arrived)
-    workload_reads = deadline.submit(guard.pool, _workload_reads, ctx, guard, pod)
+    workload_reads = deadline.submit(guard.tasks, _workload_reads, ctx, guard, pod)
     fresh = _result(own_node, f"GET nodes {pod.node_name}")
     node = None if fresh is None else node_facts(fresh, config)
     now = guard.clock()
@@ -362,21 +365,24 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
     workload = resolved.workload
     if workload.kind is Kind.STATEFULSET:
         return [p for p in pods if p.owner is not None and p.owner.kind == "StatefulSet" and _same(p.owner, workload)]
-    own: dict[str, bool] = {}
-    if resolved.replicaset_uid:
-        own[resolved.replicaset_uid] = True
-    lookups: dict[str, futures.Future[Any]] = {}
+    own: dict[tuple[str, str], bool] = {}  # (ReplicaSet name, uid) -> the workload's?
+    if resolved.replicaset is not None:
+        meta = resolved.replicaset.get("metadata") or {}
+        own[(str(meta.get("name") or ""), resolved.replicaset_uid)] = True
+    lookups: dict[tuple[str, str], futures.Future[Any]] = {}
     for p in pods:
         o = p.owner
-        if o is not None and o.kind == "ReplicaSet" and o.uid not in own and o.uid not in lookups:
-            lookups[o.uid] = deadline.submit(guard.pool, ctx.resolver.replicaset_of, p)
-    for uid, future in lookups.items():
-        rs = _result(future, "GET replicasets")
-        ref = _controller_ref(rs)
-        own[uid] = ref is not None and ref.get("kind") == "Deployment" and (
+        if o is not None and o.kind == "ReplicaSet" and (o.name, o.uid) not in own and (o.name, o.uid) not in lookups:
+            lookups[(o.name, o.uid)] = deadline.submit(guard.pool, ctx.resolver.replicaset_of, p)
+    for key, future in lookups.items():
+        ref = _controller_ref(_result(future, "GET replicasets"))
+        own[key] = ref is not None and ref.get("kind") == "Deployment" and (
             str(ref.get("uid") or "") == workload.uid if workload.uid else ref.get("name") == workload.name
         )
-    return [p for p in pods if p.owner is not None and p.owner.kind == "ReplicaSet" and own.get(p.owner.uid, False)]
+    return [
+        p for p in pods
+        if p.owner is not None and p.owner.kind == "ReplicaSet" and own.get((p.owner.name, p.owner.uid), False)
+    ]
 
 
 def _same(owner: Owner, workload: Workload) -> bool:
