@@ -32,8 +32,17 @@ SERVE: dict[str, tuple[str, str]] = {
 }
 
 
+# Left out of the in-cluster image (scripts/install-image): their commands are not offered there.
+OPTIONAL = ("spotguard.sim", "spotguard.ops", "spotguard.demo")
+
+
 def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:  # type: ignore[type-arg]
-    mod = importlib.import_module(module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(OPTIONAL):
+            return
+        raise
     parser = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip())
     mod.add_arguments(parser)
     parser.set_defaults(_run=mod.run)

@@ -501,7 +501,8 @@ def check_lambda_event(sent: Any, answer: Answer) -> None:
         assert not failed or answer.failures, f"retried without a logged failure: {value}"
         return
     assert value.get("result") in ACKNOWLEDGED | {"reconciled"}, value
-    if not isinstance(sent, dict) or (sent.get("source") != "aws.ec2" and not awslambda.is_schedule(sent)):
+    notice_sources = ("aws.ec2", "aws.autoscaling", "aws.health")  # EC2 notices and the advance ones
+    if not isinstance(sent, dict) or (sent.get("source") not in notice_sources and not awslambda.is_schedule(sent)):
         assert value["result"] in ("foreign", "malformed"), value
 
 

@@ -118,11 +118,14 @@ def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str 
         return settings.load(k)[0]  # re-read at the settings' TTL
 
     ec2: Any = None
+    autoscaling: Any = None
     if region:
         import boto3
 
         ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
-    return handler.Handler(k, current, ec2)
+        autoscaling = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint_url)
+    managed_tag = os.environ.get(handler.MANAGED_TAG_ENV, "").strip()
+    return handler.Handler(k, current, ec2, managed_tag=managed_tag, autoscaling=autoscaling)
 
 
 def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading.Event) -> None:

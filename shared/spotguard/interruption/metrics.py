@@ -25,7 +25,7 @@ SCALE_BACKS = Counter(
 TAINTS = Counter("spotguard_interruption_taints_total", "Nodes tainted spotguard.io/interruption.")
 ERRORS = Counter(
     "spotguard_interruption_errors_total",
-    "Kubernetes or EC2 API calls that failed, by step (list, taint, surge, budget, hpa, finish, ec2).",
+    "Kubernetes or EC2 API calls that failed, by step (list, taint, surge, budget, hpa, finish, ec2, ec2-denied).",
     ["step"],
 )
 NOTICE_TO_SURGE = Histogram(

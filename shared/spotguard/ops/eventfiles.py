@@ -49,7 +49,7 @@ class EventFile:
     def deliveries(self) -> list[dispatch.Delivery]:
         """The interruption notices it carries (or why an item carries none)."""
         if self.kind == "eventbridge":
-            return [dispatch.Delivery.decode(self.path.name, lambda: events.decode(self.payload, str(self.path)))]
+            return [dispatch.Delivery.decode(self.path.name, lambda: events.decode_all(self.payload, str(self.path)))]
         if self.kind == "sqs-message":
             return [sqs.decode_message(self.payload)]
         if self.kind == "lambda-sqs-batch":

@@ -153,7 +153,7 @@ def replay_one(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Re
     if f.function == "node-added":
         return _node_added(f, k, clock, dry_run)
     items = f.deliveries()
-    notices = [i.notice for i in items if i.notice is not None]
+    notices = [n for i in items for n in i.notices]
     out = Result(name, f.kind, f.function, "")
     for i in items:
         if i.error is not None:

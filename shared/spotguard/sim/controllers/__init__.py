@@ -12,6 +12,7 @@ from typing import Any
 from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
     base,
+    clusterroleaggregation,
     completion,
     cronjob,
     daemonset,
@@ -27,6 +28,7 @@ from spotguard.sim.controllers import (
     podgc,
     replicaset,
     replicationcontroller,
+    resourcequota,
     scheduling,
     serviceaccounts,
     statefulset,
@@ -48,6 +50,8 @@ def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Cont
         replicationcontroller.ReplicationManager(store, informer),
         completion.Completion(store, informer),
         serviceaccounts.ServiceAccountsController(store, informer),
+        clusterroleaggregation.ClusterRoleAggregationController(store, informer),
+        resourcequota.ResourceQuotaController(store, informer),
     ]
 
 
