@@ -61,9 +61,14 @@ def served(
     server_args: list[str] | None = None,
     extra_env: list[dict[str, str]] | None = None,
     timeout_seconds: int = TIMEOUT_SECONDS,
+    before_servers: Callable[[Any], None] | None = None,
 ) -> Iterator[Served]:
+    """``before_servers(sim)``: runs once the cluster is up, before the servers start (and
+    read the nodes)."""
     tls = servers.make_certs(workdir / "tls")
     with testing.running_cluster(scenario, termination_seconds=0.2) as sim, contextlib.ExitStack() as stack:
+        if before_servers is not None:
+            before_servers(sim)
         running: list[servers.Server] = []
         for i in range(count):
             process_env = {**LOADED_MACHINE, **(env or {}), **((extra_env or [{}] * count)[i])}

@@ -5,7 +5,9 @@ admission`` with no configuration behind the shipped webhook configuration,
 WHEN a workload's template pins its pods to a node (``spec.nodeName``), carries
 the ``spotguard.io/placement`` label the webhook owns, or the cluster's spot
 capacity is GKE preemptible VMs, THEN every pod runs where its placement says,
-and the floor holds by the nodes the pods run on.
+and the floor holds by the nodes the pods run on. And a spot slot lands on spot
+while spot has room, under every provider's labels (on EKS and Karpenter once
+node-added has labelled the spot nodes ``spotguard.io/spot``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spotguard.gateway import kube
 from spotguard.gateway import resources as r
+from spotguard.nodeadded import reconciler
+from spotguard.policy import config, patches
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import MIN_ON_DEMAND, SURGE, SURGE_REPLICA
@@ -156,27 +161,80 @@ def test_spot_slots_land_on_spot_while_spot_has_room(provider: str, tmp_path: Pa
     # spot there: for the soft spread, the one the floor pod leaves empty scores as high
     # as the spot preference)
     od, spot, taints = SPREAD_CLUSTERS[provider]
+    with harness.served(_spread_scenario(od, spot, taints), tmp_path) as s:
+        _twelve_replicas_on_spot_and_spread(s.k)
+
+
+def _spread_scenario(
+    od: dict[str, str], spot: dict[str, str], taints: list[dict[str, str]] | None
+) -> list[dict[str, Any]]:
+    """Two empty on-demand nodes in zones c and d; spot nodes spot-0..2 in zones a, b, a."""
     nodes = [harness.node(f"od-{i}", dict(od), zone=f"us-east-1{'cd'[i]}") for i in range(2)]
     nodes += [
         objects.node(f"spot-{i}", None, zone=f"us-east-1{'aba'[i]}", labels=dict(spot), taints=taints,
                      cpu="16", memory="64Gi", pods="110")
         for i in range(3)
     ]
-    scenario = [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
-    with harness.served(scenario, tmp_path) as s:
-        # WHEN a twelve-replica Deployment (floor 1) of one-CPU pods is created
-        dep = harness.deployment("web", 12)
-        dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
-        s.k.create(r.DEPLOYMENTS, dep, harness.NS)
-        pods = harness.running(s.k, "web", 12)
-        # THEN only its floor runs on on-demand: every spot slot is on a spot node (the
-        # soft spread no longer pulls them onto the empty on-demand nodes) ...
-        assert harness.on_demand(s.k, pods) == (1, 1)
-        # ... and they still spread over the spot nodes and zones (zone a has two spot
-        # nodes, zone b one: as many pods in each zone, and as many on each node of a)
-        per_node = {n["metadata"]["name"]: 0 for n in nodes}
-        for p in pods:
-            if p["metadata"]["labels"][harness.PLACEMENT] == "spot":
-                per_node[p["spec"]["nodeName"]] += 1
-        assert abs(per_node["spot-0"] + per_node["spot-2"] - per_node["spot-1"]) <= 1, per_node
-        assert abs(per_node["spot-0"] - per_node["spot-2"]) <= 1, per_node
+    return [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
+
+
+def _twelve_replicas_on_spot_and_spread(k: Any) -> None:
+    # WHEN a twelve-replica Deployment (floor 1) of one-CPU pods is created
+    dep = harness.deployment("web", 12)
+    dep["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    k.create(r.DEPLOYMENTS, dep, harness.NS)
+    pods = harness.running(k, "web", 12)
+    # THEN only its floor runs on on-demand: every spot slot is on a spot node (the
+    # soft spread no longer pulls them onto the empty on-demand nodes) ...
+    assert harness.on_demand(k, pods) == (1, 1)
+    # ... and they still spread over the spot nodes and zones (zone a has two spot
+    # nodes, zone b one: as many pods in each zone, and as many on each node of a)
+    per_node = {f"spot-{i}": 0 for i in range(3)}
+    for p in pods:
+        if p["metadata"]["labels"][harness.PLACEMENT] == "spot":
+            per_node[p["spec"]["nodeName"]] += 1
+    assert abs(per_node["spot-0"] + per_node["spot-2"] - per_node["spot-1"]) <= 1, per_node
+    assert abs(per_node["spot-0"] - per_node["spot-2"]) <= 1, per_node
+
+
+KARPENTER_OD = {"karpenter.sh/capacity-type": "on-demand", "karpenter.sh/nodepool": "default"}
+KARPENTER_SPOT = {"karpenter.sh/capacity-type": "spot", "karpenter.sh/nodepool": "spot"}
+CAPACITY_KEY_CLUSTERS = {
+    # name: (on-demand node labels, spot node labels): both carry the capacity key
+    "eks": (EKS_OD, EKS_SPOT),
+    "karpenter": (KARPENTER_OD, KARPENTER_SPOT),
+}
+
+
+def _node_added_pass(sim: Any) -> reconciler.Report:
+    """One node-added pass with default settings (what runs when a node joins, and on schedule)."""
+    return reconciler.Reconciler(kube.Kube(sim.api_client()), config.Config(), clock=sim.clock.now).reconcile()
+
+
+def _spot_labels(k: Any) -> dict[str, str | None]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"].get(patches.SPOT_NODE_LABEL) for n in k.list(r.NODES)}
+
+
+@pytest.mark.parametrize("provider", sorted(CAPACITY_KEY_CLUSTERS))
+def test_spot_slots_land_on_spot_where_on_demand_nodes_carry_the_capacity_key(provider: str, tmp_path: Path) -> None:
+    # GIVEN a cluster whose on-demand nodes carry the capacity key too (no spot-only key of
+    # the provider's): three spot nodes in two zones with room for every replica, two empty
+    # on-demand nodes in two other zones, and node-added's pass as the nodes joined
+    od, spot = CAPACITY_KEY_CLUSTERS[provider]
+    passes: list[reconciler.Report] = []
+
+    def label_nodes(sim: Any) -> None:
+        passes.append(_node_added_pass(sim))
+
+    with harness.served(_spread_scenario(od, spot, None), tmp_path, before_servers=label_nodes) as s:
+        # node-added labelled every spot node spotguard.io/spot=true, and no other node
+        assert passes[0].failures == 0
+        assert _spot_labels(s.k) == {"od-0": None, "od-1": None, "spot-0": "true", "spot-1": "true", "spot-2": "true"}
+        _twelve_replicas_on_spot_and_spread(s.k)
+        # AND a spot node that joins later is labelled by the next pass; a pass with every
+        # node labelled writes no label
+        s.k.create(r.NODES, objects.node("spot-3", None, zone="us-east-1b", labels=dict(spot)))
+        joined = _node_added_pass(s.sim)
+        assert joined.node_labels == {"spot-3": "true"}
+        assert _spot_labels(s.k)["spot-3"] == "true"
+        assert _node_added_pass(s.sim).node_labels == {}

@@ -1,9 +1,10 @@
 """Where spotguard's own pods run: on on-demand nodes, under every provider's labels.
 
 The webhook and the queue processor must not run on the spot nodes being reclaimed in
-the very event they handle. GIVEN the rendered Helm chart and kustomize manifests,
-THEN each of spotguard's Deployments prefers "not spot under any label scheme" (the
-expressions of the admission patch's own on-demand requirement), and WHEN they are
+the very event they handle. GIVEN the rendered Helm chart, kustomize and Knative
+manifests, THEN each of spotguard's Deployments and Knative Services prefers "not spot
+under any label scheme" (the expressions of the admission patch's own on-demand
+requirement), and WHEN the Deployments are
 created on a simulated cluster labelled as EKS managed node groups or Karpenter label
 nodes (on-demand nodes small, spot nodes large and empty, so every other score favours
 spot), THEN every one of their pods runs on an on-demand node.
@@ -21,7 +22,7 @@ from spotguard.policy.capacity import Capacity
 from spotguard.sim import objects, testing
 
 from tests.admission import harness
-from tests.infra.test_manifests import helm, kustomize, of_kind
+from tests.infra.test_manifests import INFRA, helm, knative_services, knative_with_node_added, kustomize, of_kind
 
 DEFAULTS = config.Config()
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -47,6 +48,22 @@ def test_own_pods_prefer_not_spot_under_every_scheme(source: str) -> None:
         assert [p["preference"]["matchExpressions"] for p in preferred] == [
             patches.not_spot_expressions(DEFAULTS)
         ], d["metadata"]["name"]
+
+
+def test_knative_services_prefer_not_spot_under_every_scheme() -> None:
+    # GIVEN infra/knative rendered (its node-added component too; infra/check validates
+    # the same renderings against the Knative CRD schemas), THEN each Knative Service's
+    # revisions prefer "not spot under any label scheme", as the Deployments do
+    services = knative_services(knative_with_node_added())
+    assert set(services) == {"spotguard-admission", "spotguard-spot-interruption", "spotguard-node-added"}
+    for name, svc in services.items():
+        preferred = svc["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][PREFERRED]
+        assert [p["preference"]["matchExpressions"] for p in preferred] == [
+            patches.not_spot_expressions(DEFAULTS)
+        ], name
+    # ... and the manifests say, where they are applied, that Knative Serving must allow
+    # affinity (its kubernetes.podspec-affinity flag), or it rejects every one of them
+    assert "kubernetes.podspec-affinity" in (INFRA / "knative" / "kustomization.yaml").read_text()
 
 
 def _node(name: str, labels: dict[str, str], zone: str, cpu: str) -> dict[str, Any]:

@@ -299,6 +299,7 @@ AKS_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
 AKS_REGULAR = {"kubernetes.azure.com/agentpool": "regular"}
 EKS_SPOT = {"eks.amazonaws.com/capacityType": "SPOT"}
 EKS_OD = {"eks.amazonaws.com/capacityType": "ON_DEMAND"}
+SG_SPOT = patches.SPOT_NODE_LABEL
 
 
 @pytest.mark.parametrize(
@@ -316,6 +317,14 @@ EKS_OD = {"eks.amazonaws.com/capacityType": "ON_DEMAND"}
         ([GKE_STANDARD, AKS_REGULAR], None),
         # an AKS regular pool explicitly labelled regular carries the key: none
         ([AKS_SPOT, {"kubernetes.azure.com/scalesetpriority": "regular"}], None),
+        # node-added's label on every spot node and no other: that key
+        ([{**EKS_SPOT, SG_SPOT: "true"}, EKS_OD], SG_SPOT),
+        ([{**EKS_SPOT, SG_SPOT: "true"}, {**EKS_SPOT, SG_SPOT: "true"}, EKS_OD], SG_SPOT),
+        # ... but a spot node not labelled yet, or an on-demand node labelled: none
+        ([{**EKS_SPOT, SG_SPOT: "true"}, EKS_SPOT, EKS_OD], None),
+        ([{**EKS_SPOT, SG_SPOT: "true"}, {**EKS_OD, SG_SPOT: "true"}], None),
+        # the provider's own key first
+        ([{**GKE_SPOT, SG_SPOT: "true"}, GKE_STANDARD], "cloud.google.com/gke-spot"),
     ],
 )
 def test_spot_only_key(nodes: list[dict[str, str]], expected: str | None) -> None:
@@ -331,3 +340,15 @@ def test_a_spot_slot_spreads_over_the_spot_only_key_too() -> None:
     # reinvocation adds nothing, with or without the key
     assert patches.build(patched, Placement.SPOT, CFG, spot_key="cloud.google.com/gke-spot") == []
     assert patches.build(patched, Placement.SPOT, CFG) == []
+
+
+def test_spot_node_labels_set_on_spot_nodes_and_removed_elsewhere() -> None:
+    nodes = [
+        ("spot-new", EKS_SPOT),
+        ("spot-done", {**EKS_SPOT, SG_SPOT: "true"}),
+        ("spot-odd", {**EKS_SPOT, SG_SPOT: "yes"}),
+        ("od", EKS_OD),
+        ("od-labelled", {**EKS_OD, SG_SPOT: "true"}),
+        ("unknown", {}),
+    ]
+    assert patches.spot_node_labels(nodes, CFG) == {"spot-new": "true", "spot-odd": "true", "od-labelled": None}

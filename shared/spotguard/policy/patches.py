@@ -178,11 +178,34 @@ def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in VOLATILE_LABELS}
 
 
+# The label node-added writes on every spot node (by the configured schemes), and only on
+# those: a spot-only key where the provider has none (EKS managed node groups, Karpenter and
+# ``node.kubernetes.io/capacity`` label their on-demand nodes with the capacity key too). It
+# says nothing about capacity (no scheme reads it); a spot slot's spread covers it.
+SPOT_NODE_LABEL = "spotguard.io/spot"
+SPOT_NODE_VALUE = "true"
+
+
+def spot_node_labels(nodes: Iterable[tuple[str, Mapping[str, str]]], config: Config) -> dict[str, str | None]:
+    """Node name -> the :data:`SPOT_NODE_LABEL` value to set (``"true"``) or remove (None),
+    for the nodes whose label is not what their capacity says: every spot node carries it,
+    no other node does. ``nodes``: (name, labels) pairs."""
+    out: dict[str, str | None] = {}
+    for name, labels in nodes:
+        spot = config.node_capacity(labels) is Capacity.SPOT
+        if spot and labels.get(SPOT_NODE_LABEL) != SPOT_NODE_VALUE:
+            out[name] = SPOT_NODE_VALUE
+        elif not spot and SPOT_NODE_LABEL in labels:
+            out[name] = None
+    return out
+
+
 def spot_only_key(nodes: Iterable[Mapping[str, str]], config: Config) -> str | None:
-    """A label key of the configured schemes that every spot node carries and no other
-    node does (GKE's ``cloud.google.com/gke-spot`` and ``gke-preemptible``, AKS's
-    ``kubernetes.azure.com/scalesetpriority``); None when the cluster has none (every
-    on-demand node of EKS and Karpenter carries its capacity key too) or no spot node.
+    """A label key that every spot node carries and no other node does: one of the
+    configured schemes (GKE's ``cloud.google.com/gke-spot`` and ``gke-preemptible``, AKS's
+    ``kubernetes.azure.com/scalesetpriority``), else :data:`SPOT_NODE_LABEL` where
+    node-added has labelled every spot node (EKS, Karpenter); None when the cluster has
+    none or no spot node.
 
     ``nodes`` are the nodes' label maps."""
     labels = list(nodes)
@@ -190,7 +213,7 @@ def spot_only_key(nodes: Iterable[Mapping[str, str]], config: Config) -> str | N
     if not spot:
         return None
     other = [n for n in labels if config.node_capacity(n) is not Capacity.SPOT]
-    for key in sorted(capacity.spot_values(config.label_schemes)):
+    for key in [*sorted(capacity.spot_values(config.label_schemes)), SPOT_NODE_LABEL]:
         if all(key in n for n in spot) and not any(key in n for n in other):
             return key
     return None
