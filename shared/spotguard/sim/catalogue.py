@@ -93,7 +93,7 @@ class InstanceType:
         return {"cpu": str(self.vcpus), "memory": f"{self.memory_mib}Mi", "pods": str(self.max_pods)}
 
 
-def _t(name: str, vcpus: int, gib: int, enis: int, ips: int, price: float) -> InstanceType:
+def _t(name: str, vcpus: int, gib: int, enis: int, ips: int, price: float) -> InstanceType:  # noqa: PLR0917
     return InstanceType(name, vcpus, gib * 1024, enis, ips, price)
 
 
