@@ -13,6 +13,7 @@ simulated seconds; sources in docs/sim.md):
       prices: {m5.xlarge: {onDemand: 0.192, spot: 0.07}}
       insufficientCapacity:              # launches the cloud refuses (ICE) while the window lasts
       - {capacityType: spot, instanceTypes: [m5.xlarge], zones: [us-east-1a], fromSeconds: 0, untilSeconds: 600}
+      clusterAutoscaler: {...}           # node groups: spotguard.sim.nodegroups
 
 Times in ``insufficientCapacity`` count from the cluster's start.
 """
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spotguard.logs import UserError
-from spotguard.sim import catalogue
+from spotguard.sim import catalogue, nodegroups
 
 # kubernetes-sigs/karpenter pkg/operator/options/options.go
 BATCH_IDLE_DURATION = 1.0
@@ -65,6 +66,8 @@ class Capacity:
     interruption_handling: bool = False
     prices: catalogue.Prices = dataclasses.field(default_factory=catalogue.Prices)
     refusals: tuple[Refusal, ...] = ()
+    cluster_autoscaler: nodegroups.ClusterAutoscaler = dataclasses.field(
+        default_factory=nodegroups.ClusterAutoscaler)
 
 
 def _seconds(raw: Mapping[str, Any], key: str, default: float, where: str) -> float:
@@ -83,7 +86,7 @@ def _strings(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 FIELDS = ("batchIdleDurationSeconds", "batchMaxDurationSeconds", "launchToReadySeconds",
           "unavailableOfferingsTTLSeconds", "disruptionPollSeconds", "interruptionHandling", "prices",
-          "insufficientCapacity")
+          "insufficientCapacity", "clusterAutoscaler")
 
 
 def from_doc(raw: Any, where: str) -> Capacity:
@@ -128,4 +131,5 @@ def from_doc(raw: Any, where: str) -> Capacity:
         interruption_handling=handling,
         prices=catalogue.Prices({str(k): dict(v) for k, v in prices.items()}),
         refusals=tuple(refusals),
+        cluster_autoscaler=nodegroups.from_doc(raw.get("clusterAutoscaler"), where),
     )

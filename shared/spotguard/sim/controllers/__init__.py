@@ -12,6 +12,7 @@ from typing import Any
 from spotguard.sim import billing
 from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
+    autoscaler,
     base,
     completion,
     consolidation,
@@ -86,6 +87,9 @@ class Controllers:
         self.controllers.append(self.provisioner)
         self.controllers.append(consolidation.Disruption(store, self.informer, capacity=self.settings.capacity,
                                                          owner=self.provisioner))
+        # the Cluster Autoscaler (no thread without node groups)
+        self.controllers.append(autoscaler.ClusterAutoscaler(store, self.informer, capacity=self.settings.capacity,
+                                                             seed=seed))
         self.meter = billing.Meter(store)
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))

@@ -30,6 +30,7 @@ import contextlib
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from spotguard.policy import quantities
@@ -37,7 +38,7 @@ from spotguard.sim import capacity as capacity_mod
 from spotguard.sim import clock as simclock
 from spotguard.sim import cloud as cloud_mod
 from spotguard.sim import disruption, errors, nodepools, scheduler
-from spotguard.sim.controllers import base, drainer, instances, pods, provisioner
+from spotguard.sim.controllers import base, drainer, instances, pods, provisioner, termination
 
 POLL = ("poll",)
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
@@ -86,6 +87,7 @@ class Disruption(base.Controller):
         self.cloud = cloud_mod.of(store)
         self._last_pod_event: dict[str, float] = {}
         self._disrupting: dict[str, str] = {}  # node -> reason
+        self._polling = False
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if not self.owner.has_pools:
@@ -106,13 +108,17 @@ class Disruption(base.Controller):
                 self.queue.add(("interrupt", name))
 
     def resync(self) -> None:
-        if self.owner.has_pools:
+        if self.owner.has_pools and not self._polling:
+            self._polling = True
             self.queue.add(POLL)
 
     def sync(self, key: Any) -> None:
         if key == POLL:
-            self._consolidate()
-            self._report()
+            try:
+                self._consolidate()
+                self._report()
+            finally:
+                self.queue.add_after(POLL, self.capacity.disruption_poll)
         elif key[0] == "interrupt":
             node = self.informer.get("nodes", ("", key[1]))
             if node is not None and key[1] not in self._disrupting:
@@ -213,45 +219,7 @@ class Disruption(base.Controller):
                 self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
 
     def _can_move(self, node_name: str) -> bool:
-        """Every pod on the node may be disrupted and fits on another Ready node."""
-        moving = self._workload_pods(node_name)
-        if any(_annotated(p) for p in moving):
-            return False
-        per_budget: Counter[str] = Counter()
-        for pod in moving:
-            budgets = disruption.matching_pdbs(self.store, pod)
-            if len(budgets) > 1:
-                return False
-            for b in budgets:
-                key = f"{b['metadata']['namespace']}/{b['metadata']['name']}"
-                per_budget[key] += 1
-                if int((b.get("status") or {}).get("disruptionsAllowed") or 0) < per_budget[key]:
-                    return False
-        others = []
-        for node in self.informer.list("nodes"):
-            name = node["metadata"]["name"]
-            if name == node_name or name in self._disrupting or not scheduler.node_ready(node):
-                continue
-            if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
-                continue
-            target = scheduler.NodeInfo.from_node(node)
-            for p in self.informer.pods_on_node(name):
-                if not pods.is_terminating(p):
-                    target.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-                    target.usage.pods += 1
-            others.append(target)
-        for pod in sorted(moving, key=lambda p: -scheduler.PodInfo.from_pod(p).requests.get("cpu", 0)):
-            info = scheduler.PodInfo.from_pod(pod)
-            for other in others:
-                if (nodepools.admits(info, other) and scheduler.filter_ready(info, other) is None
-                        and scheduler.filter_unschedulable(info, other) is None
-                        and not scheduler.filter_resources(info, other)):
-                    other.usage.requested.update(info.requests)
-                    other.usage.pods += 1
-                    break
-            else:
-                return False
-        return True
+        return can_move(self.store, self.informer, node_name, set(self._disrupting), blocks=_annotated)
 
     # ---- termination -------------------------------------------------------------
 
@@ -277,41 +245,18 @@ class Disruption(base.Controller):
         node = self.informer.get("nodes", ("", name))
         if node is None or name not in self._disrupting:
             return
-        left = refused = 0
-        for pod in self.informer.pods_on_node(name):
-            ref = base.controller_ref(pod) or {}
-            notes = (pod.get("metadata") or {}).get("annotations") or {}
-            if ref.get("kind") == "DaemonSet" or drainer.MIRROR in notes:
-                continue
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            left += 1
-            if pods.is_terminating(pod):
-                continue
-            ns, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-            try:
-                disruption.evict(self.store, ns, pod_name, {
-                    "apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": pod_name, "namespace": ns}}, user=provisioner.USER)
-            except errors.NotFound:
-                left -= 1
-            except errors.StatusError as exc:
-                refused += 1
-                self.log.info("eviction refused, will retry", extra={"node": name, "pod": pod_name,
-                                                                     "code": exc.code})
+        left, refused = termination.drain(self.store, self.informer, name, provisioner.USER)
         if left:
             # evicted pods are waited for until they are gone; a refused eviction is tried again
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
             return
         self.log.info("node drained: terminating its instance", extra={"node": name})
-        self.cloud.set_state(name, cloud_mod.TERMINATED, self.clock.now())
         claim = _claim_of(node)
         if claim:
             with contextlib.suppress(errors.NotFound):
                 self.store.delete("nodeclaims", claim)
             self.owner.forget(claim)
-        with contextlib.suppress(errors.NotFound):
-            self.store.delete("nodes", name)
+        termination.terminate(self.store, name)
 
 
 def _claim_of(node: dict[str, Any]) -> str:
@@ -327,3 +272,47 @@ def _ready_since(node: dict[str, Any]) -> float:
             with contextlib.suppress(ValueError):
                 return simclock.parse_iso(str(cond["lastTransitionTime"]))
     return 0.0
+
+
+def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
+             blocks: Callable[[dict[str, Any]], bool]) -> bool:
+    """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
+    on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation)."""
+    moving = [p for p in informer.pods_on_node(node_name) if drainer.drainable(p)
+              and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    if any(blocks(p) for p in moving):
+        return False
+    per_budget: Counter[str] = Counter()
+    for pod in moving:
+        budgets = disruption.matching_pdbs(store, pod)
+        if len(budgets) > 1:
+            return False
+        for b in budgets:
+            key = f"{b['metadata']['namespace']}/{b['metadata']['name']}"
+            per_budget[key] += 1
+            if int((b.get("status") or {}).get("disruptionsAllowed") or 0) < per_budget[key]:
+                return False
+    others = []
+    for node in informer.list("nodes"):
+        name = node["metadata"]["name"]
+        if name == node_name or name in leaving or not scheduler.node_ready(node):
+            continue
+        if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
+            continue
+        target = scheduler.NodeInfo.from_node(node)
+        for p in informer.pods_on_node(name):
+            if not pods.is_terminating(p):
+                target.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
+                target.usage.pods += 1
+        others.append(target)
+    for pod in sorted(moving, key=lambda p: -scheduler.PodInfo.from_pod(p).requests.get("cpu", 0)):
+        info = scheduler.PodInfo.from_pod(pod)
+        for other in others:
+            if (nodepools.admits(info, other) and scheduler.filter_unschedulable(info, other) is None
+                    and not scheduler.filter_resources(info, other)):
+                other.usage.requested.update(info.requests)
+                other.usage.pods += 1
+                break
+        else:
+            return False
+    return True

@@ -41,15 +41,12 @@ from typing import Any
 from spotguard.policy import quantities
 from spotguard.sim import billing, errors, nodepools, nodestatus, scenario, scheduler
 from spotguard.sim import capacity as capacity_mod
-from spotguard.sim.controllers import base, pods
+from spotguard.sim.controllers import base, pods, termination
 
 BATCH = ("batch",)
 API = "karpenter.sh/v1"
-NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 REGISTERED = "karpenter.sh/registered"
 INITIALIZED = "karpenter.sh/initialized"
-NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
-                     "message:Network plugin returns error: cni plugin not initialized")
 USER = {"username": "system:serviceaccount:kube-system:karpenter", "groups": [
     "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
@@ -366,25 +363,17 @@ class Provisioner(base.Controller):
             return
         t = launch.offering.instance_type
         labels = {**nodepools.node_labels(launch.pool, launch.offering, launch.node), REGISTERED: "true"}
-        taints = [*nodepools.taints(launch.pool), *nodepools.startup_taints(launch.pool), dict(NOT_READY_TAINT)]
+        taints = [*nodepools.taints(launch.pool), *nodepools.startup_taints(launch.pool)]
         iso = self.clock.iso()
         try:
             owner = self.store.get("nodeclaims", claim)
         except errors.NotFound:
             return
-        node = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": launch.node, "labels": labels,
-                         "ownerReferences": [{"apiVersion": API, "kind": "NodeClaim", "name": claim,
-                                              "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}]},
-            "spec": {"providerID": f"aws:///{launch.offering.zone}/{scenario.instance_id(claim)}",
-                     "taints": taints},
-            "status": {"capacity": t.capacity(), "allocatable": t.allocatable(),
-                       "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                                       "message": NETWORK_NOT_READY, "lastHeartbeatTime": iso,
-                                       "lastTransitionTime": iso}]},
-        }
-        nodestatus.fill(node)
+        node = termination.registering(
+            launch.node, labels, taints, instance_type=t,
+            provider_id=f"aws:///{launch.offering.zone}/{scenario.instance_id(claim)}", iso=iso,
+            owners=[{"apiVersion": API, "kind": "NodeClaim", "name": claim, "uid": owner["metadata"]["uid"],
+                     "blockOwnerDeletion": True}])
         with contextlib.suppress(errors.AlreadyExists):
             self.store.create("nodes", node)
 
@@ -402,7 +391,7 @@ class Provisioner(base.Controller):
         iso = self.clock.iso()
 
         def ready(node: dict[str, Any]) -> None:
-            nodestatus.post_ready(node, iso)
+            termination.ready(node, iso)
             node["metadata"].setdefault("labels", {})[INITIALIZED] = "true"
 
         try:
