@@ -12,8 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from spotguard.sim import catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "infra" / "scenarios" / "demo.yaml"
 SPOTGUARD = [sys.executable, "-m", "spotguard.cli"]
 
 
@@ -56,6 +59,14 @@ def test_demo_keeps_the_promise_without_a_drainer(tmp_path: Path) -> None:
     assert 0 < summary["spot_share_before"] <= summary["optimal_spot_share"] <= 1
     assert summary["spot_share_during"] < summary["spot_share_before"]
     assert 0 < summary["cost_vs_on_demand"] <= 1.2
+    # AND money: the scenario's nodes at the catalogue's prices at the notice, the cycle's bill in USD
+    nodes = [o for o in yaml.safe_load_all(DEMO.read_text()) if o and o.get("kind") == "Node"]
+    hourly = sum(catalogue.Prices().hourly(n["metadata"]["labels"]["node.kubernetes.io/instance-type"],
+                                           n["metadata"]["labels"]["karpenter.sh/capacity-type"]) or 0.0
+                 for n in nodes)
+    assert summary["money"]["before_per_hour"] == pytest.approx(hourly, abs=1e-3)
+    assert 0 < summary["money"]["cycle"]["usd"] < summary["money"]["same_nodes_on_demand"]["usd"]
+    assert "cluster cost $" in proc.stderr
     # AND the plot is a PNG, and the human output went to stderr
     assert (tmp_path / "serving.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "deploy/shop/web" in proc.stderr and "the promise held" in proc.stderr

@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.logs import UserError
-from spotguard.ops import aws, functions, serving
+from spotguard.ops import aws, functions, money, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
+from spotguard.sim import billing, testing
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
-from spotguard.sim import testing
 
 Obj = dict[str, Any]
 INFRA_KINDS = {"Node", "Namespace"}
@@ -127,6 +127,7 @@ class Outcome:
     replacements: Replacements | None = None
     time_scales: dict[str, float] = field(default_factory=dict)  # per phase: placing, notice, return
     scheduler_lag: dict[str, float] = field(default_factory=dict)  # pods bound since the notice, p99 and max waits
+    money: dict[str, Any] = field(default_factory=dict)  # the instances' cost (spotguard.ops.money)
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -355,6 +356,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         # 4. back to spot
         tracker.settle()
         rejoin = tracker.snapshot()
+        settled_at = sim.clock.now()
         notice_bound = tracker.bind_lag()[0]
         returned = "not asked for"
         if node_added is not None:
@@ -366,7 +368,10 @@ def run(options: Options, view: View | None = None) -> Outcome:
             watch.phase.notes.extend(_lag_notes("during the return to spot", tracker.bind_lag(start=notice_bound)))
         bound, p99, longest = tracker.bind_lag()
         lag = {"pods": bound, "p99_seconds": round(p99, 1), "max_seconds": round(longest, 1)}
-        duration = sim.clock.now() - t0
+        end = sim.clock.now()
+        duration = end - t0
+        cost = money.measure(billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0,
+                             settled=settled_at, end=end)
         admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
         watch.phase.name = "done"
         watch.show()
@@ -374,7 +379,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
-            time_scales=scales, scheduler_lag=lag,
+            time_scales=scales, scheduler_lag=lag, money=cost,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
 
