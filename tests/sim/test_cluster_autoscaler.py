@@ -113,3 +113,17 @@ def test_without_node_groups_the_autoscaler_starts_nothing() -> None:
         assert ca._threads == []
         time.sleep(sim.clock.real(15))
         assert sim.store.list("nodes")[0] == []
+
+
+def test_the_auto_scaling_group_replaces_a_reclaimed_spot_node() -> None:
+    # GIVEN a spot group holding 2 nodes (its desired capacity) WHEN EC2 reclaims one
+    with testing.running_cluster([], time_scale=SCALE, settings=settings(group("spot", capacity_type="spot",
+                                                                               min_size=2))) as sim:
+        nodes = h.wait_for(lambda: len(group_nodes(sim, "spot")) == 2 and group_nodes(sim, "spot"), what="nodes")
+        lost = nodes[0]["metadata"]["name"]
+        sim.reclaim([lost], after_seconds=1.0)
+        # THEN the node goes (its instance terminated) and the group launches a replacement
+        h.wait_for(lambda: lost not in {n["metadata"]["name"] for n in group_nodes(sim, "spot")}, timeout=30,
+                   what="the reclaimed node deleted")
+        h.wait_for(lambda: sum(1 for n in group_nodes(sim, "spot") if h.is_ready(n)) == 2, timeout=30,
+                   what="a replacement Ready")

@@ -256,6 +256,26 @@ def test_an_on_demand_requirement_gets_an_on_demand_node() -> None:
         assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m5.large"
 
 
+def test_preferred_node_affinity_is_required_first_then_relaxed_term_by_term() -> None:
+    # GIVEN spotguard's spot slot (one preferred term per capacity label scheme, equal weights, the
+    # first ones no Karpenter node satisfies) and an on-demand slot, in one batch
+    prefs = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}}
+        for key, value in (("cloud.google.com/gke-spot", "true"), ("eks.amazonaws.com/capacityType", "SPOT"),
+                           ("karpenter.sh/capacity-type", "spot"), ("node.kubernetes.io/capacity", "spot"))]}}
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}]}]}}}
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("od", 1, affinity=pinned),
+                                  deployment("spot", 1, affinity=prefs)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "od") == 1 and ready_pods(sim, "spot") == 1, timeout=40,
+                   what="pods Ready")
+        # THEN the preference is honoured as a requirement: two nodes, the spot-preferring pod on spot
+        types = {n["metadata"]["name"]: n["metadata"]["labels"]["karpenter.sh/capacity-type"]
+                 for n in karpenter_nodes(sim)}
+        assert types[h.pods_of(sim.store, "spot")[0]["spec"]["nodeName"]] == "spot"
+        assert types[h.pods_of(sim.store, "od")[0]["spec"]["nodeName"]] == "on-demand"
+
+
 def test_the_heaviest_nodepool_is_tried_first_and_limits_hold() -> None:
     heavy = nodepool("heavy", weight=50, limits={"cpu": "4"})
     light = nodepool("light", weight=10)

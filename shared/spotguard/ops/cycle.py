@@ -38,12 +38,12 @@ from spotguard.policy import config as config_mod
 from spotguard.policy import floors, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
-from spotguard.sim import billing, testing
+from spotguard.sim import billing, nodepools, scheduler, testing
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
 
 Obj = dict[str, Any]
-INFRA_KINDS = {"Node", "Namespace"}
+INFRA_KINDS = {"Node", "Namespace", "NodePool", "EC2NodeClass"}
 DRAINER_MAX_DELAY = 2.0  # simulated seconds after the notice
 RECONCILE_SECONDS = 15.0  # the spot-interruption scheduled reconcile (simulated seconds)
 PING_SECONDS = 15.0  # node-added pings (simulated seconds)
@@ -164,9 +164,26 @@ def check(options: Options) -> None:
     nodes = [o for o in infra if o.get("kind") == "Node"]
     cfg = config_mod.Config()
     spot = [n for n in nodes if cfg.node_capacity(_labels(n)).value == serving.SPOT]
+    if provisioned(options.objects):
+        return  # the spot nodes are launched for the pods: the doomed ones are known at the notice
     if not spot:
-        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot")
+        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot, "
+                        "or give a Karpenter NodePool or Cluster Autoscaler node group that launches spot")
     doomed(options, spot)
+
+
+def provisioned(objects: list[Obj]) -> bool:
+    """Spot capacity is launched (a NodePool or a node group allowing spot), not fixed in the scenario."""
+    if any(g.capacity_type == "spot" for g in settings_of(objects).capacity.cluster_autoscaler.node_groups):
+        return True
+    for o in objects:
+        if o.get("kind") != "NodePool":
+            continue
+        reqs = nodepools.requirements(o)
+        if all(scheduler.match_requirement(r, {nodepools.CAPACITY_TYPE: "spot"}) for r in reqs
+               if r.get("key") == nodepools.CAPACITY_TYPE):
+            return True
+    return False
 
 
 def notice_scale(options: Options, pods: int) -> float:
@@ -503,7 +520,8 @@ def _return_to_spot(
     if scales["return"] < options.time_scale:
         watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options))
     watch.phase.name = "new spot nodes joined; node-added moves workloads back"
-    fresh = [replacement(n) for n in gone]
+    # a provisioned cluster launches the spot nodes the moved pods ask for: none is added by hand
+    fresh = [] if provisioned(options.objects) else [replacement(n) for n in gone]
     sim.store.apply_objects(fresh)
     for n in fresh:
         node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))

@@ -145,6 +145,21 @@ def admits(pod: scheduler.PodInfo, node: scheduler.NodeInfo) -> bool:
                for t in node.taints)
 
 
+def relaxations(pod: scheduler.PodInfo) -> list[scheduler.PodInfo]:
+    """The pod as Karpenter tries it: its heaviest preferred node affinity term treated as required,
+    then (relaxing one term at a time) the next heaviest, and finally none
+    (pkg/scheduling/requirements.go "Select heaviest preference and treat as a requirement";
+    pkg/controllers/provisioning/scheduling/preferences.go removePreferredNodeAffinityTerm)."""
+    ordered = [term for _, term in sorted(pod.preferred, key=lambda p: -p[0])]  # stable, as SliceStable
+    out = []
+    for term in ordered:
+        wanted = list(term.get("matchExpressions") or [])
+        terms = pod.required_terms or [{"matchExpressions": []}]
+        strict = [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), *wanted]} for t in terms]
+        out.append(dataclasses.replace(pod, required_terms=strict))
+    return [*out, pod]
+
+
 def fits(requests: Mapping[str, int], pods: int, node: scheduler.NodeInfo) -> bool:
     if pods > node.allocatable.get("pods", 0):
         return False

@@ -69,6 +69,7 @@ class ClusterAutoscaler(base.Controller):
         self._deleting: set[str] = set()
         self._backoff: dict[str, float] = {}
         self._serial = 0
+        self._desired = {g.name: g.min_size for g in self.config.node_groups}  # each ASG's desired capacity
 
     def start(self) -> None:
         if not self.groups:
@@ -146,6 +147,7 @@ class ClusterAutoscaler(base.Controller):
     def run_once(self) -> None:
         now = self.clock.now()
         members = self._members()
+        self._keep_desired(members, now)
         pending = [p for p in self.informer.list("pods")
                    if provisioner.unschedulable(p) and not self._still_expected(base.key_of(p))]
         if pending and self._scale_up(pending, members, now):
@@ -155,6 +157,41 @@ class ClusterAutoscaler(base.Controller):
             self._unneeded.clear()
             return
         self._scale_down(members, now)
+
+    def _keep_desired(self, members: dict[str, list[dict[str, Any]]], now: float) -> None:
+        """The Auto Scaling group replaces instances it lost (a spot reclaim) to keep its desired capacity."""
+        for name, group in self.groups.items():
+            present = {n["metadata"]["name"] for n in members[name]}
+            for node, (g, ready_at) in list(self._launching.items()):
+                if g.name == name and ready_at and node not in present:
+                    self._launching.pop(node, None)  # launched, joined, and gone since
+            booting = sum(1 for node, (g, ready_at) in self._launching.items()
+                          if g.name == name and not ready_at and node not in present)
+            missing = self._desired[name] - len(present - self._deleting) - booting
+            if missing > 0:
+                self.log.info("auto scaling group replaces lost instances", extra={"nodegroup": name,
+                                                                                   "nodes": missing})
+                self._launch(group, missing, now)
+
+    def _launch(self, group: nodegroups.NodeGroup, count: int, now: float) -> list[str]:
+        launched: list[str] = []
+        for _ in range(count):
+            zone = self._zone(group)
+            if any(r.refuses(group.instance_type.name, group.capacity_type, zone, now - self.started)
+                   for r in self.capacity.refusals):
+                self.log.info("node group launch failed: backing off", extra={"nodegroup": group.name})
+                self._backoff[group.name] = now + self.config.backoff
+                break
+            node = self._node(group, zone, ready=False)
+            name = node["metadata"]["name"]
+            low, high = self.capacity.launch_to_ready
+            to_ready = self.rng.uniform(low, high)
+            self._launching[name] = (group, 0.0)
+            self.ledger.launch(name, group.instance_type.name, group.capacity_type, now)
+            self.queue.add_after(("register", name, zone), to_ready * 2 / 3)
+            self.queue.add_after(("ready", name), to_ready)
+            launched.append(name)
+        return launched
 
     def _scale_up(self, pending: list[dict[str, Any]], members: dict[str, list[dict[str, Any]]], now: float) -> bool:
         infos = sorted(((scheduler.PodInfo.from_pod(p), base.key_of(p)) for p in pending),
@@ -176,24 +213,8 @@ class ClusterAutoscaler(base.Controller):
         if chosen is None:
             return False
         group = chosen.group
-        launched: list[str] = []
-        for _ in range(chosen.nodes):
-            zone = self._zone(group)
-            elapsed = now - self.started
-            if any(r.refuses(group.instance_type.name, group.capacity_type, zone, elapsed)
-                   for r in self.capacity.refusals):
-                self.log.info("node group launch failed: backing off", extra={"nodegroup": group.name})
-                self._backoff[group.name] = now + self.config.backoff
-                break
-            node = self._node(group, zone, ready=False)
-            name = node["metadata"]["name"]
-            low, high = self.capacity.launch_to_ready
-            to_ready = self.rng.uniform(low, high)
-            self._launching[name] = (group, 0.0)
-            self.ledger.launch(name, group.instance_type.name, group.capacity_type, now)
-            self.queue.add_after(("register", name, zone), to_ready * 2 / 3)
-            self.queue.add_after(("ready", name), to_ready)
-            launched.append(name)
+        launched = self._launch(group, chosen.nodes, now)
+        self._desired[group.name] += len(launched)
         if not launched:
             return False
         self.log.info("scale-up", extra={"nodegroup": group.name, "nodes": len(launched),
@@ -268,6 +289,10 @@ class ClusterAutoscaler(base.Controller):
         if left:
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
             return
+        node = self.informer.get("nodes", ("", name)) or {}
+        group_name = str(((node.get("metadata") or {}).get("labels") or {}).get(nodegroups.NODEGROUP) or "")
         termination.terminate(self.store, name)
+        if group_name in self._desired:
+            self._desired[group_name] = max(self.groups[group_name].min_size, self._desired[group_name] - 1)
         self._deleting.discard(name)
         self._launching.pop(name, None)

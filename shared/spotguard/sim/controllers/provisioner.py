@@ -187,36 +187,9 @@ class Provisioner(base.Controller):
         offers = {p["metadata"]["name"]: nodepools.offerings(p, self.capacity.prices, self._unavailable)
                   for p in pools}
         claims: list[tuple[nodepools.Claim, list[base.Key]]] = []
-        for info, key in infos:
-            if self._onto_launching(info, key):
-                continue
-            placed = False
-            for claim, keys in claims:
-                holding = claim.holding(info)
-                if holding:
-                    claim.add(info, holding)
-                    keys.append(key)
-                    placed = True
-                    break
-            if placed:
-                continue
-            for pool in pools:
-                committed = self._pool_usage(pool["metadata"]["name"])
-                for other, _ in claims:
-                    if other.pool is pool and other.offerings:
-                        committed.update(quantities.parse_resources(
-                            max(other.offerings, key=lambda o: o.instance_type.vcpus).instance_type.capacity()))
-                usable = [o for o in offers[pool["metadata"]["name"]]
-                          if nodepools.within_limits(pool, committed, o)
-                          and nodepools.admits(info, nodepools.candidate(pool, o))]
-                if not usable:
-                    continue
-                overhead, count = nodepools.daemon_overhead(pool, usable[0], daemons)
-                claim = nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count)
-                holding = claim.holding(info)
-                if holding:
-                    claim.add(info, holding)
-                    claims.append((claim, [key]))
+        for pod, key in infos:
+            for info in nodepools.relaxations(pod):
+                if self._place(info, key, pools=pools, offers=offers, daemons=daemons, claims=claims):
                     break
         launched = []
         for claim, keys in claims:
@@ -240,6 +213,38 @@ class Provisioner(base.Controller):
                 "nodepool": pool["metadata"]["name"], "nodeclass": ref.get("name")})
             return False
         return True
+
+    def _place(self, info: scheduler.PodInfo, key: base.Key, *, pools: list[dict[str, Any]],
+               offers: dict[str, list[nodepools.Offering]], daemons: list[scheduler.PodInfo],
+               claims: list[tuple[nodepools.Claim, list[base.Key]]]) -> bool:
+        """Room on a launching NodeClaim, then on a new claim of this batch, then a new claim."""
+        if self._onto_launching(info, key):
+            return True
+        for claim, keys in claims:
+            holding = claim.holding(info)
+            if holding:
+                claim.add(info, holding)
+                keys.append(key)
+                return True
+        for pool in pools:
+            committed = self._pool_usage(pool["metadata"]["name"])
+            for other, _ in claims:
+                if other.pool is pool and other.offerings:
+                    committed.update(quantities.parse_resources(
+                        max(other.offerings, key=lambda o: o.instance_type.vcpus).instance_type.capacity()))
+            usable = [o for o in offers[pool["metadata"]["name"]]
+                      if nodepools.within_limits(pool, committed, o)
+                      and nodepools.admits(info, nodepools.candidate(pool, o))]
+            if not usable:
+                continue
+            overhead, count = nodepools.daemon_overhead(pool, usable[0], daemons)
+            claim = nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count)
+            holding = claim.holding(info)
+            if holding:
+                claim.add(info, holding)
+                claims.append((claim, [key]))
+                return True
+        return False
 
     def _daemons(self) -> list[scheduler.PodInfo]:
         out = []
