@@ -128,8 +128,25 @@ def node_labels(pool: Mapping[str, Any], offering: Offering, name: str) -> dict[
             "kubernetes.io/hostname": name}
 
 
+_CANDIDATES: dict[tuple[str, str, tuple[str, str, str]], scheduler.NodeInfo] = {}
+
+
 def candidate(pool: Mapping[str, Any], offering: Offering) -> scheduler.NodeInfo:
-    """The node an offering would become, as the scheduler sees it once Ready."""
+    """The node an offering would become, as the scheduler sees it once Ready (read-only: cached
+    per NodePool version and offering)."""
+    meta = pool.get("metadata") or {}
+    if not meta.get("uid"):
+        return _candidate(pool, offering)
+    key = (str(meta["uid"]), str(meta.get("resourceVersion") or ""), offering.key)
+    found = _CANDIDATES.get(key)
+    if found is None:
+        if len(_CANDIDATES) > 20_000:
+            _CANDIDATES.clear()
+        found = _CANDIDATES[key] = _candidate(pool, offering)
+    return found
+
+
+def _candidate(pool: Mapping[str, Any], offering: Offering) -> scheduler.NodeInfo:
     t = offering.instance_type
     node = {"metadata": {"name": "", "labels": node_labels(pool, offering, "")},
             "spec": {"taints": [x for x in taints(pool) if x.get("key") not in IGNORED_TAINTS]},
