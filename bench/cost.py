@@ -1,0 +1,155 @@
+"""What spotguard saves in money, and what it keeps serving, beside what a user would otherwise run.
+
+On a provisioned scenario (Karpenter; default infra/scenarios/demo-karpenter.yaml) three
+runs see the same workloads and the same event (every spot node gets its notice; the
+instances go 120 s later):
+
+- ``spotguard``: the demo's full cycle (webhook, notice handler, node-added);
+- ``all-on-demand``: no spotguard, the NodePool limited to on-demand (nothing to reclaim);
+- ``spot-drainer``: no spotguard, the NodePool as given (Karpenter picks spot), a drainer
+  cordoning and evicting at the notice as aws-node-termination-handler does.
+
+Each run's bill comes from the simulated cloud (instance-seconds x the us-east-1 price
+of each instance; docs/sim.md "Capacity and money"), over the same window: from the
+notice to the end of the spotguard cycle. Serving is judged as the demo judges it
+(a pod on a reclaimed node stops serving at once): per run, the workloads that served
+fewer replicas than before the notice, and the serving replicas lost at worst.
+
+Prints ONE JSON line::
+
+    .venv/bin/python bench/cost.py [--scenario infra/scenarios/demo-karpenter.yaml] [--time-scale 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spotguard.ops import cycle, money, report, serving
+from spotguard.policy import config as config_mod
+from spotguard.sim import billing, nodepools, scenario, testing
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTICE = 120.0
+POD_STARTUP = 30.0
+
+
+def on_demand_only(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scenario with every NodePool limited to on-demand."""
+    out = []
+    for o in objects:
+        if o.get("kind") != "NodePool":
+            out.append(o)
+            continue
+        pool = copy.deepcopy(o)
+        reqs = [r for r in nodepools.requirements(pool) if r.get("key") != nodepools.CAPACITY_TYPE]
+        reqs.append({"key": nodepools.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]})
+        pool["spec"]["template"]["spec"]["requirements"] = reqs
+        out.append(pool)
+    return out
+
+
+def _wait(fn: Any, real_seconds: float) -> bool:
+    deadline = time.monotonic() + real_seconds
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: float, window: float) -> dict[str, Any]:
+    """Place the workloads (no webhook), give every spot node its notice, and bill ``window`` seconds."""
+    cfg = config_mod.Config()
+    infra, apps = cycle.split(objects)
+    with testing.running_cluster(infra, time_scale=scale, ready_delay_seconds=POD_STARTUP, drainer=drainer,
+                                 settings=cycle.settings_of(objects)) as sim:
+        tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
+        tracker.start(sim.store)
+        try:
+            sim.store.apply_objects(apps)
+            wanted = sum(int((o.get("spec") or {}).get("replicas", 1)) for o in apps
+                         if o.get("kind") in ("Deployment", "StatefulSet"))
+            placed = _wait(lambda: sum(c.total for c in tracker.snapshot().values()) >= wanted,
+                           sim.clock.real(600) + 30)
+            spot = [n["metadata"]["name"] for n in sim.store.list("nodes")[0]
+                    if cfg.node_capacity(n["metadata"].get("labels") or {}).value == serving.SPOT]
+            t0 = sim.clock.now()
+            tracker.arm({k: c.total for k, c in tracker.snapshot().items()})
+            tracker.will_die(spot, t0 + NOTICE)
+            if spot:
+                sim.reclaim(spot, after_seconds=NOTICE)
+            while sim.clock.now() < t0 + window:
+                tracker.tick()
+                time.sleep(0.1)
+            tracker.settle()
+            counts = tracker.snapshot()
+            end = sim.clock.now()
+            bill = money.measure(billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0,
+                                 settled=t0 + NOTICE, end=end)
+        finally:
+            tracker.stop(sim.store)
+    lost = {k: c.before - c.lowest for k, c in counts.items() if c.lowest < c.before}
+    return {"placed": placed, "spot_nodes_reclaimed": len(spot), "money": bill,
+            "workloads_below_before": len(lost), "serving_lost_at_worst": sum(lost.values()),
+            "seconds_below_desired": round(sum(c.below_seconds for c in counts.values()), 1)}
+
+
+def with_spotguard(objects: list[dict[str, Any]], scale: float) -> tuple[dict[str, Any], float]:
+    outcome = cycle.run(cycle.Options(objects=objects, time_scale=scale, pod_startup=POD_STARTUP,
+                                      reclaim_after=NOTICE))
+    table = report.rows(outcome)
+    data = report.summary(outcome, table)
+    lost = {r.key: r.ready_before - r.min_ready for r in table
+            if r.kind == "Deployment" and r.min_ready < r.ready_before}
+    below_floor = [r.key for r in table if r.kind == "StatefulSet" and r.min_ready < r.floor]
+    return {"promise_held": data["interruption_free"], "spot_nodes_reclaimed": data["spot_nodes_reclaimed"],
+            "money": data["money"], "workloads_below_before": len(lost) + len(below_floor),
+            "serving_lost_at_worst": sum(lost.values()),
+            "seconds_below_desired": round(sum(r.seconds_below_desired for r in table), 1)}, outcome.duration
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default=str(ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"))
+    parser.add_argument("--time-scale", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="accepted for bench/run_all.py (same sizes)")
+    args = parser.parse_args()
+    logging.basicConfig(level=os.environ.get("SPOTGUARD_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    started = time.monotonic()
+    objects = scenario.load(args.scenario)
+    if not cycle.provisioned(objects):
+        print(f"bench/cost.py: {args.scenario} launches no spot capacity (no NodePool allowing spot)",
+              file=sys.stderr)
+        return 2
+    guarded, window = with_spotguard(objects, args.time_scale)
+    runs = {
+        "spotguard": guarded,
+        "all-on-demand": without_spotguard(on_demand_only(objects), drainer=False, scale=args.time_scale,
+                                           window=window),
+        "spot-drainer": without_spotguard(objects, drainer=True, scale=args.time_scale, window=window),
+    }
+    base = runs["all-on-demand"]["money"]["cycle"]["usd"]
+    for run in runs.values():
+        usd = run["money"]["cycle"]["usd"]
+        run["cost_usd"] = usd
+        run["cost_per_hour_usd"] = run["money"]["cycle"]["usd_per_hour"]
+        run["saving_vs_all_on_demand"] = round(1 - usd / base, 4) if base else None
+    print(json.dumps({
+        "benchmark": "cost", "run_seconds": round(time.monotonic() - started, 1),
+        "scenario": os.path.relpath(args.scenario, ROOT), "time_scale": args.time_scale,
+        "window_seconds": round(window, 1), "notice_seconds": NOTICE, "runs": runs,
+        "load_average": os.getloadavg()[0],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
