@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spotguard.ops import cycle, money, report, serving
+from spotguard.logs import UserError
+from spotguard.ops import cycle, functions, money, report, serving
 from spotguard.policy import config as config_mod
 from spotguard.sim import billing, nodepools, scenario, testing
 
@@ -56,15 +57,6 @@ def on_demand_only(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _wait(fn: Any, real_seconds: float) -> bool:
-    deadline = time.monotonic() + real_seconds
-    while time.monotonic() < deadline:
-        if fn():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: float, window: float) -> dict[str, Any]:
     """Place the workloads (no webhook), give every spot node its notice, and bill ``window`` seconds."""
     cfg = config_mod.Config()
@@ -77,8 +69,12 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
             sim.store.apply_objects(apps)
             wanted = sum(int((o.get("spec") or {}).get("replicas", 1)) for o in apps
                          if o.get("kind") in ("Deployment", "StatefulSet"))
-            placed = _wait(lambda: sum(c.total for c in tracker.snapshot().values()) >= wanted,
-                           sim.clock.real(600) + 30)
+            try:
+                functions.wait_until(lambda: sum(c.total for c in tracker.snapshot().values()) >= wanted,
+                                     sim.clock.real(600) + 30, "every pod to be placed and Ready")
+                placed = True
+            except UserError:
+                placed = False
             spot = [n["metadata"]["name"] for n in sim.store.list("nodes")[0]
                     if cfg.node_capacity(n["metadata"].get("labels") or {}).value == serving.SPOT]
             t0 = sim.clock.now()

@@ -80,7 +80,7 @@ def test_a_refused_group_backs_off_and_another_group_scales_up() -> None:
 
 
 def test_unneeded_nodes_go_after_the_unneeded_time_down_to_min_size() -> None:
-    cfg = settings(group("od", min_size=1), scale_down_unneeded_time=30.0, scale_down_delay_after_add=0.0)
+    cfg = settings(group("od", min_size=1), scale_down=nodegroups.ScaleDown(unneeded_time=30.0, delay_after_add=0.0))
     with testing.running_cluster([deployment("web", 2, cpu="3")], time_scale=SCALE, settings=cfg) as sim:
         h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=40, what="pods Ready")
         assert len(group_nodes(sim, "od")) == 2
@@ -94,7 +94,7 @@ def test_unneeded_nodes_go_after_the_unneeded_time_down_to_min_size() -> None:
 
 
 def test_a_node_above_the_utilization_threshold_or_with_an_unsafe_pod_stays() -> None:
-    cfg = settings(group("od"), scale_down_unneeded_time=20.0, scale_down_delay_after_add=0.0)
+    cfg = settings(group("od"), scale_down=nodegroups.ScaleDown(unneeded_time=20.0, delay_after_add=0.0))
     busy = deployment("busy", 1, cpu="2500m")  # 2500m / 3920m: above 0.5
     pinned = deployment("pinned", 1, cpu="500m")
     pinned["spec"]["template"]["metadata"]["annotations"] = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}

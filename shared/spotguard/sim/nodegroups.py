@@ -44,12 +44,12 @@ from spotguard.sim import catalogue, nodepools, scheduler
 NODEGROUP = "eks.amazonaws.com/nodegroup"
 CAPACITY_TYPE = "eks.amazonaws.com/capacityType"
 EKS_CAPACITY = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
-EXPANDERS = ("least-waste", "price", "random")
-SCAN_INTERVAL = 10.0
-SCALE_DOWN_UNNEEDED_TIME = 600.0
-SCALE_DOWN_UTILIZATION_THRESHOLD = 0.5
-SCALE_DOWN_DELAY_AFTER_ADD = 600.0
-NODE_GROUP_BACKOFF = 300.0
+EXPANDERS = ("least-waste", "price", "random")  # --expander (least-waste by default)
+# cluster-autoscaler flags and their defaults (FAQ.md, "What are the parameters to CA?"):
+# --scan-interval, --scale-down-unneeded-time, --scale-down-utilization-threshold,
+# --scale-down-delay-after-add, --initial-node-group-backoff-duration
+SCAN_INTERVAL, SCALE_DOWN_UNNEEDED_TIME, SCALE_DOWN_UTILIZATION_THRESHOLD = 10.0, 600.0, 0.5
+SCALE_DOWN_DELAY_AFTER_ADD, NODE_GROUP_BACKOFF = 600.0, 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +81,23 @@ class NodeGroup:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScaleDown:
+    """When a node goes: unneeded this long, below this utilization, not this soon after a scale-up."""
+
+    unneeded_time: float = SCALE_DOWN_UNNEEDED_TIME
+    utilization_threshold: float = SCALE_DOWN_UTILIZATION_THRESHOLD
+    delay_after_add: float = SCALE_DOWN_DELAY_AFTER_ADD
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterAutoscaler:
+    """The autoscaler's flags (``scanIntervalSeconds`` is ``--scan-interval``...) and its node groups;
+    ``backoff``: how long a group whose launch failed waits."""
+
     node_groups: tuple[NodeGroup, ...] = ()
     scan_interval: float = SCAN_INTERVAL
     expander: str = "least-waste"
-    scale_down_unneeded_time: float = SCALE_DOWN_UNNEEDED_TIME
-    scale_down_utilization_threshold: float = SCALE_DOWN_UTILIZATION_THRESHOLD
-    scale_down_delay_after_add: float = SCALE_DOWN_DELAY_AFTER_ADD
+    scale_down: ScaleDown = dataclasses.field(default_factory=ScaleDown)
     backoff: float = NODE_GROUP_BACKOFF
 
 
@@ -203,9 +213,10 @@ def from_doc(raw: Any, where: str) -> ClusterAutoscaler:
     return ClusterAutoscaler(
         node_groups=tuple(groups), expander=str(expander),
         scan_interval=_number(raw, "scanIntervalSeconds", SCAN_INTERVAL, where),
-        scale_down_unneeded_time=_number(raw, "scaleDownUnneededTimeSeconds", SCALE_DOWN_UNNEEDED_TIME, where),
-        scale_down_utilization_threshold=_number(raw, "scaleDownUtilizationThreshold",
-                                                 SCALE_DOWN_UTILIZATION_THRESHOLD, where),
-        scale_down_delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where),
+        scale_down=ScaleDown(
+            unneeded_time=_number(raw, "scaleDownUnneededTimeSeconds", SCALE_DOWN_UNNEEDED_TIME, where),
+            utilization_threshold=_number(raw, "scaleDownUtilizationThreshold", SCALE_DOWN_UTILIZATION_THRESHOLD,
+                                          where),
+            delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where)),
         backoff=_number(raw, "nodeGroupBackoffSeconds", NODE_GROUP_BACKOFF, where),
     )

@@ -153,7 +153,7 @@ class ClusterAutoscaler(base.Controller):
         if pending and self._scale_up(pending, members, now):
             self._unneeded.clear()
             return
-        if now - self._last_scale_up < self.config.scale_down_delay_after_add:
+        if now - self._last_scale_up < self.config.scale_down.delay_after_add:
             self._unneeded.clear()
             return
         self._scale_down(members, now)
@@ -237,7 +237,7 @@ class ClusterAutoscaler(base.Controller):
                 info = scheduler.NodeInfo.from_node(node)
                 for p in self.informer.pods_on_node(name):
                     info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-                if (nodegroups.utilization(info) < self.config.scale_down_utilization_threshold
+                if (nodegroups.utilization(info) < self.config.scale_down.utilization_threshold
                         and consolidation.can_move(self.store, self.informer, name, leaving,
                                                    blocks=lambda p: blocks(self.store, p))):
                     self._unneeded.setdefault(name, now)
@@ -245,7 +245,7 @@ class ClusterAutoscaler(base.Controller):
                     self._unneeded.pop(name, None)
         for name in [n for n in self._unneeded if n not in seen]:
             self._unneeded.pop(name, None)
-        ripe = sorted(n for n, since in self._unneeded.items() if now - since >= self.config.scale_down_unneeded_time)
+        ripe = sorted(n for n, since in self._unneeded.items() if now - since >= self.config.scale_down.unneeded_time)
         sizes = {g: len(nodes) - sum(1 for n in nodes if n["metadata"]["name"] in self._deleting)
                  for g, nodes in members.items()}
         empty_taken = 0
