@@ -23,7 +23,6 @@ Prints ONE JSON line::
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -32,70 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spotguard.logs import UserError
-from spotguard.ops import cycle, functions, money, report, serving
-from spotguard.policy import config as config_mod
-from spotguard.sim import billing, nodepools, scenario, testing
+from spotguard.ops import baselines, cycle, report
+from spotguard.sim import scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTICE = 120.0
-POD_STARTUP = 30.0
-
-
-def on_demand_only(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The scenario with every NodePool limited to on-demand."""
-    out = []
-    for o in objects:
-        if o.get("kind") != "NodePool":
-            out.append(o)
-            continue
-        pool = copy.deepcopy(o)
-        reqs = [r for r in nodepools.requirements(pool) if r.get("key") != nodepools.CAPACITY_TYPE]
-        reqs.append({"key": nodepools.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]})
-        pool["spec"]["template"]["spec"]["requirements"] = reqs
-        out.append(pool)
-    return out
-
-
-def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: float, window: float) -> dict[str, Any]:
-    """Place the workloads (no webhook), give every spot node its notice, and bill ``window`` seconds."""
-    cfg = config_mod.Config()
-    infra, apps = cycle.split(objects)
-    with testing.running_cluster(infra, time_scale=scale, ready_delay_seconds=POD_STARTUP, drainer=drainer,
-                                 settings=cycle.settings_of(objects)) as sim:
-        tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
-        tracker.start(sim.store)
-        try:
-            sim.store.apply_objects(apps)
-            wanted = sum(int((o.get("spec") or {}).get("replicas", 1)) for o in apps
-                         if o.get("kind") in ("Deployment", "StatefulSet"))
-            try:
-                functions.wait_until(lambda: sum(c.total for c in tracker.snapshot().values()) >= wanted,
-                                     sim.clock.real(600) + 30, "every pod to be placed and Ready")
-                placed = True
-            except UserError:
-                placed = False
-            spot = [n["metadata"]["name"] for n in sim.store.list("nodes")[0]
-                    if cfg.node_capacity(n["metadata"].get("labels") or {}).value == serving.SPOT]
-            t0 = sim.clock.now()
-            tracker.arm({k: c.total for k, c in tracker.snapshot().items()})
-            tracker.will_die(spot, t0 + NOTICE)
-            if spot:
-                sim.reclaim(spot, after_seconds=NOTICE)
-            while sim.clock.now() < t0 + window:
-                tracker.tick()
-                time.sleep(0.1)
-            tracker.settle()
-            counts = tracker.snapshot()
-            end = sim.clock.now()
-            bill = money.measure(billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0,
-                                 settled=t0 + NOTICE, end=end)
-        finally:
-            tracker.stop(sim.store)
-    lost = {k: c.before - c.lowest for k, c in counts.items() if c.lowest < c.before}
-    return {"placed": placed, "spot_nodes_reclaimed": len(spot), "money": bill,
-            "workloads_below_before": len(lost), "serving_lost_at_worst": sum(lost.values()),
-            "seconds_below_desired": round(sum(c.below_seconds for c in counts.values()), 1)}
+NOTICE = baselines.NOTICE
+POD_STARTUP = baselines.POD_STARTUP
 
 
 def with_spotguard(objects: list[dict[str, Any]], scale: float) -> tuple[dict[str, Any], float]:
@@ -126,12 +67,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
     guarded, window = with_spotguard(objects, args.time_scale)
-    runs = {
-        "spotguard": guarded,
-        "all-on-demand": without_spotguard(on_demand_only(objects), drainer=False, scale=args.time_scale,
-                                           window=window),
-        "spot-drainer": without_spotguard(objects, drainer=True, scale=args.time_scale, window=window),
-    }
+    runs = {"spotguard": guarded, **baselines.run(objects, scale=args.time_scale, window=window)}
     base = runs["all-on-demand"]["money"]["cycle"]["usd"]
     for run in runs.values():
         usd = run["money"]["cycle"]["usd"]

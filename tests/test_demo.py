@@ -102,6 +102,7 @@ def test_demo_with_a_drainer_is_reproducible_and_honest() -> None:
         (["--plot", "out.jpg"], "PNG"),
         (["--plot", "/nonexistent/dir/out.png"], "does not exist"),
         (["--pace", "fast"], "invalid choice"),
+        (["--baselines"], "no Karpenter NodePool"),
     ],
 )
 def test_demo_bad_arguments_are_plain_sentences(args: list[str], message: str) -> None:
@@ -197,3 +198,25 @@ def test_demo_runs_on_launched_capacity_and_bills_it(name: str) -> None:
     assert money["before_per_hour"] > 0
     assert set(money["cycle"]["usd_by_capacity"]) == {"spot", "on-demand"}
     assert money["cycle"]["usd"] < money["same_nodes_on_demand"]["usd"]
+
+
+def test_demo_baselines_show_what_all_on_demand_and_a_drainer_without_spotguard_cost() -> None:
+    # GIVEN the Karpenter demo WHEN asked for the baselines too
+    summary, proc = run_demo("--scenario", str(ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"),
+                             "--baselines", "--no-return", expect=None)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    runs = summary["baselines"]
+    # THEN all on-demand launched no spot and lost nothing; spot with a drainer and no spotguard was
+    # cheaper and lost serving replicas at the notice
+    assert runs["all-on-demand"]["spot_nodes_reclaimed"] == 0
+    assert set(runs["all-on-demand"]["money"]["cycle"]["usd_by_capacity"]) == {"on-demand"}
+    assert runs["all-on-demand"]["workloads_below_before"] == 0
+    assert runs["spot-drainer"]["spot_nodes_reclaimed"] >= 1
+    assert runs["spot-drainer"]["money"]["cycle"]["usd"] < runs["all-on-demand"]["money"]["cycle"]["usd"]
+    assert runs["spot-drainer"]["workloads_below_before"] >= 1
+    # AND every bill covers the same window, and spotguard's saving against all on-demand is reported
+    window = summary["money"]["cycle"]["seconds"]
+    for run in runs.values():
+        assert abs(run["money"]["cycle"]["seconds"] - window) < 15
+    assert summary["saving_vs_all_on_demand"] is not None
+    assert "baseline spot-drainer" in proc.stderr
