@@ -129,6 +129,8 @@ class Resolver:
         name = self.name(target)
         if kind == "AWS::SQS::Queue":
             return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}"
+        if kind == "AWS::SecretsManager::Secret":
+            return f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}-AbCdEf"
         props = resource.get("Properties") or {}
         if kind == "AWS::Logs::LogGroup" and "LogGroupName" in props:
             return str(self.resolve(props["LogGroupName"]))
@@ -226,7 +228,14 @@ def documents(template: dict[str, Any]) -> Iterator[Document | str]:
         props = resource.get("Properties") or {}
         if kind == "AWS::IAM::Role":
             yield Document(f"{logical_id}.AssumeRolePolicyDocument", "trust", props.get("AssumeRolePolicyDocument"))
-            for i, policy in enumerate(props.get("Policies") or []):
+            for i, item in enumerate(props.get("Policies") or []):
+                policy = item
+                if isinstance(item, dict) and set(item) == {"Fn::If"}:
+                    # A conditional policy: audit its branch that is not NoValue.
+                    _, when_true, when_false = item["Fn::If"]
+                    policy = when_true if when_true != {"Ref": "AWS::NoValue"} else when_false
+                    if policy == {"Ref": "AWS::NoValue"}:
+                        continue
                 name = policy.get("PolicyName", i)
                 yield Document(f"{logical_id}.Policies[{name}]", "identity", policy.get("PolicyDocument"))
             for arn in props.get("ManagedPolicyArns") or []:

@@ -10,10 +10,14 @@ Left out: boto3 and botocore (the Lambda runtime has them), and the servers
 and their frameworks (gunicorn, hypercorn, flask, aiohttp). The infra/aws SAM
 template deploys these zips.
 
-``spotguard package knative`` builds the spotguard wheel into
-``functions/<name>/vendor/`` of every Knative function project, where its
-``pyproject.toml`` finds it; each folder then builds on its own (``func build``
-and ``func deploy`` see nothing outside it).
+``spotguard package knative [--out DIR]`` writes every Knative function
+project into ``DIR/<name>/`` (default ``./functions``, under the current
+directory; the projects are copied there from the checkout's ``functions/``,
+or ``--functions-dir``, unless they are there already) and builds the
+spotguard wheel into each one's ``vendor/``, where its ``pyproject.toml``
+finds it; each folder then builds on its own (``func build`` and ``func
+deploy`` see nothing outside it). Run from the checkout's root, that is the
+checkout's own ``functions/``, as before.
 """
 
 from __future__ import annotations
@@ -103,8 +107,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lam.add_argument("--python-version", default="3.12", help="the Lambda runtime's Python (default 3.12)")
     lam.add_argument("--arch", choices=sorted(ARCHITECTURES), default="arm64", help="Lambda architecture (arm64)")
     lam.set_defaults(_run=run_lambda)
-    kn = sub.add_parser("knative", help="put the spotguard wheel into each functions/<name>/vendor/")
-    kn.add_argument("--functions-dir", type=Path, help="the functions/ folder (default: the checkout's)")
+    kn = sub.add_parser(
+        "knative",
+        help="write the function folders, each with the spotguard wheel in vendor/",
+        description=__doc__.strip(),
+    )
+    kn.add_argument(
+        "--out",
+        type=Path,
+        default=Path("functions"),
+        help="where the function folders go (default: ./functions, under the current directory)",
+    )
+    kn.add_argument("--functions-dir", type=Path, help="the function projects to copy (default: the checkout's)")
     kn.set_defaults(_run=run_knative)
 
 
@@ -215,10 +229,24 @@ def _zip(function: str, target: Path, entries: list[tuple[str, Path]]) -> Artifa
 
 def run_knative(args: argparse.Namespace) -> int:
     root = checkout()
-    functions_dir = args.functions_dir or root / "functions"
-    for wheel in stage_knative(root, functions_dir):
-        print(wheel)
+    source = args.functions_dir or root / "functions"
+    for wheel in stage_knative(root, copy_functions(source, args.out)):
+        print(wheel.resolve())
     return 0
+
+
+def copy_functions(source: Path, out: Path) -> Path:
+    """``out`` holding every Knative project of ``source`` (copied, without vendor/; none where they are one)."""
+    functions = functions_with(source, "func.yaml")
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in functions:
+        target = out / folder.name
+        if target.resolve() == folder.resolve():
+            continue
+        shutil.copytree(
+            folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("vendor", "__pycache__", "*.pyc")
+        )
+    return out
 
 
 def stage_knative(root: Path, functions_dir: Path) -> list[Path]:

@@ -47,7 +47,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("functions")
     staged = work / "functions"
     shutil.copytree(venvs.ROOT / "functions", staged, ignore=shutil.ignore_patterns("vendor", "__pycache__"))
-    printed = venvs.run([str(venvs.BIN / "spotguard"), "package", "knative", "--functions-dir", str(staged)])
+    printed = venvs.run(
+        [str(venvs.BIN / "spotguard"), "package", "knative", "--functions-dir", str(staged), "--out", str(staged)]
+    )
     assert len(printed.splitlines()) == len(FUNCTIONS)
 
     def build(name: str) -> Path:

@@ -50,18 +50,58 @@ def test_the_dockerfile_installs_with_the_script_and_runs_as_non_root() -> None:
     assert len(stages) >= 2, "multi-stage"
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.M)
     assert base and "slim" in base.group(1)
-    runs = re.findall(r"^RUN\s+(.+)$", text, re.M)
+    build, final = text.split("\nFROM ")[-2:]
+    runs = re.findall(r"^RUN\s+(.+)$", build, re.M)
     assert runs == ["scripts/install-image /opt/spotguard"], "every install step lives in scripts/install-image"
-    final = text.split("\nFROM ")[-1]
     assert "COPY --from=build /opt/spotguard /opt/spotguard" in final
+    # no installer in the runtime layer: the base image's pip (and ensurepip) go
+    [drop] = re.findall(r"^RUN\s+(.+)$", final, re.M)
+    assert "pip uninstall" in drop and "ensurepip" in drop
     assert re.search(r"^USER 65532:65532$", final, re.M), "numeric non-root user, as the manifests' runAsUser"
     assert 'ENTRYPOINT ["spotguard"]' in final
     assert "PYTHONDONTWRITEBYTECODE=1" in final
     # Everything the script reads is in the build context.
     ignore = (venvs.ROOT / ".dockerignore").read_text().splitlines()
-    for needed in ("requirements.txt", "pyproject.toml", "README.md", "scripts/install-image", "shared/"):
+    needed_files = ("requirements-image.txt", "requirements-image-build.txt", "pyproject.toml", "README.md")
+    for needed in (*needed_files, "scripts/install-image", "shared/"):
         assert f"!{needed}" in ignore
         assert needed.rstrip("/") in text
+
+
+def hashed(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, sha256 hashes) of a requirements file in pip's hash-checking form."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    text = path.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        spec, *options = line.split()
+        name, version = spec.split("==")
+        hashes = [o.removeprefix("--hash=sha256:") for o in options]
+        assert all(o.startswith("--hash=sha256:") for o in options) and hashes, line
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), line
+        out[name.lower().replace("_", "-")] = (version, hashes)
+    return out
+
+
+def test_the_image_installs_hashed_pins_with_require_hashes() -> None:
+    runtime = hashed(venvs.ROOT / "requirements-image.txt")
+    build = hashed(venvs.ROOT / "requirements-image-build.txt")
+    assert set(build) == {"setuptools"} and "setuptools" not in runtime
+    # the same versions requirements.txt pins (scripts/lock-image writes them from it)
+    pins = pinned()
+    assert {n: v for n, (v, _) in runtime.items() if pins.get(n) != v} == {}
+    assert {"kubernetes", "flask", "gunicorn", "hypercorn", "cloudevents", "boto3", "orjson"} <= set(runtime)
+    assert not set(DEV_ONLY) & set(runtime)
+    script = (venvs.ROOT / "scripts" / "install-image").read_text()
+    installs = [line for line in script.splitlines() if '"${pip_install[@]}"' in line]
+    assert len(installs) == 3
+    for line, follows in zip(installs[:2], ("requirements-image-build.txt", "requirements-image.txt"), strict=True):
+        assert "--require-hashes" in line and "--no-deps" in line and "--only-binary=:all:" in line
+        assert follows in script.split(line, 1)[1].splitlines()[1]
+    assert "--no-index" in installs[2] and "spotguard-*.whl" in installs[2]  # our own wheel, built just before
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert "--constraint" not in code and "requirements.txt" not in code
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +120,20 @@ def files_of(venv: Path) -> set[str]:
     return {str(p.relative_to(venv)) for p in venv.rglob("*")}
 
 
+LIST = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
+
+
 def test_the_image_holds_spotguard_and_exactly_the_pinned_runtime_dependencies(image: Path) -> None:
-    listed = json.loads(venvs.run([str(image / "bin" / "python"), "-m", "pip", "list", "--format=json"]))
-    installed = {p["name"].lower().replace("_", "-"): p["version"] for p in listed}
+    listed = json.loads(venvs.run([str(image / "bin" / "python"), "-c", LIST]))
+    installed = {name.lower().replace("_", "-"): version for name, version in listed.items()}
     assert installed.pop("spotguard") == "0.1.0"
-    installed.pop("pip", None)
-    installed.pop("setuptools", None)
-    pins = pinned()
-    assert {name: version for name, version in installed.items() if pins.get(name) != version} == {}
+    # exactly the hashed pins, and no installer left behind
+    assert installed == {name: version for name, (version, _) in hashed(venvs.ROOT / "requirements-image.txt").items()}
+    assert "pip" not in installed and not (image / "bin" / "pip").exists()
+    assert not list((image / "lib").glob("python3*/site-packages/pip"))
     assert not set(DEV_ONLY) & set(installed)
     assert {"gunicorn", "hypercorn", "flask", "kubernetes", "cloudevents", "orjson"} <= set(installed)
     # Installed as a package, not a link to the checkout.
@@ -95,6 +141,12 @@ def test_the_image_holds_spotguard_and_exactly_the_pinned_runtime_dependencies(i
     assert location.is_file()
     out = venvs.run([str(image / "bin" / "spotguard"), "serve", "--help"])
     assert "admission" in out and "spot-interruption" in out
+    # the simulated cluster and the operator's commands are not in the in-cluster image
+    site = location.parent
+    assert not (site / "sim").exists() and not (site / "ops").exists() and not (site / "demo.py").exists()
+    commands = venvs.run([str(image / "bin" / "spotguard"), "--help"])
+    assert "certs" in commands and "reconcile" in commands
+    assert not re.search(r"^\s+(sim|demo|simulate|replay|snapshot)\s", commands, re.M)
 
 
 def free_port() -> int:

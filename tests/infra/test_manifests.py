@@ -57,8 +57,9 @@ def kustomize(path: str) -> tuple[dict[str, Any], ...]:
 
 @cache
 def helm(*sets: str) -> tuple[dict[str, Any], ...]:
+    # Rendered without a cluster, which certs.mode=generate (the default) refuses unless told.
     args = [tool("helm"), "template", "spotguard", str(CHART), "--namespace", "spotguard"]
-    for item in sets:
+    for item in ("certs.generate.renderWithoutCluster=true", *sets):
         args += ["--set", item]
     return tuple(objects(run(*args)))
 
@@ -195,6 +196,26 @@ def test_helm_generated_certificate_is_signed_by_the_webhook_ca() -> None:
     cert.verify_directly_issued_by(ca)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert WEBHOOK_SVC in names.get_values_for_type(x509.DNSName)
+
+
+def test_helm_generate_refuses_a_render_without_the_cluster() -> None:
+    """helm template (Argo CD renders the same way) cannot see the Secret generate keeps."""
+    base = [tool("helm"), "template", "spotguard", str(CHART), "--namespace", "spotguard"]
+    done = subprocess.run(base, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "certs.mode=cert-manager" in done.stderr and "helm template" in done.stderr
+    for mode in ("cert-manager", "static"):
+        extra = (
+            ["--set", "certs.static.caBundle=Q0E=", "--set", "certs.static.existingSecret=x"]
+            if mode == "static"
+            else []
+        )
+        ok = subprocess.run(
+            [*base, "--set", f"certs.mode={mode}", *extra], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert ok.returncode == 0, ok.stderr
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "Argo CD" in notes
 
 
 def test_static_certs_overlay_uses_spotguard_certs(tmp_path: Path) -> None:
@@ -490,19 +511,22 @@ def queue_rules() -> dict[str, Any]:
     }
 
 
-def test_sam_rules_deliver_the_three_notices_to_the_queue() -> None:
+def test_sam_rules_deliver_the_notices_to_the_queue() -> None:
     rules = queue_rules()
-    detail_types: set[str] = set()
+    detail_types: set[tuple[str, str]] = set()
     for rule in rules.values():
         pattern = rule["Properties"]["EventPattern"]
-        assert pattern["source"] == ["aws.ec2"]
-        detail_types.update(pattern["detail-type"])
+        [source] = pattern["source"]
+        detail_types.update((source, d) for d in pattern["detail-type"])
         [target] = rule["Properties"]["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": ["NoticeQueue", "Arn"]}
     assert detail_types == {
-        "EC2 Spot Instance Interruption Warning",
-        "EC2 Instance Rebalance Recommendation",
-        "EC2 Instance State-change Notification",
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+        ("aws.ec2", "EC2 Instance State-change Notification"),
+        # the advance notices (tests/security/test_aws_template.py checks their patterns)
+        ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"),
+        ("aws.health", "AWS Health Event"),
     }
 
 
@@ -800,7 +824,11 @@ def test_helm_metrics_are_plain_http_and_the_service_monitor_finds_them() -> Non
         for s in of_kind(rendered, "Service")
         if all(s["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
     ]
-    assert {s["metadata"]["name"] for s in selected} == {"spotguard-admission", "spotguard-spot-interruption-metrics"}
+    assert {s["metadata"]["name"] for s in selected} == {
+        "spotguard-admission",
+        "spotguard-spot-interruption-metrics",
+        "spotguard-node-added-metrics",
+    }
     deployments = {d["metadata"]["name"]: d for d in of_kind(rendered, "Deployment")}
     for service in selected:
         [port] = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
@@ -927,7 +955,9 @@ def test_kustomize_and_helm_run_the_same_commands() -> None:
 
         assert flags(kc["args"]) == flags(hc["args"]), name
         parser.parse_args(kc["args"])
-        assert kc["env"] == hc["env"] == [{"name": "SPOTGUARD_NAMESPACE", "value": "spotguard"}]
+        assert kc["env"] == [{"name": "SPOTGUARD_NAMESPACE", "value": "spotguard"}]
+        # Helm also names the ConfigMap (its prefix may be overridden); kustomize keeps the default.
+        assert hc["env"] == [*kc["env"], {"name": "SPOTGUARD_CONFIGMAP", "value": "spotguard-config"}]
         assert {p["name"] for p in kc["ports"]} == {p["name"] for p in hc["ports"]}
         assert kc["securityContext"]["readOnlyRootFilesystem"] is True
         assert k["serviceAccountName"] == f"spotguard-{name.removeprefix('spotguard-')}"
@@ -936,3 +966,129 @@ def test_kustomize_and_helm_run_the_same_commands() -> None:
         kp = {p["name"]: p["port"] for p in one(kustomized, "Service", service)["spec"]["ports"]}
         hp = {p["name"]: p["port"] for p in one(helmed, "Service", service)["spec"]["ports"]}
         assert kp == hp, service
+
+
+def test_helm_chart_conventions_name_image_extras_and_one_excluded_list() -> None:
+    """nameOverride/fullnameOverride, the image by digest, extraArgs and extraEnv on every
+    component, one list of excluded namespaces, and a metrics Service per component."""
+    from spotguard import cli
+
+    rendered = helm_with("conventions-values.yaml")
+    named = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+    for kind, name in named:
+        if kind not in ("Namespace", "Certificate") or name.startswith("spotguard"):
+            assert name.startswith("spotguard-blue") or kind == "ServiceAccount", (kind, name)
+    digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    deployments = {d["metadata"]["name"]: d for d in of_kind(rendered, "Deployment")}
+    assert set(deployments) == {f"spotguard-blue-{n}" for n in ("admission", "spot-interruption", "node-added")}
+    parser = cli.build_parser()
+    for name, deployment in deployments.items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == f"ghcr.io/spotguard/spotguard@{digest}", name
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SPOTGUARD_LOG_FORMAT"] == "json" and env["SPOTGUARD_CONFIGMAP"] == "spotguard-blue-config", name
+        extra = {
+            "admission": "--threads=8",
+            "spot-interruption": "--visibility-timeout=30",
+            "node-added": "--kubeconfig=",
+        }
+        assert container["args"][-1] == extra[name.removeprefix("spotguard-blue-")], name
+        parser.parse_args(container["args"])
+    poller = deployments["spotguard-blue-spot-interruption"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "SPOTGUARD_MANAGED_TAG", "value": "aws-node-termination-handler/managed"} in poller["env"]
+    # One list: the webhooks' selector and the functions' setting say the same.
+    [config] = of_kind(rendered, "ConfigMap")
+    assert config["metadata"]["name"] == "spotguard-blue-config"
+    setting = config["data"]["excluded-namespaces"].split(",")
+    assert sorted(setting) == sorted(["platform", "kube-system", "kube-public", "kube-node-lease", "monitoring"])
+    hooks = of_kind(rendered, "MutatingWebhookConfiguration") + of_kind(rendered, "ValidatingWebhookConfiguration")
+    assert len(hooks) == 2
+    for hook in hooks:
+        [webhook] = hook["webhooks"]
+        [by_name] = [
+            e for e in webhook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert sorted(by_name["values"]) == sorted(setting)
+        assert webhook["clientConfig"]["service"]["name"] == "spotguard-blue-admission"
+    roles = {r["metadata"]["name"]: r for r in of_kind(rendered, "Role")}
+    assert any(
+        rule.get("resourceNames") == ["spotguard-blue-config"] for role in roles.values() for rule in role["rules"]
+    )
+    # the old second list is refused, as is the setting written by hand
+    values = CHART / "values.yaml"
+    assert "excludedNamespaces" not in yaml.safe_load(values.read_text())["admission"]
+    done = subprocess.run(
+        [
+            tool("helm"),
+            "template",
+            "x",
+            str(CHART),
+            "--set",
+            "certs.mode=cert-manager",
+            "--set",
+            "config.excluded-namespaces=a",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    # every component's metrics Service is scraped
+    [monitor] = of_kind(rendered, "ServiceMonitor")
+    selected = {
+        s["metadata"]["name"]
+        for s in of_kind(rendered, "Service")
+        if all(s["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    }
+    assert selected == {
+        "spotguard-blue-admission",
+        "spotguard-blue-spot-interruption-metrics",
+        "spotguard-blue-node-added-metrics",
+    }
+    # nameOverride sets the prefix too
+    other = helm_with("conventions-values.yaml", "platform", "fullnameOverride=", "nameOverride=guard")
+    assert "guard-admission" in {d["metadata"]["name"] for d in of_kind(other, "Deployment")}
+
+
+def test_every_served_container_listens_beyond_its_own_pod() -> None:
+    # `spotguard serve` listens on 127.0.0.1 by default (a laptop); in a pod the probes, the
+    # API server and Prometheus reach it through the pod's address: every manifest says 0.0.0.0.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    served = 0
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                if container.get("args", [])[:1] == ["serve"] and container.get("ports"):
+                    served += 1
+                    assert "--host=0.0.0.0" in container["args"], (source, container["name"], container["args"])
+    assert served >= 6
+
+
+def test_the_event_functions_are_ready_only_when_they_can_do_their_job() -> None:
+    # /healthz is the process (liveness); /readyz says whether the function can do its job
+    # (spotguard.readiness): every readiness probe of spot-interruption and node-added asks it.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative") + kustomize("knative/node-added"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    probed = set()
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                function = container.get("args", ["", ""])[1:2]
+                if function in (["spot-interruption"], ["node-added"]):
+                    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", (source, function)
+                    if "livenessProbe" in container:
+                        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", (source, function)
+                    probed.add((source, function[0]))
+    assert len(probed) == 6, probed

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from spotguard.interruption import events
-from spotguard.policy.notices import Notice, NoticeKind
+from spotguard.policy.notices import Lifecycle, Notice, NoticeKind
 
 from tests.interruption.transport_support import sample
 
@@ -106,7 +106,8 @@ def test_a_state_change_needs_a_known_state() -> None:
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ({**sample(WARNING), "source": "aws.autoscaling"}, "from source 'aws.autoscaling'"),
+        ({**sample(WARNING), "source": "aws.autoscaling"}, "from aws.autoscaling, not 'EC2 Instance-terminate"),
+        (sample("autoscaling-lifecycle-launch.json"), "'EC2 Instance-launch Lifecycle Action' from aws.autoscaling"),
         ({**sample(WARNING), "detail-type": "EC2 Instance-terminate Lifecycle Action"}, "not an EC2 notice"),
         (sample("eventbridge-scheduled-event.json"), "from source 'aws.events'"),
         ({"Message": "hello", "Type": "Notification"}, "not an EventBridge event (no 'source' or 'detail-type'"),
@@ -120,13 +121,16 @@ def test_events_that_are_not_ours_are_foreign(event: Any, message: str) -> None:
 
 def test_error_fields_name_the_event_for_the_log() -> None:
     with pytest.raises(events.Foreign) as caught:
-        events.decode(sample("autoscaling-lifecycle-terminate.json"))
+        events.decode(sample("autoscaling-lifecycle-launch.json"))
     assert caught.value.fields() == {
         "error": "foreign",
-        "reason": "event is from source 'aws.autoscaling', not 'aws.ec2'",
-        "event_id": "782d5b4c-0f6f-1fd6-9d62-ecf6aed0a470",
+        "reason": (
+            "event has detail-type 'EC2 Instance-launch Lifecycle Action' from aws.autoscaling, "
+            "not 'EC2 Instance-terminate Lifecycle Action'"
+        ),
+        "event_id": "12345678-1234-1234-1234-123456789012",
         "source": "aws.autoscaling",
-        "detail_type": "EC2 Instance-terminate Lifecycle Action",
+        "detail_type": "EC2 Instance-launch Lifecycle Action",
     }
 
 
@@ -173,15 +177,32 @@ _time = st.datetimes(
 @st.composite
 def notices(draw: st.DrawFn) -> Notice:
     kind = draw(st.sampled_from(NoticeKind))
+    time = draw(_time).astimezone(UTC)
+    action = draw(st.sampled_from(sorted(events.INSTANCE_ACTIONS))) if kind is NoticeKind.INTERRUPTION else ""
+    until = lifecycle = None
+    if kind is NoticeKind.LIFECYCLE:
+        action = "terminate"
+        until = time + timedelta(seconds=events.DEFAULT_LIFECYCLE_SECONDS)
+        lifecycle = Lifecycle(draw(st.sampled_from(["web-asg", "eks-spot-1"])), "drain", str(draw(st.uuids())))
+    elif kind is NoticeKind.SCHEDULED:
+        action = draw(st.sampled_from(["AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", "AWS_EC2_INSTANCE_STOP_SCHEDULED"]))
+        # AWS Health's times have whole seconds (RFC 1123)
+        until = time.replace(microsecond=0) + timedelta(seconds=draw(st.integers(0, 30 * 86400)))
+    instance = draw(_instance)
+    event_id = str(draw(st.uuids()))
+    if kind is NoticeKind.SCHEDULED:
+        event_id = f"{event_id}-{instance}"  # one notice per affected instance
     return Notice(
-        event_id=str(draw(st.uuids())),
+        event_id=event_id,
         kind=kind,
-        instance_id=draw(_instance),
-        time=draw(_time).astimezone(UTC),
+        instance_id=instance,
+        time=time,
         state=draw(st.sampled_from(sorted(events.INSTANCE_STATES))) if kind is NoticeKind.STATE_CHANGE else "",
-        action=draw(st.sampled_from(sorted(events.INSTANCE_ACTIONS))) if kind is NoticeKind.INTERRUPTION else "",
+        action=action,
         region=draw(st.sampled_from(["us-east-1", "eu-west-1", "ap-southeast-2"])),
         account=draw(st.from_regex(r"[0-9]{12}", fullmatch=True)),
+        until=until,
+        lifecycle=lifecycle,
     )
 
 

@@ -22,6 +22,8 @@ SAMPLES = sorted(p.name for p in EVENTS.glob("*.json"))
 
 
 def _item(item: dispatch.Delivery) -> dict[str, Any]:
+    if item.notice is not None and item.more:
+        return {"key": item.key, "notices": [events.to_json(n) for n in item.notices]}
     if item.notice is not None:
         return {"key": item.key, "notice": events.to_json(item.notice)}
     assert item.error is not None
@@ -40,7 +42,10 @@ def convert(name: str) -> Any:
             return {**out, "reconcile": True}
         return {**out, **_item(cloudevents.delivery(event))}
     try:
-        return {"notice": events.to_json(events.decode(payload))}
+        notices = events.decode_all(payload)
+        if len(notices) > 1:  # an AWS Health event names every affected instance
+            return {"notices": [events.to_json(n) for n in notices]}
+        return {"notice": events.to_json(notices[0])}
     except events.EventError as exc:
         return {"error": exc.kind, "reason": exc.message}
 

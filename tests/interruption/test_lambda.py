@@ -63,7 +63,7 @@ def test_a_direct_event_that_fails_transiently_raises_so_lambda_retries() -> Non
     ("event", "result"),
     [
         (sample("ec2-spot-instance-interruption-warning.as-documented.json"), "malformed"),
-        (sample("autoscaling-lifecycle-terminate.json"), "foreign"),
+        (sample("autoscaling-lifecycle-launch.json"), "foreign"),
         ({"hello": "world"}, "foreign"),
         (["not", "an", "object"], "malformed"),
         (None, "malformed"),
@@ -147,7 +147,7 @@ def test_lambda_function_reports_only_the_failed_messages(cluster: tuple[Any, ku
     batch = {
         "Records": [
             record(json.dumps(sample("ec2-spot-instance-interruption-warning.json")), "m-doomed"),
-            record(json.dumps(sample("autoscaling-lifecycle-terminate.json")), "m-foreign"),
+            record(json.dumps(sample("autoscaling-lifecycle-launch.json")), "m-foreign"),
             record("{", "m-malformed"),
         ]
     }

@@ -45,7 +45,7 @@ def test_deletes_what_was_handled_and_leaves_retries_to_reappear(moto_server: Mo
     done = send(client, url, json.dumps(sample("ec2-spot-instance-interruption-warning.json")))
     again = send(client, url, json.dumps(sample("ec2-spot-instance-interruption-warning.nth.json")))
     text = send(client, url, "Hello from SQS!")
-    foreign = send(client, url, json.dumps(sample("autoscaling-lifecycle-terminate.json")))
+    foreign = send(client, url, json.dumps(sample("autoscaling-lifecycle-launch.json")))
     handler = RecordingHandler(outcomes={NTH_INSTANCE: "retry"})
     poller = Poller(client, url, handler, wait_seconds=1, retry_delay=1)
     # WHEN the poller runs one round

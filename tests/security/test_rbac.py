@@ -8,12 +8,20 @@ Two checks hold the declaration to the truth from both sides:
   nothing more (least privilege: no watch nobody does, no verb nobody sends) and
   nothing less (a missing grant is a 403 in production);
 - the shipped servers, run against the simulated cluster through a whole
-  interruption (admission of every pod, the notice, the surge, the reclaim, the
-  scale-back, spot-interruption draining the doomed node itself with
-  ``SPOTGUARD_DRAIN=true``, then node-added passes once new spot nodes join),
-  report on ``/metrics`` (``spotguard_kube_requests_total``) every request they
-  made: each is declared, and each declared permission is used (or is listed in
-  :data:`NOT_EXERCISED` with the reason).
+  interruption (admission of every pod, the notice, the surge, a drainer evicting
+  at the notice through the eviction guard, the reclaim, the scale-back,
+  spot-interruption draining the doomed node itself with ``SPOTGUARD_DRAIN=true``,
+  then node-added passes once new spot nodes join), each as its own service
+  account with the roles the chart or the kustomize base ships (applied with
+  ``kubectl apply``, tokens from ``kubectl create token``; the simulated cluster
+  authorizes every request as kube-apiserver's RBAC does), decide with the API (the
+  eviction guard never fails open) and report on ``/metrics``
+  (``spotguard_kube_requests_total``) every request they made: each is declared, and
+  each declared permission is used (or is listed in :data:`NOT_EXERCISED` with the
+  reason);
+- each EKS access entry of infra/aws/template.yaml maps its Lambda's principal to
+  groups that the kustomize roles allow exactly what its function needs (checked
+  with an EKS token the Lambdas' own code signs, by SelfSubjectAccessReview).
 """
 
 from __future__ import annotations
@@ -28,17 +36,19 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from spotguard.admission import registration
-from spotguard.gateway import kube
+from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import objects, testing
 
 from tests.fuzz import processes
+from tests.infra import test_manifests as manifests
 from tests.nodeadded import test_transports as node_added_transports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +99,7 @@ NEEDS: dict[str, set[Grant]] = {
         needs(CLUSTER, "apps", "replicasets deployments statefulsets", "get"),  # resolve.py: the pod's owners
         needs(CLUSTER, "", "nodes", "list"),  # resolve.py: node capacity
         needs(CLUSTER, "", "pods", "list"),  # admission/reservations.py: the pods placed so far
+        needs(CLUSTER, "", "pods nodes", "get"),  # admission/evictions.py: the pod under eviction, its node
         needs(CLUSTER, "", "events", "create"),  # core.py: invalid annotations reported
         needs(OWN, "coordination.k8s.io", "leases", "get create update"),  # reservations.py: the slots
         CONFIG,
@@ -150,7 +161,10 @@ def tool(name: str) -> str:
 @cache
 def rendered(source: str) -> tuple[dict[str, Any], ...]:
     if source.startswith("helm"):
-        command = [tool("helm"), "template", "spotguard", str(INFRA / "helm" / "spotguard"), "--namespace", "spotguard"]
+        # certs.mode=generate (the default) refuses a render without a cluster; RBAC is the same in every mode
+        chart = str(INFRA / "helm" / "spotguard")
+        command = [tool("helm"), "template", "spotguard", chart, "--namespace", "spotguard"]
+        command += ["--set", "certs.mode=cert-manager"]
     else:
         command = [tool("kubectl"), "kustomize", str(INFRA / source)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
@@ -296,96 +310,71 @@ def on_spot(k: kube.Kube, app: str) -> int:
     return sum(1 for p in pods if (p["spec"].get("nodeName") or "").startswith("spot-"))
 
 
-def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> None:
-    """GIVEN the three servers on a simulated cluster (spot-interruption draining doomed
-    nodes itself), WHEN pods are admitted, a notice is handled to the end, and new spot
-    nodes join, THEN every request they made is declared, and every declared permission
-    was used."""
-    with (
-        testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2) as sim,
-        processes.admission(tmp_path, sim.kubeconfig) as webhook,
-        processes.spot_interruption(
-            tmp_path, sim.kubeconfig, reconcile_interval=0.5, env={"SPOTGUARD_DRAIN": "true"}
-        ) as interruption,
-        processes.node_added(tmp_path, sim.kubeconfig, env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1"}) as node_added,
-    ):
-        k = kube.Kube(sim.api_client())
-        ca = base64.b64encode(Path(str(webhook.verify)).read_bytes()).decode()
-        k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, registration.webhook_configuration(webhook.url + "/mutate", ca))
-        k.create(r.DEPLOYMENTS, objects.deployment("web", 4, namespace="shop", template=template("web")), "shop")
-        invalid = {"spotguard.io/min-on-demand": "many"}  # reported with an Event
-        odd = objects.deployment("odd", 2, namespace="shop", template=template("odd"), annotations=invalid)
-        k.create(r.DEPLOYMENTS, odd, "shop")
-        db = objects.statefulset("db", 3, namespace="shop", template=template("db"), policy="Parallel")
-        k.create(r.STATEFULSETS, db, "shop")
-        k.create(r.HPAS, objects.hpa("web", "web", 4, 10, namespace="shop"), "shop")
-        wanted = {"web": 4, "db": 3, "odd": 2}
-        wait_for(lambda: all(ready(k, app) >= n for app, n in wanted.items()), 240, "the workloads Ready")
-        doomed = [
-            p["spec"]["nodeName"]
-            for p in k.list(r.PODS, "shop", label_selector="app=web")
-            if p["spec"].get("nodeName", "").startswith("spot-")
-        ]
-        assert doomed, "no web pod on spot: the webhook did not place any"
-        node = doomed[0]
-        # The other spot node is full (cordoned): the drained pods' replacements spill to
-        # on-demand, so once new spot nodes join there is a replica for node-added to move
-        # back. (The scale back itself removes the surge's own on-demand replicas first.)
-        for other in SPOT:
-            if other != node:
-                sim.store.mutate("nodes", other, None, lambda n: n["spec"].__setitem__("unschedulable", True))
-        notice = json.loads((EVENTS / "ec2-spot-instance-interruption-warning.json").read_text())
-        notice["detail"]["instance-id"] = SPOT[node]
-        notice["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        answer = requests.post(
-            interruption.url + "/",
-            data=json.dumps(notice),
-            headers={
-                "ce-specversion": "1.0",
-                "ce-id": "rbac-1",
-                "ce-source": "test",
-                "ce-type": "dev.knative.eventing.aws-sqs",
-                "Content-Type": "application/json",
-            },
-            timeout=60,
-        )
-        assert answer.status_code == 200, answer.text
-        assert json.loads(answer.content)["data"]["result"] == "done", answer.text
-        surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
-        assert surged()
-        # The drain: spotguard evicts web's doomed pods itself once their replacements are Ready.
-        doomed_web = lambda: [  # noqa: E731
-            p for p in k.list(r.PODS, "shop", label_selector="app=web") if p["spec"].get("nodeName") == node
-        ]
-        wait_for(lambda: not doomed_web(), 240, "the drain of web's pods on the doomed node")
-        sim.reclaim([node], after_seconds=5)
-        wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 300, "the scale-back")
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+FUNCTIONS = ("admission", "spot-interruption", "node-added")
 
-        # node-added: an orphaned reservation Lease is cleaned up, and once new spot nodes
-        # join, passes move replicas back to spot (StatefulSets through the Eviction API).
-        orphans = node_added_transports.Orphans(k)
-        lease = orphans.plant()
-        sim.store.apply_objects(
-            [
-                objects.node(f"spot-new-{i}", "spot", cpu="8", memory="32Gi",
-                             provider=objects.provider_id("us-east-1a", f"i-0ccccccccccccccc{i}"))
-                for i in range(2)
-            ]
-        )  # fmt: skip
-        data = cloudevent(node_added, "cloudevent-apiserversource-node.binary.json")
-        assert data["result"] == "reconciled", data
-        assert not orphans.exists(lease)
-        before = on_spot(k, "web")
 
-        def moved_back() -> bool:
-            cloudevent(node_added, "cloudevent-ping.binary.json")
-            return on_spot(k, "web") > before
+def kubectl(kubeconfig: str, *args: str) -> str:
+    done = subprocess.run([tool("kubectl"), "--kubeconfig", kubeconfig, *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
-        wait_for(moved_back, 300, "node-added to move a web replica back to spot")
-        admission_used = used(webhook.url + "/metrics", webhook.verify)
-        interruption_used = used(interruption.url + "/metrics", False)
-        node_added_used = used(node_added.url + "/metrics", False)
 
+def install_rbac(sim: testing.SimCluster, source: str, workdir: Path) -> dict[str, str]:
+    """``kubectl apply`` the service accounts, roles and bindings that ``source`` renders; a
+    kubeconfig per function acting as its service account (``kubectl create token``)."""
+    manifest = workdir / "rbac.yaml"
+    manifest.write_text(yaml.safe_dump_all([d for d in rendered(source) if d.get("kind") in RBAC_KINDS]))
+    kubectl(sim.kubeconfig, "apply", "-f", str(manifest))
+    kubeconfigs = {}
+    for function in FUNCTIONS:
+        account = f"spotguard-{function}"
+        token = kubectl(sim.kubeconfig, "create", "token", account, "-n", OWN, "--duration=48h").strip()
+        kubeconfigs[function] = sim.write_kubeconfig(workdir / f"{function}.kubeconfig", token=token)
+        whoami = kubectl(kubeconfigs[function], "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+        assert whoami == f"system:serviceaccount:{OWN}:{account}"
+    return kubeconfigs
+
+
+def evictions_reviewed(metrics_url: str, verify: str | bool) -> dict[str, float]:
+    """The eviction guard's answers by reason (``spotguard_admission_evictions_total``)."""
+    text = requests.get(metrics_url, verify=verify, timeout=10).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "spotguard_admission_evictions":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    reason = sample.labels["reason"]
+                    out[reason] = out.get(reason, 0.0) + sample.value
+    return out
+
+
+@pytest.mark.parametrize("source", ["kubernetes/base", "helm"])
+def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source: str) -> None:
+    """GIVEN the three servers on a simulated cluster that authorizes as kube-apiserver,
+    each as its service account with the roles ``source`` ships (spot-interruption
+    draining doomed nodes itself, and a drainer that evicts at the notice through the
+    eviction guard), WHEN pods are admitted, a notice is handled to the end, and new spot
+    nodes join, THEN the guard decided every eviction (never failed open), every request
+    they made is declared, and every declared permission was used."""
+    with testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2, drainer=True) as sim:
+        kubeconfigs = install_rbac(sim, source, tmp_path)
+        with (
+            processes.admission(tmp_path, kubeconfigs["admission"]) as webhook,
+            processes.spot_interruption(
+                tmp_path, kubeconfigs["spot-interruption"], reconcile_interval=0.5, env={"SPOTGUARD_DRAIN": "true"}
+            ) as interruption,
+            processes.node_added(
+                tmp_path, kubeconfigs["node-added"], env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1"}
+            ) as node_added,
+        ):
+            seen = interrupt(sim, webhook, interruption, node_added)
+    admission_used, interruption_used, node_added_used, guard = seen
+
+    assert sum(guard.values()) > 0, "the drainer's evictions never reached the eviction guard"
+    failed = {reason: n for reason, n in guard.items() if reason.startswith(("failed-open", "no-cluster"))}
+    assert not failed, f"the eviction guard could not decide (its answers: {guard})"
     runs = (
         ("spotguard-admission", admission_used),
         ("spotguard-spot-interruption", interruption_used),
@@ -396,3 +385,135 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path) -> Non
         unused = sorted(NEEDS[name] - seen - NOT_EXERCISED.get(name, set()))
         assert not undeclared, f"{name} sent requests its roles do not allow: {undeclared}"
         assert not unused, f"{name} is granted what it never used: {unused}"
+
+
+def interrupt(
+    sim: testing.SimCluster, webhook: processes.Served, interruption: processes.Served, node_added: processes.Served
+) -> tuple[set[Grant], set[Grant], set[Grant], dict[str, float]]:
+    """A whole interruption, then spot's return; what each server used and the guard's answers."""
+    k = kube.Kube(sim.api_client())
+    ca = base64.b64encode(Path(str(webhook.verify)).read_bytes()).decode()
+    registration.register(sim.store, webhook.url, ca)  # the pod webhook and the eviction guard, as shipped
+    k.create(r.DEPLOYMENTS, objects.deployment("web", 4, namespace="shop", template=template("web")), "shop")
+    invalid = {"spotguard.io/min-on-demand": "many"}  # reported with an Event
+    odd = objects.deployment("odd", 2, namespace="shop", template=template("odd"), annotations=invalid)
+    k.create(r.DEPLOYMENTS, odd, "shop")
+    db = objects.statefulset("db", 3, namespace="shop", template=template("db"), policy="Parallel")
+    k.create(r.STATEFULSETS, db, "shop")
+    k.create(r.HPAS, objects.hpa("web", "web", 4, 10, namespace="shop"), "shop")
+    wanted = {"web": 4, "db": 3, "odd": 2}
+    wait_for(lambda: all(ready(k, app) >= n for app, n in wanted.items()), 240, "the workloads Ready")
+    doomed = [
+        p["spec"]["nodeName"]
+        for p in k.list(r.PODS, "shop", label_selector="app=web")
+        if p["spec"].get("nodeName", "").startswith("spot-")
+    ]
+    assert doomed, "no web pod on spot: the webhook did not place any"
+    node = doomed[0]
+    # The other spot node is full (cordoned): the drained pods' replacements spill to
+    # on-demand, so once new spot nodes join there is a replica for node-added to move
+    # back. (The scale back itself removes the surge's own on-demand replicas first.)
+    for other in SPOT:
+        if other != node:
+            sim.store.mutate("nodes", other, None, lambda n: n["spec"].__setitem__("unschedulable", True))
+    notice = json.loads((EVENTS / "ec2-spot-instance-interruption-warning.json").read_text())
+    notice["detail"]["instance-id"] = SPOT[node]
+    notice["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    answer = requests.post(
+        interruption.url + "/",
+        data=json.dumps(notice),
+        headers={
+            "ce-specversion": "1.0",
+            "ce-id": "rbac-1",
+            "ce-source": "test",
+            "ce-type": "dev.knative.eventing.aws-sqs",
+            "Content-Type": "application/json",
+        },
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    assert json.loads(answer.content)["data"]["result"] == "done", answer.text
+    surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
+    assert surged()
+    # The reclaim two minutes after the notice; the drainer (as aws-node-termination-handler)
+    # cordons and evicts at once, each eviction reviewed by the guard. spotguard also
+    # evicts web's doomed pods itself once their replacements are Ready.
+    sim.reclaim([node], after_seconds=120)
+    doomed_web = lambda: [  # noqa: E731
+        p for p in k.list(r.PODS, "shop", label_selector="app=web") if p["spec"].get("nodeName") == node
+    ]
+    wait_for(lambda: not doomed_web(), 240, "the drain of web's pods on the doomed node")
+    wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 300, "the scale-back")
+
+    # node-added: an orphaned reservation Lease is cleaned up, and once new spot nodes
+    # join, passes move replicas back to spot (StatefulSets through the Eviction API).
+    orphans = node_added_transports.Orphans(k)
+    lease = orphans.plant()
+    sim.store.apply_objects(
+        [
+            objects.node(f"spot-new-{i}", "spot", cpu="8", memory="32Gi",
+                         provider=objects.provider_id("us-east-1a", f"i-0ccccccccccccccc{i}"))
+            for i in range(2)
+        ]
+    )  # fmt: skip
+    data = cloudevent(node_added, "cloudevent-apiserversource-node.binary.json")
+    assert data["result"] == "reconciled", data
+    assert not orphans.exists(lease)
+    before = on_spot(k, "web")
+
+    def moved_back() -> bool:
+        cloudevent(node_added, "cloudevent-ping.binary.json")
+        return on_spot(k, "web") > before
+
+    wait_for(moved_back, 300, "node-added to move a web replica back to spot")
+    return (
+        used(webhook.url + "/metrics", webhook.verify),
+        used(interruption.url + "/metrics", False),
+        used(node_added.url + "/metrics", False),
+        evictions_reviewed(webhook.url + "/metrics", webhook.verify),
+    )
+
+
+def can(sim: testing.SimCluster, token: str, grant: Grant) -> bool:
+    """A SelfSubjectAccessReview of ``grant`` as ``token``'s user."""
+    resource, _, subresource = grant.resource.partition("/")
+    attributes = {
+        "verb": grant.verb, "group": grant.group, "resource": resource, "subresource": subresource,
+        "namespace": "" if grant.scope == CLUSTER else grant.scope, "name": grant.names[0] if grant.names else "",
+    }  # fmt: skip
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": attributes}}  # fmt: skip
+    ca = Path(sim.kubeconfig).with_name("ca-eks.crt")
+    ca.write_bytes(sim.ca_pem or b"")
+    with requests.Session() as session:
+        session.trust_env = False
+        answer = session.post(sim.url + "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=review,
+                              headers={"Authorization": f"Bearer {token}"}, verify=str(ca), timeout=30)  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    return bool(answer.json()["status"]["allowed"])
+
+
+def test_each_eks_access_entry_gets_what_its_function_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN the roles the kustomize base ships on a simulated cluster that authenticates EKS
+    tokens by access entry, WHEN each Lambda's IAM principal signs a token (as the Lambdas
+    do), THEN the Kubernetes groups of its access entry in infra/aws/template.yaml are
+    allowed every permission its function needs, and no more than that."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    entries = manifests.resources("AWS::EKS::AccessEntry")
+    assert entries
+    with testing.running_cluster([objects.namespace("spotguard")], controllers=False) as sim:
+        install_rbac(sim, "kubernetes/base", tmp_path)
+        for i, entry in enumerate(sorted(entries)):
+            groups = entries[entry]["Properties"]["KubernetesGroups"]
+            [group] = groups
+            role = "spotguard-" + group.split(":", 1)[1]
+            access_key = f"AKIAEXAMPLE{i:09d}"
+            sim.map_aws_access_key(access_key, f"arn:aws:sts::123456789012:assumed-role/{entry}/lambda", tuple(groups))
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", access_key)
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
+            token = eks.token("prod", eks.sts_client(boto3.session.Session(region_name="us-east-1")))
+            missing = sorted(g for g in NEEDS[role] if not can(sim, token, g))
+            assert not missing, f"{entry} ({group}) lacks: {missing}"
+            assert not can(sim, token, Grant(CLUSTER, "", "secrets", "list")), f"{entry} may list secrets"

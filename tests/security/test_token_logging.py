@@ -93,6 +93,18 @@ def test_the_eks_token_is_never_logged(
     ]
     with testing.running_cluster(scenario) as sim:
         k = kube.Kube(sim.api_client())
+        # The EKS access entry of the Lambdas' principal: a group bound to cluster-admin.
+        sim.map_aws_access_key(
+            "AKIAIOSFODNN7EXAMPLE", "arn:aws:sts::123456789012:assumed-role/spotguard/test", ("spotguard:test",)
+        )
+        sim.store.create(
+            "clusterrolebindings",
+            {
+                "metadata": {"name": "spotguard-test"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "spotguard:test"}],
+            },
+        )
         deadline = time.monotonic() + 30
         while not [p for p in k.list(r.PODS, "shop") if p["metadata"].get("ownerReferences")]:
             assert time.monotonic() < deadline, "the sim made no pod"

@@ -164,7 +164,7 @@ def test_review_is_sent_as_kube_apiserver_sends_it_and_the_patch_applies(
     webhook.behaviours["/review"] = add_label("spotguard.io/placement", "spot")
     configure(admission, "review", hook(webhook, "review.example.com", "/review"))
     as_controller = kubernetes.client.CoreV1Api(
-        sim.api_client(token="system:serviceaccount:kube-system:replicaset-controller"))
+        sim.api_client(impersonate="system:serviceaccount:kube-system:replicaset-controller"))
     pod = as_controller.create_namespaced_pod("default", pod_manifest(generate_name="web-"))
     assert pod.metadata.labels == {"spotguard.io/placement": "spot"}
     review = webhook.calls("/review")[-1]

@@ -97,7 +97,6 @@ class EventReporter:
             self._sent[key] = now
         log.warning("invalid spotguard annotation", extra={"workload": w.key, "problems": message})
         if self.kube is not None:
-            metrics.api_call("create", "events")
             self.kube.create_event(
                 resolved.obj,
                 "InvalidAnnotation",
@@ -505,7 +504,6 @@ def _statefulset_decision(
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
-    metrics.api_call("list", "pods")
     raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
     if fresh is not None:
         resolved = fresh.result()

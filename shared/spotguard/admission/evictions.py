@@ -106,7 +106,6 @@ class Guard:
                 shared[1].done() and shared[1].exception() is not None
             ):
                 return shared[1]
-            metrics.api_call("list", resources.NODES.name)
             listing = deadline.submit(ctx.pool, kube.list, resources.NODES)
             self._list = (now, listing)
             return listing

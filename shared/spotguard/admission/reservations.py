@@ -245,7 +245,6 @@ class Reservations:
             return local
 
     def _read(self, name: str) -> Obj | None:
-        metrics.api_call("get", r.LEASES.name)
         found: Obj | None = self.kube.find(r.LEASES, name, self.namespace)
         return found
 
@@ -255,7 +254,6 @@ class Reservations:
         match = ((rs.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
         started = self.clock()
-        metrics.api_call("list", r.PODS.name)
         raw = self.kube.list(r.PODS, namespace, label_selector=selector)
         pods = [PodView.from_json(p, scheduling=False) for p in raw]
         mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
@@ -534,13 +532,11 @@ class Reservations:
                     },
                     "spec": spec,
                 }
-                metrics.api_call("create", r.LEASES.name)
                 written = self.kube.create(r.LEASES, body, self.namespace)
             else:
                 body = json.loads(json.dumps(lease))
                 body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}), **annotations}
                 body["spec"] = {**(body.get("spec") or {}), **spec}
-                metrics.api_call("update", r.LEASES.name)
                 written = self.kube.replace(r.LEASES, body)
         except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient, deadline.DeadlineExceeded):
             local.lease_read = False

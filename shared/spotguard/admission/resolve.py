@@ -41,7 +41,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.admission import deadline, metrics
+from spotguard.admission import deadline
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -168,7 +168,6 @@ class Resolver:
             except futures.TimeoutError:
                 raise deadline.DeadlineExceeded(f"waiting for a shared read of {res.plural} {name}") from None
         try:
-            metrics.api_call("get", res.name)
             obj = self.kube.find(res, name, namespace)
         except BaseException as exc:
             mine.set_exception(exc)
@@ -264,7 +263,6 @@ class Resolver:
             stale = max_age is not None and age > max_age
             due = age > self.node_ttl or stale or (unknown and age > self.node_refresh)
             if due and (not self._nodes or now >= self._nodes_retry):
-                metrics.api_call("list", r.NODES.name)
                 try:
                     raw = self.kube.list(r.NODES)
                 except Exception as exc:

@@ -56,7 +56,7 @@ def handle(event: object, handler: dispatch.Handler) -> dict[str, Any]:
     key = ""
     if isinstance(event, Mapping) and isinstance(event.get("id"), str):
         key = event["id"]
-    item = dispatch.Delivery.decode(key or "event", lambda: events.decode(event, "Lambda event"))
+    item = dispatch.Delivery.decode(key or "event", lambda: events.decode_all(event, "Lambda event"))
     [result] = dispatch.deliver(handler, [item], transport="lambda-direct")
     answer: dict[str, Any] = {"result": result.value}
     if item.notice is not None:

@@ -88,28 +88,28 @@ def delivery(event: BaseCloudEvent) -> dispatch.Delivery:
     return dispatch.Delivery.decode(key, lambda: _notice(event))
 
 
-def _notice(event: BaseCloudEvent) -> Notice:
+def _notice(event: BaseCloudEvent) -> list[Notice]:
     ce_type = event.get_type()
     data = event.get_data()
     what = f"CloudEvent {event.get_id()} ({ce_type}) data"
     if ce_type in SQS_BODY_TYPES:
-        return events.decode(_parsed(data, what), what)
+        return events.decode_all(_parsed(data, what), what)
     if ce_type in SQS_MESSAGE_TYPES:
         message = _parsed(data, what)
         if not isinstance(message, Mapping):
             raise events.Malformed(f"{what} is not an SQS message object")
         body = message.get("Body", message.get("body"))
         if isinstance(body, Mapping):
-            return events.decode(body, f"{what} Body")
+            return events.decode_all(body, f"{what} Body")
         if not isinstance(body, str):
             raise events.Malformed(f"{what} is an SQS message without a string 'Body'")
-        return events.decode_json(body, f"{what} Body")
+        return events.decode_all(events.parse_json(body, f"{what} Body"), f"{what} Body")
     try:
         parsed = _parsed(data, what)
     except events.Malformed:
         parsed = None
     if events.is_eventbridge(parsed):
-        return events.decode(parsed, what)
+        return events.decode_all(parsed, what)
     raise events.Foreign(f"CloudEvent type {ce_type!r} is not one this function handles")
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from spotguard import readiness
 from spotguard.interruption import events, telemetry
 from spotguard.policy.notices import Notice
 
@@ -51,19 +52,29 @@ class Handler(Protocol):
 
 @dataclass(frozen=True)
 class Delivery:
-    """One item of a delivery: a decoded notice, or the reason there is none."""
+    """One item of a delivery: a decoded notice (and the further notices of the same payload:
+    an AWS Health event names every affected instance), or the reason there is none."""
 
     key: str  # the SQS message id, the CloudEvent id...: names the item in logs and answers
     notice: Notice | None = None
     error: events.EventError | None = None
+    more: tuple[Notice, ...] = ()
+
+    @property
+    def notices(self) -> list[Notice]:
+        return [] if self.notice is None else [self.notice, *self.more]
 
     @classmethod
-    def decode(cls, key: str, decoder: Callable[[], Notice]) -> Delivery:
+    def decode(cls, key: str, decoder: Callable[[], Notice | Sequence[Notice]]) -> Delivery:
         """Run ``decoder``; an :class:`events.EventError` becomes an acknowledged item."""
         try:
-            return cls(key=key, notice=decoder())
+            decoded = decoder()
         except events.EventError as exc:
             return cls(key=key, error=exc)
+        if isinstance(decoded, Notice):
+            return cls(key=key, notice=decoded)
+        first, *rest = decoded
+        return cls(key=key, notice=first, more=tuple(rest))
 
 
 def deliver(handler: Handler, items: Sequence[Delivery], *, transport: str) -> list[Result]:
@@ -73,8 +84,9 @@ def deliver(handler: Handler, items: Sequence[Delivery], *, transport: str) -> l
     positions: list[int] = []
     for index, item in enumerate(items):
         if item.notice is not None:
-            batch.append(item.notice)
-            positions.append(index)
+            for notice in item.notices:
+                batch.append(notice)
+                positions.append(index)
             continue
         error = item.error or events.Malformed("nothing to decode")
         result = Result.FOREIGN if isinstance(error, events.Foreign) else Result.MALFORMED
@@ -92,7 +104,7 @@ def deliver(handler: Handler, items: Sequence[Delivery], *, transport: str) -> l
     if batch:
         handled = _handle(handler, batch, transport)
         for notice, position, result in zip(batch, positions, handled, strict=True):
-            results[position] = result
+            results[position] = _combined(results[position], result)
             telemetry.NOTICES.labels(kind=notice.kind.value, result=result.value).inc()
             if result is Result.DONE:
                 age = (datetime.now(UTC) - notice.time).total_seconds()
@@ -110,6 +122,16 @@ def deliver(handler: Handler, items: Sequence[Delivery], *, transport: str) -> l
                 },
             )
     return [r if r is not None else Result.RETRY for r in results]
+
+
+def _combined(old: Result | None, new: Result) -> Result:
+    """One item's result from its notices': a retry if any is retried, else done if any is."""
+    if old is None:
+        return new
+    for wanted in (Result.RETRY, Result.DONE):
+        if wanted in (old, new):
+            return wanted
+    return new
 
 
 def _handle(handler: Handler, batch: list[Notice], transport: str) -> list[Result]:
@@ -173,20 +195,38 @@ class Serialized:
     """A handler shared by several threads (HTTP workers, the poller, the reconcile timer).
 
     One plan at a time: two plans written at once would each see the cluster
-    without the other's surge.
+    without the other's surge. With ``ready``, each handling and reconcile is
+    recorded there: a handling with a notice to retry, or one that raised, failed.
     """
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, ready: readiness.Readiness | None = None) -> None:
         self.handler = handler
+        self.readiness = ready
         self._lock = threading.Lock()
 
     def handle(self, notices: Sequence[Notice]) -> Sequence[object]:
         with self._lock:
-            return self.handler.handle(notices)
+            try:
+                outcomes = self.handler.handle(notices)
+            except Exception as exc:
+                self._record(False, f"handling {len(notices)} notice(s) raised {type(exc).__name__}: {exc}")
+                raise
+        retries = sum(1 for o in outcomes if getattr(o, "value", o) == "retry")
+        self._record(not retries, f"{retries} of {len(notices)} notice(s) to retry (see the log)")
+        return outcomes
 
     def reconcile(self) -> None:
         with self._lock:
-            self.handler.reconcile()
+            try:
+                self.handler.reconcile()
+            except Exception as exc:
+                self._record(False, f"reconcile raised {type(exc).__name__}: {exc}")
+                raise
+        self._record(True)
+
+    def _record(self, ok: bool, reason: str = "") -> None:
+        if self.readiness is not None:
+            self.readiness.record(ok, reason[:500])
 
 
 class Lazy:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spotguard.gateway import kube as kube_mod
@@ -50,8 +50,8 @@ from spotguard.gateway.errors import (
     TooManyRequests,
     Transient,
 )
-from spotguard.interruption import finder, ledger, metrics, records
-from spotguard.policy import floors, interruption, surges
+from spotguard.interruption import finder, ledger, lifecycle, metrics, records
+from spotguard.policy import evictions, floors, interruption, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -60,7 +60,7 @@ from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -72,6 +72,9 @@ WORKERS = 16
 # The snapshot reads every pod at once: bigger pages than the gateway's default (500)
 # mean fewer round trips; kube-apiserver serves 5,000 a page without trouble.
 LIST_PAGE = 5000
+# The tag key that marks this cluster's instances (finder: aws-node-termination-handler's
+# managed tag, e.g. aws-node-termination-handler/managed); empty: every instance.
+MANAGED_TAG_ENV = "SPOTGUARD_MANAGED_TAG"
 # Our budgets with no surge in progress are deleted once this old (a crash between
 # the scale back and the budget's deletion leaves one behind).
 ORPHAN_BUDGET_SECONDS = 60.0
@@ -205,6 +208,8 @@ class Handler:
         *,
         workers: int = WORKERS,
         ends_rebalance_surges: bool = True,
+        managed_tag: str = "",
+        autoscaling: Any = None,
     ) -> None:
         """``ends_rebalance_surges=False``: a surge whose node had only a rebalance
         recommendation and still exists is left to the spot-interruption function's own
@@ -214,7 +219,12 @@ class Handler:
         # A Config, or a function giving the current one (the settings, re-read at their TTL).
         self._config = config
         self.ec2 = ec2
+        # Only instances with this tag key are this cluster's where no node names them by
+        # providerID (finder: aws-node-termination-handler's managed tag).
+        self.managed_tag = managed_tag
         self.clock = clock
+        # ASG lifecycle hooks: held with heartbeats until the surge is Ready, then completed.
+        self.hooks = lifecycle.Hooks(autoscaling, clock) if autoscaling is not None else None
         self.workers = workers
         self.ends_rebalance_surges = ends_rebalance_surges
         self.last_timings: dict[str, float] = {}  # seconds of the last handle(), by phase
@@ -230,19 +240,21 @@ class Handler:
     def from_environment(cls) -> Handler:
         """The Kubernetes connection, the settings (re-read at their TTL) and an EC2 client."""
         k = kube_mod.connect()
-        ec2 = None
+        ec2 = autoscaling = None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             import boto3
 
             ec2 = boto3.client("ec2", region_name=region)
-        return cls(k, lambda: _load_config(k), ec2)
+            autoscaling = boto3.client("autoscaling", region_name=region)
+        managed_tag = os.environ.get(MANAGED_TAG_ENV, "").strip()
+        return cls(k, lambda: _load_config(k), ec2, managed_tag=managed_tag, autoscaling=autoscaling)
 
     # -- the entry points ------------------------------------------------------------------
 
     def handle(self, notices: Sequence[Notice]) -> list[Outcome]:
         """One plan for the whole batch; one outcome per notice, in order."""
-        notices = list(notices)
+        notices = [self._with_hook_timeout(n) for n in notices]
         if not notices:
             return []
         started = time.perf_counter()
@@ -268,6 +280,9 @@ class Handler:
             told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
             self._upkeep(snap, pool, skip=surged, batch=batch)
+        written_marks = {t.node: t.notice for t in plan.taints if t.notice is not None and t.node not in failures.nodes}
+        instances = {res.node: res.notice.instance_id for res in plan.notices if res.node}
+        self._lifecycle_pass(snap, {**snap.node_notices, **written_marks}, instances)
         self.last_timings = {
             "read": read - started,
             "plan": planned - read,
@@ -284,7 +299,11 @@ class Handler:
                 else:
                     log.info(
                         "notice for an instance that is not in this cluster: acknowledged",
-                        extra={"event_id": res.notice.event_id, "instance_id": res.notice.instance_id},
+                        extra={
+                            "event_id": res.notice.event_id,
+                            "instance_id": res.notice.instance_id,
+                            "managed_tag": self.managed_tag,
+                        },
                     )
                     outcomes.append(Outcome.IGNORED)
             elif res.verdict is Verdict.IGNORED:
@@ -406,6 +425,7 @@ class Handler:
                 self._tell(batch, pool)
             skip = {s.workload.key for s in batch.plan.surges if s.write_workload}
             self._upkeep(snap, pool, skip=skip, batch=batch)
+        self._lifecycle_pass(snap, snap.node_notices, {})
 
     def _pending_notices(self, snap: Snapshot, now: float) -> list[Notice]:
         """The notices recorded on tainted nodes that still doom them (for the reconcile)."""
@@ -422,6 +442,8 @@ class Handler:
                     time=datetime.fromtimestamp(mark.time, UTC),
                     state=mark.state,
                     action=mark.action,
+                    until=datetime.fromtimestamp(mark.until, UTC) if mark.kind in notices_mod.ADVANCE_KINDS else None,
+                    lifecycle=mark.lifecycle,
                 )
             )
         return out
@@ -441,6 +463,65 @@ class Handler:
                 return True
         return bool(ledger.read(self.kube))
 
+    # -- ASG lifecycle hooks ---------------------------------------------------------------
+
+    def _with_hook_timeout(self, notice: Notice) -> Notice:
+        """A lifecycle notice's reclaim time from its hook: the global timeout (lifecycle)."""
+        if self.hooks is None or notice.lifecycle is None or notice.kind is not NoticeKind.LIFECYCLE:
+            return notice
+        timeouts = self.hooks.timeouts(notice.lifecycle)
+        try:
+            return dataclasses.replace(notice, until=notice.time + timedelta(seconds=timeouts.global_))
+        except OverflowError:  # a time at the end of the calendar: keep the default
+            return notice
+
+    def _lifecycle_pass(self, snap: Snapshot, marks: Mapping[str, NodeNotice], instances: Mapping[str, str]) -> None:
+        """Heartbeat every held lifecycle action whose node's surge is not Ready; complete the others."""
+        if self.hooks is None:
+            return
+        held = {
+            name: mark.lifecycle
+            for name, mark in marks.items()
+            if mark.lifecycle is not None and not self.hooks.done(mark.lifecycle)
+        }
+        if not held:
+            return
+        config = self.config
+        facts: dict[str, evictions.NodeFacts] = {}
+        for view in snap.node_views:
+            taints = frozenset(t.key for t in view.taints)
+            if view.name in marks:
+                taints |= {INTERRUPTION_TAINT}  # marked in this pass: going away
+            facts[view.name] = evictions.NodeFacts(
+                name=view.name,
+                spot=config.node_capacity(view.labels) is Capacity.SPOT,
+                unschedulable=view.unschedulable,
+                taint_keys=taints,
+                notice=marks.get(view.name),
+            )
+        managed: list[tuple[Workload, int]] = []
+        for wl in snap.workload_views:
+            floor = floors.floor_for(wl, config, snap.namespaces.get(wl.namespace))
+            if floor.enabled:
+                managed.append((wl, floor.on_demand))
+        views = {v.name: v for v in snap.node_views}
+        for name, life in sorted(held.items()):
+            node_view = views.get(name)
+            if node_view is None:
+                continue  # the node is gone: so is the instance
+            instance = instances.get(name) or node_view.instance_id or node_view.provider_id.rsplit("/", 1)[-1]
+            replaced = evictions.node_replaced(
+                name,
+                workloads=managed,
+                pods=snap.pod_views,
+                nodes=facts,
+                owner_of=interruption.workload_key_of,
+            )
+            if replaced:
+                self.hooks.complete(life, instance)
+            else:
+                self.hooks.heartbeat(life, instance)
+
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -457,7 +538,16 @@ class Handler:
         if not unmatched or self.ec2 is None:
             return {}, set()
         try:
-            names = finder.private_dns_names(self.ec2, unmatched)
+            names = finder.private_dns_names(self.ec2, unmatched, self.managed_tag)
+        except finder.LookupDenied as exc:
+            # Not transient: retrying would only fill the dead-letter queue with every
+            # other cluster's notices. No node names these instances: not ours.
+            metrics.ERRORS.labels("ec2-denied").inc()
+            log.warning(
+                "EC2 refused DescribeInstances: instances no node names by providerID are taken as another cluster's",
+                extra={"error": str(exc), "instance_ids": unmatched},
+            )
+            return {}, set()
         except finder.LookupFailed as exc:
             metrics.ERRORS.labels("ec2").inc()
             log.warning("could not ask EC2 for the instances' DNS names", extra={"error": str(exc)})
@@ -966,6 +1056,7 @@ class Handler:
         doomed = {n for n in record.nodes if dies(n)}
         mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
         dead = [p for p in mine if p.node_name in doomed]
+
         # Then the surge's own replicas, newest first (a rebalance recommendation not followed
         # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
         # rebalance-storm-surge), as many as the dead pods leave to remove. Its own: marked so

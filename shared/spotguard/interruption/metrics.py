@@ -25,7 +25,7 @@ SCALE_BACKS = Counter(
 TAINTS = Counter("spotguard_interruption_taints_total", "Nodes tainted spotguard.io/interruption.")
 ERRORS = Counter(
     "spotguard_interruption_errors_total",
-    "Kubernetes or EC2 API calls that failed, by step (list, taint, surge, budget, hpa, finish, ec2).",
+    "Kubernetes or EC2 API calls that failed, by step (list, taint, surge, budget, hpa, finish, ec2, ec2-denied).",
     ["step"],
 )
 NOTICE_TO_SURGE = Histogram(
@@ -44,6 +44,6 @@ OVERDUE = Gauge(
     "Surges in progress whose every doomed node is past its deadline (the reclaim time): they should be ending.",
 )
 BELOW_FLOOR = Gauge(
-    "spotguard_workloads_below_floor",
+    "spotguard_interruption_workloads_below_floor",
     "Workloads with fewer Ready pods on on-demand nodes than their on-demand floor.",
 )

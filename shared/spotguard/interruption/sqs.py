@@ -90,7 +90,7 @@ def decode_record(record: object, index: int = 0) -> dispatch.Delivery:
     body = record.get("body")
     if not isinstance(body, str):
         return dispatch.Delivery(key=key, error=events.Malformed(f"SQS message {key} has no string 'body'"))
-    return dispatch.Delivery.decode(key, lambda: events.decode_json(body, what=f"SQS message {key} body"))
+    return dispatch.Delivery.decode(key, lambda: events.decode_json_all(body, what=f"SQS message {key} body"))
 
 
 def decode_message(message: Mapping[str, Any]) -> dispatch.Delivery:
@@ -100,7 +100,7 @@ def decode_message(message: Mapping[str, Any]) -> dispatch.Delivery:
     body = message.get("Body", message.get("body"))
     if not isinstance(body, str):
         return dispatch.Delivery(key=key, error=events.Malformed(f"SQS message {key} has no string 'Body'"))
-    return dispatch.Delivery.decode(key, lambda: events.decode_json(body, what=f"SQS message {key} body"))
+    return dispatch.Delivery.decode(key, lambda: events.decode_json_all(body, what=f"SQS message {key} body"))
 
 
 def handle_batch(

@@ -24,7 +24,7 @@ seconds after a rebalance recommendation; a node without one is protected for
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -192,6 +192,32 @@ def decide(
         f"Retry after {retry}s (allowed by {_clock(release_at)} at the latest)."
     )
     return Decision(False, "protected", message, retry)
+
+
+def node_replaced(
+    node: str,
+    *,
+    workloads: Iterable[tuple[Workload, int]],
+    pods: Iterable[PodView],
+    nodes: Mapping[str, NodeFacts],
+    owner_of: Callable[[PodView], str | None],
+) -> bool:
+    """True when ``node`` may go now: every managed workload (with its on-demand floor) that
+    has a serving pod on it has what :func:`wanted` asks Ready on nodes that stay (its surge
+    is Ready). What lets an ASG lifecycle hook be completed. ``owner_of`` gives a pod's
+    workload key (``Deployment/ns/name``)."""
+    by_key: dict[str, list[PodView]] = {}
+    for p in pods:
+        key = owner_of(p)
+        if key is not None:
+            by_key.setdefault(key, []).append(p)
+    for workload, floor_on_demand in workloads:
+        own = by_key.get(workload.key, [])
+        if not any(p.node_name == node and p.active and p.ready for p in own):
+            continue
+        if ready_on_staying_nodes(own, nodes) < wanted(workload, floor_on_demand):
+            return False
+    return True
 
 
 ERROR_RETRY_SECONDS = 1

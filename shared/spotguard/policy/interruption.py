@@ -314,6 +314,14 @@ def verdict_of(notice: Notice, config: Config, now: float) -> tuple[Verdict, str
         if now > deadline(notice, config, now) + STALE_SECONDS:
             return Verdict.IGNORED, "spot interruption warning past its reclaim time: the node outlived it"
         return Verdict.DOOMED, f"spot interruption warning ({notice.action or 'terminate'})"
+    if notice.kind in notices_mod.ADVANCE_KINDS:
+        if now > deadline(notice, config, now) + STALE_SECONDS:
+            return Verdict.IGNORED, f"{notice.kind} notice past its reclaim time: the node outlived it"
+        return Verdict.DOOMED, (
+            "ASG lifecycle hook (instance terminating)"
+            if notice.kind is NoticeKind.LIFECYCLE
+            else "AWS Health scheduled change"
+        )
     if notice.kind is NoticeKind.REBALANCE:
         action = config.rebalance_action
         if action is RebalanceAction.SURGE:
@@ -341,6 +349,10 @@ def notice_time(notice: Notice, now: float) -> float:
 def deadline(notice: Notice, config: Config, now: float) -> float:
     """Until when a notice dooms its node: the reclaim time, or the end of a rebalance's surge."""
     t = notice_time(notice, now)
+    if notice.until is not None:
+        # The notice says when (a lifecycle hook's timeout, a scheduled change's start); a
+        # replayed notice's clock is moved to now with its time.
+        return t + max(0.0, notice.until.timestamp() - notice.time.timestamp())
     if notice.kind is NoticeKind.INTERRUPTION:
         return t + notices_mod.INTERRUPTION_WINDOW
     if notice.kind is NoticeKind.REBALANCE:
@@ -358,6 +370,7 @@ def node_notice(notice: Notice, config: Config, now: float) -> NodeNotice:
         until=deadline(notice, config, now),
         state=notice.state,
         action=notice.action,
+        lifecycle=notice.lifecycle,
     )
 
 

@@ -12,6 +12,22 @@ class NoticeKind(enum.StrEnum):
     INTERRUPTION = "interruption"  # EC2 Spot Instance Interruption Warning
     REBALANCE = "rebalance"  # EC2 Instance Rebalance Recommendation
     STATE_CHANGE = "state-change"  # EC2 Instance State-change Notification
+    LIFECYCLE = "lifecycle"  # EC2 Instance-terminate Lifecycle Action (an ASG lifecycle hook)
+    SCHEDULED = "scheduled-change"  # AWS Health Event: an EC2 scheduled change (retirement, maintenance)
+
+
+# Kinds whose reclaim time the notice itself says (Notice.until), not a fixed window.
+ADVANCE_KINDS = frozenset({NoticeKind.LIFECYCLE, NoticeKind.SCHEDULED})
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """The ASG lifecycle action a terminate notice holds open: heartbeats keep the instance
+    until the surge is Ready, then CompleteLifecycleAction lets the group terminate it."""
+
+    group: str  # AutoScalingGroupName
+    hook: str  # LifecycleHookName
+    token: str  # LifecycleActionToken
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,10 @@ class Notice:
     action: str = ""  # interruption only: terminate, stop or hibernate
     region: str = ""
     account: str = ""
+    # The reclaim time where the notice says it (lifecycle: the hook's timeout; scheduled
+    # change: the Health event's start time); None: the kind's fixed window.
+    until: datetime | None = None
+    lifecycle: Lifecycle | None = None
 
 
 # The node annotation written with the interruption taint: which notice tainted the
@@ -44,9 +64,10 @@ class NodeNotice:
     until: float  # epoch seconds: the reclaim time (or the end of a rebalance's surge)
     state: str = ""
     action: str = ""
+    lifecycle: Lifecycle | None = None
 
     def to_json(self) -> str:
-        out = {
+        out: dict[str, object] = {
             "event": self.event_id,
             "kind": str(self.kind),
             "time": round(self.time, 3),
@@ -56,6 +77,10 @@ class NodeNotice:
             out["state"] = self.state
         if self.action:
             out["action"] = self.action
+        if self.lifecycle is not None:
+            out["asg"] = self.lifecycle.group
+            out["hook"] = self.lifecycle.hook
+            out["token"] = self.lifecycle.token
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -72,6 +97,11 @@ class NodeNotice:
                 until=float(raw["until"]),
                 state=str(raw.get("state") or ""),
                 action=str(raw.get("action") or ""),
+                lifecycle=(
+                    Lifecycle(str(raw["asg"]), str(raw["hook"]), str(raw["token"]))
+                    if raw.get("asg") and raw.get("hook") and raw.get("token")
+                    else None
+                ),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

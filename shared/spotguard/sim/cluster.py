@@ -99,8 +99,10 @@ class SimCluster:
             self._server = None
         self.store.close()
 
-    def api_client(self, token: str | None = None) -> Any:
-        """A ``kubernetes.client.ApiClient`` configured for this cluster."""
+    def api_client(self, token: str | None = None, *, impersonate: str | None = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` configured for this cluster: the admin, or
+        ``token``'s user; ``impersonate`` sends ``Impersonate-User`` (a service account's
+        ``system:serviceaccount:<ns>:<name>`` gets its groups)."""
         import kubernetes
 
         config = kubernetes.client.Configuration()
@@ -114,7 +116,36 @@ class SimCluster:
             config.ssl_ca_cert = str(ca_path)
         else:
             config.verify_ssl = False
+        if impersonate is not None:
+            return kubernetes.client.ApiClient(config, header_name="Impersonate-User", header_value=impersonate)
         return kubernetes.client.ApiClient(config)
+
+    def _api(self) -> Any:
+        if self._server is None:
+            raise RuntimeError("the simulated cluster is not started")
+        return self._server.api
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 7 * 24 * 3600) -> str:
+        """A token for ServiceAccount ``namespace/name`` (it must exist), as ``kubectl create
+        token --duration`` issues it; valid ``seconds`` of simulated time."""
+        return str(self._api().authenticator.issue(namespace, name, seconds)[0])
+
+    def client_certificate(self, user: str, groups: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
+        """A client certificate (PEM) and its key for ``user`` in ``groups``, signed by the
+        cluster's client CA."""
+        if self._server is None or self._server.client_ca is None:
+            raise RuntimeError("client certificates need the TLS server")
+        return self._server.client_ca.issue(user, groups)
+
+    def map_aws_access_key(self, access_key_id: str, username: str, groups: tuple[str, ...] = ()) -> None:
+        """An EKS access entry: a ``k8s-aws-v1.`` token signed with ``access_key_id`` is
+        ``username`` in ``groups`` (EKS maps the IAM principal; STS is not called)."""
+        self._api().authenticator.map_aws_access_key(access_key_id, username, groups)
+
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str | None = None,
+                         client_cert: tuple[bytes, bytes] | None = None) -> str:
+        """A kubeconfig for this cluster acting as ``token``'s or ``client_cert``'s user."""
+        return str(kubeconfig_mod.write(path, self.url, token, self.ca_pem, client_cert))
 
     def reclaim(self, node_names: Iterable[str], after_seconds: float = 120.0,
                 action: str | None = None) -> None:

@@ -37,17 +37,19 @@ _SUB_KIND = {
     "scale": ("autoscaling", "v1", "Scale"),
     "eviction": ("policy", "v1", "Eviction"),
     "binding": ("", "v1", "Binding"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 _SUB_VERBS = {
     "status": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
     "eviction": ["create"],
     "binding": ["create"],
+    "token": ["create"],
 }
 
 
-def _verbs() -> list[str]:
-    return sorted(_READ + _WRITE)
+def _verbs(t: resources.ResourceType) -> list[str]:
+    return list(t.verbs) if t.verbs else sorted(_READ + _WRITE)
 
 
 def resource_list(group: str, version: str) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
             continue
         entry: dict[str, Any] = {
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-            "kind": t.kind, "verbs": _verbs(),
+            "kind": t.kind, "verbs": _verbs(t),
         }
         if t.short_names:
             entry["shortNames"] = list(t.short_names)
@@ -109,7 +111,7 @@ def aggregated(core: bool) -> dict[str, Any]:
                 "responseKind": {"group": group, "version": version, "kind": t.kind},
                 "scope": "Namespaced" if t.namespaced else "Cluster",
                 "singularResource": t.singular,
-                "verbs": _verbs(),
+                "verbs": _verbs(t),
             }
             if t.short_names:
                 entry["shortNames"] = list(t.short_names)

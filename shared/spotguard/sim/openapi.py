@@ -41,6 +41,7 @@ _SUB_KINDS = {
     "scale": ("autoscaling", "v1", "Scale"),
     "eviction": ("policy", "v1", "Eviction"),
     "binding": ("", "v1", "Binding"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 _lock = threading.Lock()
 
@@ -206,12 +207,19 @@ def group_version_doc(group: str, version: str) -> dict[str, Any]:
         if (t.group, t.version) != (group, version):
             continue
         kind_def = _def_for(group, version, t.kind)
-        list_def = _def_for(group, version, t.list_kind)
-        roots += [kind_def, list_def]
         gvk = {"group": group, "version": version, "kind": t.kind}
         base = t.prefix + ("/namespaces/{namespace}" if t.namespaced else "")
         ident = f"{t.kind}{'Namespaced' if t.namespaced else ''}"
         path_params = [_param("namespace", "path")] if t.namespaced else []
+        if t.verbs == ("create",):  # an access review: POST only, no list kind
+            roots.append(kind_def)
+            paths[f"{base}/{t.plural}"] = {
+                "post": _operation("post", f"create{ident}", gvk, kind_def, kind_def, _write_params()),
+                "parameters": path_params,
+            }
+            continue
+        list_def = _def_for(group, version, t.list_kind)
+        roots += [kind_def, list_def]
         paths[f"{base}/{t.plural}"] = {
             "get": _operation("list", f"list{ident}", gvk, None, list_def,
                               [_param("labelSelector"), _param("fieldSelector"),

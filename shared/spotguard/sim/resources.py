@@ -19,6 +19,8 @@ class ResourceType:
     # ReplicationControllers keep this legacy default: pkg/registry/*/strategy.go
     # DefaultGarbageCollectionPolicy)
     orphan_by_default: bool = False
+    # the verbs served, when not every one (the access reviews are create-only)
+    verbs: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -44,6 +46,7 @@ class ResourceType:
 
 _ALL = ("all",)
 _KARPENTER = ("karpenter",)
+RBAC = "rbac.authorization.k8s.io"
 TYPES: tuple[ResourceType, ...] = (
     ResourceType("namespaces", "Namespace", "", "v1", False, ("ns",), ("status",)),
     ResourceType("nodes", "Node", "", "v1", False, ("no",), ("status",)),
@@ -53,8 +56,9 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("events", "Event", "", "v1", True, ("ev",)),
     ResourceType("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
     ResourceType("services", "Service", "", "v1", True, ("svc",), ("status",), _ALL),
-    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",)),
+    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",), ("token",)),
     ResourceType("secrets", "Secret", "", "v1", True),
+    ResourceType("resourcequotas", "ResourceQuota", "", "v1", True, ("quota",), ("status",)),
     ResourceType(
         "deployments", "Deployment", "apps", "v1", True, ("deploy",), ("status", "scale"), _ALL
     ),
@@ -87,6 +91,10 @@ TYPES: tuple[ResourceType, ...] = (
         ("status",),
         _ALL,
     ),
+    ResourceType("roles", "Role", RBAC, "v1", True),
+    ResourceType("rolebindings", "RoleBinding", RBAC, "v1", True),
+    ResourceType("clusterroles", "ClusterRole", RBAC, "v1", False),
+    ResourceType("clusterrolebindings", "ClusterRoleBinding", RBAC, "v1", False),
     ResourceType(
         "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration",
@@ -114,8 +122,19 @@ TYPES: tuple[ResourceType, ...] = (
 # of the store under another schema (``spotguard.sim.eventsapi``), as kube-apiserver
 # serves one Event storage through both group versions.
 EVENTS_V1 = ResourceType("events", "Event", "events.k8s.io", "v1", True, ("ev",))
-VIEWS: tuple[ResourceType, ...] = (EVENTS_V1,)
+# Access reviews: created, answered, never stored (spotguard.sim.accessreviews).
+_CREATE = ("create",)
+_AUTHZ = "authorization.k8s.io"
+REVIEWS: tuple[ResourceType, ...] = (
+    ResourceType("selfsubjectaccessreviews", "SelfSubjectAccessReview", _AUTHZ, "v1", False, verbs=_CREATE),
+    ResourceType("selfsubjectrulesreviews", "SelfSubjectRulesReview", _AUTHZ, "v1", False, verbs=_CREATE),
+    ResourceType("subjectaccessreviews", "SubjectAccessReview", _AUTHZ, "v1", False, verbs=_CREATE),
+    ResourceType("localsubjectaccessreviews", "LocalSubjectAccessReview", _AUTHZ, "v1", True, verbs=_CREATE),
+    ResourceType("selfsubjectreviews", "SelfSubjectReview", "authentication.k8s.io", "v1", False, verbs=_CREATE),
+)
+VIEWS: tuple[ResourceType, ...] = (EVENTS_V1, *REVIEWS)
 SERVED: tuple[ResourceType, ...] = TYPES + VIEWS
+PLURALS: frozenset[str] = frozenset(t.plural for t in SERVED)
 
 BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in TYPES}
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}

@@ -107,7 +107,7 @@ def resolve(path: str) -> Target | None:
         return None
     namespace: str | None = None
     if rest[0] == "namespaces" and len(rest) >= 3 and (
-        rest[2] in resources.BY_PLURAL or rest[2] == "bindings"
+        rest[2] in resources.PLURALS or rest[2] == "bindings"
     ):
         namespace, rest = rest[1], rest[2:]
     plural = rest[0]
@@ -214,7 +214,11 @@ class Api:
     """Serve REST requests from a Store."""
 
     def __init__(self, store: Store) -> None:
+        from spotguard.sim import authn, rbac
+
         self.store = store
+        self.authorizer = rbac.Authorizer(store)
+        self.authenticator = authn.Authenticator(store)
 
     # ---- entry point -----------------------------------------------------
     def handle(self, request: Request) -> Response:
@@ -233,7 +237,11 @@ class Api:
         method = request.method
         q = request.query
         ctype = request.headers.get("content-type", "")
-        if request.body and ("protobuf" in ctype or "cbor" in ctype):
+        if request.body and "protobuf" in ctype and (t.rtype in resources.REVIEWS or t.subresource == "token"):
+            from spotguard.sim import protobuf
+
+            request.body = orjson.dumps(protobuf.decode(request.body))
+        elif request.body and ("protobuf" in ctype or "cbor" in ctype):
             raise errors.UnsupportedMediaType(
                 f"the simulated cluster speaks JSON only, not {ctype.split(';')[0]} (kubectl's "
                 "imperative `create <kind>` generators send protobuf: use `kubectl apply -f` or "
@@ -243,6 +251,10 @@ class Api:
             from spotguard.sim import eventsapi
 
             return eventsapi.handle(self, request, t)
+        if t.rtype in resources.REVIEWS or t.subresource == "token":
+            from spotguard.sim import accessreviews
+
+            return accessreviews.handle(self, request, t)
         if t.subresource == "eviction":
             if method != "POST":
                 raise errors.MethodNotAllowed("only POST is allowed for pods/eviction")

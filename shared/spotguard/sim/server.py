@@ -15,37 +15,12 @@ from urllib.parse import unquote
 
 import orjson
 
-from spotguard.sim import errors, faults, routes, tls
+from spotguard.sim import authn, errors, faults, rbac, requestinfo, routes, tls
 
 log = logging.getLogger(__name__)
 
-ADMIN_TOKEN = "spotguard-sim-admin"
-ADMIN_USER = {
-    "username": "kubernetes-admin",
-    "uid": "spotguard-sim-admin",
-    "groups": ["system:masters", "system:authenticated"],
-}
-
-
-def user_for(authorization: str | None) -> dict[str, Any]:
-    """The userInfo for a bearer token.
-
-    The admin token (and any unknown token) is ``kubernetes-admin``; a token of
-    the form ``system:serviceaccount:<ns>:<name>`` acts as that service account,
-    so tests can play controllers over HTTP.
-    """
-    token = ""
-    if authorization and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip()
-    if token.startswith("system:serviceaccount:") and token.count(":") == 3:
-        ns = token.split(":")[2]
-        return {
-            "username": token,
-            "uid": f"sim-{token.rsplit(':', 1)[-1]}",
-            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}",
-                       "system:authenticated"],
-        }
-    return dict(ADMIN_USER)
+ADMIN_TOKEN = authn.ADMIN_TOKEN
+ADMIN_USER = authn.ADMIN_USER
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -79,11 +54,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         request = routes.Request(
-            method=self.command, path=path, query=query, headers=headers, body=body,
-            user=user_for(headers.get("authorization")),
+            method=self.command, path=path, query=query, headers=headers, body=body, user=authn.ANONYMOUS,
         )
         try:
             self.server.check_faults(request)
+            request.user = self._authorized(request)
             response = self.server.api.handle(request)
         except faults.DropConnection:
             self.close_connection = True
@@ -97,6 +72,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._stream(response)
             return
         self._send(response)
+
+    def _authorized(self, request: routes.Request) -> dict[str, Any]:
+        """Authenticate, impersonate, authorize (kube-apiserver's filter chain); the user the
+        request acts as, or a 401 or 403 :class:`errors.StatusError`."""
+        api = self.server.api
+        peer = None
+        if isinstance(self.connection, ssl.SSLSocket):
+            peer = self.connection.getpeercert() or None
+        user = api.authenticator.authenticate(self.headers.get("Authorization"), peer)
+        impersonation = {name: self.headers.get_all(name) or [] for name in
+                         ("impersonate-user", "impersonate-group", "impersonate-uid")}
+        user = authn.impersonate(user, impersonation, api.authorizer)
+        attrs = requestinfo.attributes(request.method, request.path, request.query, user)
+        decision = api.authorizer.authorize(attrs)
+        if not decision.allowed:
+            message, details = rbac.forbidden_message(attrs, decision.reason)
+            raise errors.Forbidden(message, **details)
+        return user
 
     def _read_body(self) -> bytes:
         """The request body: ``Transfer-Encoding: chunked`` (RFC 9112 7.1) or ``Content-Length``."""
@@ -226,7 +219,8 @@ class ApiServer(http.server.ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.cert = tls.self_signed() if tls_enabled else None
-        self._ctx = self.cert.server_context() if self.cert else None
+        self.client_ca = tls.client_ca() if tls_enabled else None
+        self._ctx = self.cert.server_context(self.client_ca.cert_pem if self.client_ca else None) if self.cert else None
 
     @property
     def url(self) -> str:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from spotguard.sim import clock as clock_mod
-from spotguard.sim import errors, patching, patchmeta, resources, selectors, strategies
+from spotguard.sim import errors, patching, patchmeta, quota, rbacpolicy, resources, selectors, strategies
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ class Store:
         self.admission_enabled = True
         for name in SYSTEM_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
-        for plural, obj in strategies.bootstrap_objects():
+        for plural, obj in (*strategies.bootstrap_objects(), *rbacpolicy.bootstrap_objects()):
             self.create(plural, obj)
 
     # ---- compaction ---------------------------------------------------------
@@ -456,6 +456,11 @@ class Store:
     def count(self, resource: str) -> int:
         with self.lock:
             return sum(len(v) for v in self._bucket(resource).values())
+
+    def count_in(self, resource: str, namespace: str) -> int:
+        """How many ``resource`` objects ``namespace`` holds."""
+        with self.lock:
+            return len(self._bucket(resource).get(namespace, {}))
 
     # ---- watches and subscribers -----------------------------------------
 
@@ -700,6 +705,11 @@ class Store:
             obj.setdefault("status", {})
         try:
             with self.lock:
+                if rtype.namespaced and self._data["resourcequotas"].get(ns):
+                    # ResourceQuota admission, last, with the namespace's usage as it is now
+                    quota.admit(rtype, obj, [e.obj for e in self._data["resourcequotas"][ns].values()],
+                                lambda plural: [e.obj for e in self._data[plural].get(ns, {}).values()],
+                                self.clock.now())
                 names = self._data[resource].get(ns, {})
                 if meta["name"] in names:
                     raise errors.already_exists(resource, meta["name"], rtype.group)
@@ -732,7 +742,11 @@ class Store:
         name = str(obj["metadata"].get("name", ""))
         pattern, limit = (_LABEL, 63) if rtype.plural == "namespaces" else (_SUBDOMAIN, 253)
         causes: list[dict[str, str]] = []
-        if len(name) > limit or not pattern.match(name):
+        if rtype.group == resources.RBAC:  # ValidateRBACName: any path segment name
+            if name in (".", "..") or "/" in name or "%" in name:
+                causes.append({"field": "metadata.name",
+                               "message": f'Invalid value: "{name}": may not contain \'/\' or \'%\''})
+        elif len(name) > limit or not pattern.match(name):
             rule = "RFC 1123 label" if rtype.plural == "namespaces" else "RFC 1123 subdomain"
             causes.append({
                 "field": "metadata.name",

@@ -1,3 +1,15 @@
+{{/*
+The prefix of every object's name: fullnameOverride, else nameOverride, else
+"spotguard" (whatever the release is called, so that names stay what earlier
+versions of the chart made and what infra/kubernetes uses); at most 36
+characters (the longest suffix, -spot-interruption-metrics, keeps names within
+63). Two releases in one cluster need different prefixes: the webhook
+configurations and ClusterRoles are cluster-wide.
+*/}}
+{{- define "spotguard.fullname" -}}
+{{- .Values.fullnameOverride | default .Values.nameOverride | default .Chart.Name | trunc 36 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* Common labels. */}}
 {{- define "spotguard.labels" -}}
 app.kubernetes.io/part-of: spotguard
@@ -21,10 +33,10 @@ key is absent. Call with (dict "name" NAME "root" $).
 {{- toYaml (index .root.Values $key | default dict) -}}
 {{- end -}}
 
-{{/* A function's service account name: serviceAccount.name, else spotguard-<function>. */}}
+{{/* A function's service account name: serviceAccount.name, else <fullname>-<function>. */}}
 {{- define "spotguard.serviceAccountName" -}}
 {{- $c := include "spotguard.component" . | fromYaml -}}
-{{- (($c.serviceAccount | default dict).name) | default (printf "spotguard-%s" .name) -}}
+{{- (($c.serviceAccount | default dict).name) | default (printf "%s-%s" (include "spotguard.fullname" .root) .name) -}}
 {{- end -}}
 
 {{/*
@@ -71,7 +83,7 @@ tolerations:
 
 {{/* Pod labels: the selector labels, then podLabels (which cannot override them). */}}
 {{- define "spotguard.podLabels" -}}
-{{- $labels := merge (dict "app.kubernetes.io/name" (printf "spotguard-%s" .name) "app.kubernetes.io/component" .name "app.kubernetes.io/part-of" "spotguard" "app.kubernetes.io/instance" .root.Release.Name) (.values.podLabels | default dict) -}}
+{{- $labels := merge (dict "app.kubernetes.io/name" (printf "%s-%s" (include "spotguard.fullname" .root) .name) "app.kubernetes.io/component" .name "app.kubernetes.io/part-of" "spotguard" "app.kubernetes.io/instance" .root.Release.Name) (.values.podLabels | default dict) -}}
 {{- toYaml $labels -}}
 {{- end -}}
 
@@ -84,14 +96,39 @@ capabilities:
   drop: [ALL]
 {{- end -}}
 
+{{/* repository@digest where image.digest is set, else repository:tag (default appVersion). */}}
 {{- define "spotguard.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces spotguard never touches: its own, then excludedNamespaces. */}}
+{{- define "spotguard.excludedNamespaces" -}}
+{{- toYaml (concat (list (include "spotguard.namespace" .)) .Values.excludedNamespaces | uniq) -}}
+{{- end -}}
+
+{{/*
+Every container's env: where its settings are (SPOTGUARD_NAMESPACE,
+SPOTGUARD_CONFIGMAP), then the component's extraEnv. Call with
+(dict "root" $ "values" $c).
+*/}}
+{{- define "spotguard.env" -}}
+- name: SPOTGUARD_NAMESPACE
+  value: {{ include "spotguard.namespace" .root | quote }}
+- name: SPOTGUARD_CONFIGMAP
+  value: {{ printf "%s-config" (include "spotguard.fullname" .root) | quote }}
+{{- with .values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* The DNS names the API server uses for the webhook Service. */}}
 {{- define "spotguard.admission.dnsNames" -}}
-- spotguard-admission.{{ include "spotguard.namespace" . }}.svc
-- spotguard-admission.{{ include "spotguard.namespace" . }}.svc.cluster.local
+- {{ include "spotguard.fullname" . }}-admission.{{ include "spotguard.namespace" . }}.svc
+- {{ include "spotguard.fullname" . }}-admission.{{ include "spotguard.namespace" . }}.svc.cluster.local
 {{- end -}}
 
 {{/* Role subjects: the function's service account, and its EKS group. */}}
@@ -113,15 +150,22 @@ Returns a dict with caCrt, tlsCrt, tlsKey (PEM).
 */}}
 {{- define "spotguard.generatedCerts" -}}
 {{- if not (hasKey .Values "_spotguardGeneratedCerts") -}}
+{{- /* lookup answers nothing without a cluster (helm template, helm lint, Argo CD,
+     --dry-run=client): kube-system always exists in a cluster, so its absence says
+     this render cannot see the Secret it would keep, and would make a new CA. */ -}}
+{{- if and (not (lookup "v1" "Namespace" "" "kube-system")) (not .Values.certs.generate.renderWithoutCluster) -}}
+{{- fail "certs.mode=generate needs the cluster (helm install or helm upgrade): this render cannot see it (helm template, Argo CD, --dry-run=client), so it would make a new CA every time, the diff would never clear and the webhook's caBundle would change before its pods see the new Secret. Use certs.mode=cert-manager (or static) with GitOps; certs.generate.renderWithoutCluster=true only to lint." -}}
+{{- end -}}
 {{- $result := dict -}}
-{{- $existing := lookup "v1" "Secret" (include "spotguard.namespace" .) "spotguard-admission-tls" -}}
+{{- $existing := lookup "v1" "Secret" (include "spotguard.namespace" .) (printf "%s-admission-tls" (include "spotguard.fullname" .)) -}}
 {{- if and $existing (index ($existing.data | default dict) "ca.crt") -}}
 {{- $result = dict "caCrt" (index $existing.data "ca.crt" | b64dec) "tlsCrt" (index $existing.data "tls.crt" | b64dec) "tlsKey" (index $existing.data "tls.key" | b64dec) -}}
 {{- else -}}
 {{- $days := int .Values.certs.generate.days -}}
 {{- $ca := genCA "spotguard webhook CA" $days -}}
-{{- $names := list (printf "spotguard-admission.%s.svc" (include "spotguard.namespace" .)) (printf "spotguard-admission.%s.svc.cluster.local" (include "spotguard.namespace" .)) -}}
-{{- $cert := genSignedCert (printf "spotguard-admission.%s.svc" (include "spotguard.namespace" .)) nil $names $days $ca -}}
+{{- $service := printf "%s-admission.%s.svc" (include "spotguard.fullname" .) (include "spotguard.namespace" .) -}}
+{{- $names := list $service (printf "%s.cluster.local" $service) -}}
+{{- $cert := genSignedCert $service nil $names $days $ca -}}
 {{- $result = dict "caCrt" $ca.Cert "tlsCrt" $cert.Cert "tlsKey" $cert.Key -}}
 {{- end -}}
 {{- /* Made once per render: the webhook's caBundle and the Secret must match. */ -}}

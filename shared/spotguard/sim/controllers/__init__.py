@@ -14,6 +14,7 @@ from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
     autoscaler,
     base,
+    clusterroleaggregation,
     completion,
     consolidation,
     cronjob,
@@ -31,6 +32,7 @@ from spotguard.sim.controllers import (
     provisioner,
     replicaset,
     replicationcontroller,
+    resourcequota,
     scheduling,
     serviceaccounts,
     statefulset,
@@ -52,6 +54,8 @@ def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Cont
         replicationcontroller.ReplicationManager(store, informer),
         completion.Completion(store, informer),
         serviceaccounts.ServiceAccountsController(store, informer),
+        clusterroleaggregation.ClusterRoleAggregationController(store, informer),
+        resourcequota.ResourceQuotaController(store, informer),
     ]
 
 

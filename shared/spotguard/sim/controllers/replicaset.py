@@ -127,7 +127,11 @@ class ReplicaSetController(base.Controller):
 
         def create_one() -> None:
             self.client.wait(self._stop)
-            created = self.store.create("pods", pod, namespace=ns, user=USER)
+            try:
+                created = self.store.create("pods", pod, namespace=ns, user=USER)
+            except errors.StatusError as exc:  # controller.RealPodControl: FailedCreate
+                self.event(rs, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+                raise
             self.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
 
         self.log.info("creating pods", extra={"replicaset": rs["metadata"]["name"],
