@@ -129,7 +129,26 @@ def _return_to_spot(r: Result) -> str:
     )
 
 
+def _cost(r: Result) -> str:
+    runs = r.get("runs") or {}
+
+    def one(name: str) -> str:
+        x = runs.get(name) or {}
+        saving = x.get("saving_vs_all_on_demand")
+        return (f"{name} ${_num(x.get('cost_per_hour_usd'))}/h"
+                + (f" ({abs(saving):.0%} {'cheaper' if saving >= 0 else 'dearer'} than all on-demand)"
+                   if isinstance(saving, (int, float)) and name != "all-on-demand" else "")
+                + f", {_num(x.get('workloads_below_before'))} workloads below their pre-notice serving")
+    return f"{r.get('scenario')}: " + "; ".join(one(n) for n in ("spotguard", "all-on-demand", "spot-drainer"))
+
+
 KNOWN: dict[str, Known] = {
+    "cost": Known(
+        quick=[],
+        figures=_cost,
+        aim="cost and serving beside all on-demand and spot with a drainer (a measurement: no target yet)",
+        met=lambda r: bool(r.get("runs")),
+    ),
     "chaos": Known(
         quick=["--faults", "none"],
         figures=_chaos,

@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drainer's delays (0)")
     parser.add_argument("--no-return", action="store_true", help="stop after the reclaim (no return to spot)")
+    parser.add_argument(
+        "--baselines", action="store_true",
+        help="on a provisioned scenario (a Karpenter NodePool), also run the same workloads and notice without "
+             "spotguard: all on-demand, and spot with a drainer at the notice; print their cost and serving",
+    )  # fmt: skip
     parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of serving replicas on spot and on-demand")
     parser.add_argument(
         "--json",
@@ -101,6 +106,9 @@ def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
         return_to_spot=not args.no_return, pace=args.pace,
     )  # fmt: skip
     cycle.check(options)
+    if getattr(args, "baselines", False) and not any(o.get("kind") == "NodePool" for o in options.objects):
+        raise UserError("--baselines: the scenario has no Karpenter NodePool; the baselines launch their own "
+                        "capacity (try --scenario infra/scenarios/demo-karpenter.yaml)")
     return options, plot
 
 
@@ -130,6 +138,20 @@ def run(args: argparse.Namespace) -> int:
     for note in outcome.notes:
         console.print(f"note: {note}")
     console.print(report.verdict(data))
+    if getattr(args, "baselines", False):
+        from spotguard.ops import baselines
+
+        console.print("running the baselines (the same workloads and notice, without spotguard)...")
+        runs = baselines.run(options.objects, scale=options.time_scale, window=outcome.duration,
+                             notice=options.reclaim_after, pod_startup=options.pod_startup)
+        base = runs["all-on-demand"]["money"]["cycle"]["usd"]
+        for name, found in runs.items():
+            console.print(baselines.line(name, found, base if name != "all-on-demand" else None))
+        usd = data["money"]["cycle"]["usd"]
+        data["baselines"] = runs
+        data["saving_vs_all_on_demand"] = round(1 - usd / base, 4) if base else None
+        if base:
+            console.print(f"spotguard: ${usd:.4f} over the same window, {baselines.against(usd, base)}")
     if plot is not None:
         report.plot(outcome, plot)
         console.print(f"plot written to {plot}")

@@ -32,18 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.logs import UserError
-from spotguard.ops import aws, functions, serving
+from spotguard.ops import aws, functions, money, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
+from spotguard.sim import billing, nodepools, scheduler, testing
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
-from spotguard.sim import testing
 
 Obj = dict[str, Any]
-INFRA_KINDS = {"Node", "Namespace"}
+INFRA_KINDS = {"Node", "Namespace", "NodePool", "EC2NodeClass"}
 DRAINER_MAX_DELAY = 2.0  # simulated seconds after the notice
 RECONCILE_SECONDS = 15.0  # the spot-interruption scheduled reconcile (simulated seconds)
 PING_SECONDS = 15.0  # node-added pings (simulated seconds)
@@ -129,6 +129,7 @@ class Outcome:
     time_scales: dict[str, float] = field(default_factory=dict)  # per phase: placing, notice, return
     scheduler_lag: dict[str, float] = field(default_factory=dict)  # pods bound since the notice, p99 and max waits
     spot_returned: float | None = None  # simulated seconds from the notice to new spot nodes joining
+    money: dict[str, Any] = field(default_factory=dict)  # the instances' cost (spotguard.ops.money)
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -165,9 +166,26 @@ def check(options: Options) -> None:
     nodes = [o for o in infra if o.get("kind") == "Node"]
     cfg = config_mod.Config()
     spot = [n for n in nodes if cfg.node_capacity(_labels(n)).value == serving.SPOT]
+    if provisioned(options.objects):
+        return  # the spot nodes are launched for the pods: the doomed ones are known at the notice
     if not spot:
-        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot")
+        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot, "
+                        "or give a Karpenter NodePool or Cluster Autoscaler node group that launches spot")
     doomed(options, spot)
+
+
+def provisioned(objects: list[Obj]) -> bool:
+    """Spot capacity is launched (a NodePool or a node group allowing spot), not fixed in the scenario."""
+    if any(g.capacity_type == "spot" for g in settings_of(objects).capacity.cluster_autoscaler.node_groups):
+        return True
+    for o in objects:
+        if o.get("kind") != "NodePool":
+            continue
+        reqs = nodepools.requirements(o)
+        if all(scheduler.match_requirement(r, {nodepools.CAPACITY_TYPE: "spot"}) for r in reqs
+               if r.get("key") == nodepools.CAPACITY_TYPE):
+            return True
+    return False
 
 
 def notice_scale(options: Options, pods: int) -> float:
@@ -360,6 +378,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         # 4. back to spot
         tracker.settle()
         rejoin = tracker.snapshot()
+        settled_at = sim.clock.now()
         notice_bound = tracker.bind_lag()[0]
         returned = "not asked for"
         if node_added is not None:
@@ -371,7 +390,10 @@ def run(options: Options, view: View | None = None) -> Outcome:
             watch.phase.notes.extend(_lag_notes("during the return to spot", tracker.bind_lag(start=notice_bound)))
         bound, p99, longest = tracker.bind_lag()
         lag = {"pods": bound, "p99_seconds": round(p99, 1), "max_seconds": round(longest, 1)}
-        duration = sim.clock.now() - t0
+        end = sim.clock.now()
+        duration = end - t0
+        cost = money.measure(billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0,
+                             settled=settled_at, end=end)
         admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
         watch.phase.name = "done"
         watch.show()
@@ -379,7 +401,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
-            time_scales=scales, scheduler_lag=lag,
+            time_scales=scales, scheduler_lag=lag, money=cost,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
@@ -518,7 +540,8 @@ def _return_to_spot(
     if scales["return"] < options.time_scale:
         watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options))
     watch.phase.name = "new spot nodes joined; node-added moves workloads back"
-    fresh = [replacement(n) for n in gone]
+    # a provisioned cluster launches the spot nodes the moved pods ask for: none is added by hand
+    fresh = [] if provisioned(options.objects) else [replacement(n) for n in gone]
     watch.spot_returned = sim.clock.now()
     sim.store.apply_objects(fresh)
     for n in fresh:

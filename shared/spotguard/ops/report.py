@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spotguard.ops import cycle, serving
+from spotguard.ops import cycle, money, serving
 from spotguard.policy.workloads import Kind
 
 SPOT, OD = serving.SPOT, serving.ON_DEMAND
@@ -135,6 +135,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "spot_share_after": _share(after_spot, after_all),
         "optimal_spot_share": _share(optimal, desired),
         "cost_vs_on_demand": round(cost / base, 4) if base else 0.0,
+        "money": outcome.money,
         "spot_nodes_reclaimed": len(outcome.doomed),
         "drainer": outcome.options.drainer,
         "drainer_delays": outcome.drainer_delays,
@@ -211,6 +212,8 @@ def verdict(data: dict[str, Any]) -> str:
         f"cost {data['cost_vs_on_demand']:.0%} of all on-demand"
         + (f" (a saving of {1 - data['cost_vs_on_demand']:.0%})" if data["cost_vs_on_demand"] < 1 else "")
     )
+    if data.get("money"):
+        head += "\n" + money.line(data["money"])
     if not lost:
         return (
             head + "\nthe promise held: no Deployment served fewer replicas than before the notice, "

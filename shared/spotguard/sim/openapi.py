@@ -104,7 +104,30 @@ def _schemas() -> dict[str, Any]:
     raw = json.loads(_definitions_file().read_text())
     defs = raw.get("$defs") or raw.get("definitions") or {}
     converted: dict[str, Any] = _convert(defs)
+    known = {(g.get("group", ""), g.get("version"), g.get("kind"))
+             for schema in converted.values() for g in schema.get("x-kubernetes-group-version-kind") or []}
+    for t in resources.TYPES:
+        if (t.group, t.version, t.kind) not in known:
+            converted.update(_custom(t))
     return converted
+
+
+def _custom(t: resources.ResourceType) -> dict[str, Any]:
+    """Schemas for a custom resource (Karpenter's): apiVersion, kind, metadata; its spec and
+    status are kept as sent (a structural schema with ``x-kubernetes-preserve-unknown-fields``)."""
+    prefix = ".".join(reversed(t.group.split("."))) + f".{t.version}"
+    gvk = [{"group": t.group, "version": t.version, "kind": t.kind}]
+    open_object = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    item = {"type": "object", "x-kubernetes-group-version-kind": gvk, "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        "metadata": _ref("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+        "spec": dict(open_object), "status": dict(open_object)}}
+    listing = {"type": "object", "required": ["items"],
+               "x-kubernetes-group-version-kind": [{**gvk[0], "kind": t.list_kind}], "properties": {
+                   "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                   "items": {"type": "array", "items": _ref(f"{prefix}.{t.kind}")},
+                   "metadata": _ref("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")}}
+    return {f"{prefix}.{t.kind}": item, f"{prefix}.{t.list_kind}": listing}
 
 
 def _def_for(group: str, version: str, kind: str) -> str:

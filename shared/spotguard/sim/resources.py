@@ -45,6 +45,7 @@ class ResourceType:
 
 
 _ALL = ("all",)
+_KARPENTER = ("karpenter",)
 RBAC = "rbac.authorization.k8s.io"
 TYPES: tuple[ResourceType, ...] = (
     ResourceType("namespaces", "Namespace", "", "v1", False, ("ns",), ("status",)),
@@ -108,6 +109,13 @@ TYPES: tuple[ResourceType, ...] = (
         "v1",
         False,
     ),
+    # Karpenter's custom resources, as its CRDs declare them (kubernetes-sigs/karpenter
+    # pkg/apis/crds/karpenter.sh_*.yaml, aws/karpenter-provider-aws
+    # pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml): cluster-scoped, with status.
+    ResourceType("nodepools", "NodePool", "karpenter.sh", "v1", False, (), ("status",), _KARPENTER),
+    ResourceType("nodeclaims", "NodeClaim", "karpenter.sh", "v1", False, (), ("status",), _KARPENTER),
+    ResourceType("ec2nodeclasses", "EC2NodeClass", "karpenter.k8s.aws", "v1", False, ("ec2nc", "ec2ncs"),
+                 ("status",), _KARPENTER),
 )
 
 # Served without storage of their own: events.k8s.io/v1 Events are the core/v1 Events

@@ -24,6 +24,7 @@ seconds (the time scale applies):
       burstReplicas: 500
     apiServer:
       etcdCompactionIntervalSeconds: 300  # 0: never compact
+    capacity: {...}                       # node provisioners and prices: spotguard.sim.capacity
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spotguard.logs import UserError
+from spotguard.sim import capacity as capacity_mod
 
 API_VERSION = "sim.spotguard.io/v1"
 KIND = "Settings"
@@ -99,6 +101,7 @@ class Settings:
     node_loss: NodeLoss = dataclasses.field(default_factory=NodeLoss)
     controller_manager: ControllerManager = dataclasses.field(default_factory=ControllerManager)
     api_server: ApiServer = dataclasses.field(default_factory=ApiServer)
+    capacity: capacity_mod.Capacity = dataclasses.field(default_factory=capacity_mod.Capacity)
 
 
 _NODE_LOSS_FIELDS = {
@@ -155,13 +158,14 @@ def _section(doc: Mapping[str, Any], key: str, fields: Mapping[str, str], cls: A
 
 def from_doc(doc: Mapping[str, Any], where: str = "scenario") -> Settings:
     unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "nodeLoss", "controllerManager",
-                                 "apiServer"})
+                                 "apiServer", "capacity"})
     if unknown:
         raise UserError(f"{where}: unknown Settings field(s) {', '.join(unknown)}")
     return Settings(
         node_loss=_section(doc, "nodeLoss", _NODE_LOSS_FIELDS, NodeLoss, where),
         controller_manager=_section(doc, "controllerManager", _CONTROLLER_MANAGER_FIELDS, ControllerManager, where),
         api_server=_section(doc, "apiServer", _API_SERVER_FIELDS, ApiServer, where),
+        capacity=capacity_mod.from_doc(doc.get("capacity"), where),
     )
 
 

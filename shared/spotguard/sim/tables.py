@@ -144,7 +144,31 @@ def _rc(obj: Obj, now: float) -> list[Any]:
             _age(obj, now)]
 
 
+def _condition(obj: Obj, type_: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return str(cond.get("status", "Unknown"))
+    return "Unknown"
+
+
+def _nodepool(obj: Obj, now: float) -> list[Any]:
+    ref = ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
+    return [ref.get("name", ""), (obj.get("status") or {}).get("nodes", 0), _condition(obj, "Ready"),
+            _age(obj, now)]
+
+
+def _nodeclaim(obj: Obj, now: float) -> list[Any]:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return [labels.get("node.kubernetes.io/instance-type", ""), labels.get("karpenter.sh/capacity-type", ""),
+            labels.get("topology.kubernetes.io/zone", ""), (obj.get("status") or {}).get("nodeName", ""),
+            _condition(obj, "Ready"), _age(obj, now)]
+
+
 COLUMNS: dict[str, tuple[list[Obj], Any]] = {
+    # the printer columns of Karpenter's CRDs (karpenter.sh_nodepools.yaml, karpenter.sh_nodeclaims.yaml)
+    "nodepools": ([_col("NodeClass"), _col("Nodes", "integer"), _col("Ready"), _col("Age")], _nodepool),
+    "nodeclaims": ([_col("Type"), _col("Capacity"), _col("Zone"), _col("Node"), _col("Ready"), _col("Age")],
+                   _nodeclaim),
     "daemonsets": ([_col("Desired", "integer"), _col("Current", "integer"), _col("Ready", "integer"),
                     _col("Up-to-date", "integer"), _col("Available", "integer"),
                     _col("Node Selector"), _col("Age")], _daemonset),

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from spotguard.sim import billing
 from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import (
+    autoscaler,
     base,
     clusterroleaggregation,
     completion,
+    consolidation,
     cronjob,
     daemonset,
     deployment,
@@ -26,6 +29,7 @@ from spotguard.sim.controllers import (
     nodes,
     pdb,
     podgc,
+    provisioner,
     replicaset,
     replicationcontroller,
     resourcequota,
@@ -38,7 +42,7 @@ from spotguard.sim.controllers import (
 log = logging.getLogger("spotguard.sim.controllers")
 INFORMED = ("pods", "nodes", "replicasets", "deployments", "statefulsets",
             "poddisruptionbudgets", "horizontalpodautoscalers", "daemonsets",
-            "replicationcontrollers", "jobs", "cronjobs")
+            "replicationcontrollers", "jobs", "cronjobs", "nodepools", "nodeclaims")
 
 
 def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Controller]:
@@ -82,6 +86,15 @@ class Controllers:
             podgc.PodGCController(store, self.informer, node_loss=loss),
             *_workload_controllers(store, self.informer),
         ]
+        # Karpenter (idle while the cluster has no NodePool) and the cloud's bill
+        self.provisioner = provisioner.Provisioner(store, self.informer, capacity=self.settings.capacity, seed=seed)
+        self.controllers.append(self.provisioner)
+        self.controllers.append(consolidation.Disruption(store, self.informer, capacity=self.settings.capacity,
+                                                         owner=self.provisioner))
+        # the Cluster Autoscaler (no thread without node groups)
+        self.controllers.append(autoscaler.ClusterAutoscaler(store, self.informer, capacity=self.settings.capacity,
+                                                             seed=seed))
+        self.meter = billing.Meter(store)
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))
         self.recorder = events.Recorder(store)
@@ -102,6 +115,7 @@ class Controllers:
             c.handle(event_type, resource, obj)
 
     def start(self) -> Controllers:
+        self.meter.start()
         self.store.subscribe(self._dispatch)
         self.informer.prime(self.store)
         if self.scheduler is not None:
@@ -115,6 +129,7 @@ class Controllers:
         if self._stopped:
             return
         self._stopped = True
+        self.meter.stop()
         unsubscribe = getattr(self.store, "unsubscribe", None)
         if unsubscribe is not None:
             unsubscribe(self._dispatch)

@@ -1,0 +1,87 @@
+"""What spotguard saves in money, and what it keeps serving, beside what a user would otherwise run.
+
+On a provisioned scenario (Karpenter; default infra/scenarios/demo-karpenter.yaml) three
+runs see the same workloads and the same event (every spot node gets its notice; the
+instances go 120 s later):
+
+- ``spotguard``: the demo's full cycle (webhook, notice handler, node-added);
+- ``all-on-demand``: no spotguard, the NodePool limited to on-demand (nothing to reclaim);
+- ``spot-drainer``: no spotguard, the NodePool as given (Karpenter picks spot), a drainer
+  cordoning and evicting at the notice as aws-node-termination-handler does.
+
+Each run's bill comes from the simulated cloud (instance-seconds x the us-east-1 price
+of each instance; docs/sim.md "Capacity and money"), over the same window: from the
+notice to the end of the spotguard cycle. Serving is judged as the demo judges it
+(a pod on a reclaimed node stops serving at once): per run, the workloads that served
+fewer replicas than before the notice, and the serving replicas lost at worst.
+
+Prints ONE JSON line::
+
+    .venv/bin/python bench/cost.py [--scenario infra/scenarios/demo-karpenter.yaml] [--time-scale 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spotguard.ops import baselines, cycle, report
+from spotguard.sim import scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTICE = baselines.NOTICE
+POD_STARTUP = baselines.POD_STARTUP
+
+
+def with_spotguard(objects: list[dict[str, Any]], scale: float) -> tuple[dict[str, Any], float]:
+    outcome = cycle.run(cycle.Options(objects=objects, time_scale=scale, pod_startup=POD_STARTUP,
+                                      reclaim_after=NOTICE))
+    table = report.rows(outcome)
+    data = report.summary(outcome, table)
+    lost = {r.key: r.ready_before - r.min_ready for r in table
+            if r.kind == "Deployment" and r.min_ready < r.ready_before}
+    below_floor = [r.key for r in table if r.kind == "StatefulSet" and r.min_ready < r.floor]
+    return {"promise_held": data["interruption_free"], "spot_nodes_reclaimed": data["spot_nodes_reclaimed"],
+            "money": data["money"], "workloads_below_before": len(lost) + len(below_floor),
+            "serving_lost_at_worst": sum(lost.values()),
+            "seconds_below_desired": round(sum(r.seconds_below_desired for r in table), 1)}, outcome.duration
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default=str(ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"))
+    parser.add_argument("--time-scale", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="accepted for bench/run_all.py (same sizes)")
+    args = parser.parse_args()
+    logging.basicConfig(level=os.environ.get("SPOTGUARD_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    started = time.monotonic()
+    objects = scenario.load(args.scenario)
+    if not cycle.provisioned(objects):
+        print(f"bench/cost.py: {args.scenario} launches no spot capacity (no NodePool allowing spot)",
+              file=sys.stderr)
+        return 2
+    guarded, window = with_spotguard(objects, args.time_scale)
+    runs = {"spotguard": guarded, **baselines.run(objects, scale=args.time_scale, window=window)}
+    base = runs["all-on-demand"]["money"]["cycle"]["usd"]
+    for run in runs.values():
+        usd = run["money"]["cycle"]["usd"]
+        run["cost_usd"] = usd
+        run["cost_per_hour_usd"] = run["money"]["cycle"]["usd_per_hour"]
+        run["saving_vs_all_on_demand"] = round(1 - usd / base, 4) if base else None
+    print(json.dumps({
+        "benchmark": "cost", "run_seconds": round(time.monotonic() - started, 1),
+        "scenario": os.path.relpath(args.scenario, ROOT), "time_scale": args.time_scale,
+        "window_seconds": round(window, 1), "notice_seconds": NOTICE, "runs": runs,
+        "load_average": os.getloadavg()[0],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""Karpenter's disruption: consolidation of empty and under-used nodes, and spot
+interruption handling, then the termination of the node (taint, drain, terminate).
+
+As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
+- the disruption controller polls every 10 s (pkg/controllers/disruption/controller.go
+  ``pollingPeriod``); a node is a candidate once ``consolidateAfter`` (default ``0s``)
+  has passed since the last pod event on it (pkg/apis/v1/nodepool.go);
+- ``consolidationPolicy: WhenEmpty`` removes nodes with no pods but DaemonSet pods;
+  ``WhenEmptyOrUnderutilized`` (the default) also removes a node whose pods all fit on
+  the other nodes (delete consolidation; replacing a node by a cheaper one is not
+  modelled, so the simulated bill is never lower than Karpenter's would be... nor
+  higher by more than that replacement would save);
+- ``disruption.budgets`` (default ``nodes: 10%``, rounded up) bound how many of a
+  NodePool's nodes are disrupted at once; budgets with a ``schedule`` are taken as
+  always active (harsher), ``reasons`` are honoured (Empty, Underutilized);
+- a node or pod annotated ``karpenter.sh/do-not-disrupt: "true"`` is not consolidated,
+  and a node whose pods' PodDisruptionBudgets allow too few disruptions is not either;
+- termination taints the node ``karpenter.sh/disrupted:NoSchedule``, evicts its pods
+  through the Eviction API (PodDisruptionBudgets answer 429: retried), waits for them to
+  be gone, then terminates the instance and deletes the NodeClaim and the Node
+  (pkg/controllers/node/termination);
+- with ``capacity.interruptionHandling`` (Karpenter's interruption queue configured),
+  a spot interruption notice starts that termination at once
+  (pkg/controllers/interruption: "cordon and drain ... before the node is reclaimed").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from spotguard.policy import quantities
+from spotguard.sim import capacity as capacity_mod
+from spotguard.sim import clock as simclock
+from spotguard.sim import cloud as cloud_mod
+from spotguard.sim import disruption, errors, nodepools, scheduler
+from spotguard.sim.controllers import base, drainer, instances, pods, provisioner, termination
+
+POLL = ("poll",)
+DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+RETRY_SECONDS = 5.0
+_DURATION = re.compile(r"(\d+)(h|m|s)")
+
+
+def parse_duration(raw: Any) -> float | None:
+    """A Go duration ("30s", "1h30m"); None for ``Never``."""
+    text = str(raw if raw is not None else "0s")
+    if text == "Never":
+        return None
+    return float(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in _DURATION.findall(text)))
+
+
+def allowed_disruptions(pool: dict[str, Any], reason: str, total: int) -> int:
+    """The fewest nodes any active budget that covers ``reason`` allows (percentages round up)."""
+    budgets = ((pool.get("spec") or {}).get("disruption") or {}).get("budgets") or [{"nodes": "10%"}]
+    allowed = total
+    for budget in budgets:
+        reasons = budget.get("reasons")
+        if reasons and reason not in reasons:
+            continue
+        raw = str(budget.get("nodes", "10%"))
+        value = math.ceil(total * float(raw[:-1]) / 100) if raw.endswith("%") else int(raw)
+        allowed = min(allowed, value)
+    return allowed
+
+
+def _annotated(obj: dict[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
+
+
+class Disruption(base.Controller):
+    name = "karpenter-disruption"
+    primary = ""
+    resync_seconds = capacity_mod.DISRUPTION_POLL
+
+    def __init__(self, store: Any, informer: base.Informer, *, capacity: capacity_mod.Capacity,
+                 owner: provisioner.Provisioner) -> None:
+        super().__init__(store, informer)
+        self.capacity = capacity
+        self.resync_seconds = capacity.disruption_poll
+        self.owner = owner
+        self.cloud = cloud_mod.of(store)
+        self._last_pod_event: dict[str, float] = {}
+        self._disrupting: dict[str, str] = {}  # node -> reason
+        self._polling = False
+
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if not self.owner.has_pools:
+            return
+        if resource == "pods":
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                self._last_pod_event[node] = self.clock.now()
+        elif resource == "nodes":
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if nodepools.NODEPOOL not in labels:
+                return
+            name = str(obj["metadata"]["name"])
+            if event_type == "DELETED":
+                self.queue.add(("gone", name, _claim_of(obj)))
+            elif (self.capacity.interruption_handling and instances.terminate_at(obj) is not None
+                  and name not in self._disrupting):
+                self.queue.add(("interrupt", name))
+
+    def resync(self) -> None:
+        if self.owner.has_pools and not self._polling:
+            self._polling = True
+            self.queue.add(POLL)
+
+    def sync(self, key: Any) -> None:
+        if key == POLL:
+            try:
+                self._consolidate()
+                self._report()
+            finally:
+                self.queue.add_after(POLL, self.capacity.disruption_poll)
+        elif key[0] == "interrupt":
+            node = self.informer.get("nodes", ("", key[1]))
+            if node is not None and key[1] not in self._disrupting:
+                self._disrupt(node, "Interrupted")
+        elif key[0] == "drain":
+            self._drain(key[1])
+        elif key[0] == "gone":
+            self._disrupting.pop(key[1], None)
+            self._last_pod_event.pop(key[1], None)
+            if key[2]:
+                with contextlib.suppress(errors.NotFound):
+                    self.store.delete("nodeclaims", key[2])
+                self.owner.forget(key[2])
+
+    # ---- consolidation -----------------------------------------------------------
+
+    def _workload_pods(self, node: str) -> list[dict[str, Any]]:
+        return [p for p in self.informer.pods_on_node(node) if drainer.drainable(p)
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    def _consolidate(self) -> None:
+        now = self.clock.now()
+        pools = {p["metadata"]["name"]: p for p in self.informer.list("nodepools")}
+        by_pool: dict[str, list[dict[str, Any]]] = {}
+        for node in self.informer.list("nodes"):
+            owner = str(((node.get("metadata") or {}).get("labels") or {}).get(nodepools.NODEPOOL) or "")
+            if owner in pools:
+                by_pool.setdefault(owner, []).append(node)
+        underutilized_done = False
+        for name, members in sorted(by_pool.items()):
+            pool = pools[name]
+            disruption_spec = (pool.get("spec") or {}).get("disruption") or {}
+            policy = disruption_spec.get("consolidationPolicy", "WhenEmptyOrUnderutilized")
+            after = parse_duration(disruption_spec.get("consolidateAfter", "0s"))
+            if after is None:
+                continue
+            busy = sum(1 for n in members if n["metadata"]["name"] in self._disrupting)
+            room = {"Empty": allowed_disruptions(pool, "Empty", len(members)) - busy,
+                    "Underutilized": allowed_disruptions(pool, "Underutilized", len(members)) - busy}
+            candidates = []
+            for node in members:
+                node_name = node["metadata"]["name"]
+                if node_name in self._disrupting or _annotated(node) or not scheduler.node_ready(node):
+                    continue
+                if ((node.get("metadata") or {}).get("labels") or {}).get(provisioner.INITIALIZED) != "true":
+                    continue
+                since = max(self._last_pod_event.get(node_name, 0.0), _ready_since(node))
+                if now - since < after:
+                    continue
+                candidates.append((len(self._workload_pods(node_name)), node_name, node))
+            for count, node_name, node in sorted(candidates, key=lambda c: (c[0], c[1])):
+                if count == 0 and min(room.values()) > 0 and room["Empty"] > 0:
+                    self._disrupt(node, "Empty")
+                    room = {k: v - 1 for k, v in room.items()}
+                elif (count and policy == "WhenEmptyOrUnderutilized" and not underutilized_done
+                      and room["Underutilized"] > 0 and self._can_move(node_name)):
+                    self._disrupt(node, "Underutilized")
+                    room = {k: v - 1 for k, v in room.items()}
+                    underutilized_done = True
+
+    def _report(self) -> None:
+        """NodePool and EC2NodeClass status: node counts, resources, Ready (as Karpenter's own controllers)."""
+        iso = self.clock.iso()
+        counts: Counter[str] = Counter()
+        totals: dict[str, Counter[str]] = {}
+        for node in self.informer.list("nodes"):
+            owner = str(((node.get("metadata") or {}).get("labels") or {}).get(nodepools.NODEPOOL) or "")
+            if owner:
+                counts[owner] += 1
+                totals.setdefault(owner, Counter()).update(
+                    quantities.parse_resources((node.get("status") or {}).get("capacity") or {}))
+        for pool in self.informer.list("nodepools"):
+            name = pool["metadata"]["name"]
+            used = totals.get(name, Counter())
+            resources = {k: (f"{v}m" if k == "cpu" and v % 1000 else str(v // 1000 if k == "cpu" else v))
+                         for k, v in sorted(used.items())}
+
+            def status(obj: dict[str, Any], n: int = counts[name], r: dict[str, str] = resources) -> None:
+                st = obj.setdefault("status", {})
+                st["nodes"] = n
+                st["resources"] = r
+                conds = st.setdefault("conditions", [])
+                if not any(c.get("type") == "Ready" for c in conds):
+                    conds.append({"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                  "lastTransitionTime": iso})
+
+            with contextlib.suppress(errors.NotFound):
+                self.store.mutate("nodepools", name, None, status)
+        for node_class in self.store.list("ec2nodeclasses")[0]:
+            if (node_class.get("status") or {}).get("conditions"):
+                continue
+
+            def ready(obj: dict[str, Any]) -> None:
+                obj.setdefault("status", {})["conditions"] = [
+                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": iso}]
+
+            with contextlib.suppress(errors.NotFound):
+                self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
+
+    def _can_move(self, node_name: str) -> bool:
+        return can_move(self.store, self.informer, node_name, set(self._disrupting), blocks=_annotated)
+
+    # ---- termination -------------------------------------------------------------
+
+    def _disrupt(self, node: dict[str, Any], reason: str) -> None:
+        name = node["metadata"]["name"]
+        self._disrupting[name] = reason
+        self.log.info("disrupting node", extra={"node": name, "reason": reason})
+        self.event(node, "Normal", "DisruptionTerminating", f"Disrupting Node: {reason}")
+        iso = self.clock.iso()
+
+        def taint(obj: dict[str, Any]) -> None:
+            taints = [t for t in (obj.get("spec") or {}).get("taints") or [] if t.get("key") != DISRUPTED_TAINT["key"]]
+            obj.setdefault("spec", {})["taints"] = [*taints, {**DISRUPTED_TAINT, "timeAdded": iso}]
+
+        try:
+            self.store.mutate("nodes", name, None, taint)
+        except errors.NotFound:
+            self._disrupting.pop(name, None)
+            return
+        self.queue.add(("drain", name))
+
+    def _drain(self, name: str) -> None:
+        node = self.informer.get("nodes", ("", name))
+        if node is None or name not in self._disrupting:
+            return
+        left, refused = termination.drain(self.store, self.informer, name, provisioner.USER)
+        if left:
+            # evicted pods are waited for until they are gone; a refused eviction is tried again
+            self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
+            return
+        self.log.info("node drained: terminating its instance", extra={"node": name})
+        claim = _claim_of(node)
+        if claim:
+            with contextlib.suppress(errors.NotFound):
+                self.store.delete("nodeclaims", claim)
+            self.owner.forget(claim)
+        termination.terminate(self.store, name)
+
+
+def _claim_of(node: dict[str, Any]) -> str:
+    for ref in (node.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "NodeClaim":
+            return str(ref.get("name") or "")
+    return ""
+
+
+def _ready_since(node: dict[str, Any]) -> float:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("lastTransitionTime"):
+            with contextlib.suppress(ValueError):
+                return simclock.parse_iso(str(cond["lastTransitionTime"]))
+    return 0.0
+
+
+def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
+             blocks: Callable[[dict[str, Any]], bool]) -> bool:
+    """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
+    on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation)."""
+    moving = [p for p in informer.pods_on_node(node_name) if drainer.drainable(p)
+              and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    if any(blocks(p) for p in moving):
+        return False
+    per_budget: Counter[str] = Counter()
+    for pod in moving:
+        budgets = disruption.matching_pdbs(store, pod)
+        if len(budgets) > 1:
+            return False
+        for b in budgets:
+            key = f"{b['metadata']['namespace']}/{b['metadata']['name']}"
+            per_budget[key] += 1
+            if int((b.get("status") or {}).get("disruptionsAllowed") or 0) < per_budget[key]:
+                return False
+    others = []
+    for node in informer.list("nodes"):
+        name = node["metadata"]["name"]
+        if name == node_name or name in leaving or not scheduler.node_ready(node):
+            continue
+        if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
+            continue
+        target = scheduler.NodeInfo.from_node(node)
+        for p in informer.pods_on_node(name):
+            if not pods.is_terminating(p):
+                target.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
+                target.usage.pods += 1
+        others.append(target)
+    for pod in sorted(moving, key=lambda p: -scheduler.PodInfo.from_pod(p).requests.get("cpu", 0)):
+        info = scheduler.PodInfo.from_pod(pod)
+        for other in others:
+            if (nodepools.admits(info, other) and scheduler.filter_unschedulable(info, other) is None
+                    and not scheduler.filter_resources(info, other)):
+                other.usage.requested.update(info.requests)
+                other.usage.pods += 1
+                break
+        else:
+            return False
+    return True

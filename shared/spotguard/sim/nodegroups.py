@@ -1,0 +1,222 @@
+"""Cluster Autoscaler's node groups (pure): their settings, their template nodes, how many
+new nodes a batch of pods needs in each, and the expander's pick.
+
+kubernetes/autoscaler ``cluster-autoscaler/FAQ.md`` (read at its August 2026 head):
+scan every 10 s (``--scan-interval``); a node group's template node is checked for
+each unschedulable pod; the expander picks the group (``--expander`` default
+``least-waste``: "the least idle CPU (if tied, unused memory) after scale-up";
+``price``: the cheapest, which upstream implements for GCE, GKE and Equinix Metal
+only; ``random``); a node is unneeded when the sum of its pods' cpu and memory
+requests (DaemonSet pods included) is below 50 % of its allocatable
+(``--scale-down-utilization-threshold``) and its pods can move, and is removed after
+10 minutes unneeded (``--scale-down-unneeded-time``), not within 10 minutes of a
+scale-up (``--scale-down-delay-after-add``); a group whose launch failed backs off
+5 minutes (``--initial-node-group-backoff-duration``).
+
+A scenario declares them in its Settings (``capacity.clusterAutoscaler``):
+
+    clusterAutoscaler:
+      scanIntervalSeconds: 10
+      expander: least-waste            # least-waste | price | random
+      scaleDownUnneededTimeSeconds: 600
+      scaleDownUtilizationThreshold: 0.5
+      scaleDownDelayAfterAddSeconds: 600
+      nodeGroupBackoffSeconds: 300
+      nodeGroups:
+      - {name: od, instanceType: m5.xlarge, capacityType: on-demand, minSize: 1, maxSize: 10,
+         zones: [us-east-1a, us-east-1b], labels: {...}, taints: [...]}
+
+Nodes carry the labels of an EKS managed node group (``eks.amazonaws.com/nodegroup``,
+``eks.amazonaws.com/capacityType`` ``ON_DEMAND``/``SPOT``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from spotguard.logs import UserError
+from spotguard.sim import catalogue, nodepools, scheduler
+
+NODEGROUP = "eks.amazonaws.com/nodegroup"
+CAPACITY_TYPE = "eks.amazonaws.com/capacityType"
+EKS_CAPACITY = {"spot": "SPOT", "on-demand": "ON_DEMAND"}
+EXPANDERS = ("least-waste", "price", "random")  # --expander (least-waste by default)
+# cluster-autoscaler flags and their defaults (FAQ.md, "What are the parameters to CA?"):
+# --scan-interval, --scale-down-unneeded-time, --scale-down-utilization-threshold,
+# --scale-down-delay-after-add, --initial-node-group-backoff-duration
+SCAN_INTERVAL, SCALE_DOWN_UNNEEDED_TIME, SCALE_DOWN_UTILIZATION_THRESHOLD = 10.0, 600.0, 0.5
+SCALE_DOWN_DELAY_AFTER_ADD, NODE_GROUP_BACKOFF = 600.0, 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    instance_type: catalogue.InstanceType
+    capacity_type: str
+    min_size: int = 0
+    max_size: int = 10
+    zones: tuple[str, ...] = catalogue.ZONES
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[tuple[tuple[str, str], ...], ...] = ()
+
+    def node_labels(self, name: str, zone: str) -> dict[str, str]:
+        t = self.instance_type
+        return {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            nodepools.INSTANCE_TYPE: t.name, nodepools.ZONE: zone, nodepools.REGION: catalogue.REGION,
+            NODEGROUP: self.name, CAPACITY_TYPE: EKS_CAPACITY[self.capacity_type], **dict(self.labels),
+        }
+
+    def node_taints(self) -> list[dict[str, str]]:
+        return [dict(t) for t in self.taints]
+
+    def template(self) -> scheduler.NodeInfo:
+        node = {"metadata": {"name": "", "labels": self.node_labels("", self.zones[0])},
+                "spec": {"taints": self.node_taints()}, "status": {"allocatable": self.instance_type.allocatable()}}
+        return scheduler.NodeInfo.from_node(node)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleDown:
+    """When a node goes: unneeded this long, below this utilization, not this soon after a scale-up."""
+
+    unneeded_time: float = SCALE_DOWN_UNNEEDED_TIME
+    utilization_threshold: float = SCALE_DOWN_UTILIZATION_THRESHOLD
+    delay_after_add: float = SCALE_DOWN_DELAY_AFTER_ADD
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterAutoscaler:
+    """The autoscaler's flags (``scanIntervalSeconds`` is ``--scan-interval``...) and its node groups;
+    ``backoff``: how long a group whose launch failed waits."""
+
+    node_groups: tuple[NodeGroup, ...] = ()
+    scan_interval: float = SCAN_INTERVAL
+    expander: str = "least-waste"
+    scale_down: ScaleDown = dataclasses.field(default_factory=ScaleDown)
+    backoff: float = NODE_GROUP_BACKOFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """Scaling ``group`` up by ``nodes`` places ``pods`` (indexes into the batch)."""
+
+    group: NodeGroup
+    nodes: int
+    pods: tuple[int, ...]
+    requested: Mapping[str, int]
+
+    @property
+    def waste(self) -> tuple[float, float]:
+        alloc = self.group.template().allocatable
+        cpu = alloc.get("cpu", 1) * self.nodes
+        memory = alloc.get("memory", 1) * self.nodes
+        return ((cpu - self.requested.get("cpu", 0)) / cpu, (memory - self.requested.get("memory", 0)) / memory)
+
+    @property
+    def price(self) -> float:
+        return self.nodes * self.group.instance_type.price(self.group.capacity_type)
+
+
+def option(group: NodeGroup, pods: list[scheduler.PodInfo], room: int,
+           daemons: Iterable[scheduler.PodInfo] = ()) -> Option | None:
+    """Binpack the pods the group's template admits onto at most ``room`` new nodes (first fit)."""
+    if room <= 0:
+        return None
+    template = group.template()
+    overhead: Counter[str] = Counter()
+    overhead_pods = 0
+    for d in daemons:
+        if nodepools.admits(d, template):
+            overhead.update(d.requests)
+            overhead_pods += 1
+    bins: list[tuple[Counter[str], int]] = []
+    placed: list[int] = []
+    total: Counter[str] = Counter()
+    for i, pod in enumerate(pods):
+        if not nodepools.admits(pod, template):
+            continue
+        for b, (used, count) in enumerate(bins):
+            want = used + Counter(pod.requests)
+            if nodepools.fits(want, count + 1, template):
+                bins[b] = (want, count + 1)
+                break
+        else:
+            first = overhead + Counter(pod.requests)
+            if len(bins) >= room or not nodepools.fits(first, overhead_pods + 1, template):
+                continue
+            bins.append((first, overhead_pods + 1))
+        placed.append(i)
+        total.update(pod.requests)
+    if not bins:
+        return None
+    total.update({k: v * len(bins) for k, v in overhead.items()})
+    return Option(group, len(bins), tuple(placed), dict(total))
+
+
+def expand(options: list[Option], expander: str, rng: random.Random) -> Option | None:
+    if not options:
+        return None
+    if expander == "price":
+        return min(options, key=lambda o: (o.price, o.group.name))
+    if expander == "random":
+        return rng.choice(sorted(options, key=lambda o: o.group.name))
+    return min(options, key=lambda o: (o.waste, o.group.name))
+
+
+def utilization(node: scheduler.NodeInfo) -> float:
+    """max(cpu requested / allocatable, memory requested / allocatable)."""
+    shares = [node.usage.requested.get(k, 0) / node.allocatable[k] for k in ("cpu", "memory")
+              if node.allocatable.get(k)]
+    return max(shares, default=0.0)
+
+
+def _number(raw: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UserError(f"{where}: {key} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def from_doc(raw: Any, where: str) -> ClusterAutoscaler:
+    if raw is None:
+        return ClusterAutoscaler()
+    if not isinstance(raw, Mapping):
+        raise UserError(f"{where}: clusterAutoscaler must be a mapping")
+    expander = raw.get("expander", "least-waste")
+    if expander not in EXPANDERS:
+        raise UserError(f"{where}: clusterAutoscaler.expander must be one of {', '.join(EXPANDERS)}")
+    groups = []
+    for i, g in enumerate(raw.get("nodeGroups") or []):
+        here = f"{where}: clusterAutoscaler.nodeGroups[{i}]"
+        if not isinstance(g, Mapping) or not g.get("name"):
+            raise UserError(f"{here} needs a name")
+        t = catalogue.get(str(g.get("instanceType", "m5.xlarge")))
+        if t is None:
+            raise UserError(f"{here}: instanceType {g.get('instanceType')!r} is not in the catalogue "
+                            f"({', '.join(catalogue.TYPES)})")
+        capacity_type = str(g.get("capacityType", "on-demand"))
+        if capacity_type not in EKS_CAPACITY:
+            raise UserError(f"{here}: capacityType must be spot or on-demand")
+        low, high = int(_number(g, "minSize", 0, here)), int(_number(g, "maxSize", 10, here))
+        if high < low:
+            raise UserError(f"{here}: maxSize is below minSize")
+        groups.append(NodeGroup(
+            name=str(g["name"]), instance_type=t, capacity_type=capacity_type, min_size=low, max_size=high,
+            zones=tuple(str(z) for z in g.get("zones") or catalogue.ZONES),
+            labels=tuple((str(k), str(v)) for k, v in (g.get("labels") or {}).items()),
+            taints=tuple(tuple((str(k), str(v)) for k, v in t_.items()) for t_ in g.get("taints") or [])))
+    return ClusterAutoscaler(
+        node_groups=tuple(groups), expander=str(expander),
+        scan_interval=_number(raw, "scanIntervalSeconds", SCAN_INTERVAL, where),
+        scale_down=ScaleDown(
+            unneeded_time=_number(raw, "scaleDownUnneededTimeSeconds", SCALE_DOWN_UNNEEDED_TIME, where),
+            utilization_threshold=_number(raw, "scaleDownUtilizationThreshold", SCALE_DOWN_UTILIZATION_THRESHOLD,
+                                          where),
+            delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where)),
+        backoff=_number(raw, "nodeGroupBackoffSeconds", NODE_GROUP_BACKOFF, where),
+    )

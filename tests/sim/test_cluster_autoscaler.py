@@ -1,0 +1,129 @@
+"""Cluster Autoscaler node groups in the simulated cluster, against kubernetes/autoscaler's FAQ
+(scan interval, expanders, scale-down utilization and unneeded time, backoff; docs/sim.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spotguard.sim import billing, capacity, catalogue, nodegroups, testing
+from spotguard.sim import settings as settings_mod
+
+from tests.sim import controller_helpers as h
+from tests.sim.test_karpenter import deployment, ready_pods
+
+SCALE = 20.0
+
+
+def group(name: str, instance_type: str = "m5.xlarge", capacity_type: str = "on-demand", *,
+          min_size: int = 0, max_size: int = 5) -> nodegroups.NodeGroup:
+    return nodegroups.NodeGroup(name, catalogue.TYPES[instance_type], capacity_type, min_size, max_size)
+
+
+def settings(*groups: nodegroups.NodeGroup, **fields: Any) -> settings_mod.Settings:
+    extra = {k: fields.pop(k) for k in ("refusals", "prices") if k in fields}
+    return settings_mod.Settings(capacity=capacity.Capacity(
+        cluster_autoscaler=nodegroups.ClusterAutoscaler(node_groups=groups, **fields), **extra))
+
+
+def group_nodes(sim: testing.SimCluster, name: str | None = None) -> list[dict[str, Any]]:
+    return [n for n in sim.store.list("nodes")[0]
+            if (name or n["metadata"]["labels"].get(nodegroups.NODEGROUP)) == n["metadata"]["labels"].get(
+                nodegroups.NODEGROUP)]
+
+
+def test_min_size_nodes_exist_from_the_start_labelled_as_an_eks_node_group() -> None:
+    with testing.running_cluster([], time_scale=SCALE, settings=settings(group("od", min_size=2))) as sim:
+        nodes = h.wait_for(lambda: group_nodes(sim, "od"), what="nodes")
+        assert len(nodes) == 2
+        labels = nodes[0]["metadata"]["labels"]
+        assert labels["eks.amazonaws.com/capacityType"] == "ON_DEMAND"
+        assert labels["node.kubernetes.io/instance-type"] == "m5.xlarge"
+        assert {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes} == {"us-east-1a", "us-east-1b"}
+
+
+def test_unschedulable_pods_scale_a_group_up_by_the_nodes_they_need_within_max() -> None:
+    # 5 pods of 1.5 CPU: two fit an m5.xlarge (3920m); max 2 nodes: one pod stays Pending
+    with testing.running_cluster([deployment("web", 5, cpu="1500m")], time_scale=SCALE,
+                                 settings=settings(group("od", max_size=2))) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 4, timeout=40, what="four pods Ready")
+        time.sleep(sim.clock.real(25))
+        assert len(group_nodes(sim, "od")) == 2
+        assert ready_pods(sim, "web") == 4
+        assert {(s.instance_type, s.capacity_type) for s in billing.of(sim.store).spans()} == {
+            ("m5.xlarge", "on-demand")}
+
+
+def test_least_waste_and_price_expanders_choose_differently() -> None:
+    small = group("small-od", "m5.large")
+    cheap = group("cheap-spot", "m5.xlarge", "spot")
+    prices = catalogue.Prices({"m5.xlarge": {"spot": 0.05}})
+    chosen = {}
+    for expander in ("least-waste", "price"):
+        with testing.running_cluster([deployment("web", 1)], time_scale=SCALE,
+                                     settings=settings(small, cheap, expander=expander, prices=prices)) as sim:
+            h.wait_for(lambda s=sim: ready_pods(s, "web") == 1, timeout=40, what="pod Ready")
+            chosen[expander] = {n["metadata"]["labels"][nodegroups.NODEGROUP] for n in group_nodes(sim)}
+    # least-waste: 1 CPU leaves less idle on an m5.large; price: the spot m5.xlarge at $0.05 is cheaper
+    assert chosen == {"least-waste": {"small-od"}, "price": {"cheap-spot"}}
+
+
+def test_a_refused_group_backs_off_and_another_group_scales_up() -> None:
+    cfg = settings(group("spot", capacity_type="spot"), group("od", "m5.2xlarge"), expander="least-waste",
+                   refusals=(capacity.Refusal("spot"),))
+    # least-waste prefers the spot m5.xlarge for one 1-CPU pod; it is refused, so the next scan takes od
+    with testing.running_cluster([deployment("web", 1)], time_scale=SCALE, settings=cfg) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=40, what="pod Ready")
+        assert {n["metadata"]["labels"][nodegroups.NODEGROUP] for n in group_nodes(sim)} == {"od"}
+        ca = next(c for c in sim.controllers.controllers if c.name == "cluster-autoscaler")
+        assert "spot" in ca._backoff
+
+
+def test_unneeded_nodes_go_after_the_unneeded_time_down_to_min_size() -> None:
+    cfg = settings(group("od", min_size=1), scale_down=nodegroups.ScaleDown(unneeded_time=30.0, delay_after_add=0.0))
+    with testing.running_cluster([deployment("web", 2, cpu="3")], time_scale=SCALE, settings=cfg) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=40, what="pods Ready")
+        assert len(group_nodes(sim, "od")) == 2
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "web"), timeout=20, what="pods gone")
+        emptied = sim.clock.now()
+        h.wait_for(lambda: len(group_nodes(sim, "od")) == 1, timeout=60, what="scaled down to min")
+        assert sim.clock.now() - emptied >= 29.0
+        time.sleep(sim.clock.real(45))
+        assert len(group_nodes(sim, "od")) == 1  # never below minSize
+
+
+def test_a_node_above_the_utilization_threshold_or_with_an_unsafe_pod_stays() -> None:
+    cfg = settings(group("od"), scale_down=nodegroups.ScaleDown(unneeded_time=20.0, delay_after_add=0.0))
+    busy = deployment("busy", 1, cpu="2500m")  # 2500m / 3920m: above 0.5
+    pinned = deployment("pinned", 1, cpu="500m")
+    pinned["spec"]["template"]["metadata"]["annotations"] = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    with testing.running_cluster([busy], time_scale=SCALE, settings=cfg) as sim:
+        h.wait_for(lambda: ready_pods(sim, "busy") == 1, timeout=40, what="busy Ready")
+        sim.store.create("deployments", pinned, namespace="default")
+        h.wait_for(lambda: ready_pods(sim, "pinned") == 1, timeout=40, what="pinned Ready")
+        nodes = {n["metadata"]["name"] for n in group_nodes(sim, "od")}
+        time.sleep(sim.clock.real(50))
+        assert {n["metadata"]["name"] for n in group_nodes(sim, "od")} == nodes
+
+
+def test_without_node_groups_the_autoscaler_starts_nothing() -> None:
+    with testing.running_cluster([deployment("web", 1)], time_scale=SCALE) as sim:
+        ca = next(c for c in sim.controllers.controllers if c.name == "cluster-autoscaler")
+        assert ca._threads == []
+        time.sleep(sim.clock.real(15))
+        assert sim.store.list("nodes")[0] == []
+
+
+def test_the_auto_scaling_group_replaces_a_reclaimed_spot_node() -> None:
+    # GIVEN a spot group holding 2 nodes (its desired capacity) WHEN EC2 reclaims one
+    with testing.running_cluster([], time_scale=SCALE, settings=settings(group("spot", capacity_type="spot",
+                                                                               min_size=2))) as sim:
+        nodes = h.wait_for(lambda: len(group_nodes(sim, "spot")) == 2 and group_nodes(sim, "spot"), what="nodes")
+        lost = nodes[0]["metadata"]["name"]
+        sim.reclaim([lost], after_seconds=1.0)
+        # THEN the node goes (its instance terminated) and the group launches a replacement
+        h.wait_for(lambda: lost not in {n["metadata"]["name"] for n in group_nodes(sim, "spot")}, timeout=30,
+                   what="the reclaimed node deleted")
+        h.wait_for(lambda: sum(1 for n in group_nodes(sim, "spot") if h.is_ready(n)) == 2, timeout=30,
+                   what="a replacement Ready")

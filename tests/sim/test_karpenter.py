@@ -1,0 +1,429 @@
+"""Karpenter in the simulated cluster, against the upstream behaviour docs/sim.md cites.
+
+kubernetes-sigs/karpenter (provisioning batcher, disruption, termination, nominations)
+and aws/karpenter-provider-aws (offerings, capacity-type priority, ICE cache, 30-40 s
+to a Ready node). NodePools, NodeClaims and EC2NodeClasses are read through the API
+with the official client (CustomObjectsApi), as a user's tools read them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from spotguard.sim import billing, capacity, scenario, testing
+from spotguard.sim import clock as simclock
+from spotguard.sim import settings as settings_mod
+
+from tests.sim import controller_helpers as h
+
+SCALE = 20.0
+NODE_CLASS = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole-sim",
+                       "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}],
+                       "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}]}}
+
+
+def nodepool(name: str = "default", *, capacity_types: tuple[str, ...] = ("spot", "on-demand"),
+             families: tuple[str, ...] = ("m5",), policy: str = "WhenEmpty", after: str = "30s",
+             weight: int | None = None, limits: dict[str, str] | None = None,
+             budgets: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(capacity_types)},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": list(families)}]}},
+        "disruption": {"consolidationPolicy": policy, "consolidateAfter": after},
+    }
+    if weight is not None:
+        spec["weight"] = weight
+    if limits is not None:
+        spec["limits"] = limits
+    if budgets is not None:
+        spec["disruption"]["budgets"] = budgets
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
+
+
+def deployment(name: str, replicas: int, cpu: str = "1", **spec: Any) -> dict[str, Any]:
+    tmpl_spec: dict[str, Any] = {"containers": [{"name": "c", "image": "nginx:1.27",
+                                                 "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}],
+                                 **spec}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": tmpl_spec}}}
+
+
+def with_capacity(**fields: Any) -> settings_mod.Settings:
+    return settings_mod.Settings(capacity=capacity.Capacity(**fields))
+
+
+def custom(sim: testing.SimCluster) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(sim.api_client())
+
+
+def claims(sim: testing.SimCluster) -> list[dict[str, Any]]:
+    return list(custom(sim).list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"])
+
+
+def karpenter_nodes(sim: testing.SimCluster) -> list[dict[str, Any]]:
+    return [n for n in sim.store.list("nodes")[0] if "karpenter.sh/nodepool" in n["metadata"].get("labels", {})]
+
+
+def ready(obj: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def ready_pods(sim: testing.SimCluster, app: str) -> int:
+    return sum(1 for p in h.pods_of(sim.store, app) if h.is_ready(p))
+
+
+# ---- served as users have them ------------------------------------------------------
+
+
+def test_a_users_karpenter_manifests_load_and_are_served(tmp_path: Path) -> None:
+    # GIVEN a scenario holding an EC2NodeClass and a NodePool, as a user's own manifests
+    path = tmp_path / "karpenter.yaml"
+    path.write_text(yaml.safe_dump_all([NODE_CLASS, nodepool()]))
+    objects = scenario.load(path)
+    with testing.running_cluster(objects, time_scale=SCALE) as sim:
+        api = custom(sim)
+        # THEN both are served under their own groups, cluster-scoped, and a NodePool can be listed
+        pool = api.get_cluster_custom_object("karpenter.sh", "v1", "nodepools", "default")
+        node_class = api.get_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", "default")
+        assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "default"
+        assert node_class["spec"]["role"] == "KarpenterNodeRole-sim"
+        assert api.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"] == []
+        # AND Karpenter's controllers report them Ready
+        h.wait_for(lambda: ready(api.get_cluster_custom_object("karpenter.sh", "v1", "nodepools", "default")),
+                   timeout=15, what="nodepool Ready")
+
+
+def test_kubectl_gets_nodepools_and_nodeclaims() -> None:
+    import subprocess
+
+    from tests.sim.conftest import kubectl_path
+
+    with testing.running_cluster([NODE_CLASS, deployment("web", 2)], time_scale=SCALE) as sim:
+        def kubectl(*args: str, stdin: str | None = None) -> str:
+            return subprocess.run([kubectl_path(), "--kubeconfig", sim.kubeconfig, *args], check=True,
+                                  capture_output=True, text=True, timeout=60, input=stdin).stdout
+
+        # a user applies a NodePool with kubectl, applies it again changed, and Karpenter launches for it
+        assert "nodepool.karpenter.sh/default created" in kubectl("apply", "-f", "-", stdin=yaml.safe_dump(nodepool()))
+        assert "configured" in kubectl("apply", "-f", "-", stdin=yaml.safe_dump(nodepool(after="1m")))
+        h.wait_for(lambda: claims(sim), timeout=20, what="a nodeclaim")
+        out = kubectl("get", "nodepools,nodeclaims")
+        assert "nodepool.karpenter.sh/default" in out
+        assert "nodeclaim.karpenter.sh/default-" in out
+        assert "spot" in out
+
+
+# ---- provisioning ---------------------------------------------------------------------
+
+
+def test_unschedulable_pods_get_one_spot_node_of_the_cheapest_type_that_holds_them() -> None:
+    # GIVEN a NodePool allowing spot and on-demand m5 and six pods of 1 CPU nobody can place
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("web", 6)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 6, timeout=30, what="six pods Ready")
+        # THEN one batch made one NodeClaim: spot (preferred over on-demand), m5.2xlarge (the cheapest
+        # m5 that holds 6 CPUs beside the DaemonSets: m5.xlarge has 3920m allocatable)
+        [claim] = claims(sim)
+        labels = claim["metadata"]["labels"]
+        assert labels["karpenter.sh/capacity-type"] == "spot"
+        assert labels["node.kubernetes.io/instance-type"] == "m5.2xlarge"
+        [node] = karpenter_nodes(sim)
+        assert claim["status"]["nodeName"] == node["metadata"]["name"]
+        node_labels = node["metadata"]["labels"]
+        assert node_labels["karpenter.sh/nodepool"] == "default"
+        assert node_labels["karpenter.k8s.aws/instance-family"] == "m5"
+        assert node_labels["topology.kubernetes.io/zone"].startswith("us-east-1")
+        assert node_labels["karpenter.sh/registered"] == "true"
+        assert node_labels["karpenter.sh/initialized"] == "true"
+        assert node["spec"]["providerID"].startswith("aws:///us-east-1")
+        # AND the instance is billed as spot from its launch
+        [span] = billing.of(sim.store).running()
+        assert (span.instance_type, span.capacity_type) == ("m5.2xlarge", "spot")
+
+
+def test_a_new_node_registers_not_ready_and_is_ready_30_to_40_seconds_after_launch() -> None:
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("web", 1)], time_scale=SCALE) as sim:
+        seen: dict[str, Any] = {}
+
+        def registered() -> bool:
+            nodes = karpenter_nodes(sim)
+            if nodes:
+                seen["node"] = nodes[0]
+            return bool(nodes)
+
+        h.wait_for(registered, timeout=30, what="a registered node")
+        node = seen["node"]
+        # THEN it registers NotReady, tainted not-ready:NoSchedule, and no pod is bound to it yet
+        assert not ready(node)
+        assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in [
+            {"key": t["key"], "effect": t["effect"]} for t in node["spec"]["taints"]]
+        assert not sim.store.list("pods", field_selector=f"spec.nodeName={node['metadata']['name']}")[0] or all(
+            p["metadata"].get("ownerReferences", [{}])[0].get("kind") == "DaemonSet"
+            for p in sim.store.list("pods", field_selector=f"spec.nodeName={node['metadata']['name']}")[0])
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="the pod Ready")
+        [span] = billing.of(sim.store).running()
+        current = sim.store.get("nodes", node["metadata"]["name"])
+        became_ready = next(simclock.parse_iso(c["lastTransitionTime"])
+                            for c in current["status"]["conditions"] if c["type"] == "Ready")
+        # second-precision timestamps: allow the truncation
+        assert 29.0 <= became_ready - span.start <= 41.0
+        assert not any(t["key"] == "node.kubernetes.io/not-ready" for t in current["spec"].get("taints") or [])
+
+
+def _first_claim_after(sim: testing.SimCluster, start: float) -> float:
+    return float(h.wait_for(lambda: (sim.clock.now() - start) if sim.store.list("nodeclaims")[0] else 0.0,
+                            timeout=30, interval=0.01, what="a nodeclaim"))
+
+
+def test_one_pod_launches_after_the_idle_batch_window() -> None:
+    with testing.running_cluster([NODE_CLASS, nodepool()], time_scale=SCALE) as sim:
+        sim.store.create("deployments", deployment("one", 1), namespace="default")
+        h.wait_for(lambda: any(p["status"].get("conditions") for p in h.pods_of(sim.store, "one")),
+                   what="unschedulable")
+        waited = _first_claim_after(sim, sim.clock.now())
+        # BATCH_IDLE_DURATION 1 s: no launch before it, and not the 10 s maximum either
+        assert 0.8 <= waited < 8.0
+
+
+def test_pods_arriving_without_pause_are_batched_up_to_the_maximum_window() -> None:
+    with testing.running_cluster([NODE_CLASS, nodepool()], time_scale=SCALE) as sim:
+        stop = threading.Event()
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+        first: dict[str, float] = {}
+
+        def trickle() -> None:
+            i = 0
+            while not stop.is_set() and i < 60:
+                core.create_namespaced_pod("default", {"metadata": {"name": f"p{i}"}, "spec": {"containers": [
+                    {"name": "c", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m"}}}]}})
+                first.setdefault("t", sim.clock.now())
+                i += 1
+                time.sleep(sim.clock.real(0.4))  # a new pod every 0.4 s: the idle window never closes
+
+        worker = threading.Thread(target=trickle, daemon=True)
+        worker.start()
+        try:
+            h.wait_for(lambda: first, what="first pod")
+            waited = _first_claim_after(sim, first["t"])
+        finally:
+            stop.set()
+            worker.join()
+        # BATCH_MAX_DURATION 10 s after the batch opened (the first pod's Unschedulable comes a moment later)
+        assert 9.0 <= waited < 14.0
+
+
+def test_spot_refused_falls_back_to_on_demand_and_the_offering_is_remembered() -> None:
+    refusal = capacity.Refusal("spot")
+    settings = with_capacity(refusals=(refusal,))
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("web", 2)], time_scale=SCALE,
+                                 settings=settings) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=30, what="pods Ready")
+        assert {c["metadata"]["labels"]["karpenter.sh/capacity-type"] for c in claims(sim)} == {"on-demand"}
+        assert sim.controllers.provisioner._unavailable  # the ICE cache holds the refused spot offerings
+
+
+def test_a_spot_only_pool_refused_launches_nothing() -> None:
+    settings = with_capacity(refusals=(capacity.Refusal("spot"),))
+    with testing.running_cluster([NODE_CLASS, nodepool(capacity_types=("spot",)), deployment("web", 1)],
+                                 time_scale=SCALE, settings=settings) as sim:
+        h.wait_for(lambda: sim.controllers.provisioner._unavailable, timeout=20, what="a refused launch")
+        assert claims(sim) == []
+        assert ready_pods(sim, "web") == 0
+
+
+def test_an_on_demand_requirement_gets_an_on_demand_node() -> None:
+    # spotguard's on-demand slot: "not spot under any scheme"
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+                              {"key": "node.kubernetes.io/capacity", "operator": "NotIn", "values": ["spot"]}]}]}}}
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("db", 1, affinity=affinity)],
+                                 time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "db") == 1, timeout=30, what="pod Ready")
+        [claim] = claims(sim)
+        assert claim["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"
+        assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m5.large"
+
+
+def test_preferred_node_affinity_is_required_first_then_relaxed_term_by_term() -> None:
+    # GIVEN spotguard's spot slot (one preferred term per capacity label scheme, equal weights, the
+    # first ones no Karpenter node satisfies) and an on-demand slot, in one batch
+    prefs = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}}
+        for key, value in (("cloud.google.com/gke-spot", "true"), ("eks.amazonaws.com/capacityType", "SPOT"),
+                           ("karpenter.sh/capacity-type", "spot"), ("node.kubernetes.io/capacity", "spot"))]}}
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}]}]}}}
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("od", 1, affinity=pinned),
+                                  deployment("spot", 1, affinity=prefs)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "od") == 1 and ready_pods(sim, "spot") == 1, timeout=40,
+                   what="pods Ready")
+        # THEN the preference is honoured as a requirement: two nodes, the spot-preferring pod on spot
+        types = {n["metadata"]["name"]: n["metadata"]["labels"]["karpenter.sh/capacity-type"]
+                 for n in karpenter_nodes(sim)}
+        assert types[h.pods_of(sim.store, "spot")[0]["spec"]["nodeName"]] == "spot"
+        assert types[h.pods_of(sim.store, "od")[0]["spec"]["nodeName"]] == "on-demand"
+
+
+def test_the_heaviest_nodepool_is_tried_first_and_limits_hold() -> None:
+    heavy = nodepool("heavy", weight=50, limits={"cpu": "4"})
+    light = nodepool("light", weight=10)
+    with testing.running_cluster([NODE_CLASS, heavy, light, deployment("web", 6)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 6, timeout=40, what="pods Ready")
+        pools = sorted(c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in claims(sim))
+        # the heavy pool takes what its 4-CPU limit allows (one m5.xlarge), the rest goes to the light one
+        assert pools.count("heavy") == 1 and "light" in pools
+        heavy_claim = next(c for c in claims(sim) if c["metadata"]["labels"]["karpenter.sh/nodepool"] == "heavy")
+        assert heavy_claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m5.xlarge"
+
+
+def test_a_nodepool_without_its_nodeclass_launches_nothing() -> None:
+    with testing.running_cluster([nodepool(), deployment("web", 1)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: any(p["status"].get("conditions") for p in h.pods_of(sim.store, "web")),
+                   what="unschedulable")
+        time.sleep(sim.clock.real(15))
+        assert claims(sim) == []
+
+
+def test_without_a_nodepool_nothing_is_launched() -> None:
+    with testing.running_cluster([deployment("web", 1)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: any(p["status"].get("conditions") for p in h.pods_of(sim.store, "web")),
+                   what="unschedulable")
+        time.sleep(sim.clock.real(15))
+        assert sim.store.list("nodeclaims")[0] == [] and sim.store.list("nodes")[0] == []
+
+
+# ---- disruption -----------------------------------------------------------------------
+
+
+def test_an_empty_node_is_consolidated_after_consolidate_after() -> None:
+    with testing.running_cluster([NODE_CLASS, nodepool(after="30s"), deployment("web", 2)],
+                                 time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=30, what="pods Ready")
+        [node] = karpenter_nodes(sim)
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "web"), timeout=20, what="pods gone")
+        emptied = sim.clock.now()
+        h.wait_for(lambda: not karpenter_nodes(sim), timeout=40, what="node consolidated")
+        # consolidateAfter 30 s, then the next 10 s disruption poll, then the drain
+        assert sim.clock.now() - emptied >= 29.0
+        assert claims(sim) == []
+        [span] = billing.of(sim.store).spans()
+        assert span.end is not None and span.name == node["metadata"]["name"]
+
+
+def test_consolidate_after_never_keeps_empty_nodes() -> None:
+    with testing.running_cluster([NODE_CLASS, nodepool(after="Never"), deployment("web", 1)],
+                                 time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="pod Ready")
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        time.sleep(sim.clock.real(40))
+        assert len(karpenter_nodes(sim)) == 1
+
+
+@pytest.mark.parametrize("blocker", ["none", "do-not-disrupt", "pdb"])
+def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(blocker: str) -> None:
+    # GIVEN m5.xlarge nodes only: "a" (3 CPU) and the small "c" (0.5 CPU) share node 1, "b" (3 CPU,
+    # do-not-disrupt) has node 2
+    pool = nodepool(policy="WhenEmptyOrUnderutilized", after="0s")
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]})
+    small = deployment("c", 1, cpu="500m")
+    if blocker == "do-not-disrupt":
+        small["spec"]["template"]["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "c", "namespace": "default"},
+              "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "c"}}}}
+    extra = [budget] if blocker == "pdb" else []
+    with testing.running_cluster([NODE_CLASS, pool, *extra], time_scale=SCALE) as sim:
+        pinned = deployment("b", 1, cpu="3")  # b's own node is never the one consolidated
+        pinned["spec"]["template"]["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+        for name, obj in (("a", deployment("a", 1, cpu="3")), ("c", small), ("b", pinned)):
+            sim.store.create("deployments", obj, namespace="default")
+            h.wait_for(lambda n=name: ready_pods(sim, n) == 1, timeout=40, what=f"{name} Ready")
+        node_of = {app: h.pods_of(sim.store, app)[0]["spec"]["nodeName"] for app in "abc"}
+        assert node_of["a"] == node_of["c"] != node_of["b"]
+        # WHEN "a" goes: node 1 holds only "c", which fits beside "b"
+        sim.store.mutate("deployments", "a", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "a"), timeout=20, what="a gone")
+        if blocker == "none":
+            # THEN node 1 is consolidated and "c" runs on node 2
+            h.wait_for(lambda: len(karpenter_nodes(sim)) == 1, timeout=60, what="node 1 consolidated")
+            h.wait_for(lambda: ready_pods(sim, "c") == 1, timeout=30, what="c Ready again")
+            assert h.pods_of(sim.store, "c")[0]["spec"]["nodeName"] == node_of["b"]
+        else:
+            # THEN the annotation, or the budget allowing no disruption, keeps node 1
+            time.sleep(sim.clock.real(40))
+            assert {n["metadata"]["name"] for n in karpenter_nodes(sim)} == {node_of["a"], node_of["b"]}
+
+
+def test_budgets_bound_how_many_nodes_go_at_once() -> None:
+    pool = nodepool(after="0s", budgets=[{"nodes": "1"}])
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]})
+    with testing.running_cluster([NODE_CLASS, pool, deployment("web", 3, cpu="1500m")], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 3, timeout=40, what="pods Ready")
+        assert len(karpenter_nodes(sim)) == 3
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        left: list[tuple[float, int]] = []
+
+        def gone() -> bool:
+            count = len(karpenter_nodes(sim))
+            if not left or left[-1][1] != count:
+                left.append((sim.clock.now(), count))
+            return count == 0
+
+        h.wait_for(gone, timeout=60, what="all consolidated")
+        # THEN one node at a time: one a disruption poll (10 s) apart
+        assert [c for _, c in left] == [3, 2, 1, 0]
+        times = [t for t, _ in left[1:]]
+        assert all(later - earlier >= 9.0 for earlier, later in itertools.pairwise(times))
+
+
+def test_with_interruption_handling_a_noticed_spot_node_is_drained_and_replaced() -> None:
+    settings = with_capacity(interruption_handling=True)
+    with testing.running_cluster([NODE_CLASS, nodepool(after="Never"), deployment("web", 2)],
+                                 time_scale=SCALE, settings=settings) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=30, what="pods Ready")
+        [node] = karpenter_nodes(sim)
+        name = node["metadata"]["name"]
+        sim.reclaim([name], after_seconds=120.0)
+        noticed = sim.clock.now()
+        h.wait_for(lambda: name not in {n["metadata"]["name"] for n in karpenter_nodes(sim)}, timeout=30,
+                   what="the noticed node drained and deleted")
+        # THEN it went well before the reclaim, and the pods got a new node
+        assert sim.clock.now() - noticed < 120.0
+        h.wait_for(lambda: ready_pods(sim, "web") == 2 and len(karpenter_nodes(sim)) == 1, timeout=40,
+                   what="replacement")
+        closed = [s for s in billing.of(sim.store).spans() if s.name == name]
+        assert closed and closed[0].end is not None and closed[0].end < noticed + 120.0
+
+
+def test_capacity_settings_load_from_a_scenario() -> None:
+    found, _ = settings_mod.split([{"apiVersion": "sim.spotguard.io/v1", "kind": "Settings", "metadata": {"name": "x"},
+                                    "capacity": {"batchIdleDurationSeconds": 2, "launchToReadySeconds": {"min": 50,
+                                                                                                         "max": 60},
+                                                 "interruptionHandling": True,
+                                                 "prices": {"m5.xlarge": {"spot": 0.07}},
+                                                 "insufficientCapacity": [{"capacityType": "spot",
+                                                                           "zones": ["us-east-1a"],
+                                                                           "untilSeconds": 300}]}}])
+    cap = found.capacity
+    assert cap.batch_idle == 2.0 and cap.batch_max == 10.0
+    assert cap.launch_to_ready == (50.0, 60.0)
+    assert cap.interruption_handling is True
+    assert cap.prices.hourly("m5.xlarge", "spot") == 0.07
+    assert cap.refusals[0].refuses("m5.large", "spot", "us-east-1a", 10.0)
+    assert not cap.refusals[0].refuses("m5.large", "spot", "us-east-1b", 10.0)
+    assert not cap.refusals[0].refuses("m5.large", "spot", "us-east-1a", 300.0)
