@@ -131,3 +131,95 @@ def test_refused_where_the_copy_could_not_stay_apart(change: Any, reason: str) -
 
 def test_nothing_to_surge() -> None:
     assert isinstance(surgecopy.build(deployment(), 0, CFG), Refusal)
+
+
+# --- the copy's life -------------------------------------------------------------------
+
+T = 1000.0  # the last doomed node's reclaim time
+
+
+def facts(**kw: Any) -> surgecopy.CopyFacts:
+    base: dict[str, Any] = {
+        "replicas_now": 4,
+        "ready_before": 4,
+        "own_ready_staying": 2,
+        "own_on_doomed": 2,
+        "copy_replicas": None,
+        "last_deadline": T,
+        "now": T - 110,
+    }
+    base.update(kw)
+    return surgecopy.CopyFacts(**base)
+
+
+A, S = surgecopy.Action, surgecopy.CopyState
+
+
+@pytest.mark.parametrize(
+    ("kw", "state", "action", "replicas"),
+    [
+        # a notice: two of four on a doomed node -> a copy of two stands in for them
+        ({}, S.COVERING, A.CREATE, 2),
+        ({"copy_replicas": 2}, S.COVERING, A.KEEP, 2),
+        # a drainer evicted one doomed pod and the Deployment's replacement is Ready elsewhere
+        ({"copy_replicas": 2, "own_ready_staying": 3, "own_on_doomed": 1}, S.COVERING, A.RESIZE, 1),
+        # GitOps reverts / a replace / the HPA lowers the owner's count to 2: nothing to cover
+        ({"copy_replicas": 2, "replicas_now": 2}, S.COVERING, A.DELETE, 0),
+        # the owner raised the count: the surge never serves above the pre-notice count
+        ({"copy_replicas": 2, "replicas_now": 6}, S.COVERING, A.KEEP, 2),
+        # the reclaim came: the copy waits for the Deployment's own replacements
+        ({"copy_replicas": 2, "own_on_doomed": 0, "now": T + 5}, S.HANDING_BACK, A.KEEP, 2),
+        ({"copy_replicas": 2, "own_on_doomed": 2, "now": T + 5}, S.HANDING_BACK, A.KEEP, 2),
+        ({"copy_replicas": 2, "own_on_doomed": 0, "own_ready_staying": 3, "now": T + 30}, S.HANDING_BACK, A.RESIZE, 1),
+        # a copy lost (deleted by someone) while replacements are still missing: made again
+        ({"copy_replicas": None, "own_on_doomed": 0, "now": T + 30}, S.HANDING_BACK, A.CREATE, 2),
+        # the Deployment serves its count again on nodes that stay: the copy goes
+        ({"copy_replicas": 1, "own_on_doomed": 0, "own_ready_staying": 4, "now": T + 60}, S.DONE, A.DELETE, 0),
+        ({"copy_replicas": None, "own_on_doomed": 0, "own_ready_staying": 4, "now": T + 60}, S.DONE, A.NOTHING, 0),
+        # no replacement within the grace (no capacity for them): the copy goes, said why
+        ({"copy_replicas": 2, "own_on_doomed": 0, "now": T + surgecopy.HANDBACK_GRACE}, S.DONE, A.DELETE, 0),
+        # an old record without the Ready count: the owner's count now is the count to keep
+        ({"ready_before": 0, "replicas_now": 3}, S.COVERING, A.CREATE, 1),
+    ],
+)
+def test_each_transition_of_the_copy(kw: dict[str, Any], state: Any, action: Any, replicas: int) -> None:
+    step = surgecopy.copy_step(facts(**kw))
+    assert (step.state, step.action, step.replicas) == (state, action, replicas), step.reason
+
+
+def test_the_wait_that_ran_out_says_so() -> None:
+    step = surgecopy.copy_step(facts(copy_replicas=2, own_on_doomed=0, now=T + 400))
+    assert "waited 300s" in step.reason and "2 of 4" in step.reason
+
+
+def test_the_copys_pods_are_the_deployments_replicas_but_not_its_own() -> None:
+    from spotguard.policy.workloads import Kind, Workload
+
+    from tests.policy.builders import pod
+
+    wl = Workload(Kind.DEPLOYMENT, "shop", "web", replicas=4)
+    owners = {("shop", "web-7d9f"): "web"}
+    copy_labels = {"app": "web", SURGE_OF: "web"}
+    pods = [
+        pod("web-a", node_name="spot-1"),  # own, on the doomed node
+        pod("web-b", node_name="spot-1", ready=False),
+        pod("web-c", node_name="od-1"),  # own, on a node that stays
+        pod("web-d", node_name="spot-2", ready=False),
+        pod("c-1", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "spotguard-surge-web")),
+        pod("c-2", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "spotguard-surge-web")),
+        pod("x-1", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "someone-else")),
+    ]
+    assert [surgecopy.workload_of_copy_pod(p) for p in pods] == [None] * 4 + ["Deployment/shop/web"] * 2 + [None]
+    f = surgecopy.facts_for(
+        wl,
+        4,
+        pods,
+        doomed={"spot-1"},
+        live_doomed={"spot-1"},
+        copy_replicas=2,
+        last_deadline=T,
+        now=T - 60,
+        replicaset_owners=owners,
+    )
+    assert (f.own_ready_staying, f.own_on_doomed, f.copy_replicas) == (1, 2, 2)
+    assert surgecopy.copy_step(f).replicas == 3  # 4 to keep, 1 Ready on nodes that stay

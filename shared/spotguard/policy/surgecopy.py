@@ -1,8 +1,9 @@
 """The surge copy: a temporary spotguard-owned ReplicaSet that surges a Deployment
 without writing anything the Deployment's owner owns. Pure; no I/O.
 
-Work in progress (issue 24): the object and the rules that keep it apart from the
-Deployment are here and tested; the handler does not create it yet.
+Work in progress (issue 24): the object, the rules that keep it apart from the
+Deployment and its life (:func:`copy_step`) are here and tested; the handler does
+not create it yet.
 
 Why a copy. A surge in ``spec.replicas`` is a field other writers own: Argo CD's
 self-heal reverts it within seconds, ``kubectl replace``, Argo CD ``Replace=true``
@@ -55,14 +56,16 @@ placement (on-demand quorum) and are never surged.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spotguard.policy import patches
 from spotguard.policy.config import Config
-from spotguard.policy.interruption import MANAGED_BY, MANAGED_BY_LABEL, selector_matches
-from spotguard.policy.workloads import SURGE_REPLICA
+from spotguard.policy.interruption import MANAGED_BY, MANAGED_BY_LABEL, selector_matches, workload_key_of
+from spotguard.policy.views import PodView
+from spotguard.policy.workloads import SURGE_REPLICA, Kind, Workload
 
 # On the copy, in its selector and on its pods: the name of the Deployment it surges.
 SURGE_OF = "spotguard.io/surge-of"
@@ -89,6 +92,17 @@ def surge_of(pod_labels: Mapping[str, str]) -> str | None:
     """The Deployment a pod surges (its name), or None for any other pod."""
     value = pod_labels.get(SURGE_OF)
     return value or None
+
+
+def workload_of_copy_pod(pod: PodView) -> str | None:
+    """``Deployment/<ns>/<name>`` for a pod of a surge copy (its controller is the copy of the
+    Deployment its label names), else None. These pods are the Deployment's replicas for the
+    eviction guard and the admission floors, though no ReplicaSet of the Deployment owns them."""
+    name = surge_of(pod.labels)
+    owner = pod.owner
+    if name is None or owner is None or owner.kind != "ReplicaSet" or owner.name != name_for(name):
+        return None
+    return f"{Kind.DEPLOYMENT}/{pod.namespace}/{name}"
 
 
 def copy_labels(deployment: str) -> dict[str, str]:
@@ -168,3 +182,109 @@ def pin_on_demand(affinity: Mapping[str, Any] | None, config: Config) -> dict[st
             crossed.append({**term, "matchExpressions": exprs + [e for e in w if e not in exprs]})
     required["nodeSelectorTerms"] = crossed
     return out
+
+
+# --- the copy's life: one state machine --------------------------------------------------
+
+# How long past the last doomed node's deadline the copy waits for the Deployment's own
+# replacements (the same grace as the replica surge's scale back).
+HANDBACK_GRACE = 300.0
+
+
+class CopyState(enum.StrEnum):
+    NONE = "none"  # no surge: no copy wanted
+    COVERING = "covering"  # a doomed node still serves the Deployment's pods: the copy stands in for them
+    HANDING_BACK = "handing-back"  # the doomed pods are dead: the copy waits for the Deployment's own replacements
+    DONE = "done"  # the Deployment serves its count on nodes that stay (or the wait ran out): the copy goes
+
+
+class Action(enum.StrEnum):
+    CREATE = "create"
+    RESIZE = "resize"
+    KEEP = "keep"
+    DELETE = "delete"
+    NOTHING = "nothing"
+
+
+@dataclass(frozen=True)
+class CopyFacts:
+    """What one pass reads about one surging Deployment (the handler only counts)."""
+
+    replicas_now: int  # the Deployment's spec.replicas now: the owner's count, whoever wrote it
+    ready_before: int  # its Ready pods when the surge began (the record's ``ready``; 0: unknown)
+    own_ready_staying: int  # the Deployment's own Ready pods on nodes that stay
+    own_on_doomed: int  # the Deployment's own active pods on doomed nodes still before their deadline
+    copy_replicas: int | None  # the copy's spec.replicas; None: there is no copy
+    last_deadline: float  # the latest reclaim time of the surge's doomed nodes
+    now: float
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    state: CopyState
+    action: Action
+    replicas: int  # the copy's size after the step (0: no copy)
+    reason: str
+
+
+def copy_step(f: CopyFacts) -> CopyStep:
+    """The copy's state and the one step it asks for.
+
+    The copy holds exactly what the Deployment's own pods on nodes that stay lack of the
+    count to keep: ``min(the owner's count now, Ready before the notice)``. A change of
+    the owner's count during the surge (a GitOps revert, a replace, an autoscaler) is
+    kept; the surge never serves above the pre-notice count.
+    """
+    target = min(f.replicas_now, f.ready_before) if f.ready_before > 0 else f.replicas_now
+    need = max(0, target - f.own_ready_staying)
+    covering = f.own_on_doomed > 0 and f.now < f.last_deadline
+    if covering:
+        state = CopyState.COVERING
+    elif need > 0 and f.now < f.last_deadline + HANDBACK_GRACE:
+        state = CopyState.HANDING_BACK
+    else:
+        state = CopyState.DONE
+    if state is CopyState.DONE or need == 0:
+        if f.copy_replicas is None:
+            return CopyStep(state, Action.NOTHING, 0, _why(state, need, target))
+        return CopyStep(state, Action.DELETE, 0, _why(state, need, target))
+    if f.copy_replicas is None:
+        return CopyStep(state, Action.CREATE, need, _why(state, need, target))
+    if f.copy_replicas != need:
+        return CopyStep(state, Action.RESIZE, need, _why(state, need, target))
+    return CopyStep(state, Action.KEEP, need, _why(state, need, target))
+
+
+def _why(state: CopyState, need: int, target: int) -> str:
+    if state is CopyState.DONE and need > 0:
+        return f"waited {int(HANDBACK_GRACE)}s past the last reclaim for {need} of {target} replacements"
+    if need == 0:
+        return f"the Deployment serves its {target} on nodes that stay"
+    return f"{need} of {target} still to be served by the Deployment's own pods on nodes that stay"
+
+
+def facts_for(
+    workload: Workload,
+    ready_before: int,
+    pods: Iterable[PodView],
+    *,
+    doomed: Collection[str],
+    live_doomed: Collection[str],
+    copy_replicas: int | None,
+    last_deadline: float,
+    now: float,
+    replicaset_owners: Mapping[tuple[str, str], str] | None = None,
+) -> CopyFacts:
+    """Count what :func:`copy_step` decides on. ``doomed``: the surge's nodes; ``live_doomed``:
+    those that still exist and are before their deadline. The Deployment's own pods are those
+    of its ReplicaSets (:func:`workload_key_of`); the copy's pods are not among them."""
+    own = [p for p in pods if p.active and workload_key_of(p, replicaset_owners) == workload.key]
+    return CopyFacts(
+        replicas_now=workload.replicas,
+        ready_before=ready_before,
+        own_ready_staying=sum(1 for p in own if p.ready and p.node_name and p.node_name not in doomed),
+        own_on_doomed=sum(1 for p in own if p.node_name in live_doomed),
+        copy_replicas=copy_replicas,
+        last_deadline=last_deadline,
+        now=now,
+    )
