@@ -223,3 +223,24 @@ def test_the_copys_pods_are_the_deployments_replicas_but_not_its_own() -> None:
     )
     assert (f.own_ready_staying, f.own_on_doomed, f.copy_replicas) == (1, 2, 2)
     assert surgecopy.copy_step(f).replicas == 3  # 4 to keep, 1 Ready on nodes that stay
+
+
+def test_the_webhook_leaves_the_copys_pods_where_their_template_pins_them() -> None:
+    # The pods need no decision of the webhook's: on-demand even while it is down (fail open).
+    from spotguard.policy import placement
+    from spotguard.policy.views import PodView
+
+    rs = built(deployment())
+    template = rs["spec"]["template"]
+    raw = {
+        "metadata": {
+            **copy.deepcopy(template["metadata"]),
+            "namespace": "shop",
+            "generateName": "spotguard-surge-web-",
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "spotguard-surge-web", "uid": "u", "controller": True}],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    view = PodView.from_json(raw)
+    assert placement.skip_reason(view, CFG) == "the pod's spec already pins a capacity type"
+    assert surgecopy.workload_of_copy_pod(view) == "Deployment/shop/web"
