@@ -25,14 +25,16 @@ template, is nobody else's object:
 - **Services, PodDisruptionBudgets, NetworkPolicies see its pods**: the template's
   labels are the Deployment's plus :data:`SURGE_OF`, so every selector that matches
   the Deployment's pods matches the copy's.
-- **The HPA counts them**: the HPA averages its metrics over every pod matching the
-  scale subresource's selector (the Deployment's), whoever owns them
-  (kubernetes/kubernetes#116898, #124307; KEP 5325 open). During a surge the
-  copy's pods share the load, the average falls and the HPA may recommend fewer
-  replicas; its default scale-down stabilization window (300 s) keeps the highest
-  recommendation of the last five minutes, longer than a surge (two minutes to
-  the reclaim plus the replacements' start). Its ``spec.replicas`` writes no longer
-  undo the surge, so the surge needs no ``minReplicas`` raise.
+- **The HPA counts them**: it reads metrics of every Ready pod matching the scale
+  subresource's selector (the Deployment's), whoever owns them
+  (kubernetes/kubernetes#116898, #124307; KEP 5325 open), and recommends
+  ``ceil(usageRatio * readyPodCount)`` (``replica_calculator.go``,
+  ``GetResourceReplicas``): the total load over the per-pod target, whatever the
+  number of pods sharing it. The copy's pods lower the average and raise the pod
+  count by as much, so the recommendation is the count the load needs, as without
+  them (pods still in the CPU initialization period are left out of both). Its
+  ``spec.replicas`` writes no longer undo the surge, so the surge needs no
+  ``minReplicas`` raise.
 - **GitOps tools leave it alone**: Argo CD prunes only resources it tracks (its
   tracking label or ``argocd.argoproj.io/tracking-id`` annotation), and gitops-engine
   skips any live object with owner references when listing managed objects
