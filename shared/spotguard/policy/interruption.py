@@ -433,10 +433,14 @@ def plan(
     resolved: Mapping[str, str] | None = None,
     namespace_annotations: Mapping[str, Mapping[str, str]] | None = None,
     node_notices: Mapping[str, NodeNotice] | None = None,
+    surge_copy: bool = False,
 ) -> Plan:
     """One plan for a whole batch of notices (see the module docstring).
 
     ``node_notices``: the notice recorded on each tainted node (``spotguard.io/notice``).
+    ``surge_copy`` (work in progress, issue 24): the surge is a spotguard-owned copy of the
+    Deployment (``surgecopy``): the record is written, ``spec.replicas`` and the
+    autoscaler are left alone.
     """
     node_by_name = {n.name: n for n in nodes}
     matched = match_nodes(notices, nodes, resolved)
@@ -523,6 +527,7 @@ def plan(
                 autoscalers=[a] if (a := hpa_by_target.get((wl.namespace, str(wl.kind), wl.name))) else [],
                 now=now,
                 config=config,
+                copy=surge_copy,
             )
         )
 
@@ -602,9 +607,12 @@ def _surge_step(
     autoscalers: Sequence[Autoscaler],
     now: float,
     config: Config | None = None,
+    copy: bool = False,
 ) -> SurgeStep:
     cfg = config or Config()
     existing = SurgeRecord.of(wl)
+    if copy:
+        autoscalers = ()  # the copy takes no replica from the owner's count: nothing to hold
     asking = [n for node in per_node for n in doomed[node]]
     if existing is not None and existing.done:
         if all(n.event_id in existing.events for n in asking):
@@ -655,13 +663,16 @@ def _surge_step(
         total = added
         started = now
         serving = ready
-    replicas = wl.replicas + added
+    replicas = wl.replicas if copy else wl.replicas + added
     if existing is not None:
         total = existing.surge + added
         started = existing.started
         serving = existing.ready or ready
         written = existing.last_written
-        if hpa is not None and wl.replicas < written and hpa.min_replicas < written:
+        if copy:
+            original = wl.replicas  # never written by spotguard: the owner's count is what it is
+            replicas = wl.replicas
+        elif hpa is not None and wl.replicas < written and hpa.min_replicas < written:
             # Lowered while the autoscaler's minimum was not raised yet (a handling cut off
             # between the two writes): the autoscaler undid the surge. Put it back.
             original = existing.replicas
@@ -780,6 +791,7 @@ def finish(
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     max_seconds: float = SURGE_MAX_SECONDS,
     marks: Mapping[str, NodeNotice] | None = None,
+    surge_copy: bool = False,
 ) -> tuple[list[Finish], list[Waiting]]:
     """Which recorded surges are over, and which still wait (with why).
 
@@ -793,6 +805,9 @@ def finish(
 
     ``marks``: the notice recorded on each node (and any the caller knows are still being
     written); a node's deadline is :func:`node_deadline`.
+
+    ``surge_copy``: the surge is a copy (``surgecopy``), which no replace of the workload
+    undoes: a lost record waits for the replacements like any other.
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -845,7 +860,7 @@ def finish(
         if doomed_ready:
             waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
             continue
-        if record.lost:
+        if record.lost and not surge_copy:
             reason = "the surge record was lost (the workload was replaced): the owner's spec wins"
         elif ready_elsewhere < target and now < last + REPLACEMENT_GRACE:
             waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))

@@ -1,0 +1,93 @@
+"""Issue 24 (work in progress): the surge as a spotguard-owned copy of the Deployment
+(``Handler(surge_copy=True)``), beside the workload's other writers, end to end through
+the served function on the simulated cluster (20x time, pods Ready in 10 s).
+
+The writers as they behave: ``kubectl replace`` (as Argo CD ``Replace=true`` and
+``helm upgrade --force`` do: the manifest as in Git, spotguard's annotations gone) once
+during the notice window, and Argo CD self-heal with ``Replace=true`` replacing the
+manifest every simulated second. The promise: the Deployment serves its pre-notice
+count throughout (its own pods and the copy's, which sit behind its Services), and
+afterwards nothing of spotguard's is left.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from spotguard.policy import surgecopy
+from spotguard.sim import readiness
+
+from tests.interruption import e2e_harness as h
+from tests.interruption.test_e2e_owners import reconcile, record, running, warning
+
+KEY = "Deployment/shop/web"
+
+
+def copy_mode(sim: Any, **kw: Any) -> Any:
+    return h.handler_for(sim, surge_copy=True, **kw)
+
+
+def manifest(store: Any) -> dict[str, Any]:
+    """The Deployment as in Git: its spec, no annotation of spotguard's."""
+    d = store.get("deployments", "web", "shop")
+    return {"spec": copy.deepcopy(d["spec"]), "labels": dict(d["metadata"].get("labels") or {})}
+
+
+def replace(store: Any, git: dict[str, Any]) -> None:
+    """``kubectl replace -f web.yaml``: spec and metadata as in the file, nothing else kept."""
+
+    def put(d: dict[str, Any]) -> None:
+        d["spec"] = copy.deepcopy(git["spec"])
+        d["metadata"]["annotations"] = {}
+        d["metadata"]["labels"] = dict(git["labels"])
+
+    store.mutate("deployments", "web", "shop", put)
+
+
+def copy_of_web(store: Any) -> dict[str, Any] | None:
+    items = store.list("replicasets", namespace="shop")[0]
+    return next((rs for rs in items if rs["metadata"]["name"] == surgecopy.name_for("web")), None)
+
+
+def test_the_trackers_labels_are_the_copys() -> None:
+    assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (surgecopy.SURGE_OF, surgecopy.PREFIX)
+
+
+@pytest.mark.parametrize("writer", ["kubectl-replace", "argocd-replace-self-heal"])
+def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(writer: str) -> None:
+    with running(make=copy_mode) as (sim, handler, spot):
+        store = sim.store
+        git = manifest(store)
+        watcher = h.Watcher()
+        watcher.start(store)
+        before = watcher.count(KEY)
+        assert before == 6
+        watcher.arm(spot)
+        t0 = sim.clock.now()
+        warning(handler, sim, spot)
+        assert record(store) is not None and store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
+        rs = copy_of_web(store)
+        assert rs is not None and rs["spec"]["replicas"] >= 1
+        sim.reclaim(spot, after_seconds=120)
+        replaced = {"at": -1.0}
+
+        def write() -> None:
+            now = sim.clock.now()
+            once = writer == "kubectl-replace" and replaced["at"] < 0 and now >= t0 + 12
+            again = writer == "argocd-replace-self-heal" and now >= replaced["at"] + 1
+            if once or again:
+                replace(store, git)
+                replaced["at"] = now
+
+        def over() -> bool:
+            write()
+            reconcile(handler)
+            gone = not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
+            return gone and copy_of_web(store) is None and record(store) is None
+
+        h.wait_until(over, 90, "the reclaim, the Deployment's own replacements and the copy's removal", step=0.2)
+        assert watcher.lowest[KEY] >= before, (writer, watcher.lowest[KEY])
+        assert store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
+        h.wait_until(lambda: watcher.count(KEY) == 6, 30, "six serving, all the Deployment's own")
