@@ -4,10 +4,12 @@ the served function on the simulated cluster (20x time, pods Ready in 10 s).
 
 The writers as they behave: ``kubectl replace`` (as Argo CD ``Replace=true`` and
 ``helm upgrade --force`` do: the manifest as in Git, spotguard's annotations gone) once
-during the notice window, and Argo CD self-heal with ``Replace=true`` replacing the
-manifest every simulated second. The promise: the Deployment serves its pre-notice
-count throughout (its own pods and the copy's, which sit behind its Services), and
-afterwards nothing of spotguard's is left.
+during the notice window; Argo CD self-heal with ``Replace=true`` replacing the
+manifest every simulated second; Flux's server-side apply at its interval (30 s here:
+the fields it manages, ``spec.replicas`` among them, put back; other annotations
+kept); an HPA on web at its 15 s sync period (a steady load that needs 6). The
+promise: the Deployment serves its pre-notice count throughout (its own pods and the
+copy's, which sit behind its Services), and afterwards nothing of spotguard's is left.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def manifest(store: Any) -> dict[str, Any]:
     return {"spec": copy.deepcopy(d["spec"]), "labels": dict(d["metadata"].get("labels") or {})}
 
 
+def apply(store: Any, git: dict[str, Any]) -> None:
+    """Flux's server-side apply: the fields in the manifest as in Git, the rest kept."""
+    store.mutate("deployments", "web", "shop", lambda d: d["spec"].update(replicas=git["spec"]["replicas"]))
+
+
 def replace(store: Any, git: dict[str, Any]) -> None:
     """``kubectl replace -f web.yaml``: spec and metadata as in the file, nothing else kept."""
 
@@ -55,9 +62,9 @@ def test_the_trackers_labels_are_the_copys() -> None:
     assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (surgecopy.SURGE_OF, surgecopy.PREFIX)
 
 
-@pytest.mark.parametrize("writer", ["kubectl-replace", "argocd-replace-self-heal"])
+@pytest.mark.parametrize("writer", ["kubectl-replace", "argocd-replace-self-heal", "flux-apply", "hpa"])
 def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(writer: str) -> None:
-    with running(make=copy_mode) as (sim, handler, spot):
+    with running(hpa=writer == "hpa", make=copy_mode) as (sim, handler, spot):
         store = sim.store
         git = manifest(store)
         watcher = h.Watcher()
@@ -80,6 +87,9 @@ def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(write
             if once or again:
                 replace(store, git)
                 replaced["at"] = now
+            elif writer == "flux-apply" and now >= replaced["at"] + 30:
+                apply(store, git)
+                replaced["at"] = now
 
         def over() -> bool:
             write()
@@ -90,4 +100,6 @@ def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(write
         h.wait_until(over, 90, "the reclaim, the Deployment's own replacements and the copy's removal", step=0.2)
         assert watcher.lowest[KEY] >= before, (writer, watcher.lowest[KEY])
         assert store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
+        if writer == "hpa":  # never raised: nothing to put back
+            assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
         h.wait_until(lambda: watcher.count(KEY) == 6, 30, "six serving, all the Deployment's own")
