@@ -15,10 +15,12 @@ copy's, which sit behind its Services), and afterwards nothing of spotguard's is
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
-from spotguard.policy import surgecopy
+from spotguard.policy import config, surgecopy
+from spotguard.policy.workloads import SURGE_OF
 from spotguard.sim import readiness
 
 from tests.interruption import e2e_harness as h
@@ -59,7 +61,7 @@ def copy_of_web(store: Any) -> dict[str, Any] | None:
 
 
 def test_the_trackers_labels_are_the_copys() -> None:
-    assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (surgecopy.SURGE_OF, surgecopy.PREFIX)
+    assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (SURGE_OF, surgecopy.PREFIX)
 
 
 @pytest.mark.parametrize("writer", ["kubectl-replace", "argocd-replace-self-heal", "flux-apply", "hpa"])
@@ -103,3 +105,31 @@ def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(write
         if writer == "hpa":  # never raised: nothing to put back
             assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
         h.wait_until(lambda: watcher.count(KEY) == 6, 30, "six serving, all the Deployment's own")
+
+
+def test_spotguard_drains_once_the_copy_serves_for_the_doomed_pods() -> None:
+    """spotguard as the drainer (drain: true) counts the copy's Ready pods as the
+    Deployment's: the doomed pods go before the reclaim, the Deployment's own
+    replacements follow, and the copy goes once they are Ready."""
+    drain = dataclasses.replace(config.Config(), drain=True)
+    with running(make=lambda sim, **kw: copy_mode(sim, config=drain, **kw)) as (sim, handler, spot):
+        store = sim.store
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm(spot)
+        warning(handler, sim, spot)
+        sim.reclaim(spot, after_seconds=120)
+
+        def emptied() -> bool:
+            reconcile(handler)
+            return not any(p["spec"].get("nodeName") in spot for p in store.list("pods", namespace="shop")[0])
+
+        h.wait_until(emptied, 60, "spotguard to empty the doomed nodes", step=0.2)
+        assert {n["metadata"]["name"] for n in store.list("nodes")[0]} >= set(spot)  # before the reclaim
+
+        def over() -> bool:
+            reconcile(handler)
+            return copy_of_web(store) is None and record(store) is None
+
+        h.wait_until(over, 90, "the copy's removal", step=0.2)
+        assert watcher.lowest[KEY] >= 6, watcher.lowest[KEY]

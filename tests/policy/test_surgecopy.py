@@ -10,8 +10,8 @@ import pytest
 from spotguard.policy import config, patches, surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.interruption import selector_matches
-from spotguard.policy.surgecopy import SURGE_OF, Refusal
-from spotguard.policy.workloads import SURGE_REPLICA
+from spotguard.policy.surgecopy import Refusal
+from spotguard.policy.workloads import SURGE_OF, SURGE_REPLICA
 
 CFG = config.Config()
 NO_X = {"key": "x", "operator": "DoesNotExist"}

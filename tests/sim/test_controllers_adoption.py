@@ -12,6 +12,7 @@ from typing import Any
 import kubernetes
 import pytest
 from spotguard.policy import config, surgecopy
+from spotguard.policy.workloads import SURGE_OF
 from spotguard.sim import testing
 
 from tests.sim import controller_helpers as h
@@ -44,7 +45,7 @@ def copy_pods(sim: Any, ready: bool = True) -> list[dict[str, Any]]:
 
 
 def own_pods(sim: Any) -> list[dict[str, Any]]:
-    return [p for p in h.ready_pods(sim.store, "web") if surgecopy.SURGE_OF not in p["metadata"]["labels"]]
+    return [p for p in h.ready_pods(sim.store, "web") if SURGE_OF not in p["metadata"]["labels"]]
 
 
 def test_a_deployment_adopts_an_orphan_replicaset_whose_own_labels_match_its_selector(sim: Any) -> None:

@@ -60,7 +60,7 @@ from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_OF, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -534,7 +534,7 @@ class Handler:
         # The copies are read before the workloads (their records are written before them):
         # a copy seen here has its record visible in the workloads' list, so the sweep never
         # takes a copy being made for a left-over.
-        copies = self.kube.list(r.REPLICASETS, None, label_selector=surgecopy.SURGE_OF) if self.surge_copy else []
+        copies = self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF) if self.surge_copy else []
         # The big lists and the namespaces run beside the ordered small ones.
         pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
             r.PODS, r.NODES, r.NAMESPACES, read_before_workloads, page_limit=LIST_PAGE
@@ -542,7 +542,7 @@ class Handler:
         snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
         for rs in copies:
             meta = rs.get("metadata") or {}
-            of = str((meta.get("labels") or {}).get(surgecopy.SURGE_OF) or "")
+            of = str((meta.get("labels") or {}).get(SURGE_OF) or "")
             if of and meta.get("name") == surgecopy.name_for(of):
                 snap.copies[f"{Kind.DEPLOYMENT}/{meta.get('namespace')}/{of}"] = rs
         return snap

@@ -40,7 +40,7 @@ from spotguard.policy.config import Config, RebalanceAction
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE_COPY_PREFIX, SURGE_OF, Kind, Workload
 
 # Instance states after which the pods of the instance are lost.
 DOOMED_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
@@ -283,6 +283,17 @@ def workload_key_of(pod: PodView, replicaset_owners: Mapping[tuple[str, str], st
             return None
         deploy = owner.name[: -len(suffix) - 1]
     return f"{Kind.DEPLOYMENT}/{pod.namespace}/{deploy}"
+
+
+def copy_workload_key(pod: PodView) -> str | None:
+    """``Deployment/ns/name`` for a pod of a surge copy (its controller is the copy its label
+    names, ``spotguard.policy.surgecopy``), else None. These pods are the Deployment's
+    replicas where serving is counted, though no ReplicaSet of the Deployment owns them."""
+    name = pod.labels.get(SURGE_OF)
+    owner = pod.owner
+    if not name or owner is None or owner.kind != "ReplicaSet" or owner.name != SURGE_COPY_PREFIX + name:
+        return None
+    return f"{Kind.DEPLOYMENT}/{pod.namespace}/{name}"
 
 
 # --- matching notices to nodes ----------------------------------------------------
@@ -940,10 +951,13 @@ def evictions(
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
+    copies_by_key: dict[str, list[PodView]] = defaultdict(list)  # the surge copies' pods
     for p in pods:
         key = workload_key_of(p, replicaset_owners)
         if key is not None:
             pods_by_key[key].append(p)
+        elif (key := copy_workload_key(p)) is not None:
+            copies_by_key[key].append(p)
     out: list[Eviction] = []
     for wl in workloads:
         record = SurgeRecord.of(wl)
@@ -956,6 +970,7 @@ def evictions(
         wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]
         doomed = sorted((p for p in wl_pods if p.node_name in live), key=lambda p: (p.ready, p.name))
         ready_total = sum(1 for p in wl_pods if p.ready and p.node_name not in set(record.nodes) - live)
+        ready_total += sum(1 for p in copies_by_key.get(wl.key, []) if p.active and p.ready)
         keep = record.ready or record.replicas
         spare = ready_total - keep
         for p in doomed:

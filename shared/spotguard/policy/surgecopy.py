@@ -65,17 +65,21 @@ from typing import Any
 
 from spotguard.policy import patches
 from spotguard.policy.config import Config
-from spotguard.policy.interruption import MANAGED_BY, MANAGED_BY_LABEL, selector_matches, workload_key_of
+from spotguard.policy.interruption import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    copy_workload_key,
+    selector_matches,
+    workload_key_of,
+)
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
 
-# On the copy, in its selector and on its pods: the name of the Deployment it surges.
-SURGE_OF = "spotguard.io/surge-of"
 # On the copy: "Deployment/<name>" and the Deployment's uid when the copy was made.
 SURGE_FOR = "spotguard.io/surge-for"
 SURGE_FOR_UID = "spotguard.io/surge-for-uid"
 EVENTS = "spotguard.io/events"
-PREFIX = "spotguard-surge-"
+PREFIX = SURGE_COPY_PREFIX
 MAX_NAME = 253
 
 
@@ -97,14 +101,11 @@ def surge_of(pod_labels: Mapping[str, str]) -> str | None:
 
 
 def workload_of_copy_pod(pod: PodView) -> str | None:
-    """``Deployment/<ns>/<name>`` for a pod of a surge copy (its controller is the copy of the
-    Deployment its label names), else None. These pods are the Deployment's replicas for the
-    eviction guard and the admission floors, though no ReplicaSet of the Deployment owns them."""
-    name = surge_of(pod.labels)
-    owner = pod.owner
-    if name is None or owner is None or owner.kind != "ReplicaSet" or owner.name != name_for(name):
-        return None
-    return f"{Kind.DEPLOYMENT}/{pod.namespace}/{name}"
+    """``Deployment/<ns>/<name>`` for a pod of a surge copy, else None
+    (:func:`interruption.copy_workload_key`): these pods are the Deployment's replicas for
+    the eviction guard and spotguard's own drain, though no ReplicaSet of the Deployment
+    owns them."""
+    return copy_workload_key(pod)
 
 
 def copy_labels(deployment: str) -> dict[str, str]:
