@@ -24,6 +24,7 @@ from spotguard.policy.workloads import SURGE_OF
 from spotguard.sim import readiness
 
 from tests.interruption import e2e_harness as h
+from tests.interruption.test_e2e_drainer import pods_on
 from tests.interruption.test_e2e_owners import reconcile, record, running, warning
 
 KEY = "Deployment/shop/web"
@@ -60,6 +61,14 @@ def copy_of_web(store: Any) -> dict[str, Any] | None:
     return next((rs for rs in items if rs["metadata"]["name"] == surgecopy.name_for("web")), None)
 
 
+def watching(store: Any, doomed: list[str]) -> h.Watcher:
+    """The serving count of every workload, its lows recorded from now."""
+    watcher = h.Watcher()
+    watcher.start(store)
+    watcher.arm(doomed)
+    return watcher
+
+
 def test_the_trackers_labels_are_the_copys() -> None:
     assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (SURGE_OF, surgecopy.PREFIX)
 
@@ -69,11 +78,9 @@ def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(write
     with running(hpa=writer == "hpa", make=copy_mode) as (sim, handler, spot):
         store = sim.store
         git = manifest(store)
-        watcher = h.Watcher()
-        watcher.start(store)
+        watcher = watching(store, spot)
         before = watcher.count(KEY)
         assert before == 6
-        watcher.arm(spot)
         t0 = sim.clock.now()
         warning(handler, sim, spot)
         assert record(store) is not None and store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
@@ -114,17 +121,12 @@ def test_spotguard_drains_once_the_copy_serves_for_the_doomed_pods() -> None:
     drain = dataclasses.replace(config.Config(), drain=True)
     with running(make=lambda sim, **kw: copy_mode(sim, config=drain, **kw)) as (sim, handler, spot):
         store = sim.store
-        watcher = h.Watcher()
-        watcher.start(store)
-        watcher.arm(spot)
+        watcher = watching(store, spot)
         warning(handler, sim, spot)
         sim.reclaim(spot, after_seconds=120)
-
-        def emptied() -> bool:
-            reconcile(handler)
-            return not any(p["spec"].get("nodeName") in spot for p in store.list("pods", namespace="shop")[0])
-
-        h.wait_until(emptied, 60, "spotguard to empty the doomed nodes", step=0.2)
+        h.wait_until(
+            lambda: (reconcile(handler), pods_on(store, spot) == 0)[1], 60, "spotguard to empty the doomed nodes", 0.2
+        )
         assert {n["metadata"]["name"] for n in store.list("nodes")[0]} >= set(spot)  # before the reclaim
 
         def over() -> bool:
