@@ -1,5 +1,5 @@
 """Issue 24 (work in progress): the surge as a spotguard-owned copy of the Deployment
-(``Handler(surge_copy=True)``), beside the workload's other writers, end to end through
+(the ``surge_copy`` setting), beside the workload's other writers, end to end through
 the served function on the simulated cluster (20x time, pods Ready in 10 s).
 
 The writers as they behave: ``kubectl replace`` (as Argo CD ``Replace=true`` and
@@ -31,7 +31,8 @@ KEY = "Deployment/shop/web"
 
 
 def copy_mode(sim: Any, **kw: Any) -> Any:
-    return h.handler_for(sim, surge_copy=True, **kw)
+    cfg = kw.pop("config", config.Config())
+    return h.handler_for(sim, config=dataclasses.replace(cfg, surge_copy=True), **kw)
 
 
 def manifest(store: Any) -> dict[str, Any]:

@@ -212,7 +212,6 @@ class Handler:
         ends_rebalance_surges: bool = True,
         managed_tag: str = "",
         autoscaling: Any = None,
-        surge_copy: bool = False,
     ) -> None:
         """``ends_rebalance_surges=False``: a surge whose node had only a rebalance
         recommendation and still exists is left to the spot-interruption function's own
@@ -230,9 +229,6 @@ class Handler:
         self.hooks = lifecycle.Hooks(autoscaling, clock) if autoscaling is not None else None
         self.workers = workers
         self.ends_rebalance_surges = ends_rebalance_surges
-        # Work in progress (issue 24): surge with a spotguard-owned copy of the Deployment
-        # (spotguard.policy.surgecopy) instead of its spec.replicas. Off by default.
-        self.surge_copy = surge_copy
         self.last_timings: dict[str, float] = {}  # seconds of the last handle(), by phase
         # event id -> a reclaim notice that could not be carried out yet (it is retried).
         self._retrying: dict[str, Notice] = {}
@@ -241,6 +237,12 @@ class Handler:
     @property
     def config(self) -> Config:
         return self._config() if callable(self._config) else self._config
+
+    @property
+    def surge_copy(self) -> bool:
+        """Work in progress (issue 24): the surge is a spotguard-owned copy of the Deployment
+        (spotguard.policy.surgecopy), not its spec.replicas. Off by default."""
+        return self.config.surge_copy
 
     @classmethod
     def from_environment(cls) -> Handler:
