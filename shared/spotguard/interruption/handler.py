@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -458,7 +458,9 @@ class Handler:
 
     def _anything_to_reconcile(self) -> bool:
         """A cheap look before reading every pod: a surge record, a budget of ours, a node
-        of ours, a ledger entry."""
+        of ours, a ledger entry, a surge copy."""
+        if self.surge_copy and self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF):
+            return True
         for d in self.kube.list(r.DEPLOYMENTS):
             if SURGE in ((d.get("metadata") or {}).get("annotations") or {}):
                 return True
@@ -884,7 +886,7 @@ class Handler:
         """Each surge in progress: its copy's step; each copy without a surge in progress
         (left by a crash, or its record gone): deleted."""
         active: set[str] = set(skip)
-        jobs = []
+        jobs: list[Future[Any]] = []
         for wl in views:
             record = SurgeRecord.of(wl)
             raw = snap.workloads.get(wl.key)
@@ -956,17 +958,19 @@ class Handler:
             },
         )
 
-    def _delete_copy(self, rs: Obj, reason: str) -> None:
+    def _delete_copy(self, rs: Obj, reason: str) -> bool:
+        """Delete a surge copy (its pods go with it); False where it may still be there."""
         meta = rs.get("metadata") or {}
         try:
             self.kube.delete(r.REPLICASETS, str(meta.get("name")), str(meta.get("namespace")), uid=meta.get("uid"))
-        except (NotFound, Conflict):
-            return
-        except ApiError as exc:
+        except NotFound:
+            return True
+        except ApiError as exc:  # a Conflict too: another copy under that name now
             metrics.ERRORS.labels("copy").inc()
             log.warning("could not delete a surge copy", extra={"copy": meta.get("name"), "error": str(exc)})
-            return
+            return False
         log.info("surge copy deleted", extra={"copy": f"{meta.get('namespace')}/{meta.get('name')}", "reason": reason})
+        return True
 
     def _evict(self, ev: interruption.Eviction) -> None:
         try:
@@ -1052,9 +1056,12 @@ class Handler:
             # autoscaler may scale down itself right after, and must remove the same pods.
             if self.surge_copy:
                 # The copy goes before the record (a failure leaves the record: finished again).
-                current = snap.copies.get(wl.key)
-                if current is not None:
-                    self._delete_copy(current, fin.reason)
+                # (By name where this snapshot did not list the copies: node-added's.)
+                current = snap.copies.get(wl.key) or {
+                    "metadata": {"name": surgecopy.name_for(wl.name), "namespace": wl.namespace}
+                }
+                if not self._delete_copy(current, fin.reason):
+                    return  # the next reconcile finishes again
                 fin = dataclasses.replace(fin, scale=False)  # the owner's count was never written
             if (
                 fin.scale
@@ -1292,7 +1299,7 @@ def anything_to_reconcile(snap: Snapshot) -> bool:
         return True
     if snap.node_notices or any(interruption.has_interruption_taint(n) for n in snap.node_views):
         return True
-    return bool(snap.ledger)
+    return bool(snap.ledger) or bool(snap.copies)
 
 
 def _marked(node: Obj, step: TaintStep) -> bool:
