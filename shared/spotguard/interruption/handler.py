@@ -731,7 +731,7 @@ class Handler:
                 step = written
                 batch.records[wl.key] = step.record
             if self.surge_copy and wl.kind is Kind.DEPLOYMENT:
-                self._copy(wl, step.record, raw, batch)
+                self._copy(wl, step.record, raw, batch, retry=True)
             if step.autoscaler is not None:
                 a = step.autoscaler
                 hpa = next((h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == a.name), None)
@@ -903,8 +903,10 @@ class Handler:
         for j in jobs:
             j.result()
 
-    def _copy(self, wl: Workload, record: SurgeRecord, raw: Obj, batch: Batch) -> None:
-        """Count what the copy's state machine decides on, ask it, carry out its step."""
+    def _copy(self, wl: Workload, record: SurgeRecord, raw: Obj, batch: Batch, retry: bool = False) -> None:
+        """Count what the copy's state machine decides on, ask it, carry out its step.
+        ``retry``: a write that fails is raised (a handling: its notices are retried, as for
+        a failed surge write), not only logged for the next reconcile."""
         snap = batch.snap
         now = self.clock()
         marks = batch.marks or snap.node_notices
@@ -946,6 +948,8 @@ class Handler:
         except ApiError as exc:
             metrics.ERRORS.labels("copy").inc()
             log.warning("could not write the surge copy", extra={"workload": wl.key, "error": str(exc)})
+            if retry:
+                raise
             return
         log.info(
             "surge copy",
