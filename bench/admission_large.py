@@ -14,7 +14,8 @@ Reports, in one JSON line: pods admitted, the API server's webhook calls and
 how many failed (refused, reset, timed out: the pod is created unpatched),
 pods without a placement (unpatched or shed), workloads whose on-demand pods
 (by the placement label) differ from their floor, and the time from creation
-until every pod was placed.
+until every pod was placed. ``--api-latency`` slows every API request the webhook
+makes (a busy control plane: slow, never failing).
 """
 
 from __future__ import annotations
@@ -102,11 +103,21 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=20.0, help="simulated seconds per real second (20)")
     parser.add_argument("--workers", type=int, default=2, help="webhook worker processes (2)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
+    parser.add_argument(
+        "--api-latency",
+        type=float,
+        default=0.0,
+        help="seconds the simulated API server adds to every request of the webhook's (a busy control plane)",
+    )
     args = parser.parse_args()
 
     infra, apps = cycle.split(scenario.load(args.scenario))
     cfg = config.Config()
-    result: dict[str, Any] = {"scenario": Path(args.scenario).name, "workers": args.workers}
+    result: dict[str, Any] = {
+        "scenario": Path(args.scenario).name,
+        "workers": args.workers,
+        "api_latency": args.api_latency,
+    }
     with (
         tempfile.TemporaryDirectory(prefix="spotguard-bench-") as workdir,
         testing.running_cluster(infra, time_scale=args.time_scale) as sim,
@@ -114,6 +125,8 @@ def main() -> int:
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         with functions.admission_server(sim, Path(workdir), args.workers, time_scale=args.time_scale):
             sim_admission.CALLS.reset()
+            if args.api_latency:
+                sim.faults.set(latency_seconds=args.api_latency)
             started = time.monotonic()
             sim.store.apply_objects(apps)
             wanted = {

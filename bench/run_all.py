@@ -62,7 +62,9 @@ def _num(value: Any, digits: int = 2) -> str:
 
 def _sim(r: Result) -> str:
     return (
-        f"{_num(r.get('nodes'))} nodes, {_num(r.get('pods'))} pods: Ready at **{_num(r.get('pods_per_second'), 0)}/s** "
+        f"{_num(r.get('nodes'))} nodes, {_num(r.get('pods'))} pods: "
+        f"bound at **{_num(r.get('scheduled_per_second'), 0)}/s**, "
+        f"Ready at **{_num(r.get('pods_per_second'), 0)}/s** "
         f"(created {_num(r.get('created_per_second'), 0)}/s); all pods listed through the gateway in "
         f"**{_num(r.get('list_pods_seconds'))} s** (model objects: {_num(r.get('list_pods_deserialized_seconds'))} s)"
     )
@@ -164,8 +166,9 @@ KNOWN: dict[str, Known] = {
     "sim": Known(
         quick=["--nodes", "100", "--pods", "2000"],
         figures=_sim,
-        aim="≥ 100 pods/s Ready; listing 20,000 pods < 1 s",
-        met=lambda r: r.get("pods_per_second", 0) >= 100 and r.get("list_pods_seconds", 99) < 1.0,
+        aim="≥ 300 pods/s bound (issue 26) and ≥ 100 Ready; listing 20,000 pods < 1 s",
+        met=lambda r: r.get("scheduled_per_second", 0) >= 300 and r.get("pods_per_second", 0) >= 100
+        and r.get("list_pods_seconds", 99) < 1.0,
     ),
     "admission": Known(
         quick=["--requests", "300", "--seconds", "1"],

@@ -20,9 +20,10 @@ import logging
 import threading
 from typing import Any
 
-from spotguard import emf
+from spotguard import emf, logs
 from spotguard.admission import callers, core, errors, transport
 
+logs.configure()  # at import, before any line: every line as JSON, through the runtime's handler
 _state: dict[str, core.Context] = {}
 _lock = threading.Lock()
 
@@ -40,9 +41,6 @@ _gate = callers.Cached(_read_gate)
 def _context() -> core.Context:
     with _lock:
         if "ctx" not in _state:
-            from spotguard import logs
-
-            logs.configure()
             _state["ctx"] = core.context_from_env()
         return _state["ctx"]
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotguard import logs
 from spotguard.nodeadded import awslambda, service
+
+logs.configure()  # at import, before any line: every line as JSON, through the runtime's handler
 
 
 def _reconciler() -> Any:
-    from spotguard import logs
     from spotguard.nodeadded.reconciler import Reconciler
 
-    logs.configure()
     return Reconciler.from_environment()
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from spotguard import emf
+from spotguard import emf, logs
 from spotguard.interruption import awslambda, dispatch
 
+logs.configure()  # at import, before any line: every line as JSON, through the runtime's handler
 _state: dict[str, dispatch.Handler] = {}
 _lock = threading.Lock()
 
@@ -29,10 +30,8 @@ _lock = threading.Lock()
 def _handler() -> dispatch.Handler:
     with _lock:
         if "handler" not in _state:
-            from spotguard import logs
             from spotguard.interruption import handler
 
-            logs.configure()
             _state["handler"] = dispatch.Serialized(handler.Handler.from_environment())
         return _state["handler"]
 

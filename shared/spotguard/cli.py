@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from spotguard import __version__
+from spotguard import __version__, flags
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -55,14 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"spotguard {__version__}")
     parser.add_argument(
-        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default $SPOTGUARD_LOG_LEVEL, else INFO)"
-    )
+        "--log-level", type=flags.log_level, default=None, metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR (default $SPOTGUARD_LOG_LEVEL, else INFO)",
+    )  # fmt: skip
     parser.add_argument(
         "--log-format", choices=("json", "text"), default=None,
-        help="logs as JSON lines for machines (default; $SPOTGUARD_LOG_FORMAT) or text for a person",
+        help="logs as JSON lines for machines or text for a person (default $SPOTGUARD_LOG_FORMAT, else text "
+        "when stderr is a terminal and JSON otherwise)",
     )  # fmt: skip
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    serve = sub.add_parser("serve", help="serve one of the functions locally")
+    serve = sub.add_parser(
+        "serve", help="serve one of the functions locally",
+        description="Serve one of the functions: the admission webhook over HTTPS, spot-interruption and "
+        "node-added over HTTP (CloudEvents). `spotguard serve FUNCTION --help` for each.",
+    )  # fmt: skip
     serve_sub = serve.add_subparsers(title="functions", metavar="FUNCTION")
     serve.set_defaults(_run=lambda args: _usage(serve))
     for name, (module, help_text) in SERVE.items():
@@ -70,7 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         _add(sub, name, module, help_text)
     parser.set_defaults(_run=lambda args: _usage(parser))
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's ``--help`` opens with a description: its one-line help where it has none."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                if not child.description and helps.get(name):
+                    child.description = str(helps[name])
+                _describe(child)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -83,8 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from spotguard import logs
 
-    logs.configure(args.log_level, args.log_format)
     try:
+        logs.configure(args.log_level, args.log_format, strict=True)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -11,8 +11,11 @@ its body limit and its name:
                          the function's reply as a structured CloudEvent
                          (Knative accepts an empty body or a CloudEvent as a
                          reply, nothing else)
-``GET /healthz``         200 ``{"status": "ok"}`` (also ``/health/liveness``
-                         and ``/health/readiness``, the paths func-python uses)
+``GET /healthz``         200 ``{"status": "ok"}`` while the process answers
+                         (also ``/health/liveness``, func-python's path)
+``GET /readyz``          200 ``{"status": "ok"}``, or 503 ``{"status": "not ready",
+                         "reason": ...}`` when the function cannot do its job
+                         (:mod:`spotguard.readiness`; also ``/health/readiness``)
 ``GET /metrics``         Prometheus text format
 other methods on ``/``   405 (JSON); a body over the limit: 413 (JSON)
 =======================  =====================================================
@@ -106,7 +109,12 @@ def handle_http(headers: Mapping[str, str], body: bytes, handle_event: Callable[
 
 
 def create_app(
-    name: str, exchange: Callable[[Mapping[str, str], bytes], Exchange], *, max_body: int, log: logging.Logger
+    name: str,
+    exchange: Callable[[Mapping[str, str], bytes], Exchange],
+    *,
+    max_body: int,
+    log: logging.Logger,
+    ready: Callable[[], str | None] | None = None,
 ) -> flask.Flask:
     """The WSGI app serving one function's ``exchange`` (see the module docstring)."""
     app = flask.Flask(name)
@@ -124,9 +132,16 @@ def create_app(
 
     @app.get("/healthz")
     @app.get("/health/liveness")
-    @app.get("/health/readiness")
     def healthz() -> flask.Response:
         return flask.jsonify(status="ok")
+
+    @app.get("/readyz")
+    @app.get("/health/readiness")
+    def readyz() -> flask.Response | tuple[flask.Response, int]:
+        why = ready() if ready is not None else None
+        if why is None:
+            return flask.jsonify(status="ok")
+        return flask.jsonify(status="not ready", reason=why), 503
 
     @app.get("/metrics")
     def metrics() -> flask.Response:

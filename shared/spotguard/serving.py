@@ -1,9 +1,10 @@
 """Serve a function's WSGI app over plain HTTP with hypercorn, until SIGTERM/SIGINT.
 
 One place for what spot-interruption and node-added both need: the bind address
-(IPv6 in brackets), no access log, a graceful stop on a signal, and a body limit
-at the app's own size (hypercorn otherwise reads up to 16 MiB of a WSGI request
-into memory before the app can refuse it).
+(IPv6 in brackets), no access log, hypercorn's lines through spotguard's log
+formatter, a graceful stop on a signal, and a body limit at the app's own size
+(hypercorn otherwise reads up to 16 MiB of a WSGI request into memory before the
+app can refuse it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import signal
 import threading
 from typing import Any
+
+from spotguard import logs
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,8 @@ def serve(wsgi_app: Any, host: str, port: int, *, max_body: int, graceful_timeou
     config = hypercorn.config.Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
+    # hypercorn's own lines through spotguard's formatter (no console handler of its own).
+    config.errorlog = logs.through_root(logging.getLogger("hypercorn.error"))
     config.graceful_timeout = graceful_timeout
     config.wsgi_max_body_size = max_body
 
@@ -37,6 +42,17 @@ def serve(wsgi_app: Any, host: str, port: int, *, max_body: int, graceful_timeou
         await hypercorn.asyncio.serve(wsgi_app, config, shutdown_trigger=stopped.wait, mode="wsgi")
 
     asyncio.run(main())
+
+
+def hypercorn_through_root() -> None:
+    """hypercorn's error log through spotguard's formatter in every ``Config`` made from now on.
+
+    For servers that build hypercorn's ``Config`` themselves (func-python, for the
+    Knative functions): hypercorn otherwise gives ``hypercorn.error`` a console
+    handler of its own when it first logs, after the function has started."""
+    import hypercorn.config
+
+    hypercorn.config.Config.errorlog = logs.through_root(logging.getLogger("hypercorn.error"))
 
 
 def wait_for_signal(stop: threading.Event) -> None:

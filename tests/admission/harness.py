@@ -60,9 +60,15 @@ def served(
     threads: int = 8,
     server_args: list[str] | None = None,
     extra_env: list[dict[str, str]] | None = None,
+    timeout_seconds: int = TIMEOUT_SECONDS,
+    before_servers: Callable[[Any], None] | None = None,
 ) -> Iterator[Served]:
+    """``before_servers(sim)``: runs once the cluster is up, before the servers start (and
+    read the nodes)."""
     tls = servers.make_certs(workdir / "tls")
     with testing.running_cluster(scenario, termination_seconds=0.2) as sim, contextlib.ExitStack() as stack:
+        if before_servers is not None:
+            before_servers(sim)
         running: list[servers.Server] = []
         for i in range(count):
             process_env = {**LOADED_MACHINE, **(env or {}), **((extra_env or [{}] * count)[i])}
@@ -81,7 +87,7 @@ def served(
             url = running[0].url + "/mutate"
         k = kube.Kube(sim.api_client())
         ca = base64.b64encode(Path(tls.ca_cert).read_bytes()).decode()
-        hook = registration.webhook_configuration(url, ca, timeoutSeconds=TIMEOUT_SECONDS)
+        hook = registration.webhook_configuration(url, ca, timeoutSeconds=timeout_seconds)
         k.create(r.MUTATINGWEBHOOKCONFIGURATIONS, hook)
         yield Served(k, sim, running, url, tls)
 

@@ -398,9 +398,10 @@ def test_a_reservation_ttl_shorter_than_the_other_timings_is_raised_to_cover_the
 @pytest.mark.parametrize(
     ("env", "trust", "grace", "deadline"),
     [
-        ({}, 3.0, 1.0, 2.0),
-        ({"SPOTGUARD_ADMISSION_TRUST_SECONDS": "soon", "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "-1"}, 3.0, 1.0, 2.0),
-        ({"SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"}, 3.0, 1.0, 2.0),  # no time left inside the deadline
+        # the default deadline: the shipped webhook's 3 s but what the answer needs to travel back
+        ({}, 3.0, 1.0, 2.55),
+        ({"SPOTGUARD_ADMISSION_TRUST_SECONDS": "soon", "SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "-1"}, 3.0, 1.0, 2.55),
+        ({"SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"}, 3.0, 1.275, 2.55),  # shortened to half the deadline
         (
             {"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "10", "SPOTGUARD_ADMISSION_PENDING_GRACE_SECONDS": "5"},
             3.0,
@@ -414,10 +415,8 @@ def test_admission_timings_from_the_environment_are_validated(
 ) -> None:
     fake = FakeKube()
     ctx = core.context_from_env({"SPOTGUARD_NAMESPACE": "spotguard", **env}, connect=lambda _: fake)  # type: ignore[arg-type,return-value]
-    assert (ctx.reservations.trust_seconds, ctx.reservations.pending_grace, ctx.review_seconds) == (
-        trust,
-        grace,
-        deadline,
+    assert (ctx.reservations.trust_seconds, ctx.reservations.pending_grace, ctx.review_seconds) == pytest.approx(
+        (trust, grace, deadline)
     )
 
 

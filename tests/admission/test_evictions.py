@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from typing import Any
@@ -146,3 +147,52 @@ def test_a_node_list_from_before_the_cordons_is_never_shared_with_a_later_evicti
     # only web-c serves on a node that stays: both are protected (the grace), neither goes
     assert (first["allowed"], second["allowed"]) == (False, False), (first, second)
     assert first["auditAnnotations"]["spotguard.io/eviction"] == "protected"
+
+
+def test_a_sighting_restarts_with_a_new_drain_signal_and_ends_when_the_node_stops_going_away() -> None:
+    """The grace counts from the first sighting of a node's drain signals, on this process's clock."""
+    from spotguard.admission import sightings
+    from spotguard.policy.notices import NodeNotice, NoticeKind
+
+    seen = sightings.Sightings(clock=lambda: 0.0)
+    cordoned = policy.NodeFacts("spot-0", spot=True, unschedulable=True)
+    assert seen.observe(cordoned, 100.0) == 100.0
+    assert seen.observe(cordoned, 105.0) == 100.0  # the same drain
+    # a drainer's taint besides the cordon: a new drain
+    tainted = policy.NodeFacts("spot-0", spot=True, unschedulable=True,
+                               taint_keys=frozenset({"aws-node-termination-handler/spot-itn"}))
+    assert seen.observe(tainted, 110.0) == 110.0
+    assert seen.observe(cordoned, 111.0) == 110.0  # one signal gone: still that drain
+    # a read that began before the sighting says nothing about it
+    assert seen.observe(policy.NodeFacts("spot-0", spot=True), 112.0, read_at=109.0) == 110.0
+    # uncordoned (the drain aborted), then cordoned again: a new sighting
+    assert seen.observe(policy.NodeFacts("spot-0", spot=True), 120.0) is None
+    assert seen.observe(cordoned, 140.0) == 140.0
+    # spotguard's own mark is no drain signal: a rebalance-marked node drained later is a new drain
+    mark = NodeNotice("rbl-1", NoticeKind.REBALANCE, 0.0, 600.0)
+    marked = policy.NodeFacts("spot-1", spot=True, taint_keys=frozenset({"spotguard.io/interruption"}), notice=mark)
+    assert seen.observe(marked, 10.0) is None
+    assert seen.observe(dataclasses.replace(marked, unschedulable=True), 130.0) == 130.0
+    # the list and the reader never start a sighting, and end an old one
+    seen.observe_all([policy.NodeFacts("spot-2", spot=True, unschedulable=True)], read_at=150.0)
+    assert "spot-2" not in seen.held()
+    seen.observe_all([], read_at=150.0)  # spot-0 and spot-1 are gone
+    assert seen.held() == []
+
+
+def test_the_reader_ends_a_sighting_when_the_node_is_uncordoned_between_two_reviews() -> None:
+    """A drain aborted while no review comes: the sighted node's reads see it."""
+    import time
+
+    from spotguard.admission import sightings
+
+    node = {"metadata": {"name": "spot-0", "labels": {"node.kubernetes.io/capacity": "spot"}},
+            "spec": {"unschedulable": True}}
+    seen = sightings.Sightings(clock=time.monotonic, refresh=0.01)
+    assert seen.observe(evictions.node_facts(node, config.Config())) is not None
+    seen.watch(lambda name: node, lambda raw: evictions.node_facts(raw, config.Config()))
+    node = {**node, "spec": {}}  # uncordoned
+    deadline = time.monotonic() + 5
+    while seen.held() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen.held() == []

@@ -245,23 +245,28 @@ def test_an_api_too_slow_for_the_deadline_gets_an_unchanged_answer_and_nothing_w
         assert _reservations_without_pods(s) == []
 
 
-def test_a_missing_state_namespace_makes_the_webhook_not_ready(tmp_path: Path) -> None:
+def test_a_missing_state_namespace_is_reported_and_the_webhook_stays_in_service(tmp_path: Path) -> None:
+    # A condition of the whole cluster: every replica sees it at once, and an unready webhook
+    # would let every pod in unplaced (failurePolicy Ignore). Reported, never out of service.
     with harness.served(_small(), tmp_path, env={"SPOTGUARD_NAMESPACE": "spotguard-state"}) as s:
-        answer = requests.get(s.servers[0].url + "/readyz", verify=s.servers[0].ca, timeout=5)
-        assert answer.status_code == 503
+        server = s.servers[0]
+        answer = requests.get(server.url + "/readyz", verify=server.ca, timeout=5)
+        assert answer.status_code == 200
         assert "'spotguard-state' does not exist" in answer.text
+        assert harness.metric(server, "spotguard_admission_cluster_condition", condition="namespace_missing") == 1
         s.k.create(r.NAMESPACES, objects.namespace("spotguard-state"))
         harness.wait_for(
-            lambda: requests.get(s.servers[0].url + "/readyz", verify=s.servers[0].ca, timeout=5).status_code == 200,
-            what="ready once the namespace exists",
+            lambda: requests.get(server.url + "/readyz", verify=server.ca, timeout=5).text == "ok",
+            what="no warning once the namespace exists",
         )
+        assert harness.metric(server, "spotguard_admission_cluster_condition", condition="namespace_missing") == 0
 
 
 def test_a_cluster_without_on_demand_nodes_is_reported_and_its_pods_still_run(tmp_path: Path) -> None:
     with harness.served(_small(on_demand=False), tmp_path) as s:
         server = s.servers[0]
         answer = requests.get(server.url + "/readyz", verify=server.ca, timeout=5)
-        assert answer.status_code == 503 and "no node matches the on-demand requirement" in answer.text
+        assert answer.status_code == 200 and "no node matches the on-demand requirement" in answer.text
         s.k.create(r.DEPLOYMENTS, harness.deployment("lonely", 1), NS)
         pods = harness.running(s.k, "lonely", 1)  # never a pod that no node can take
         assert harness.on_demand(s.k, pods) == (0, 0)
@@ -272,7 +277,8 @@ def test_a_cluster_without_on_demand_nodes_is_reported_and_its_pods_still_run(tm
             what="a Warning Event on the workload",
         )
         assert harness.metric(server, "spotguard_admission_unplaceable_total", placement="on-demand") >= 1
-        assert any(e.get("reason") == "AdmissionNotReady" for e in s.k.list(r.EVENTS))
+        assert any(e.get("reason") == "AdmissionDegraded" for e in s.k.list(r.EVENTS))
+        assert harness.metric(server, "spotguard_admission_cluster_condition", condition="no_on_demand_nodes") == 1
 
 
 def test_a_cluster_without_spot_nodes_stays_ready_and_says_so(tmp_path: Path) -> None:

@@ -128,7 +128,8 @@ def test_a_fresh_review_is_not_shed(tmp_path: Path) -> None:
 
 
 def test_each_api_call_may_take_a_share_of_the_review_deadline() -> None:
-    assert core.api_policy(core.DEFAULT_REVIEW_SECONDS) == core.API_POLICY  # 1.5 s a call, 1 s an attempt
+    # outside a review (warm-ups): the policy made for a 2 s review, scaled to the deadline
+    assert core.api_policy(core.API_POLICY_REVIEW) == core.API_POLICY  # 1.5 s a call, 1 s an attempt
     slow = core.api_policy(20.0)  # a slow control plane's deadline: calls may take longer too
     assert (slow.deadline, slow.timeout, slow.connect_timeout) == pytest.approx((15.0, 10.0, 5.0))
     assert core.Context(core.Config(), object(), review_seconds=20.0).kube.policy == slow  # type: ignore[union-attr]

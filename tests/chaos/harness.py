@@ -185,9 +185,10 @@ class Webhook:
         self.thread = threading.Thread(target=self.server.serve_forever, name="admission", daemon=True)
         self.thread.start()
         # The eviction guard measures on the cluster's clock (the notices' reclaim times are in it).
-        from spotguard.admission import evictions
+        from spotguard.admission import evictions, sightings
 
-        evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now, timing=guard_timing(scale)))
+        refresh = sightings.REFRESH_SECONDS / scale  # its reads of sighted nodes, in simulated time
+        evictions.configure(ctx, evictions.Guard(clock=self.sim.clock.now, timing=guard_timing(scale), refresh=refresh))
         registration.register(self.sim.store, f"https://127.0.0.1:{self.server.server_port}", self.paths.ca_bundle)
 
     def stop(self) -> None:

@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from spotguard.policy import config as config_mod
 from spotguard.policy import moves
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import SURGE
-from spotguard.sim import objects
+from spotguard.sim import objects, readiness
 from spotguard.sim.controllers import drainer
 
 from tests.chaos import harness as h
@@ -309,6 +312,72 @@ def drainer_after_rebalance(c: Chaos) -> None:
     drainer_at_notice(7)(c)
 
 
+def drainer_ahead(c: Chaos, lag: float = 2.0) -> None:
+    """The interruption warning for every spot node, with a drainer at the notice that is
+    ahead of spotguard: it cordons and evicts at once, and the warning reaches spotguard's
+    queue ``lag`` seconds later."""
+    spot = c.spot()
+    c.arm()
+    now = c.sim.clock.iso_micro(c.sim.clock.now())
+    for name in spot:
+        c.sim.store.mutate(
+            "nodes", name, None, lambda o: o["metadata"].setdefault("annotations", {}).update({drainer.DRAIN_AT: now})
+        )
+    c.doomed.update(spot)
+    c.sim.reclaim(spot, after_seconds=h.RECLAIM_AFTER)
+    c.sleep(lag)
+    c.notify(spot)
+
+
+def drainer_after_rebalance_taint(c: Chaos) -> None:
+    """The recommendation for every spot node handled with the default action (taint: marked
+    until t+600, no surge); the interruption warning 130 s later, and a drainer at the warning
+    that evicts before spotguard has handled it (the guard's rebalance hold, 120 s, is over)."""
+    c.notify(c.spot(), NoticeKind.REBALANCE)
+    c.sleep(130)
+    drainer_ahead(c)
+
+
+def refused_eviction(api: client.CoreV1Api, name: str) -> int:
+    """An eviction of ``name`` as a drainer tries it, retrying what the API's faults fail (a
+    500, a dropped connection): 429 when refused, 201 when it went, 0 when every try failed."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="shop"))
+    for _ in range(20):
+        try:
+            api.create_namespaced_pod_eviction(name, "shop", body, _request_timeout=5)
+        except ApiException as exc:
+            if exc.status == 429:
+                return 429
+        except (urllib3.exceptions.HTTPError, OSError):
+            pass
+        else:
+            return 201
+    return 0
+
+
+def aborted_drain(c: Chaos) -> None:
+    """A drain aborted (a consolidation cancelled): every spot node cordoned, an eviction of a
+    serving pod on each refused, the nodes uncordoned; a minute later (longer than the guard's
+    grace) every spot node's interruption warning and a drainer at the notice, ahead of
+    spotguard."""
+    spot = c.spot()
+    for name in spot:
+        c.sim.store.mutate("nodes", name, None, lambda o: o["spec"].__setitem__("unschedulable", True))
+    api = client.CoreV1Api(c.sim.api_client())
+    tried = set()
+    for p in c.sim.store.list("pods", "shop")[0]:
+        node, name = p["spec"].get("nodeName"), p["metadata"]["name"]
+        key = readiness.workload_key(p) or ""
+        if node in spot and node not in tried and key.startswith("Deployment/") and c.sim.serving(p):
+            assert refused_eviction(api, name) == 429, f"the eviction of {name} was not refused"
+            tried.add(node)
+    assert tried == set(spot), f"no serving Deployment pod on {sorted(set(spot) - tried)}"
+    for name in spot:
+        c.sim.store.mutate("nodes", name, None, lambda o: o["spec"].__setitem__("unschedulable", False))
+    c.sleep(60)
+    drainer_ahead(c)
+
+
 SURGE_ON_REBALANCE = dataclasses.replace(
     config_mod.Config(), rebalance_action=config_mod.RebalanceAction.SURGE, rebalance_surge_seconds=120
 )
@@ -329,6 +398,8 @@ SCENARIOS: dict[str, Scenario] = {
     "autoscaler-moves": Scenario(autoscaler_moves),
     "drainer-at-notice": Scenario(drainer_at_notice(1), drainer=True),
     "drainer-after-rebalance-surge": Scenario(drainer_after_rebalance, SURGE_ON_REBALANCE, drainer=True),
+    "drainer-after-rebalance-taint": Scenario(drainer_after_rebalance_taint, drainer=True),
+    "aborted-drain": Scenario(aborted_drain, drainer=True),
 }
 
 QUICK = {
@@ -345,6 +416,8 @@ QUICK = {
     ("drainer-at-notice", "no-faults"),
     ("drainer-at-notice", "faults-20pct-500"),
     ("rebalance-storm-surge", "no-faults"),
+    ("drainer-after-rebalance-taint", "no-faults"),
+    ("aborted-drain", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.

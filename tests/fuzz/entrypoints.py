@@ -127,7 +127,7 @@ class Recorder(logging.Handler):
 
 
 def log_problems(text: str) -> tuple[list[str], list[str]]:
-    """(bugs, failures) in a server's log: JSON lines, plus gunicorn's plain-text tracebacks."""
+    """(bugs, failures) in a server's log: JSON lines (a traceback in ``exc_info``), and any plain-text traceback."""
     bugs: list[str] = []
     failures: list[str] = []
     for line in text.splitlines():
@@ -139,7 +139,7 @@ def log_problems(text: str) -> tuple[list[str], list[str]]:
             continue
         if not isinstance(record, dict) or record.get("level") not in ("error", "critical"):
             continue
-        error = record.get("error")
+        error = record.get("exc_info")
         if isinstance(error, str) and "Traceback" in error:
             last = [x for x in error.splitlines() if x.strip()][-1]
             name = last.split(":", 1)[0].rsplit(".", 1)[-1]

@@ -1049,3 +1049,46 @@ def test_helm_chart_conventions_name_image_extras_and_one_excluded_list() -> Non
     # nameOverride sets the prefix too
     other = helm_with("conventions-values.yaml", "platform", "fullnameOverride=", "nameOverride=guard")
     assert "guard-admission" in {d["metadata"]["name"] for d in of_kind(other, "Deployment")}
+
+
+def test_every_served_container_listens_beyond_its_own_pod() -> None:
+    # `spotguard serve` listens on 127.0.0.1 by default (a laptop); in a pod the probes, the
+    # API server and Prometheus reach it through the pod's address: every manifest says 0.0.0.0.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    served = 0
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                if container.get("args", [])[:1] == ["serve"] and container.get("ports"):
+                    served += 1
+                    assert "--host=0.0.0.0" in container["args"], (source, container["name"], container["args"])
+    assert served >= 6
+
+
+def test_the_event_functions_are_ready_only_when_they_can_do_their_job() -> None:
+    # /healthz is the process (liveness); /readyz says whether the function can do its job
+    # (spotguard.readiness): every readiness probe of spot-interruption and node-added asks it.
+    renders = {
+        "kustomize": kustomize("kubernetes/base") + kustomize_with_spot_interruption(),
+        "knative": kustomize("knative") + kustomize("knative/node-added"),
+        "helm": helm_with("queue-processor-values.yaml"),
+    }
+    probed = set()
+    for source, rendered in renders.items():
+        pods = [d["spec"]["template"]["spec"] for d in of_kind(rendered, "Deployment")]
+        pods += [s["spec"]["template"]["spec"] for s in rendered if s["apiVersion"] == "serving.knative.dev/v1"]
+        for pod in pods:
+            for container in pod["containers"]:
+                function = container.get("args", ["", ""])[1:2]
+                if function in (["spot-interruption"], ["node-added"]):
+                    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", (source, function)
+                    if "livenessProbe" in container:
+                        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", (source, function)
+                    probed.add((source, function[0]))
+    assert len(probed) == 6, probed

@@ -120,14 +120,16 @@ def floors_of(store: Any) -> dict[str, tuple[int, int]]:
 @contextlib.contextmanager
 def admission_webhook(
     sim: Any, workdir: str | os.PathLike[str], *, pods: bool = True, evictions: bool = False,
-    timing: Any = None,
+    timing: Any = None, timeout_seconds: int | None = 5,
 ) -> Iterator[str]:
     """Serve the admission function over HTTPS on loopback and register it with the cluster.
 
     Yields the webhook's URL. ``pods``: pods created after this are placed by spotguard's
     admission (the shipped MutatingWebhookConfiguration). ``evictions``: the shipped eviction
     guard (ValidatingWebhookConfiguration for pods/eviction) is registered too, deciding on
-    the simulated clock (``timing``: its grace and release, in simulated seconds).
+    the simulated clock (``timing``: its grace and release, in simulated seconds; its reads of
+    the nodes it has sighted as often in simulated time as in production).
+    ``timeout_seconds``: the webhooks' timeout (None: as shipped).
     """
     from spotguard import certs
     from spotguard.admission import app as admission_app
@@ -152,10 +154,13 @@ def admission_webhook(
     url = f"{base}/mutate"
     if evictions:
         from spotguard.admission import evictions as guard
+        from spotguard.admission import sightings
 
-        guard.configure(ctx, guard.Guard(clock=sim.clock.now, timing=timing))
-    # The shipped webhook configurations; a longer timeout for a loaded test machine.
-    registration.register(sim.store, base, paths.ca_bundle, pods=pods, evictions=evictions, timeoutSeconds=5)
+        refresh = sightings.REFRESH_SECONDS / scale
+        guard.configure(ctx, guard.Guard(clock=sim.clock.now, timing=timing, refresh=refresh))
+    # The shipped webhook configurations; by default a longer timeout for a loaded test machine.
+    overrides = {} if timeout_seconds is None else {"timeoutSeconds": timeout_seconds}
+    registration.register(sim.store, base, paths.ca_bundle, pods=pods, evictions=evictions, **overrides)
     try:
         yield url
     finally:

@@ -452,4 +452,4 @@ def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
         assert replicas(store) == 6
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 0
         assert REGISTRY.get_sample_value("spotguard_interruption_surges_overdue") == 0
-        assert REGISTRY.get_sample_value("spotguard_workloads_below_floor") == 0
+        assert REGISTRY.get_sample_value("spotguard_interruption_workloads_below_floor") == 0

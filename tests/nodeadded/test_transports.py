@@ -27,6 +27,8 @@ import requests
 from cloudevents.core.bindings import http as ce_http
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
+from spotguard.policy import config, patches
+from spotguard.policy.capacity import Capacity
 from spotguard.sim import objects, testing
 
 from tests.admission.servers import free_port
@@ -266,10 +268,20 @@ def test_reconcile_command_dry_run_prints_the_plan_and_writes_nothing(sim: Any, 
     assert f"lease spotguard/{lease}: would delete" in out.stdout
     assert orphans_left(k, lease)
     assert written() == before
+    # ... nor labels the spot nodes (it says it would)
+    spot = Capacity.SPOT
+    spot_nodes = sorted(
+        n["metadata"]["name"] for n in k.list(r.NODES) if config.Config().node_capacity(n["metadata"]["labels"]) is spot
+    )
+    assert spot_nodes and all(f"node {n}: would label spotguard.io/spot=true" in out.stdout for n in spot_nodes)
+    assert not any(patches.SPOT_NODE_LABEL in n["metadata"]["labels"] for n in k.list(r.NODES))
     # Without --dry-run the same pass writes.
     done = subprocess.run(command[:-1], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert not orphans_left(k, lease)
+    # ... and labels every spot node, and no other
+    labelled = [n["metadata"]["name"] for n in k.list(r.NODES) if patches.SPOT_NODE_LABEL in n["metadata"]["labels"]]
+    assert sorted(labelled) == spot_nodes
 
 
 def orphans_left(k: kube.Kube, name: str) -> bool:

@@ -13,10 +13,11 @@ SCENARIOS = ROOT / "infra" / "scenarios"
 EVENTS = ROOT / "infra" / "events"
 
 
-def spotguard(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def spotguard(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "spotguard.cli", *args], capture_output=True, check=False, text=True, timeout=timeout
-    )
+        [sys.executable, "-m", "spotguard.cli", *args], capture_output=True, check=False, text=True, timeout=timeout,
+        env=env,
+    )  # fmt: skip
 
 
 def last_json(proc: subprocess.CompletedProcess[str]) -> Any:

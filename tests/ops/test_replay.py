@@ -16,6 +16,7 @@ from spotguard.sim import readiness, testing
 
 from tests.ops.support import EVENTS, SCENARIOS, last_json, plain_error, spotguard
 
+SAMPLES = Path(__file__).resolve().parents[1] / "events"
 KINDS = {
     "admission-review.json": "admission-review",
     "apiserversource-node-added.json": "apiserversource",
@@ -43,6 +44,39 @@ def test_an_instance_running_goes_to_node_added() -> None:
     assert f.kind == "eventbridge" and f.function == "node-added"
     sample["detail"]["state"] = "shutting-down"
     assert eventfiles.recognise(Path("x.json"), sample).function == "spot-interruption"
+
+
+def test_the_scheduler_input_is_a_reconcile(tmp_path: Path) -> None:
+    # GIVEN what the SAM template's EventBridge Scheduler schedules send (node-added's reconcile trigger)
+    scheduler = SAMPLES / "eventbridge-scheduler-input.json"
+    assert eventfiles.read(scheduler).kind == "schedule"
+    assert eventfiles.recognise(Path("x.json"), {"spotguard": "reconcile"}).kind == "schedule"
+    # WHEN the folder of real samples is replayed (the scheduler input among them)
+    proc = spotguard("replay", str(SAMPLES), "--scenario", str(SCENARIOS / "demo.yaml"), "--dry-run",
+                     "--output", "json")  # fmt: skip
+    # THEN every file is replayed, and the scheduler input runs both reconciles
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {Path(r["file"]).name: r for r in last_json(proc)["results"]}
+    assert set(results) == {p.name for p in SAMPLES.glob("*.json")}
+    ran = results[scheduler.name]
+    assert ran["kind"] == "schedule" and ran["result"] == "planned", ran
+    assert any(line.startswith("spot-interruption: ") for line in ran["plan"]), ran
+    assert any("dry run: nothing written" in line for line in ran["plan"]), ran
+
+
+def test_an_unreachable_cluster_is_one_line_and_a_usage_error(tmp_path: Path) -> None:
+    # GIVEN a kubeconfig whose API server does not answer
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    # WHEN an event is replayed against it THEN one sentence naming the cluster, exit 2
+    proc = spotguard("replay", str(EVENTS / "eventbridge-spot-interruption.json"), "--kubeconfig", str(kubeconfig),
+                     timeout=120)  # fmt: skip
+    plain_error(proc, "cannot reach the cluster", str(kubeconfig), "https://127.0.0.1:9")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_the_real_aws_samples_are_recognised() -> None:

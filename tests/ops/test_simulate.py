@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.support import SCENARIOS, last_json, plain_error, spotguard
+from tests.ops.support import EVENTS, SCENARIOS, last_json, plain_error, spotguard
 
 FAST = ("--time-scale", "40", "--no-return")
 
@@ -122,6 +122,21 @@ def test_missing_arguments_and_bad_files(tmp_path: Path) -> None:
     nokind = tmp_path / "nokind.yaml"
     nokind.write_text("metadata: {name: x}\n")
     plain_error(spotguard("simulate", "--scenario", str(nokind), "--interrupt", "1", timeout=60), "no kind")
+
+
+def test_an_object_the_cluster_refuses_is_one_line_and_a_usage_error(tmp_path: Path) -> None:
+    # GIVEN a scenario whose Deployment kube-apiserver would refuse (422: replicas is not a number)
+    scenario = tmp_path / "invalid.yaml"
+    scenario.write_text((SCENARIOS / "small.yaml").read_text().replace("replicas: 4", 'replicas: "four"', 1))
+    assert 'replicas: "four"' in scenario.read_text()
+    # WHEN simulated (and replayed against)
+    for proc in (
+        spotguard("simulate", "--scenario", str(scenario), "--interrupt", "all-spot", *FAST, timeout=120),
+        spotguard("replay", str(EVENTS / "pingsource.json"), "--scenario", str(scenario), timeout=120),
+    ):
+        # THEN one sentence naming the object and the field, exit 2 (1 would say the promise broke)
+        plain_error(proc, "the scenario cannot be loaded", "spec.replicas")
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_help_has_an_example() -> None:

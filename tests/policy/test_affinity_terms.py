@@ -37,6 +37,7 @@ PROVIDER_NODES = [
     ({"karpenter.sh/capacity-type": "spot"}, Capacity.SPOT),
     ({"cloud.google.com/gke-nodepool": "default-pool"}, Capacity.ON_DEMAND),  # GKE standard: no label
     ({"cloud.google.com/gke-spot": "true"}, Capacity.SPOT),
+    ({"cloud.google.com/gke-preemptible": "true"}, Capacity.SPOT),
     ({"kubernetes.azure.com/agentpool": "system"}, Capacity.ON_DEMAND),  # AKS regular: no label
     ({"kubernetes.azure.com/scalesetpriority": "spot"}, Capacity.SPOT),
     ({"node.kubernetes.io/capacity": "on-demand"}, Capacity.ON_DEMAND),
@@ -116,6 +117,7 @@ SCHEME_VALUES = {
     "karpenter.sh/capacity-type": ["spot", "on-demand", "reserved", "SPOT"],
     "eks.amazonaws.com/capacityType": ["SPOT", "ON_DEMAND", "spot", "CAPACITY_BLOCK"],
     "cloud.google.com/gke-spot": ["true", "false", "True"],
+    "cloud.google.com/gke-preemptible": ["true", "false"],
     "kubernetes.azure.com/scalesetpriority": ["spot", "regular", "Spot"],
     "kubernetes.io/hostname": ["n1"],
     "cloud.google.com/gke-nodepool": ["default-pool", "spot-pool"],

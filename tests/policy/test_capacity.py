@@ -18,6 +18,9 @@ from spotguard.policy.capacity import Capacity
         ({"eks.amazonaws.com/capacityType": "SPOT"}, Capacity.SPOT),
         ({"eks.amazonaws.com/capacityType": "ON_DEMAND"}, Capacity.ON_DEMAND),
         ({"cloud.google.com/gke-spot": "true"}, Capacity.SPOT),
+        # GKE preemptible VMs are reclaimed like spot ones
+        ({"cloud.google.com/gke-preemptible": "true"}, Capacity.SPOT),
+        ({"cloud.google.com/gke-preemptible": "true", "cloud.google.com/gke-nodepool": "pool"}, Capacity.SPOT),
         ({"kubernetes.azure.com/scalesetpriority": "spot"}, Capacity.SPOT),
         ({"kubernetes.azure.com/scalesetpriority": "regular"}, Capacity.ON_DEMAND),
         # unknown: no label, an unknown value, the wrong case, GKE's non-spot marker
@@ -27,6 +30,7 @@ from spotguard.policy.capacity import Capacity
         ({"eks.amazonaws.com/capacityType": "spot"}, Capacity.UNKNOWN),
         ({"karpenter.sh/capacity-type": "Spot"}, Capacity.UNKNOWN),
         ({"cloud.google.com/gke-spot": "false"}, Capacity.UNKNOWN),
+        ({"cloud.google.com/gke-preemptible": "false"}, Capacity.UNKNOWN),
         ({"kubernetes.azure.com/scalesetpriority": ""}, Capacity.UNKNOWN),
         # an unknown value under one scheme lets the next scheme decide
         (
@@ -48,12 +52,13 @@ def test_default_schemes(labels: dict[str, str], expected: Capacity) -> None:
     assert capacity.classify(labels) is expected
 
 
-def test_five_default_schemes() -> None:
+def test_six_default_schemes() -> None:
     assert [s.key for s in capacity.DEFAULT_SCHEMES] == [
         "node.kubernetes.io/capacity",
         "karpenter.sh/capacity-type",
         "eks.amazonaws.com/capacityType",
         "cloud.google.com/gke-spot",
+        "cloud.google.com/gke-preemptible",
         "kubernetes.azure.com/scalesetpriority",
     ]
 

@@ -98,6 +98,7 @@ def test_defaults() -> None:
     assert {t.key for t in cfg.spot_tolerations} == {
         "kubernetes.azure.com/scalesetpriority",
         "cloud.google.com/gke-spot",
+        "cloud.google.com/gke-preemptible",
     }
     assert "kube-system" in cfg.excluded_namespaces
     assert cfg.default_min_on_demand is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -138,7 +139,7 @@ def test_a_node_the_surge_record_names_is_guarded_to_its_reclaim_time_without_it
     assert not decide(deployment(10, rebalance), pods[-1], pods, nodes=facts, now=NOW + 119, first_seen=NOW,
                       timing=timing).allowed
     assert decide(deployment(10, rebalance), pods[-1], pods, nodes=facts, now=NOW + 120, first_seen=NOW,
-                  timing=timing).reason == "reclaim-near"
+                  timing=timing).reason == "rebalance-over"
     # a finished surge says nothing any more
     done = {**record, "surge": 0, "done": True}
     assert decide(deployment(6, done), pods[-1], pods, nodes=facts, now=NOW + 60, first_seen=NOW,
@@ -159,7 +160,7 @@ def test_a_rebalance_recommendation_holds_a_drain_for_a_bounded_time_only() -> N
     facts = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True, notice=rebalance))
     timing = evictions.Timing(rebalance_hold=120)
     assert not decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 119, timing=timing).allowed
-    assert decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 120, timing=timing).reason == "reclaim-near"
+    assert decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 120, timing=timing).reason == "rebalance-over"
 
 
 def test_an_api_error_asks_for_a_retry_until_the_error_hold_then_allows() -> None:
@@ -171,3 +172,48 @@ def test_an_api_error_asks_for_a_retry_until_the_error_hold_then_allows() -> Non
     assert evictions.on_error(error="x", first_error=100.0, now=120.0, timing=timing) == evictions.Decision(
         True, "failed-open"
     )
+
+
+def test_a_drain_after_a_rebalance_recommendations_hold_gets_the_grace_then_the_warnings_reclaim_time() -> None:
+    """Issue 27, 1: the recommendation (action taint) marked the node until t+600; the
+    interruption warning comes 130 s later and a drainer cordons and evicts before spotguard
+    has handled it. The hold is over, but the cordon is a new drain signal: the grace from
+    its first sighting, then the warning's reclaim time once spotguard has written it."""
+    pods = web(0)
+    rebalance = NodeNotice("rbl-1", NoticeKind.REBALANCE, NOW, NOW + 600)
+    timing = evictions.Timing(grace=8, release=30, rebalance_hold=120)
+    marked = evictions.NodeFacts("spot-1", spot=True, taint_keys=frozenset({evictions.INTERRUPTION_TAINT}),
+                                 notice=rebalance)
+    assert marked.going_away and not marked.drain_signals  # spotguard's own mark only
+    assert decide(deployment(6), pods[-1], pods, nodes=nodes(doomed=marked), now=NOW + 130,
+                  timing=timing).reason == "rebalance-over"
+    cordoned = dataclasses.replace(marked, unschedulable=True)
+    assert cordoned.drain_signals == {evictions.UNSCHEDULABLE}
+    held = decide(deployment(6), pods[-1], pods, nodes=nodes(doomed=cordoned), now=NOW + 131, first_seen=NOW + 130,
+                  timing=timing)
+    assert not held.allowed and held.reason == "protected" and "rebalance recommendation" in held.message
+    assert decide(deployment(6), pods[-1], pods, nodes=nodes(doomed=cordoned), now=NOW + 138, first_seen=NOW + 130,
+                  timing=timing).reason == "rebalance-over"
+    # the warning's mark: its reclaim time
+    warned = dataclasses.replace(cordoned, notice=NodeNotice("itn-1", NoticeKind.INTERRUPTION, NOW + 130, NOW + 250))
+    assert not decide(deployment(6), pods[-1], pods, nodes=nodes(doomed=warned), now=NOW + 200, first_seen=NOW + 130,
+                      timing=timing).allowed
+    # the mark still says rebalance (its write failed) but the surge record has the reclaim time
+    record = {"replicas": 6, "surge": 4, "events": ["itn-1"], "nodes": ["spot-1"], "started": NOW + 130,
+              "until": {"spot-1": NOW + 250}}
+    assert not decide(deployment(10, record), pods[-1], pods, nodes=nodes(doomed=cordoned), now=NOW + 200,
+                      first_seen=NOW + 130, timing=timing).allowed
+
+
+def test_the_pod_and_its_node_decide_first() -> None:
+    staying = evictions.NodeFacts("spot-2", spot=True)
+    assert evictions.at_node(pod=pod("s", "spot-2"), node=staying) == evictions.Decision(True, "node-stays")
+    assert evictions.at_node(pod=pod("s", "gone"), node=None) == evictions.Decision(True, "node-stays")
+    assert evictions.at_node(pod=pod("s", "spot-1", ready=False), node=None).reason == "not-serving"
+    cordoned = evictions.NodeFacts("spot-1", spot=True, unschedulable=True)
+    assert evictions.at_node(pod=pod("s", "spot-1"), node=cordoned) is None
+    # the workload unread: an on-demand node without a notice is never guarded; a spot node is unknown
+    assert evictions.without_workload(node=cordoned) is None
+    assert evictions.without_workload(node=dataclasses.replace(cordoned, spot=False)) == evictions.Decision(
+        True, "not-spot")
+    assert evictions.without_workload(node=dataclasses.replace(cordoned, spot=False, notice=NOTICE)) is None

@@ -19,6 +19,7 @@ REQ = "requiredDuringSchedulingIgnoredDuringExecution"
 PREF = "preferredDuringSchedulingIgnoredDuringExecution"
 # "not spot under any scheme": one NotIn per default scheme, sorted by key
 OD = [
+    {"key": "cloud.google.com/gke-preemptible", "operator": "NotIn", "values": ["true"]},
     {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]},
     {"key": "eks.amazonaws.com/capacityType", "operator": "NotIn", "values": ["SPOT"]},
     {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
@@ -29,6 +30,7 @@ OD = [
 SPOT_PREFS = [
     {"weight": 100, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}}
     for key, value in [
+        ("cloud.google.com/gke-preemptible", "true"),
         ("cloud.google.com/gke-spot", "true"),
         ("eks.amazonaws.com/capacityType", "SPOT"),
         ("karpenter.sh/capacity-type", "spot"),
@@ -39,6 +41,7 @@ SPOT_PREFS = [
 DEFAULT_TOLERATIONS = [
     {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
     {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-preemptible", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
 ]
 ZONE = "topology.kubernetes.io/zone"
 
@@ -286,3 +289,66 @@ def test_a_surge_replica_is_marked_and_gets_no_deletion_cost() -> None:
     assert patched["metadata"]["annotations"] == {"spotguard.io/surge-replica": "true"}
     plain = apply(before, patches.build(before, Placement.ON_DEMAND, CFG))
     assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+
+
+# -- the spread keeps to spot nodes where the cluster has a spot-only key ----------------
+
+GKE_SPOT = {"cloud.google.com/gke-spot": "true", "topology.kubernetes.io/zone": "a"}
+GKE_STANDARD = {"cloud.google.com/gke-nodepool": "default-pool"}
+AKS_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
+AKS_REGULAR = {"kubernetes.azure.com/agentpool": "regular"}
+EKS_SPOT = {"eks.amazonaws.com/capacityType": "SPOT"}
+EKS_OD = {"eks.amazonaws.com/capacityType": "ON_DEMAND"}
+SG_SPOT = patches.SPOT_NODE_LABEL
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [
+        ([GKE_SPOT, GKE_STANDARD], "cloud.google.com/gke-spot"),
+        ([{"cloud.google.com/gke-preemptible": "true"}, GKE_STANDARD], "cloud.google.com/gke-preemptible"),
+        ([AKS_SPOT, AKS_REGULAR], "kubernetes.azure.com/scalesetpriority"),
+        # every on-demand node carries the key too: none
+        ([EKS_SPOT, EKS_OD], None),
+        ([{"karpenter.sh/capacity-type": "spot"}, {"karpenter.sh/capacity-type": "on-demand"}], None),
+        # spot nodes of two providers share no key: none
+        ([GKE_SPOT, AKS_SPOT, GKE_STANDARD], None),
+        # no spot node: none
+        ([GKE_STANDARD, AKS_REGULAR], None),
+        # an AKS regular pool explicitly labelled regular carries the key: none
+        ([AKS_SPOT, {"kubernetes.azure.com/scalesetpriority": "regular"}], None),
+        # node-added's label on every spot node and no other: that key
+        ([{**EKS_SPOT, SG_SPOT: "true"}, EKS_OD], SG_SPOT),
+        ([{**EKS_SPOT, SG_SPOT: "true"}, {**EKS_SPOT, SG_SPOT: "true"}, EKS_OD], SG_SPOT),
+        # ... but a spot node not labelled yet, or an on-demand node labelled: none
+        ([{**EKS_SPOT, SG_SPOT: "true"}, EKS_SPOT, EKS_OD], None),
+        ([{**EKS_SPOT, SG_SPOT: "true"}, {**EKS_OD, SG_SPOT: "true"}], None),
+        # the provider's own key first
+        ([{**GKE_SPOT, SG_SPOT: "true"}, GKE_STANDARD], "cloud.google.com/gke-spot"),
+    ],
+)
+def test_spot_only_key(nodes: list[dict[str, str]], expected: str | None) -> None:
+    assert patches.spot_only_key(nodes, CFG) == expected
+
+
+def test_a_spot_slot_spreads_over_the_spot_only_key_too() -> None:
+    ops = patches.build(pod_json(), Placement.SPOT, CFG, spot_key="cloud.google.com/gke-spot")
+    patched = jsonpatch.apply_patch(pod_json(), ops)
+    keys = [c["topologyKey"] for c in patched["spec"]["topologySpreadConstraints"]]
+    assert keys == ["kubernetes.io/hostname", ZONE, "cloud.google.com/gke-spot"]
+    assert {c["whenUnsatisfiable"] for c in patched["spec"]["topologySpreadConstraints"]} == {"ScheduleAnyway"}
+    # reinvocation adds nothing, with or without the key
+    assert patches.build(patched, Placement.SPOT, CFG, spot_key="cloud.google.com/gke-spot") == []
+    assert patches.build(patched, Placement.SPOT, CFG) == []
+
+
+def test_spot_node_labels_set_on_spot_nodes_and_removed_elsewhere() -> None:
+    nodes = [
+        ("spot-new", EKS_SPOT),
+        ("spot-done", {**EKS_SPOT, SG_SPOT: "true"}),
+        ("spot-odd", {**EKS_SPOT, SG_SPOT: "yes"}),
+        ("od", EKS_OD),
+        ("od-labelled", {**EKS_OD, SG_SPOT: "true"}),
+        ("unknown", {}),
+    ]
+    assert patches.spot_node_labels(nodes, CFG) == {"spot-new": "true", "spot-odd": "true", "od-labelled": None}

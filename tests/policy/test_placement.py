@@ -246,8 +246,90 @@ def test_the_on_demand_slots_a_surge_adds_are_surge_replicas() -> None:
     assert extra.placement is Placement.ON_DEMAND and extra.surge
     short = decide(pod("web-new"), wl, on_od[:-1]) if base else None
     assert short is None or (short.placement is Placement.ON_DEMAND and not short.surge)
-    full = [pod(f"web-{i}", node_name="od-1") for i in range(floor.on_demand)]
+    surged = [
+        dataclasses.replace(
+            pod(f"web-s{i}", node_name="od-1", annotations={"spotguard.io/surge-replica": "true"}),
+            creation_timestamp="2026-01-01T00:00:00Z",
+        )
+        for i in range(floor.surge)
+    ]
+    full = [pod(f"web-{i}", node_name="od-1") for i in range(base)] + surged
     assert decide(pod("web-new"), wl, full).placement is Placement.SPOT
     again = pod("web-new", labels={"spotguard.io/placement": "on-demand"},
                 annotations={"spotguard.io/surge-replica": "true"})
     assert decide(again, wl).surge
+
+
+# -- pods pinned to a node by spec.nodeName ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [("spot-1", Placement.SPOT), ("od-1", Placement.ON_DEMAND)],
+)
+def test_a_pod_pinned_to_a_node_is_placed_as_its_node(node: str, expected: Placement) -> None:
+    decision = placement.pinned_slot(pod(node_name=node, phase="Pending"), NODES)
+    assert decision is not None and decision.placement is expected
+
+
+def test_a_pod_pinned_to_an_unknown_node_is_left_alone() -> None:
+    decision = placement.pinned_slot(pod(node_name="gone", phase="Pending"), NODES)
+    assert decision is not None and decision.leave_alone
+
+
+def test_a_pod_not_pinned_is_decided_by_the_floor() -> None:
+    assert placement.pinned_slot(pod(), NODES) is None
+
+
+# -- a surge's replicas are on-demand every time -----------------------------------------
+
+SURGE_AT = 1_800_000_000.0  # when the surge began (epoch seconds)
+
+
+def _surging(replicas: int = 5, surge: int = 1) -> Workload:
+    record = f'{{"replicas":{replicas - surge},"surge":{surge},"nodes":["spot-1"],"started":{SURGE_AT}}}'
+    return workload(replicas=replicas, **{"spotguard.io/surge": record})
+
+
+def _at(p: PodView, epoch: float) -> PodView:
+    import datetime
+
+    stamp = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dataclasses.replace(p, creation_timestamp=stamp)
+
+
+def test_a_surge_replica_is_on_demand_though_the_floor_is_already_exceeded() -> None:
+    # a floor of 1, but two pods on on-demand (one spilled there): the surge adds one
+    wl = _surging()
+    siblings = [pod("web-a", node_name="od-1"), pod("web-b", node_name="od-2"), pod("web-c", node_name="spot-1")]
+    decision = decide(pod("web-new"), wl, siblings)
+    assert decision.placement is Placement.ON_DEMAND and decision.surge
+
+
+def test_an_earlier_surges_leftover_is_not_this_surges_replica() -> None:
+    # an on-demand surge replica created before this surge began counts against the floor
+    wl = _surging()
+    old = _at(pod("web-old", node_name="od-1", annotations={"spotguard.io/surge-replica": "true"}), SURGE_AT - 600)
+    decision = decide(pod("web-new"), wl, [pod("web-a", node_name="od-1"), old])
+    assert decision.placement is Placement.ON_DEMAND and decision.surge
+
+
+def test_once_the_surge_has_its_replicas_the_next_pod_is_spot() -> None:
+    wl = _surging()
+    mine = _at(pod("web-s", node_name="od-1", annotations={"spotguard.io/surge-replica": "true"}), SURGE_AT + 1)
+    assert decide(pod("web-new"), wl, [pod("web-a", node_name="od-1"), mine]).placement is Placement.SPOT
+    # likewise when the surge replica is only reserved (a Deployment's Lease), not yet listed
+    held = placement.decide(
+        pod=pod("web-new"), workload=wl, floor=floors.floor_for(wl, CFG), reserved_on_demand=2, reserved_surge=1
+    )
+    assert held.placement is Placement.SPOT
+    counted = placement.decide(
+        pod=pod("web-new"), workload=wl, floor=floors.floor_for(wl, CFG), reserved_on_demand=2,
+        surge_created=(SURGE_AT + 1,),
+    )
+    assert counted.placement is Placement.SPOT
+    extra = placement.decide(
+        pod=pod("web-new"), workload=wl, floor=floors.floor_for(wl, CFG), reserved_on_demand=2,
+        surge_created=(SURGE_AT - 60,),
+    )
+    assert extra.placement is Placement.ON_DEMAND and extra.surge

@@ -300,3 +300,55 @@ def test_ties_are_broken_by_the_seeded_rng() -> None:
     assert a == b
     picks = {scheduler.schedule(info, c, rng=random.Random(s)).node for s in range(30)}
     assert len(picks) > 1
+
+
+# Upstream requeues unschedulable pods on a node update only when the update changes what
+# scheduling reads (nodeSchedulingPropertiesChange, pkg/scheduler/eventhandlers.go:
+# unschedulable, allocatable, labels, taints, condition statuses, annotations); a status
+# write that changes none of them (a heartbeat) moves no pod.
+def test_a_node_update_reports_whether_it_changes_what_scheduling_reads() -> None:
+    c = scheduler.Cache()
+    base = node("a")
+    assert c.set_node(base) is True  # a new node
+    heartbeat = node("a")
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:10Z"
+    heartbeat["status"]["nodeInfo"] = {"kubeletVersion": "v1.32.0"}
+    assert c.set_node(heartbeat) is False
+    pressure = node("a")
+    pressure["status"]["conditions"].append({"type": "MemoryPressure", "status": "True"})
+    annotated = node("a")
+    annotated["metadata"]["annotations"] = {"example.com/x": "1"}
+    for changed in (node("a", labels={"x": "y"}), node("a", cpu="8"), node("a", unschedulable=True),
+                    node("a", taints=[{"key": "k", "effect": "NoSchedule"}]), node("a", ready=False),
+                    pressure, annotated):
+        assert c.set_node(changed) is True
+        assert c.set_node(base) is True  # and back
+
+
+def test_a_heartbeat_keeps_unschedulable_pods_waiting() -> None:
+    from spotguard.sim import store as store_mod
+    from spotguard.sim.controllers import scheduling
+
+    loop = scheduling.SchedulerLoop(store_mod.Store())
+    loop.handle("ADDED", "nodes", node("a"))
+    loop._unschedulable.add(("default", "big"))
+    heartbeat = node("a")
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:10Z"
+    loop.handle("MODIFIED", "nodes", heartbeat)
+    assert loop._unschedulable == {("default", "big")} and not loop._active
+    loop.handle("MODIFIED", "nodes", node("a", cpu="8"))  # more room: retried
+    assert not loop._unschedulable and list(loop._active) == [("default", "big")]
+
+
+def test_a_pod_pinned_to_a_node_by_name_is_filtered_as_before() -> None:
+    """NodeAffinity's PreFilter (matchFields metadata.name, a DaemonSet pod's) limits the
+    nodes searched; the decision and the reasons when it fits nowhere are unchanged."""
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}}
+    c = cache_of(node("a"), node("b", cpu="1"), node("c", unschedulable=True))
+    assert scheduler.pinned_node_names(scheduler.PodInfo.from_pod(pod(affinity=pinned))) == {"b"}
+    assert run(pod(affinity=pinned), c).node == "b"
+    result = run(pod(cpu="2", affinity=pinned), c)
+    assert result.node is None
+    assert result.message(3) == ("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match "
+                                 "Pod's node affinity/selector, 1 node(s) were unschedulable.")

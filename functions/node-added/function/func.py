@@ -21,12 +21,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from spotguard import logs, serving
 from spotguard.nodeadded import cloudevents, service
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Any  # func_python.cloudevent.CloudEventSender
 
+logs.configure()  # at import, before func-python's first line: every line through one formatter
+serving.hypercorn_through_root()  # and func-python's hypercorn
 log = logging.getLogger("spotguard.nodeadded.knative")
 
 
@@ -41,9 +44,7 @@ class Function:
         self.error = ""
 
     def start(self, cfg: dict[str, str]) -> None:
-        from spotguard import logs
-
-        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))
+        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))  # again: func-python's server is set up by now
         try:
             _ = self.service.reconciler  # connect once per instance (in-cluster service account)
             self.error = ""
@@ -58,7 +59,11 @@ class Function:
         return True, "OK"
 
     def ready(self) -> tuple[bool, str]:
-        return (False, "not connected: " + self.error) if self.error else (True, "OK")
+        """Ready when passes can run: connected, the cluster reached, the last passes not all failed."""
+        if self.error:
+            return False, "not connected: " + self.error
+        why = self.service.ready()
+        return (True, "OK") if why is None else (False, why)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         # A pass blocks on Kubernetes API calls (and may wait for a node): keep the event loop free.

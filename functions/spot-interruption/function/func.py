@@ -23,12 +23,15 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from spotguard import logs, readiness, serving
 from spotguard.interruption import cloudevents, dispatch
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Any  # func_python.cloudevent.CloudEventSender
 
+logs.configure()  # at import, before func-python's first line: every line through one formatter
+serving.hypercorn_through_root()  # and func-python's hypercorn
 log = logging.getLogger("spotguard.interruption.knative")
 
 
@@ -39,15 +42,13 @@ def new() -> Function:
 class Function:
     def __init__(self, handler: dispatch.Handler | None = None) -> None:
         """``handler`` is for tests; deployed, it is built in :meth:`start` from the environment."""
-        self.handler: dispatch.Handler | None = dispatch.Serialized(handler) if handler else None
+        self.handler: dispatch.Serialized | None = dispatch.Serialized(handler) if handler else None
         self.error = ""
         self._lock = threading.Lock()
 
     def start(self, cfg: dict[str, str]) -> None:
         """Connect to the cluster once per instance (in-cluster service account)."""
-        from spotguard import logs
-
-        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))
+        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))  # again: func-python's server is set up by now
         self._connect()
 
     def stop(self) -> None:
@@ -57,9 +58,11 @@ class Function:
         return True, "OK"
 
     def ready(self) -> tuple[bool, str]:
-        if self.handler is not None:
-            return True, "OK"
-        return False, "not connected: " + (self.error or "not started")
+        """Ready when it can do its job: connected, the cluster reached, its last attempts not all failed."""
+        if self.handler is None:
+            return False, "not connected: " + (self.error or "not started")
+        why = self.handler.readiness.check() if self.handler.readiness is not None else None
+        return (True, "OK") if why is None else (False, why)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         event = scope["event"]
@@ -73,14 +76,15 @@ class Function:
             reply = await asyncio.to_thread(cloudevents.handle_event, event, handler)
         await send.structured(reply.to_event(), reply.status)
 
-    def _connect(self) -> dispatch.Handler | None:
+    def _connect(self) -> dispatch.Serialized | None:
         with self._lock:
             if self.handler is not None:
                 return self.handler
             try:
                 from spotguard.interruption import handler
 
-                self.handler = dispatch.Serialized(handler.Handler.from_environment())
+                inner = handler.Handler.from_environment()
+                self.handler = dispatch.Serialized(inner, readiness.Readiness(readiness.cluster_probe(inner.kube)))
                 self.error = ""
             except Exception as exc:
                 self.error = f"{type(exc).__name__}: {exc}"

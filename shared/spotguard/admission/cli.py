@@ -17,18 +17,19 @@ import os
 import tempfile
 from pathlib import Path
 
+from spotguard import flags
 from spotguard.logs import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
-    parser.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    flags.add_host(parser)
     parser.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument(
         "--plain-http", action="store_true", help="no TLS: only behind a proxy that terminates it (Knative)"
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    flags.add_kubeconfig(parser)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
     parser.add_argument(

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, metrics, reviews
-from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Reservations
+from spotguard.admission import resolve as resolve_mod
+from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
@@ -34,7 +35,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import SURGE_REPLICA, Kind
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,13 +47,18 @@ EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workloa
 # With no spot node in the cached list, the list is read again when older than this (seconds):
 # spot nodes joining after a reclaim are seen at once, not after the node cache's minute.
 NO_SPOT_NODES_MAX_AGE = 1.0
-DEFAULT_REVIEW_SECONDS = 2.0  # one review's deadline; the shipped webhook times out after 3 s
+# One review's deadline: the time the shipped webhook's call has (3 s) but what the answer
+# needs to travel back (deadline.CALLER_SHARE), counted from the request's arrival.
+DEFAULT_REVIEW_SECONDS = deadline.CALLER_SHARE * deadline.CALLER_TIMEOUT
+API_POLICY_REVIEW = 2.0  # the review length API_POLICY was made for
 
 
 def api_policy(review_seconds: float) -> retry.Policy:
-    """:data:`API_POLICY` (made for the default 2 s review) scaled to the review deadline: a
-    slower control plane's longer deadline lets each call take proportionally longer too."""
-    scale = max(review_seconds, 0.1) / DEFAULT_REVIEW_SECONDS
+    """:data:`API_POLICY` (made for a 2 s review) scaled to the review deadline: a slower
+    control plane's longer deadline lets each call take proportionally longer too. Inside a
+    review every call is bounded by the review's remaining time instead
+    (:class:`deadline.DeadlineKube`); this policy serves the calls made outside one."""
+    scale = max(review_seconds, 0.1) / API_POLICY_REVIEW
     return dataclasses.replace(
         API_POLICY,
         deadline=API_POLICY.deadline * scale,
@@ -97,7 +103,6 @@ class EventReporter:
             self._sent[key] = now
         log.warning("invalid spotguard annotation", extra={"workload": w.key, "problems": message})
         if self.kube is not None:
-            metrics.api_call("create", "events")
             self.kube.create_event(
                 resolved.obj,
                 "InvalidAnnotation",
@@ -296,11 +301,17 @@ def build_response(
 
 
 def placement_patch(
-    pod: Mapping[str, Any], where: Placement, config: Config, token: str | None, surge: bool = False
+    pod: Mapping[str, Any],
+    where: Placement,
+    config: Config,
+    token: str | None,
+    surge: bool = False,
+    *,
+    spot_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for an on-demand slot."""
     if token is None:
-        return patches.build(pod, where, config, surge)
+        return patches.build(pod, where, config, surge, spot_key)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -312,7 +323,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config, surge)
+    return first + patches.build(with_token, where, config, surge, spot_key)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -372,17 +383,25 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         where = Placement(existing)
         ops = patches.build(pod, where, config, view.annotations.get(SURGE_REPLICA) == "true")
-        return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
+        if not ops or ctx.kube is None or not _label_from_template(view, ctx):
+            return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
+        # The label came with the pod template, not from this webhook: decided afresh.
+        view = dataclasses.replace(view, labels={k: v for k, v in view.labels.items() if k != PLACEMENT_LABEL})
     if ctx.kube is None:
         raise RuntimeError(f"no Kubernetes connection: {ctx.connect_error}")
     # First round trip: the namespace, the nodes and the pod's owner at the same time
     # (warm caches need no thread hand-off at all).
     ns_future = _soon(ctx, ctx.resolver.has_namespace(namespace), ctx.resolver.namespace_annotations, namespace)
     nodes_future = _soon(ctx, ctx.resolver.has_nodes(), ctx.resolver.nodes)
-    owner_rs = ctx.resolver.replicaset_of(view)
+    owner_rs = ctx.resolver.cached_replicaset(view)
+    if owner_rs is None:
+        # A ReplicaSet not cached (its first pods): its Deployment (named after it), the
+        # Lease and the pod count are read while the ReplicaSet is, not after it.
+        ctx.resolver.prefetch_deployment(view, ctx.pool)
+        owner_rs = _replicaset_hint(view)
     warm: futures.Future[None] | None = None
     if owner_rs is not None and ctx.reservations.needs_count(owner_rs):
-        # Second round trip: the Lease and the pod count while the Deployment is read.
+        # The Lease and the pod count while the workload is read.
         warm = deadline.submit(ctx.pool, ctx.reservations.warm, owner_rs, config)
     resolved = ctx.resolver.resolve(view)
     ns_annotations = ns_future.result()
@@ -400,14 +419,21 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     ctx.events.report(resolved, floor.problems)
     if not floor.enabled:
         return Outcome("skipped", f"{workload.key} opted out")
+    pinned = view.node_name and placement.pinned_slot(view, ctx.resolver.node_capacity(config, [view.node_name]))
+    if pinned:
+        if pinned.placement is None:
+            return Outcome("skipped", pinned.reason)
+        return Outcome("patched", pinned.reason, pinned.placement, patches.build(pod, pinned.placement, config))
     forced = _forced(view, nodes_future.result(), config, resolved, ctx)
     if forced is not None and forced.placement is not None:
-        return Outcome("patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config))
+        key = _spot_key(nodes_future.result(), config) if forced.placement is Placement.SPOT else None
+        return Outcome(
+            "patched", forced.reason, forced.placement, patches.build(pod, forced.placement, config, spot_key=key)
+        )
 
-    def decide(held: int) -> placement.Decision:
-        return placement.decide(pod=view, workload=workload, floor=floor, reserved_on_demand=held)
+    decide = _deciding(view, workload, floor)
 
-    def refresh() -> tuple[int, Callable[[int], placement.Decision]]:
+    def refresh() -> tuple[int, Decide]:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
         metrics.STALE.inc()
         again = ctx.resolver.refresh_workload(resolved)
@@ -418,13 +444,13 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             "workload changed since it was cached; deciding on the new floor",
             extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
         )
-        return w.replicas, lambda held: placement.decide(pod=view, workload=w, floor=f, reserved_on_demand=held)
+        return w.replicas, _deciding(view, w, f)
 
     token: str | None = None
     if workload.kind is Kind.STATEFULSET:
         decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
-        decision = decide(0)  # nothing to reserve
+        decision = decide(0, (), 0)  # nothing to reserve
     else:
         if warm is not None:
             warm.result()
@@ -441,8 +467,59 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         decision, token = claim.decision, claim.token
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
-    ops = placement_patch(pod, decision.placement, config, token, decision.surge)
+    spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
+    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
     return Outcome("patched", decision.reason, decision.placement, ops)
+
+
+def _deciding(pod: PodView, workload: Workload, floor: floors.Floor) -> Decide:
+    """A Deployment pod's decision given what its Lease and count hold (see ``Decide``)."""
+
+    def decide(held: int, surge_created: tuple[float, ...] = (), reserved_surge: int = 0) -> placement.Decision:
+        return placement.decide(
+            pod=pod,
+            workload=workload,
+            floor=floor,
+            reserved_on_demand=held,
+            surge_created=surge_created,
+            reserved_surge=reserved_surge,
+        )
+
+    return decide
+
+
+def _replicaset_hint(pod: PodView) -> dict[str, Any] | None:
+    """What counting a Deployment pod's siblings needs of its ReplicaSet, from the pod alone:
+    the owner reference's name and uid, and a selector on the pod's ``pod-template-hash``
+    (every pod of the ReplicaSet carries it; the count keeps only pods owned by that uid)."""
+    owner = pod.owner
+    digest = pod.labels.get(resolve_mod.POD_TEMPLATE_HASH)
+    if owner is None or owner.kind != "ReplicaSet" or not owner.uid or not digest:
+        return None
+    return {
+        "metadata": {"name": owner.name, "namespace": pod.namespace, "uid": owner.uid},
+        "spec": {"selector": {"matchLabels": {resolve_mod.POD_TEMPLATE_HASH: digest}}},
+    }
+
+
+def _spot_key(nodes: Sequence[NodeView], config: Config) -> str | None:
+    """The cluster's spot-only label key (``patches.spot_only_key``), from the cached node list."""
+    return patches.spot_only_key((n.labels for n in nodes), config)
+
+
+def _label_from_template(pod: PodView, ctx: Context) -> bool:
+    """Whether the pod's ``spotguard.io/placement`` label is its template's (the webhook owns
+    that label: one a template carries says nothing about where this pod was placed)."""
+    owner = pod.owner
+    if owner is None:
+        return False
+    if owner.kind == "ReplicaSet":
+        obj = ctx.resolver.replicaset_of(pod)
+    else:
+        resolved = ctx.resolver.resolve(pod)
+        obj = resolved.obj if isinstance(resolved, Resolved) else None
+    template = (((obj or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return PLACEMENT_LABEL in (template.get("labels") or {})
 
 
 def _soon(ctx: Context, cached: bool, fn: Callable[..., T], *args: Any) -> futures.Future[T]:
@@ -505,7 +582,6 @@ def _statefulset_decision(
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
-    metrics.api_call("list", "pods")
     raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
     if fresh is not None:
         resolved = fresh.result()

@@ -17,10 +17,12 @@ extra argument; work handed to a thread pool carries it along
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import dataclasses
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -149,19 +151,44 @@ class DeadlineKube:
     def __init__(self, base: kube_mod.Kube, policy: retry.Policy) -> None:
         self.base = base
         self.policy = policy
+        # how long the last three calls took: the fastest is what a write needs at least now
+        # (a busy API server's slower answers are queueing that a write may not meet)
+        self._recent: collections.deque[float] = collections.deque(maxlen=3)
+        self._latency_lock = threading.Lock()
+
+    def write_reserve(self) -> float:
+        """The time a write needs left to be started: :data:`WRITE_RESERVE`, or the fastest of
+        the last few calls when the API server answers slower than that now. A write started
+        with less time than any call takes would land after the review gave up on it (a
+        reservation for a pod admitted unchanged)."""
+        with self._latency_lock:
+            fastest = min(self._recent, default=0.0)
+        return max(WRITE_RESERVE, fastest)
+
+    def _timed(self, fn: Callable[[], T]) -> T:
+        started = time.monotonic()
+        try:
+            return fn()
+        finally:
+            took = time.monotonic() - started
+            with self._latency_lock:
+                self._recent.append(took)
 
     def _kube(self, what: str, write: bool = False) -> kube_mod.Kube:
+        """The gateway bounded by the review's remaining time: one attempt may take all of it
+        (a slow but healthy API server answers late, not never: a fixed per-request timeout
+        shorter than the time left only turned its late answers into failed reviews), and a
+        retry after a quick failure (a 5xx, a refused connection) gets what is left then.
+        A write needs :meth:`write_reserve` left."""
         d = _current.get()
         if d is None:
             return self.base
-        left = d.check(what, WRITE_RESERVE if write else 0.0)
-        if left >= self.policy.deadline:
-            return self.base
+        left = d.check(what, self.write_reserve() if write else 0.0)
         return self.base.with_policy(
             dataclasses.replace(
                 self.policy,
                 deadline=left,
-                timeout=min(self.policy.timeout, left),
+                timeout=left,
                 connect_timeout=min(self.policy.connect_timeout, left),
             )
         )
@@ -171,19 +198,24 @@ class DeadlineKube:
         return self.base.stats
 
     def find(self, res: Resource, name: str, namespace: str | None = None) -> Any:
-        return self._kube(f"GET {res.plural}").find(res, name, namespace)
+        kube = self._kube(f"GET {res.plural}")
+        return self._timed(lambda: kube.find(res, name, namespace))
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
-        return self._kube(f"GET {res.plural}").get(res, name, namespace)
+        kube = self._kube(f"GET {res.plural}")
+        return self._timed(lambda: kube.get(res, name, namespace))
 
     def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None) -> Any:
-        return self._kube(f"LIST {res.plural}").list(res, namespace, label_selector=label_selector)
+        kube = self._kube(f"LIST {res.plural}")
+        return self._timed(lambda: kube.list(res, namespace, label_selector=label_selector))
 
     def create(self, res: Resource, obj: Any, namespace: str | None = None) -> Any:
-        return self._kube(f"POST {res.plural}", write=True).create(res, obj, namespace)
+        kube = self._kube(f"POST {res.plural}", write=True)
+        return self._timed(lambda: kube.create(res, obj, namespace))
 
     def replace(self, res: Resource, obj: Any) -> Any:
-        return self._kube(f"PUT {res.plural}", write=True).replace(res, obj)
+        kube = self._kube(f"PUT {res.plural}", write=True)
+        return self._timed(lambda: kube.replace(res, obj))
 
     def create_event(self, *args: Any, **kwargs: Any) -> Any:
         return self._kube("POST events", write=True).create_event(*args, **kwargs)

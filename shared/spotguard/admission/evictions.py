@@ -25,18 +25,20 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
-from spotguard.admission import core, deadline, errors, metrics, resolve, reviews
+from spotguard.admission import core, deadline, errors, metrics, resolve, reviews, sightings
 from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources
 from spotguard.policy import evictions, floors, interruption
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice
-from spotguard.policy.views import PodView
+from spotguard.policy.views import Owner, PodView
+from spotguard.policy.workloads import ENABLED, Kind, Workload
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 FIRST_SEEN_MAX = 10_000
 # A drainer evicts a node's pods in parallel: their reviews share one node LIST when it
 # started at most this long before them (the pod's own node is always read fresh).
@@ -74,21 +76,39 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
 
 class Guard:
     """One process's guard. ``clock`` is epoch seconds (the reclaim times in the
-    notices are too); ``first_seen`` remembers, per node, when this process first saw
-    it going away without spotguard's notice (the grace is measured from there, with
-    this process's clock only)."""
+    notices are too); ``sightings`` remember, per node, when this process first saw its
+    drain signals (the grace is measured from there, with this process's clock only;
+    :mod:`spotguard.admission.sightings`). ``refresh``: real seconds between two reads of
+    the sighted nodes."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, timing: evictions.Timing | None = None) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        timing: evictions.Timing | None = None,
+        refresh: float = sightings.REFRESH_SECONDS,
+    ) -> None:
         self.clock = clock
         self.timing = timing or timing_from_env()
-        self._first_seen: dict[str, float] = {}
+        self.sightings = sightings.Sightings(clock, refresh)
         self._first_error: dict[str, float] = {}  # pod key -> when its failures in a row began
+        # a pod's controller (uid) -> its workload's label selector, as a LIST's labelSelector
+        # (a Deployment's and a StatefulSet's selector never change): the pods are listed as
+        # soon as the pod is read, beside the workload's re-read
+        self._selectors: dict[str, str | None] = {}
         self._lock = threading.Lock()
-        self._list: tuple[float, futures.Future[Any]] | None = None  # (monotonic start, the LIST)
+        # (monotonic start, the guard's clock at the start, the LIST)
+        self._list: tuple[float, float, futures.Future[Any]] | None = None
+        # The guard's own threads: a review's reads run beside each other, and a drainer's
+        # parallel evictions must not queue behind one another (or behind placement's). A
+        # review's workload reads (``tasks``) wait for reads of their own (``pool``), which
+        # never wait for a task: two pools, so a burst cannot fill one with waiters.
+        self.pool = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="spotguard-evictions")
+        self.tasks = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="spotguard-eviction-reviews")
 
-    def nodes(self, ctx: core.Context, since: float) -> futures.Future[Any]:
+    def nodes(self, ctx: core.Context, since: float) -> tuple[float, futures.Future[Any]]:
         """A LIST of every node that started at or after ``since`` (the review's arrival,
-        monotonic), and at most SHARE_LIST_SECONDS ago: one per burst.
+        monotonic), and at most SHARE_LIST_SECONDS ago: one per burst. Returned with when it
+        started (the guard's clock).
 
         Never an older one: a drainer cordons node X and evicts its pod A, then cordons Y and
         evicts B, a pod of the same workload. A list from before both cordons shows each
@@ -103,23 +123,38 @@ class Guard:
             now = time.monotonic()
             shared = self._list
             if shared is not None and since <= shared[0] and now - shared[0] <= SHARE_LIST_SECONDS and not (
-                shared[1].done() and shared[1].exception() is not None
+                shared[2].done() and shared[2].exception() is not None
             ):
-                return shared[1]
-            metrics.api_call("list", resources.NODES.name)
-            listing = deadline.submit(ctx.pool, kube.list, resources.NODES)
-            self._list = (now, listing)
-            return listing
+                return shared[1], shared[2]
+            started = self.clock()
+            listing = deadline.submit(self.pool, kube.list, resources.NODES)
+            self._list = (now, started, listing)
+            return started, listing
 
-    def first_seen(self, node: str, now: float) -> float:
+    def first_seen(self, ctx: core.Context, node: evictions.NodeFacts, now: float) -> float:
+        """When this process first saw ``node``'s drain signals (``now`` the first time), and
+        its sighted nodes are read again until none is left."""
+        if not node.spot and node.notice is None:  # never guarded by a grace
+            self.sightings.forget([node.name])
+            return now
+        seen = self.sightings.observe(node, now)
+        if seen is None:
+            return now
+        if ctx.kube is not None:
+            config = ctx.config
+            self.sightings.watch(sightings.reader(ctx.kube), lambda raw: node_facts(raw, config))
+        return seen
+
+    def selector(self, owner: str) -> str | bool | None:
+        """The selector remembered for the controller ``owner`` (False: none yet)."""
         with self._lock:
-            seen = self._first_seen.get(node)
-            if seen is None or now - seen > 600:  # an old sighting is a new drain
-                if len(self._first_seen) >= FIRST_SEEN_MAX:
-                    self._first_seen.clear()
-                seen = self._first_seen[node] = now
-            return seen
+            return self._selectors.get(owner, False)
 
+    def remember_selector(self, owner: str, match: str | None) -> None:
+        with self._lock:
+            if len(self._selectors) >= FIRST_SEEN_MAX:
+                self._selectors.clear()
+            self._selectors[owner] = match
 
     def first_error(self, pod: str, now: float) -> float:
         """When this pod's reviews began failing in a row (``now`` on the first failure)."""
@@ -230,50 +265,132 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
     if namespace in config.excluded_namespaces:
         return evictions.Decision(True, "not-managed")
     guard = guard_for(ctx)
-    nodes_raw = guard.nodes(ctx, arrived)
     raw = kube.find(resources.PODS, name, namespace)
     if raw is None:
         return evictions.Decision(True, "no-such-pod")
     pod = PodView.from_json(raw, scheduling=False)
-    # its own node fresh: a drainer cordons it milliseconds before the first eviction
-    own_node = deadline.submit(ctx.pool, kube.find, resources.NODES, pod.node_name) if pod.node_name else None
-    resolved = ctx.resolver.resolve(pod)
-    if isinstance(resolved, resolve.Unresolved):
+    if pod.labels.get(ENABLED) == "false":  # as the pod-create webhook's objectSelector
         return evictions.Decision(True, "not-managed")
-    resolved = ctx.resolver.refresh_workload(resolved)  # the surge record as it is now
-    workload = resolved.workload
-    floor = floors.floor_for(workload, config, ctx.resolver.namespace_annotations(namespace))
-    if not floor.enabled:
+    if not pod.active or not pod.ready:
+        return evictions.Decision(True, "not-serving")
+    if pod.owner is None or pod.owner.kind not in ("ReplicaSet", "StatefulSet") or not pod.node_name:
         return evictions.Decision(True, "not-managed")
-    selector = (resolved.obj.get("spec") or {}).get("selector") or {}
-    match = ",".join(f"{k}={v}" for k, v in sorted(workload.selector.items())) or None
-    pods = [
-        p for p in (PodView.from_json(o, scheduling=False) for o in kube.list(resources.PODS, namespace, match))
-        if interruption.selector_matches(selector, p.labels) and _same_controller_kind(p, workload.kind.value)
-    ]
-    nodes = {n.name: n for n in (node_facts(o, config) for o in nodes_raw.result())}
-    if own_node is not None:
-        fresh = own_node.result()
-        if fresh is None:
-            nodes.pop(pod.node_name, None)
-        else:
-            nodes[pod.node_name] = node_facts(fresh, config)
+    # The pod's node decides first; what a node going away needs is read beside it (the
+    # review's deadline has room for about two rounds of reads after the pod's on a slow
+    # API server), and not waited for unless the node is going away.
+    own_node = deadline.submit(guard.pool, kube.find, resources.NODES, pod.node_name)
+    listed_at, nodes_raw = guard.nodes(ctx, arrived)
+    workload_reads = deadline.submit(guard.tasks, _workload_reads, ctx, guard, pod)
+    fresh = _result(own_node, f"GET nodes {pod.node_name}")
+    node = None if fresh is None else node_facts(fresh, config)
     now = guard.clock()
-    node = nodes.get(pod.node_name)
-    first_seen = now
-    if node is not None and node.going_away and node.notice is None:
-        first_seen = guard.first_seen(node.name, now)
+    first_seen = now if node is None else guard.first_seen(ctx, node, now)
+    early = evictions.at_node(pod=pod, node=node)
+    if early is not None:
+        return early
+    assert node is not None
+    try:
+        found = _result(workload_reads, "the workload's reads")
+        if found is None:
+            return evictions.Decision(True, "not-managed")
+        workload, floor_on_demand, pods = found
+        nodes = {n.name: n for n in (node_facts(o, config) for o in _result(nodes_raw, "LIST nodes"))}
+    except RETRYABLE:
+        known = evictions.without_workload(node=node)
+        if known is not None:
+            return known
+        raise
+    guard.sightings.observe_all(nodes.values(), read_at=listed_at)
+    nodes[pod.node_name] = node  # its own node as read for this review
     return evictions.decide(
-        pod=pod, workload=workload, floor_on_demand=floor.on_demand, pods=pods, nodes=nodes,
-        now=now, first_seen=first_seen, timing=guard.timing,
+        pod=pod, workload=workload, floor_on_demand=floor_on_demand, pods=pods, nodes=nodes,
+        now=guard.clock(), first_seen=first_seen, timing=guard.timing,
     )
 
 
-def _same_controller_kind(pod: PodView, kind: str) -> bool:
-    owner = pod.owner
-    if owner is None:
-        return False
-    return owner.kind == ("StatefulSet" if kind == "StatefulSet" else "ReplicaSet")
+def _result(future: futures.Future[T], what: str) -> T:
+    """``future``'s result, waited for until the review's deadline at most."""
+    try:
+        return future.result(timeout=max(0.0, deadline.remaining(30.0)) + 0.05)
+    except futures.TimeoutError:
+        raise deadline.DeadlineExceeded(f"review deadline reached waiting for {what}") from None
+
+
+def _workload_reads(
+    ctx: core.Context, guard: Guard, pod: PodView
+) -> tuple[Workload, int, list[PodView]] | None:
+    """The pod's workload as it is now, its floor and its own pods; None where spotguard
+    does not manage it."""
+    kube = ctx.kube
+    assert kube is not None
+    resolver = ctx.resolver
+    namespace = pod.namespace
+    owner = pod.owner.uid if pod.owner is not None else ""
+    # A workload's selector never changes (apps/v1): once known, its pods are listed beside
+    # the (re-)read of the workload (the surge record as it is now), not after it.
+    listing: futures.Future[Any] | None = None
+    known = guard.selector(owner) if owner else False
+    if known is not False:
+        listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, known)
+    annotations = deadline.submit(guard.pool, resolver.namespace_annotations, namespace)
+    resolved = resolver.resolve(pod)
+    if isinstance(resolved, resolve.Unresolved):
+        return None
+    match = ",".join(f"{k}={v}" for k, v in sorted(resolved.workload.selector.items())) or None
+    if listing is None or known != match:
+        listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, match)
+    if owner:
+        guard.remember_selector(owner, match)
+    resolved = resolver.refresh_workload(resolved)
+    workload = resolved.workload
+    floor = floors.floor_for(workload, ctx.config, _result(annotations, "GET namespaces"))
+    if not floor.enabled:
+        return None
+    selector = (resolved.obj.get("spec") or {}).get("selector") or {}
+    candidates = [
+        p for p in (PodView.from_json(o, scheduling=False) for o in _result(listing, "LIST pods"))
+        if interruption.selector_matches(selector, p.labels)
+    ]
+    return workload, floor.on_demand, _own(ctx, guard, resolved, candidates)
+
+
+def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list[PodView]) -> list[PodView]:
+    """The workload's own pods among ``pods`` (its selector's): a StatefulSet's by their
+    controller's uid, a Deployment's by their ReplicaSet's controller uid. Another
+    workload whose selector overlaps (``web-canary`` with ``app=web,track=canary`` beside
+    ``web`` with ``app=web``) has pods that match but are not this one's replicas."""
+    workload = resolved.workload
+    if workload.kind is Kind.STATEFULSET:
+        return [p for p in pods if p.owner is not None and p.owner.kind == "StatefulSet" and _same(p.owner, workload)]
+    own: dict[tuple[str, str], bool] = {}  # (ReplicaSet name, uid) -> the workload's?
+    if resolved.replicaset is not None:
+        meta = resolved.replicaset.get("metadata") or {}
+        own[(str(meta.get("name") or ""), resolved.replicaset_uid)] = True
+    lookups: dict[tuple[str, str], futures.Future[Any]] = {}
+    for p in pods:
+        o = p.owner
+        if o is not None and o.kind == "ReplicaSet" and (o.name, o.uid) not in own and (o.name, o.uid) not in lookups:
+            lookups[(o.name, o.uid)] = deadline.submit(guard.pool, ctx.resolver.replicaset_of, p)
+    for key, future in lookups.items():
+        ref = _controller_ref(_result(future, "GET replicasets"))
+        own[key] = ref is not None and ref.get("kind") == "Deployment" and (
+            str(ref.get("uid") or "") == workload.uid if workload.uid else ref.get("name") == workload.name
+        )
+    return [
+        p for p in pods
+        if p.owner is not None and p.owner.kind == "ReplicaSet" and own.get((p.owner.name, p.owner.uid), False)
+    ]
+
+
+def _same(owner: Owner, workload: Workload) -> bool:
+    return owner.uid == workload.uid if owner.uid and workload.uid else owner.name == workload.name
+
+
+def _controller_ref(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
 
 
 def node_facts(raw: Mapping[str, Any], config: Config) -> evictions.NodeFacts:

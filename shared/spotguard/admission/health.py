@@ -1,27 +1,30 @@
 """Loud failure instead of silent fail-open: what ``/readyz`` checks, and what it reports.
 
 A webhook that answers "allowed, unchanged" for every pod looks healthy while it
-protects nothing. These conditions make the process not ready, with the reason
-as ``/readyz``'s body, a warning log line, the gauge
-``spotguard_admission_ready{reason}`` and a Warning Event on the state namespace
-(once per change):
+protects nothing; but an unready webhook is out of service (failurePolicy
+Ignore: every pod goes in unplaced), so readiness is for the process's own
+health only, never for a condition of the whole cluster, which every replica
+sees at once. Not ready (``/readyz`` 503 with the reason,
+``spotguard_admission_ready`` 0, a warning log line):
 
-* the state namespace (``$SPOTGUARD_NAMESPACE``, where the reservation Leases
-  and the ConfigMap live) does not exist;
-* no node matches the on-demand requirement (no on-demand node under any label
-  scheme: every floor pod would stay Pending, so none is pinned);
+* no Kubernetes connection could be configured (``core.Context.readiness``);
+* the cluster was never reached by this process (its first checks all failed).
 
-Reported the same way (log line, gauge, Warning Event, ``/readyz`` body) but
-NOT a reason to be unready, because taking the webhook's endpoints away is worse:
+Reported (a log line, a Warning Event ``AdmissionDegraded`` on the state
+namespace, once per change; ``spotguard_admission_cluster_condition{condition}``
+1; ``/readyz``'s body, 200) but the webhook stays ready, because taking it out
+of service helps no pod:
 
-* no node matches the spot preference (nothing to place spot slots on; often a
-  label scheme the configuration does not know). During a mass reclaim every
-  spot node is gone for a while: an unready webhook would then let every pod in
-  unplaced (failurePolicy Ignore) exactly when floors matter most. Spot slots
-  only *prefer* spot, so they still run.
-* the cluster could not be read for the check (a slow or failing API server):
-  the previous verdict stands; a transient API error must not unready every
-  replica at once.
+* ``namespace_missing``: the state namespace (``$SPOTGUARD_NAMESPACE``, where
+  the reservation Leases and the ConfigMap live) does not exist;
+* ``no_nodes``: the cluster has no nodes;
+* ``no_on_demand_nodes``: no node matches the on-demand requirement (floor pods
+  then go where they can run, see below);
+* ``no_spot_nodes``: no node matches the spot preference (Event ``NoSpotNodes``;
+  during a mass reclaim every spot node is gone for a while, exactly when floors
+  matter most; spot slots only *prefer* spot, so they still run);
+* ``cluster_unreadable``: the cluster could not be read for the check (a slow
+  or failing API server): the other conditions stand as last seen.
 
 A pod whose on-demand slot cannot be honoured because no node it can run on is
 on-demand is placed on spot instead (never a pod no node can take); that is a
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 5.0  # how long one readiness verdict is reused
 EVENT_INTERVAL = 600.0
+CONDITIONS = metrics.CONDITIONS
 
 
 class Health:
@@ -56,43 +60,48 @@ class Health:
         self.ctx = ctx
         self._lock = threading.Lock()
         self._checked = -1e18
+        self._reached = False
         self._problem: str | None = None
-        self._warning: str | None = None
-        self._spot_reported: str | None = ""
-        self._reported: str | None = ""  # the last verdict logged ("" before the first)
+        self._conditions: dict[str, str] = {}  # condition -> what it is, in words
         self._events: dict[str, float] = {}
+        metrics.READY.set(0)
+        for condition in CONDITIONS:
+            metrics.CONDITION.labels(condition).set(0)
 
     def problem(self) -> str | None:
-        """Why the process should not be ready, or None (checked at most every 5 s)."""
+        """Why this process should not be ready, or None (checked at most every 5 s)."""
         with self._lock:
             if time.monotonic() - self._checked < CHECK_SECONDS:
                 return self._problem
+            self._checked = time.monotonic()
+            previous = dict(self._conditions)
             try:
                 found = self._check()
-                self._warning = None
             except Exception as exc:
-                # Keep the previous verdict: one failed read must not unready every replica.
-                self._warning = f"cannot check the cluster: {type(exc).__name__}: {str(exc)[:200]}"
-                log.warning("admission readiness check failed", extra={"reason": self._warning})
-                self._checked = time.monotonic()
-                return self._problem
-            self._problem, self._checked = found, time.monotonic()
-            if found != self._reported:
-                self._report(found)
-            return found
+                why = f"cannot check the cluster: {type(exc).__name__}: {str(exc)[:200]}"
+                log.warning("admission readiness check failed", extra={"reason": why})
+                found = {k: v for k, v in previous.items() if k != "cluster_unreadable"}
+                found["cluster_unreadable"] = why
+                problem = None if self._reached else f"the cluster was never reached: {why}"
+            else:
+                self._reached = True
+                problem = None
+            self._conditions = found
+            self._verdict(problem)
+            self._report(previous, found)
+            return problem
 
     def warning(self) -> str | None:
-        """Something wrong that does not make the webhook unready (shown by ``/readyz``)."""
+        """What is wrong in the cluster without making the webhook unready (``/readyz``'s body)."""
         with self._lock:
-            return self._warning or self._spot_reported or None
+            return "; ".join(self._conditions.values()) or None
 
-    def _check(self) -> str | None:
+    def _check(self) -> dict[str, str]:
         ctx = self.ctx
-        if ctx.kube is None:
-            return f"no Kubernetes connection: {ctx.connect_error}"
-        metrics.api_call("get", r.NAMESPACES.name)
+        assert ctx.kube is not None  # Context.readiness answers first without a connection
+        found: dict[str, str] = {}
         if ctx.kube.find(r.NAMESPACES, ctx.namespace) is None:
-            return (
+            found["namespace_missing"] = (
                 f"the state namespace {ctx.namespace!r} does not exist (SPOTGUARD_NAMESPACE): "
                 "reservations cannot be kept; create it"
             )
@@ -104,55 +113,52 @@ class Health:
         metrics.NODES.labels("spot").set(spot)
         schemes = ", ".join(s.key for s in config.label_schemes)
         if not capacities:
-            return "the cluster has no nodes"
+            found["no_nodes"] = "the cluster has no nodes"
+            return found
         if not on_demand:
-            return (
+            found["no_on_demand_nodes"] = (
                 f"no node matches the on-demand requirement (none of {len(capacities)} nodes is on-demand "
                 f"under the label schemes {schemes}; unknown capacity counts as {config.unknown_capacity})"
             )
         if not spot:
-            self._no_spot(
+            found["no_spot_nodes"] = (
                 f"no node matches the spot preference (none of {len(capacities)} nodes is spot under {schemes})"
             )
+        return found
+
+    def _verdict(self, problem: str | None) -> None:
+        previous, self._problem = self._problem, problem
+        metrics.READY.set(1 if problem is None else 0)
+        if problem == previous:
+            return
+        if problem is None:
+            log.info("admission ready", extra={"was": previous} if previous else {})
         else:
-            self._no_spot(None)
-        return None
+            log.warning("admission not ready", extra={"reason": problem})
 
-    def _no_spot(self, found: str | None) -> None:
-        """Report (once per change) that no node is spot; the webhook stays ready."""
-        previous, self._spot_reported = self._spot_reported, found
-        metrics.NO_SPOT.set(0 if found is None else 1)
-        if found == previous:
-            return
-        if found is None:
-            if previous:
-                log.info("spot nodes are back")
-            return
-        log.warning("no spot node: spot slots run on on-demand until spot capacity returns", extra={"reason": found})
-        kube = self.ctx.kube
-        if kube is not None:
+    def _report(self, previous: dict[str, str], found: dict[str, str]) -> None:
+        """Log, count and tell (a Warning Event) each condition of the cluster that appeared or went."""
+        for condition in CONDITIONS:
+            metrics.CONDITION.labels(condition).set(1 if condition in found else 0)
+        for condition in sorted(set(previous) - set(found)):
+            log.info("cluster condition cleared", extra={"condition": condition})
+        kube: Any = self.ctx.kube
+        for condition in sorted(set(found) - set(previous)):
+            message = found[condition]
+            if condition == "no_spot_nodes":
+                log.warning(
+                    "no spot node: spot slots run on on-demand until spot capacity returns", extra={"reason": message}
+                )
+            else:
+                log.warning(
+                    "admission degraded: it stays ready (an unready webhook would let every pod in unplaced)",
+                    extra={"condition": condition, "reason": message},
+                )
+            if kube is None or condition in ("namespace_missing", "cluster_unreadable"):
+                continue  # nowhere to write it, or no cluster to write it to
             involved = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ctx.namespace}}
-            metrics.api_call("create", "events")
-            kube.create_event(
-                involved, "NoSpotNodes", found, "Warning", component="spotguard-admission", best_effort=True
-            )
-
-    def _report(self, found: str | None) -> None:
-        previous, self._reported = self._reported, found
-        metrics.READY.clear()
-        metrics.READY.labels(found or "ok").set(1 if found is None else 0)
-        if found is None:
-            if previous:
-                log.info("admission ready again", extra={"was": previous})
-            return
-        log.warning("admission not ready", extra={"reason": found})
-        kube = self.ctx.kube
-        if kube is not None and "state namespace" not in found and "Kubernetes connection" not in found:
-            involved = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ctx.namespace}}
-            metrics.api_call("create", "events")
-            kube.create_event(
-                involved, "AdmissionNotReady", found, "Warning", component="spotguard-admission", best_effort=True
-            )
+            reason = "NoSpotNodes" if condition == "no_spot_nodes" else "AdmissionDegraded"
+            kube.create_event(involved, reason, message, "Warning", component="spotguard-admission", best_effort=True)
 
     def report_unplaceable(self, resolved: Resolved, wanted: Placement) -> None:
         """A slot of ``wanted`` capacity that no node the pod can run on offers."""
@@ -174,7 +180,6 @@ class Health:
         log.warning("floor cannot be honoured", extra={"workload": w.key, "wanted": wanted.value})
         kube: Any = self.ctx.kube
         if kube is not None:
-            metrics.api_call("create", "events")
             kube.create_event(
                 resolved.obj,
                 f"No{wanted.value.title().replace('-', '')}Nodes",

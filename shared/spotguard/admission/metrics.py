@@ -6,9 +6,6 @@
   ``malformed`` (a 4xx answer); ``placement`` is ``on-demand``, ``spot`` or ``none``.
 * ``spotguard_admission_errors_total{kind}``: internal errors by exception class.
 * ``spotguard_admission_duration_seconds``: time to answer one review.
-* ``spotguard_admission_api_calls_total{verb, resource}``: Kubernetes API calls the
-  admission code asked for (the gateway's ``spotguard_kube_requests_total`` also
-  counts every HTTP attempt, retries included).
 * ``spotguard_admission_reservation_conflicts_total``: Lease updates lost to another
   instance (each is re-read and recomputed).
 * ``spotguard_admission_stale_workloads_total``: workloads read again because the
@@ -16,16 +13,25 @@
 * ``spotguard_admission_nodes{capacity}``: nodes counting as on-demand / spot.
 * ``spotguard_admission_evictions_total{verdict, reason}``: ``pods/eviction`` reviews
   answered by the eviction guard (``allowed`` or ``denied``, and why).
-* ``spotguard_admission_ready{reason}``: 1 when ready, else 0 with why not.
-* ``spotguard_admission_no_spot_nodes``: 1 while no node is spot (reported, still ready).
+* ``spotguard_admission_ready``: 1 when this process is ready, else 0 (why: ``/readyz``, the log).
+* ``spotguard_admission_cluster_condition{condition}``: 1 while a condition of the cluster
+  holds that the webhook reports and stays ready through (:mod:`spotguard.admission.health`):
+  ``namespace_missing``, ``no_nodes``, ``no_on_demand_nodes``, ``no_spot_nodes``,
+  ``cluster_unreadable``.
 * ``spotguard_admission_unplaceable_total{placement}``: slots no reachable node offers.
 * ``spotguard_admission_dropped_connections_total{reason}``: client connections dropped
   because the client stalled past the client limit (:mod:`spotguard.admission.connections`):
   ``idle`` (sent nothing), ``handshake`` (TLS handshake unfinished), ``request`` (request
   head or body unfinished), ``response`` (the answer not taken).
 
-With several gunicorn workers each worker has its own registry; scrape with one
-worker, or point ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory.
+Kubernetes API requests are the gateway's ``spotguard_kube_requests_total{verb,
+resource, code}`` (every attempt, retries included), for every function alike.
+
+With several gunicorn workers each worker has its own registry; ``--metrics-port``
+serves them summed (prometheus_client's multiprocess mode). The gauges say how
+they combine, so that no series carries a ``pid`` label: ready and a condition
+are the highest of the live workers (a worker that has not checked yet says 0),
+node counts the most recent.
 """
 
 from __future__ import annotations
@@ -46,11 +52,6 @@ DURATION = prometheus_client.Histogram(
     "spotguard_admission_duration_seconds",
     "Time to answer one AdmissionReview",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-)
-API_CALLS = prometheus_client.Counter(
-    "spotguard_admission_api_calls",
-    "Kubernetes API calls made while admitting pods",
-    ["verb", "resource"],
 )
 SHED = prometheus_client.Counter(
     "spotguard_admission_shed",
@@ -76,15 +77,19 @@ NODES = prometheus_client.Gauge(
     "spotguard_admission_nodes",
     "Nodes by the capacity they count as (at the last readiness check)",
     ["capacity"],
+    multiprocess_mode="livemostrecent",
 )
 READY = prometheus_client.Gauge(
     "spotguard_admission_ready",
-    "1 when ready; 0 with the reason admission is not ready",
-    ["reason"],
+    "1 when this process is ready (its own health: a connection, the cluster reached); else 0",
+    multiprocess_mode="livemax",
 )
-NO_SPOT = prometheus_client.Gauge(
-    "spotguard_admission_no_spot_nodes",
-    "1 while no node matches the spot preference (spot slots then run on on-demand; the webhook stays ready)",
+CONDITIONS = ("namespace_missing", "no_nodes", "no_on_demand_nodes", "no_spot_nodes", "cluster_unreadable")
+CONDITION = prometheus_client.Gauge(
+    "spotguard_admission_cluster_condition",
+    "1 while a condition of the cluster holds that the webhook reports and stays ready through",
+    ["condition"],
+    multiprocess_mode="livemax",
 )
 UNPLACEABLE = prometheus_client.Counter(
     "spotguard_admission_unplaceable",
@@ -99,10 +104,6 @@ DROPPED_CONNECTIONS = prometheus_client.Counter(
 )
 for _reason in ("idle", "handshake", "request", "response"):
     DROPPED_CONNECTIONS.labels(_reason)  # every reason shown, at 0 until it happens
-
-
-def api_call(verb: str, resource: str) -> None:
-    API_CALLS.labels(verb, resource).inc()
 
 
 def render() -> tuple[bytes, str]:

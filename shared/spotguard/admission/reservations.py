@@ -144,6 +144,7 @@ class Count:
     on_demand: frozenset[str]  # active pods on on-demand (by node, else by label)
     seen: frozenset[str]  # reservation tokens that listed pods carry
     pods: int  # active pods
+    surge_created: tuple[float, ...] = ()  # creation times of the on-demand surge replicas
 
 
 @dataclass
@@ -169,9 +170,14 @@ class Claim:
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
 
 
+# ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
+# held (pods counted plus unseen reservations), the creation times of the counted surge
+# replicas, and how many unseen reservations are surge slots.
+Decide = Callable[[int, tuple[float, ...], int], Decision]
 # ``refresh()`` reads the workload again, bypassing the cache, and returns its
 # replicas and the decision function for its new floor.
-Refresh = Callable[[], tuple[int, Callable[[int], Decision]]]
+Refresh = Callable[[], tuple[int, Decide]]
+SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -245,7 +251,6 @@ class Reservations:
             return local
 
     def _read(self, name: str) -> Obj | None:
-        metrics.api_call("get", r.LEASES.name)
         found: Obj | None = self.kube.find(r.LEASES, name, self.namespace)
         return found
 
@@ -255,18 +260,17 @@ class Reservations:
         match = ((rs.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
         started = self.clock()
-        metrics.api_call("list", r.PODS.name)
         raw = self.kube.list(r.PODS, namespace, label_selector=selector)
         pods = [PodView.from_json(p, scheduling=False) for p in raw]
         mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
         capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
+        on_demand = [p for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND]
         return Count(
             started=started,
-            on_demand=frozenset(
-                p.name for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND
-            ),
+            on_demand=frozenset(p.name for p in on_demand),
             seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
             pods=sum(1 for p in mine if p.active),
+            surge_created=tuple(p.created for p in on_demand if placement.is_surge_replica(p)),
         )
 
     def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
@@ -342,7 +346,7 @@ class Reservations:
         floor: int,
         token: str,
         config: Config,
-        decide: Callable[[int], Decision],
+        decide: Decide,
         dry_run: bool = False,
         replicas: int | None = None,
         refresh: Refresh | None = None,
@@ -390,7 +394,7 @@ class Reservations:
         floor: int,
         token: str,
         config: Config,
-        decide: Callable[[int], Decision],
+        decide: Decide,
         dry_run: bool,
         replicas: int | None,
         refresh: Refresh | None,
@@ -410,6 +414,10 @@ class Reservations:
             self._observe(local, doc, config, now)
             if token in doc.pending:  # our own write landed (an earlier try timed out)
                 return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
+            if SURGE_TOKEN + token in doc.pending:
+                return Claim(
+                    Decision(Placement.ON_DEMAND, "reserved", surge=True), len(doc.pending), SURGE_TOKEN + token
+                )
             if (
                 replicas is not None
                 and self._known(local, doc) + 1 > replicas
@@ -430,7 +438,11 @@ class Reservations:
                     local.refuted = self.clock()
             unseen = self._unseen(local, doc)
             held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
-            decision = decide(held)
+            decision = decide(
+                held,
+                local.count.surge_created if local.count is not None else (),
+                sum(1 for t in unseen if t.startswith(SURGE_TOKEN)),
+            )
             if (
                 decision.placement is Placement.SPOT
                 and not dry_run
@@ -453,11 +465,12 @@ class Reservations:
             if dry_run:
                 return Claim(decision, held, refreshed=refreshed)
             doc.seq += 1
-            doc.pending[token] = doc.seq
+            mine = SURGE_TOKEN + token if decision.surge else token
+            doc.pending[mine] = doc.seq
             try:
                 self._write(local, name, doc=doc, rs=rs, config=config)
-                local.first_seen.setdefault(token, self.clock())
-                return Claim(decision, held, token, refreshed)
+                local.first_seen.setdefault(mine, self.clock())
+                return Claim(decision, held, mine, refreshed)
             except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
                 metrics.CONFLICTS.inc()
                 if deadline.remaining() <= deadline.WRITE_RESERVE:
@@ -534,13 +547,11 @@ class Reservations:
                     },
                     "spec": spec,
                 }
-                metrics.api_call("create", r.LEASES.name)
                 written = self.kube.create(r.LEASES, body, self.namespace)
             else:
                 body = json.loads(json.dumps(lease))
                 body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}), **annotations}
                 body["spec"] = {**(body.get("spec") or {}), **spec}
-                metrics.api_call("update", r.LEASES.name)
                 written = self.kube.replace(r.LEASES, body)
         except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient, deadline.DeadlineExceeded):
             local.lease_read = False

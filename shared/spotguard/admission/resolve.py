@@ -41,7 +41,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.admission import deadline, metrics
+from spotguard.admission import deadline
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -50,6 +50,7 @@ from spotguard.policy.workloads import Workload
 
 Obj = dict[str, Any]
 _MISSING = object()
+POD_TEMPLATE_HASH = "pod-template-hash"
 log = logging.getLogger(__name__)
 
 
@@ -168,7 +169,6 @@ class Resolver:
             except futures.TimeoutError:
                 raise deadline.DeadlineExceeded(f"waiting for a shared read of {res.plural} {name}") from None
         try:
-            metrics.api_call("get", res.name)
             obj = self.kube.find(res, name, namespace)
         except BaseException as exc:
             mine.set_exception(exc)
@@ -197,6 +197,40 @@ class Resolver:
     def namespace_annotations(self, namespace: str) -> Mapping[str, str]:
         ns = self._get(r.NAMESPACES, namespace, None, self.namespace_ttl)
         return dict(((ns or {}).get("metadata") or {}).get("annotations") or {})
+
+    def cached_replicaset(self, pod: PodView) -> Obj | None:
+        """The pod's ReplicaSet when the cache holds it (no API call), else None."""
+        owner = pod.owner
+        if owner is None or owner.kind != "ReplicaSet":
+            return None
+        hit = self.cache.get((r.REPLICASETS.plural, pod.namespace, owner.name))
+        if hit is _MISSING or hit is None or not _uid_matches(hit, owner.uid):
+            return None
+        return hit  # type: ignore[no-any-return]
+
+    def prefetch_deployment(self, pod: PodView, pool: futures.Executor) -> None:
+        """Start reading the Deployment a Deployment's pod most likely belongs to, while its
+        ReplicaSet is read: the ReplicaSet controller names a ReplicaSet ``<deployment>-<pod-
+        template-hash>``, so a cold review's two sequential reads (ReplicaSet, then its
+        Deployment) overlap. :meth:`resolve` joins the read (or finds it cached) and checks
+        it against the ReplicaSet's owner reference as always; a wrong guess costs one GET."""
+        owner = pod.owner
+        suffix = "-" + pod.labels.get(POD_TEMPLATE_HASH, "")
+        if owner is None or owner.kind != "ReplicaSet" or suffix == "-" or not owner.name.endswith(suffix):
+            return
+        key = (r.DEPLOYMENTS.plural, pod.namespace, owner.name[: -len(suffix)])
+        if self.cache.get(key) is not _MISSING:
+            return
+        with self._flights_lock:
+            if key in self._flights:
+                return
+        deadline.submit(pool, self._quiet_get, r.DEPLOYMENTS, key[2], pod.namespace, self.workload_ttl)
+
+    def _quiet_get(self, res: r.Resource, name: str, namespace: str, ttl: float) -> None:
+        try:
+            self._get(res, name, namespace, ttl)
+        except Exception:  # a prefetch only: the review that needs it reads again and reports
+            log.debug("prefetch failed", exc_info=True)
 
     def replicaset_of(self, pod: PodView) -> Obj | None:
         """The pod's ReplicaSet (cached), or None when its owner is something else."""
@@ -264,7 +298,6 @@ class Resolver:
             stale = max_age is not None and age > max_age
             due = age > self.node_ttl or stale or (unknown and age > self.node_refresh)
             if due and (not self._nodes or now >= self._nodes_retry):
-                metrics.api_call("list", r.NODES.name)
                 try:
                     raw = self.kube.list(r.NODES)
                 except Exception as exc:

@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
+from spotguard import logs
 from spotguard.admission import app as app_mod
 from spotguard.admission import connections, core, deadline
 
@@ -180,8 +182,18 @@ def options(
         "accesslog": None,
         "errorlog": "-",
         "loglevel": log_level,
+        "logger_class": ErrorLog,
         "proc_name": "spotguard-admission",
     }
+
+
+class ErrorLog(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's log through spotguard's formatter: no console handler of its own, its records
+    to the root logger's (:mod:`spotguard.logs`), at gunicorn's level."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        logs.through_root(self.error_log)
 
 
 def serve_metrics(host: str, port: int, arbiter: Any) -> None:

@@ -3,8 +3,10 @@
 =======================  =====================================================
 ``POST /``               a CloudEvent (binary or structured mode): see
                          :mod:`spotguard.interruption.cloudevents`
-``GET /healthz``         200 ``{"status": "ok"}`` (also ``/health/liveness``
-                         and ``/health/readiness``, the paths func-python uses)
+``GET /healthz``         200 ``{"status": "ok"}`` while the process answers
+                         (also ``/health/liveness``, func-python's path)
+``GET /readyz``          200, or 503 with why the function cannot do its job
+                         (:mod:`spotguard.readiness`; also ``/health/readiness``)
 ``GET /metrics``         Prometheus text format
 =======================  =====================================================
 
@@ -28,10 +30,13 @@ MAX_BODY = 1024 * 1024
 
 def create_app(handler: dispatch.Handler) -> flask.Flask:
     """The WSGI app serving ``handler``. Share one handler per process (it is thread-safe
-    when wrapped in :class:`spotguard.interruption.dispatch.Serialized`)."""
+    when wrapped in :class:`spotguard.interruption.dispatch.Serialized`, whose readiness
+    ``/readyz`` reports)."""
+    ready = getattr(handler, "readiness", None)
     return eventhttp.create_app(
         "spotguard.interruption",
         lambda headers, body: cloudevents.handle_http(headers, body, handler),
         max_body=MAX_BODY,
         log=log,
+        ready=ready.check if ready is not None else None,
     )

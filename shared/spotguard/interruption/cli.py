@@ -1,9 +1,11 @@
 """Serve the spot-interruption function: CloudEvents over HTTP (--port) and/or an SQS poller (--sqs-queue-url).
 
 With --port, POST / takes CloudEvents in binary or structured mode, and GET /healthz
-and GET /metrics answer. With --sqs-queue-url, the queue the EventBridge rules feed
-is long-polled. Both may run in one process; without either, it serves HTTP on
-port 8080. A reconcile every --reconcile-interval seconds scales surges back.
+(the process), GET /readyz (whether it can do its job: the cluster reached, its
+last handlings and reconciles not all failed) and GET /metrics answer. With
+--sqs-queue-url, the queue the EventBridge rules feed is long-polled. Both may
+run in one process; without either, it serves HTTP on port 8080. A reconcile
+every --reconcile-interval seconds scales surges back.
 SIGTERM and SIGINT stop it cleanly: requests and handlings in progress finish first.
 """
 
@@ -13,10 +15,13 @@ import argparse
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spotguard import logs, serving
+from spotguard import flags, logs, readiness, serving
 from spotguard.interruption import dispatch
+
+if TYPE_CHECKING:
+    from spotguard.interruption import handler as handler_mod
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -25,10 +30,8 @@ DEFAULT_PORT = 8080
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help=f"serve CloudEvents over HTTP on this port (default {DEFAULT_PORT})")
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
-    )
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    flags.add_host(parser)
+    flags.add_kubeconfig(parser)
     parser.add_argument("--sqs-queue-url", help="long-poll this SQS queue for EventBridge events")
     parser.add_argument("--region", help="AWS region (default: $AWS_REGION or $AWS_DEFAULT_REGION)")
     parser.add_argument(
@@ -60,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sqs_queue_url and not region:
         raise logs.UserError("--sqs-queue-url needs an AWS region: --region, $AWS_REGION or $AWS_DEFAULT_REGION")
 
-    handler = dispatch.Serialized(build_handler(args.kubeconfig, region, args.endpoint_url))
+    served = build_handler(args.kubeconfig, region, args.endpoint_url)
+    handler = dispatch.Serialized(served, readiness.Readiness(readiness.cluster_probe(served.kube)))
     stop = threading.Event()
     threads: list[threading.Thread] = []
     poller = None
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str | None) -> dispatch.Handler:
+def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str | None) -> handler_mod.Handler:
     """The handler for a cluster: its connection, its settings and an EC2 client when a region is known."""
     if kubeconfig and not os.path.isfile(kubeconfig):
         raise logs.UserError(f"--kubeconfig {kubeconfig}: no such file")

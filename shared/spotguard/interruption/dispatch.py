@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from spotguard import readiness
 from spotguard.interruption import events, telemetry
 from spotguard.policy.notices import Notice
 
@@ -194,20 +195,38 @@ class Serialized:
     """A handler shared by several threads (HTTP workers, the poller, the reconcile timer).
 
     One plan at a time: two plans written at once would each see the cluster
-    without the other's surge.
+    without the other's surge. With ``ready``, each handling and reconcile is
+    recorded there: a handling with a notice to retry, or one that raised, failed.
     """
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, ready: readiness.Readiness | None = None) -> None:
         self.handler = handler
+        self.readiness = ready
         self._lock = threading.Lock()
 
     def handle(self, notices: Sequence[Notice]) -> Sequence[object]:
         with self._lock:
-            return self.handler.handle(notices)
+            try:
+                outcomes = self.handler.handle(notices)
+            except Exception as exc:
+                self._record(False, f"handling {len(notices)} notice(s) raised {type(exc).__name__}: {exc}")
+                raise
+        retries = sum(1 for o in outcomes if getattr(o, "value", o) == "retry")
+        self._record(not retries, f"{retries} of {len(notices)} notice(s) to retry (see the log)")
+        return outcomes
 
     def reconcile(self) -> None:
         with self._lock:
-            self.handler.reconcile()
+            try:
+                self.handler.reconcile()
+            except Exception as exc:
+                self._record(False, f"reconcile raised {type(exc).__name__}: {exc}")
+                raise
+        self._record(True)
+
+    def _record(self, ok: bool, reason: str = "") -> None:
+        if self.readiness is not None:
+            self.readiness.record(ok, reason[:500])
 
 
 class Lazy:

@@ -44,6 +44,6 @@ OVERDUE = Gauge(
     "Surges in progress whose every doomed node is past its deadline (the reclaim time): they should be ending.",
 )
 BELOW_FLOOR = Gauge(
-    "spotguard_workloads_below_floor",
+    "spotguard_interruption_workloads_below_floor",
     "Workloads with fewer Ready pods on on-demand nodes than their on-demand floor.",
 )

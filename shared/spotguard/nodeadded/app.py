@@ -3,8 +3,10 @@
 =======================  =====================================================
 ``POST /``               a CloudEvent (binary or structured mode): see
                          :mod:`spotguard.nodeadded.cloudevents`
-``GET /healthz``         200 ``{"status": "ok"}`` (also ``/health/liveness``
-                         and ``/health/readiness``, the paths func-python uses)
+``GET /healthz``         200 ``{"status": "ok"}`` while the process answers
+                         (also ``/health/liveness``, func-python's path)
+``GET /readyz``          200, or 503 with why passes cannot run
+                         (:meth:`Service.ready`; also ``/health/readiness``)
 ``GET /metrics``         Prometheus text format
 =======================  =====================================================
 
@@ -27,4 +29,5 @@ def create_app(svc: service.Service) -> flask.Flask:
         lambda headers, body: cloudevents.handle_http(headers, body, svc),
         max_body=MAX_BODY,
         log=service.log,
+        ready=svc.ready,
     )

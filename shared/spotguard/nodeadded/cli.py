@@ -1,7 +1,8 @@
 """Serve the node-added function: CloudEvents over HTTP, and a reconcile on a timer.
 
 POST / takes CloudEvents in binary or structured mode (a Node added, a ping);
-GET /healthz and GET /metrics answer. With --reconcile-interval S (> 0), a pass
+GET /healthz (the process), GET /readyz (whether passes can run: the cluster
+reached, the last passes not all failed) and GET /metrics answer. With --reconcile-interval S (> 0), a pass
 also runs every S seconds: the shape for clusters without Knative or Lambda.
 SIGTERM and SIGINT stop it cleanly: a pass in progress finishes first.
 """
@@ -13,7 +14,7 @@ import logging
 import os
 import threading
 
-from spotguard import logs, serving
+from spotguard import flags, logs, serving
 from spotguard.nodeadded import service, triggers
 
 log = logging.getLogger("spotguard.nodeadded")
@@ -23,10 +24,8 @@ DEFAULT_PORT = 8080
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT}; 0: none)")
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
-    )
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    flags.add_host(parser)
+    flags.add_kubeconfig(parser)
     parser.add_argument(
         "--reconcile-interval",
         type=float,

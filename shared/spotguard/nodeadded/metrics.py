@@ -43,6 +43,6 @@ AUTOSCALER = Counter(
 )
 ERRORS = Counter(
     "spotguard_nodeadded_errors_total",
-    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, taint, interruption).",
+    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, label, taint, interruption).",
     ["step"],
 )

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spotguard import logs
+from spotguard import flags, logs
 from spotguard.nodeadded import report as report_mod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    flags.add_kubeconfig(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
 
 

@@ -52,7 +52,7 @@ from spotguard.gateway import resources as r
 from spotguard.gateway.errors import ApiError, Conflict, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
-from spotguard.policy import floors, interruption, moves, rebalance
+from spotguard.policy import floors, interruption, moves, patches, rebalance
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Action, Direction, Method, MoveRecord, Progress
@@ -131,6 +131,8 @@ class Report:
     started: list[rebalance.Move] = field(default_factory=list)
     leases: list[cleanup.OrphanLease] = field(default_factory=list)
     surges_over: list[str] = field(default_factory=list)  # workloads whose surge the interruption reconcile ends
+    # Nodes whose spotguard.io/spot label this pass sets ("true") or removes (None).
+    node_labels: dict[str, str | None] = field(default_factory=dict)
     failures: int = 0
     dry_run: bool = False
     seconds: float = 0.0
@@ -260,6 +262,7 @@ class Reconciler:
         alive = {n.name for n in snap.node_views}
         # A rebalance's surge whose node lives is the spot-interruption function's to end.
         report.surges_over = [f.workload.key for f in done if not interruption.rebalance_node_lives(f.record, alive)]
+        report.node_labels = patches.spot_node_labels(((n.name, n.labels) for n in snap.node_views), config)
         self._gauges(plan)
         if dry_run:
             report.started = plan.first_step()
@@ -278,6 +281,7 @@ class Reconciler:
             report.started = [m for m, ok in zip(plan.first_step(), starts, strict=True) if ok]
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
+            failures += list(pool.map(self._label_node, report.node_labels.items()))
         report.failures += sum(1 for f in failures if f)
         return report
 
@@ -618,6 +622,19 @@ class Reconciler:
         written = self.kube.patch(WORKLOAD_RESOURCES[kind], str(meta.get("name")), patch, str(meta.get("namespace")))
         written["kind"] = str(kind)
         return written
+
+    def _label_node(self, change: tuple[str, str | None]) -> bool:
+        """Sets or removes one node's ``spotguard.io/spot`` label; True when it failed."""
+        name, value = change
+        try:
+            self.kube.patch(r.NODES, name, {"metadata": {"labels": {patches.SPOT_NODE_LABEL: value}}})
+        except NotFound:
+            return False  # the node is gone: nothing to label
+        except ApiError as exc:
+            metrics.ERRORS.labels("label").inc()
+            log.warning("could not label a node", extra={"node": name, "error": str(exc)})
+            return True
+        return False
 
     # -- cleanup -----------------------------------------------------------------------------------
 

@@ -28,6 +28,9 @@ def text(rep: Report) -> str:
         lines.append(f"  lease {lease.namespace}/{lease.name}: {verb}delete (ReplicaSet {lease.replicaset} is gone)")
     for key in rep.surges_over:
         lines.append(f"  {key}: surge over; the spot-interruption reconcile {verb}scale(s) it back")
+    for node, value in sorted(rep.node_labels.items()):
+        action = "label spotguard.io/spot=true" if value is not None else "remove its spotguard.io/spot label"
+        lines.append(f"  node {node}: {verb}{action}")
     if rep.optimal:
         lines.append("the cluster is at its optimum: nothing to do")
     if rep.failures:

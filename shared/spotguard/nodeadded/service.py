@@ -12,7 +12,9 @@ and never fails the delivery for it). An instance that is another cluster's
 is answered at once (``foreign``), without a wait or a pass.
 
 One pass at a time per process (a lock), so HTTP workers and a timer never
-plan over each other's half-written moves.
+plan over each other's half-written moves. Every pass is recorded in
+:attr:`Service.readiness` (:mod:`spotguard.readiness`): not ready while the
+cluster was never reached or the last passes all failed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spotguard import readiness
 from spotguard.gateway import resources as r
 from spotguard.gateway.errors import ApiError
 from spotguard.nodeadded import instances, metrics, triggers
@@ -89,6 +92,14 @@ class Service:
         self.sleep = sleep
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()
+        self.readiness = readiness.Readiness(self._probe)
+
+    def _probe(self) -> None:
+        readiness.cluster_probe(self.reconciler.kube)()
+
+    def ready(self) -> str | None:
+        """None when this process can run passes, else why not."""
+        return self.readiness.check()
 
     @property
     def reconciler(self) -> Reconciler:
@@ -117,13 +128,17 @@ class Service:
             with self._lock:
                 report = rec.reconcile(dry_run=dry_run, trigger=str(trigger.kind))
         except ApiError as exc:
+            self.readiness.record(False, f"a pass failed: {exc}")
             raise Transient(f"reconcile failed: {exc}") from exc
-        except Transient:
+        except Transient as exc:
+            self.readiness.record(False, str(exc))
             raise
         except Exception as exc:
             metrics.ERRORS.labels("pass").inc()
             log.exception("reconcile failed", extra={"trigger": str(trigger.kind)})
+            self.readiness.record(False, f"a pass raised {type(exc).__name__}: {exc}")
             raise Transient(f"reconcile failed: {type(exc).__name__}: {exc}") from exc
+        self.readiness.record(True)
         return Answer(trigger, "reconciled", joined, report)
 
     def _whose(self, instance_id: str) -> tuple[instances.Owner, str]:

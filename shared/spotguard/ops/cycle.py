@@ -73,6 +73,7 @@ class Options:
     spot_price: float = 0.1  # of on-demand
     settle_seconds: float = 300.0  # simulated seconds after the reclaim to wait for the surges to end
     pace: str = "auto"  # "auto": slower than time_scale where the machine would lag (notice_scale); "fixed"
+    scenario: str = ""  # where the objects came from (the report's title)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class Outcome:
     replacements: Replacements | None = None
     time_scales: dict[str, float] = field(default_factory=dict)  # per phase: placing, notice, return
     scheduler_lag: dict[str, float] = field(default_factory=dict)  # pods bound since the notice, p99 and max waits
+    spot_returned: float | None = None  # simulated seconds from the notice to new spot nodes joining
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -222,6 +224,7 @@ class Watch:
     floor: dict[str, int] = field(default_factory=dict)
     t0: float | None = None
     sim: Any = None
+    spot_returned: float | None = None  # simulated time new spot nodes joined
 
     def show(self) -> None:
         if self.view is None:
@@ -256,15 +259,16 @@ def run(options: Options, view: View | None = None) -> Outcome:
         starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moto-start")
         bus_future = starting.submit(bus_cm.__enter__)
         stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
-        sim = stack.enter_context(
-            testing.running_cluster(
-                infra,
-                time_scale=scale,
-                ready_delay_seconds=options.pod_startup,
-                drainer=options.drainer,
-                settings=settings_of(options.objects),
+        with loading():
+            sim = stack.enter_context(
+                testing.running_cluster(
+                    infra,
+                    time_scale=scale,
+                    ready_delay_seconds=options.pod_startup,
+                    drainer=options.drainer,
+                    settings=settings_of(options.objects),
+                )
             )
-        )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
         tracker.start(sim.store)
@@ -292,7 +296,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
 
         # 1. the workloads, placed by the webhook
         watch.phase.name = "placing the workloads"
-        sim.store.apply_objects(apps)
+        with loading():
+            sim.store.apply_objects(apps)
         wls = _workloads(sim.store)
         watch.wls = wls
         watch.floor = floor = {k: min(w.replicas, floors.floor_for(w, cfg).on_demand) for k, w in wls.items()}
@@ -375,6 +380,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
             time_scales=scales, scheduler_lag=lag,
+            spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -449,6 +455,18 @@ def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.fut
 
 
 @contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """The scenario's objects go into the simulated cluster: one it refuses (an invalid
+    object, as kube-apiserver would answer 422) is the user's to fix, a sentence."""
+    from spotguard.sim import errors
+
+    try:
+        yield
+    except errors.StatusError as exc:
+        raise UserError(f"the scenario cannot be loaded: {exc.message}") from exc
+
+
+@contextlib.contextmanager
 def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: float = 0.0) -> Iterator[Any]:
     """The simulated cluster with the scenario's workloads placed by the admission webhook and Ready.
 
@@ -459,14 +477,16 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         raise UserError("the scenario has no nodes: pods would never be placed")
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
-        sim = stack.enter_context(
-            testing.running_cluster(
-                infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+        with loading():
+            sim = stack.enter_context(
+                testing.running_cluster(
+                    infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+                )
             )
-        )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         stack.enter_context(functions.admission_server(sim, workdir))
-        sim.store.apply_objects(apps)
+        with loading():
+            sim.store.apply_objects(apps)
         desired = sum(w.replicas for w in _workloads(sim.store).values())
 
         def ready() -> bool:
@@ -499,6 +519,7 @@ def _return_to_spot(
         watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options))
     watch.phase.name = "new spot nodes joined; node-added moves workloads back"
     fresh = [replacement(n) for n in gone]
+    watch.spot_returned = sim.clock.now()
     sim.store.apply_objects(fresh)
     for n in fresh:
         node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))

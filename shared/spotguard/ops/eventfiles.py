@@ -4,7 +4,8 @@ Kinds (each file is one JSON document):
 
 =====================  ==================================================================
 ``eventbridge``        an EventBridge event (``detail-type``, ``source``, ``detail``)
-``schedule``           the EventBridge ``Scheduled Event`` (a reconcile)
+``schedule``           a reconcile: the EventBridge ``Scheduled Event``, or the input the
+                       EventBridge Scheduler sends (``{"spotguard": "reconcile", ...}``)
 ``sqs-message``        an SQS message as ReceiveMessage returns it (``MessageId``, ``Body``)
 ``lambda-sqs-batch``   a Lambda SQS event (``Records`` from ``aws:sqs``)
 ``cloudevent``         a CloudEvent: structured JSON (``specversion``), or an HTTP capture
@@ -32,6 +33,7 @@ from spotguard.interruption import dispatch, events, sqs
 APISERVER_ADD = "dev.knative.apiserver.resource.add"
 PING = "dev.knative.sources.ping"
 SCHEDULED = "Scheduled Event"
+RECONCILE = "reconcile"  # the "spotguard" key of the EventBridge Scheduler's input (infra/aws/template.yaml)
 
 
 class BadFile(ValueError):
@@ -126,14 +128,15 @@ def recognise(path: Path, payload: Any) -> EventFile:
         return EventFile(path, "lambda-sqs-batch", payload)
     if ("Body" in payload or "body" in payload) and ("MessageId" in payload or "messageId" in payload):
         return EventFile(path, "sqs-message", payload)
-    if payload.get("detail-type") == SCHEDULED:
+    if payload.get("detail-type") == SCHEDULED or payload.get("spotguard") == RECONCILE:
         return EventFile(path, "schedule", payload)
     if events.is_eventbridge(payload):
         return EventFile(path, "eventbridge", payload)
     raise BadFile(
         f"{path}: not an event spotguard knows. Expected an EventBridge event, an SQS message, a Lambda SQS "
         "batch, a CloudEvent (structured JSON, or an HTTP capture with headers and body), an AdmissionReview, "
-        "or a Knative ApiServerSource or PingSource event (examples in infra/events/)"
+        "a Knative ApiServerSource or PingSource event, or the EventBridge Scheduler's input "
+        '{"spotguard": "reconcile"} (examples in infra/events/)'
     )
 
 

@@ -3,13 +3,14 @@
 Each EVENT_FILE (or every *.json file of a folder) is recognised by its shape:
 an EventBridge event, an SQS message, a Lambda SQS batch, a CloudEvent
 (structured JSON, or an HTTP capture {"headers": ..., "body": ...}), an
-AdmissionReview, a Knative ApiServerSource or PingSource event (examples, one
-per kind, in infra/events/). Each runs through the same core the functions
+AdmissionReview, a Knative ApiServerSource or PingSource event, the
+EventBridge Scheduler's input (``{"spotguard": "reconcile"}``: a reconcile, as
+a ``Scheduled Event``) (examples, one per kind, in infra/events/). Each runs through the same core the functions
 use: interruption notices through the spot-interruption handler, reviews
 through the admission core, node additions and pings through node-added (and
 pings also through the interruption reconcile).
 
-Against --kubeconfig (a real cluster), or --scenario (the simulated cluster
+Against --kubeconfig (a real cluster; default $KUBECONFIG), or --scenario (the simulated cluster
 loaded from a scenario or a `spotguard snapshot`, its pods placed by the
 admission webhook), or --to URL (post each event to a running function,
 as its transport would: CloudEvents for spot-interruption and node-added,
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spotguard import flags
 from spotguard.logs import UserError
 from spotguard.ops import eventfiles
 
@@ -55,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("files", nargs="+", metavar="EVENT_FILE|DIR", help="event files, or folders of *.json")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--kubeconfig", metavar="FILE", help="replay against this cluster")
+    flags.add_kubeconfig(target, "replay against this cluster (default: $KUBECONFIG, when no --scenario or --to)")
     target.add_argument("--scenario", metavar="FILE", help="replay against the simulated cluster loaded from FILE")
     target.add_argument("--to", metavar="URL", help="post each event to a running function at URL")
     parser.add_argument("--dry-run", action="store_true", help="write nothing; print the plan with reasons")
@@ -83,7 +85,9 @@ class Result:
 
 def run(args: argparse.Namespace) -> int:
     if not (args.kubeconfig or args.scenario or args.to):
-        raise UserError("say where to replay: --kubeconfig FILE, --scenario FILE, or --to URL")
+        args.kubeconfig = flags.env_kubeconfig()  # as kubectl: $KUBECONFIG names the cluster
+    if not (args.kubeconfig or args.scenario or args.to):
+        raise UserError("say where to replay: --kubeconfig FILE (or $KUBECONFIG), --scenario FILE, or --to URL")
     if args.to and args.dry_run:
         raise UserError("--dry-run plans against a cluster; with --to the running function decides (drop one)")
     if args.ca_cert and not Path(args.ca_cert).is_file():
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             results = [post(f, args.to, args.ca_cert) for f in files]
         else:
             with target(args) as (kube, clock):
-                results = [replay_one(f, kube, clock, args.dry_run) for f in files]
+                results = [replay_safely(f, kube, clock, args.dry_run) for f in files]
     if args.output == "json":
         print(json.dumps({"dry_run": args.dry_run, "results": [r.to_json() for r in results]}))
     else:
@@ -129,6 +133,7 @@ def target(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
             k = kube.connect(args.kubeconfig)
         except Exception as exc:
             raise UserError(f"cannot use the kubeconfig {args.kubeconfig}: {exc}") from exc
+        reachable(k, args.kubeconfig)
         yield k, time.time
         return
     from spotguard.ops import cycle
@@ -141,7 +146,29 @@ def target(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
         yield kube.Kube(sim.api_client()), sim.clock.now
 
 
+def reachable(k: Any, kubeconfig: str) -> None:
+    """Read the settings once: a cluster that does not answer (or refuses us) is a sentence, not a traceback."""
+    from spotguard.gateway import errors, settings
+
+    server = getattr(k.api_client.configuration, "host", "")
+    try:
+        settings.read(k, os.environ, settings.Source.from_env(os.environ))
+    except errors.ApiError as exc:
+        raise UserError(f"cannot reach the cluster of {kubeconfig} ({server}): {exc}") from exc
+
+
 # -- one file against a cluster -----------------------------------------------------------------
+
+
+def replay_safely(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Result:
+    """:func:`replay_one`, an API error on the way a result of its own (the next file still runs)."""
+    from spotguard.gateway import errors
+
+    try:
+        return replay_one(f, k, clock, dry_run)
+    except errors.ApiError as exc:
+        result = "retry" if isinstance(exc, errors.Transient) else "failed"
+        return Result(str(f.path), f.kind, f.function, result, [f"the cluster answered: {exc}"])
 
 
 def replay_one(f: eventfiles.EventFile, k: Any, clock: Any, dry_run: bool) -> Result:

@@ -263,37 +263,78 @@ def _margin(outcome: cycle.Outcome, key: str) -> int:
     return outcome.after.get(key, serving.Counts()).lowest - required
 
 
-def plot(outcome: cycle.Outcome, path: Path | io.BytesIO, per_workload_limit: int = 12) -> None:
-    """A PNG: serving replicas on spot and on-demand over time, in total and per workload (the 12 that
-    came closest to breaking the promise, where there are more)."""
+COLORS = {"on-demand": "#4c72b0", "spot": "#55a868", "before": "black", "floor": "#8172b2",
+          "reclaim": "#c44e52", "returned": "#dd8452"}  # fmt: skip
+
+
+def title(outcome: cycle.Outcome, data: dict[str, Any]) -> str:
+    """The scenario and what was done to it, then the verdict (for the plot's and the report's heads)."""
+    o = outcome.options
+    what = f"{len(outcome.doomed)} spot node(s) reclaimed {o.reclaim_after:g}s after the notice"
+    if o.drainer:
+        what += ", a drainer at the notice"
+    return f"{o.scenario or 'scenario'}: {what}\n{verdict(data)}"
+
+
+def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
+    """The matplotlib figure: serving replicas on spot and on-demand over time, in total and per workload (the
+    12 that came closest to breaking the promise, where there are more). Every panel has whole replicas on its
+    y axis and the same markers, each in its legend: what served before the notice (the promise for a
+    Deployment; a StatefulSet's is its floor, also drawn), the reclaim, and the new spot nodes joining."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     times, per = _steps(outcome)
     spot, od = _totals(times, per)
     keys = sorted(per, key=lambda k: (_margin(outcome, k), k))[:per_workload_limit]
     keys.sort()
     rows_n = 1 + (len(keys) + 2) // 3
-    fig = plt.figure(figsize=(12, 3.2 * rows_n))
-    ax = fig.add_subplot(rows_n, 1, 1)
-    ax.stackplot(times, od, spot, step="post", labels=["on-demand", "spot"], colors=["#4c72b0", "#55a868"])
-    ax.axvline(outcome.options.reclaim_after, color="#c44e52", linestyle="--", label="reclaim")
-    ax.set_title("serving replicas, all workloads")
+    fig = plt.figure(figsize=(12, 3.4 * rows_n + 0.8), layout="constrained")
+    fig.suptitle(title(outcome, summary(outcome, rows(outcome))), fontsize=10, x=0.01, ha="left")
+
+    def panel(ax: Any, ts: list[float], o: list[int], sp: list[int], *, before: int, floor: int | None,
+              size: float, columns: int) -> None:  # fmt: skip
+        ax.stackplot(ts, o, sp, step="post", labels=["on-demand", "spot"], colors=[COLORS["on-demand"], COLORS["spot"]])
+        ax.axhline(before, color=COLORS["before"], linewidth=0.9, linestyle=":", label=f"before the notice ({before})")
+        if floor is not None:
+            ax.axhline(floor, color=COLORS["floor"], linewidth=0.9, linestyle="-.", label=f"on-demand floor ({floor})")
+        ax.axvline(outcome.options.reclaim_after, color=COLORS["reclaim"], linestyle="--", label="reclaim")
+        if outcome.spot_returned is not None:
+            ax.axvline(outcome.spot_returned, color=COLORS["returned"], linestyle="-.", label="spot returned")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        # Headroom above the highest count for the legend, so that it hides no data.
+        peak = max([before, *(floor or 0,), *(a + b for a, b in zip(o, sp, strict=True))])
+        ax.set_ylim(0, peak * (1.3 if columns > 3 else 1.6) + 1)
+        ax.legend(loc="upper left", fontsize=size, ncol=columns, framealpha=0.8)
+
+    grid = fig.add_gridspec(rows_n, 3)
+    ax = fig.add_subplot(grid[0, :])
+    total_before = sum(outcome.before.get(k, serving.Counts()).total for k in outcome.workloads)
+    panel(ax, times, od, spot, before=total_before, floor=None, size=8, columns=5)
+    ax.set_title("serving replicas, all workloads", fontsize=9)
     ax.set_xlabel("simulated seconds since the notice")
-    ax.legend(loc="lower right")
     for i, key in enumerate(keys):
-        sub = fig.add_subplot(rows_n, 3, 4 + i)
+        sub = fig.add_subplot(grid[1 + i // 3, i % 3])
         pts = per[key]
         ts = [p[0] for p in pts] + [outcome.duration]
         sp = [p[1] for p in pts] + [pts[-1][1]]
         o = [p[2] for p in pts] + [pts[-1][2]]
-        sub.stackplot(ts, o, sp, step="post", colors=["#4c72b0", "#55a868"])
         w = outcome.workloads[key]
-        sub.axhline(w.replicas, color="black", linewidth=0.8, linestyle=":")
-        sub.set_title(key, fontsize=9)
-    fig.tight_layout()
+        floor = outcome.floors[key] if w.kind is Kind.STATEFULSET else None
+        panel(sub, ts, o, sp, before=outcome.before.get(key, serving.Counts()).total, floor=floor, size=6.5,
+              columns=2)  # fmt: skip
+        sub.set_title(key, fontsize=8)
+    return fig
+
+
+def plot(outcome: cycle.Outcome, path: Path | io.BytesIO, per_workload_limit: int = 12) -> None:
+    """:func:`figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(outcome, per_workload_limit)
     fig.savefig(path, format="png", dpi=80)
     plt.close(fig)
 

@@ -85,9 +85,9 @@ def options_from(args: argparse.Namespace) -> tuple[Any, Path | None]:
     if not path.is_file():
         raise UserError(f"scenario {path} not found: give a Kubernetes YAML file or a snapshot with --scenario")
     options = cycle.Options(
-        objects=scenario_mod.load(path), interrupt=interrupt_of(args.interrupt), time_scale=args.time_scale,
-        pod_startup=args.pod_startup, reclaim_after=args.reclaim_after, drainer=args.drainer, seed=args.seed,
-        return_to_spot=not args.no_return, pace=args.pace,
+        objects=scenario_mod.load(path), scenario=str(path), interrupt=interrupt_of(args.interrupt),
+        time_scale=args.time_scale, pod_startup=args.pod_startup, reclaim_after=args.reclaim_after,
+        drainer=args.drainer, seed=args.seed, return_to_spot=not args.no_return, pace=args.pace,
     )  # fmt: skip
     cycle.check(options)
     return options, report

@@ -1,6 +1,7 @@
 """Capture a cluster as a scenario: nodes, namespaces, workloads, pods, budgets and autoscalers.
 
-Reads the cluster the kubeconfig names (read-only: list calls only) and writes
+Reads the cluster the kubeconfig names (--kubeconfig, else $KUBECONFIG, else
+~/.kube/config, as kubectl; read-only: list calls only) and writes
 one multi-document YAML file that `spotguard simulate --scenario` and
 `spotguard replay --scenario` load as they load any scenario. Nothing secret
 is written: no Secrets, no ConfigMaps but spotguard's own settings, no
@@ -25,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from spotguard import flags
 from spotguard.logs import UserError
 from spotguard.ops import objects
 
@@ -35,7 +37,7 @@ SETTINGS = ("spotguard", "spotguard-config")  # (namespace, name) of spotguard's
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--kubeconfig", required=True, metavar="FILE", help="the cluster to capture")
+    flags.add_kubeconfig(parser, "the cluster to capture (default: $KUBECONFIG, else ~/.kube/config, as kubectl)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the scenario YAML")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
@@ -117,9 +119,12 @@ def write(path: Path, objs: list[Obj], source: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from spotguard.gateway import errors, kube
 
-    config = Path(args.kubeconfig)
+    from_env = flags.env_kubeconfig()
+    config = Path(args.kubeconfig or from_env or "~/.kube/config").expanduser()
     if not config.is_file():
-        raise UserError(f"--kubeconfig {config}: no such file")
+        if args.kubeconfig or from_env:
+            raise UserError(f"{'--kubeconfig' if args.kubeconfig else '$KUBECONFIG'} {config}: no such file")
+        raise UserError(f"which cluster? give --kubeconfig FILE or set KUBECONFIG ({config} does not exist)")
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UserError(f"-o {out}: the folder {out.parent} does not exist")

@@ -47,6 +47,8 @@ DEFAULT_SCHEMES: tuple[LabelScheme, ...] = (
     scheme("karpenter.sh/capacity-type", ["spot"], ["on-demand", "reserved"]),
     scheme("eks.amazonaws.com/capacityType", ["SPOT"], ["ON_DEMAND"]),
     scheme("cloud.google.com/gke-spot", ["true"]),
+    # GKE preemptible VMs (the older spot kind, reclaimed at least every 24 h): spot too.
+    scheme("cloud.google.com/gke-preemptible", ["true"]),
     scheme("kubernetes.azure.com/scalesetpriority", ["spot"], ["regular"]),
 )
 

@@ -48,6 +48,7 @@ class Config:
     spot_tolerations: tuple[Toleration, ...] = (
         Toleration("kubernetes.azure.com/scalesetpriority", "Equal", "spot", "NoSchedule"),
         Toleration("cloud.google.com/gke-spot", "Equal", "true", "NoSchedule"),
+        Toleration("cloud.google.com/gke-preemptible", "Equal", "true", "NoSchedule"),
     )
     # How pods on nodes with no recognised capacity label count.
     unknown_capacity: Capacity = Capacity.ON_DEMAND

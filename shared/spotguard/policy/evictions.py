@@ -17,8 +17,14 @@ It never wedges a drain: a node with spotguard's notice (its mark on the node, o
 the workload's surge record naming it) is released ``release`` seconds before its
 reclaim time (the drain still finishes inside the window), or ``rebalance_hold``
 seconds after a rebalance recommendation; a node without one is protected for
-``grace`` seconds after this process first saw it going away
-(the notice usually reaches spotguard within a second or two), then released.
+``grace`` seconds after this process first saw its drain signals (the notice usually
+reaches spotguard within a second or two), then released. A drain signal that comes
+after a rebalance recommendation's hold (the interruption warning's drainer, which
+often acts before spotguard has handled the warning) gets that grace too, and then
+the warning's reclaim time once spotguard has written it.
+
+The guard decides from the pod and its node first (:func:`at_node`): a pod that
+serves nothing, or whose node is not going away, is let go without reading more.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ GOING_AWAY_TAINTS = frozenset({
     "ToBeDeletedByClusterAutoscaler",
     "node.kubernetes.io/unschedulable",
 })
+UNSCHEDULABLE = "spec.unschedulable"  # a cordon, as a drain signal
 RETRY_SECONDS = 5  # kubectl drain (and aws-node-termination-handler) retry a 429 every 5 s
 
 
@@ -74,6 +81,17 @@ class NodeFacts:
     @property
     def going_away(self) -> bool:
         return self.unschedulable or bool(self.taint_keys & GOING_AWAY_TAINTS)
+
+    @property
+    def drain_signals(self) -> frozenset[str]:
+        """What says the node is going away besides spotguard's own mark (a cordon, a
+        drainer's or an autoscaler's taint). A sighting of the node is a sighting of these:
+        one that appears later (a drainer acting on the interruption warning after a
+        rebalance recommendation's taint) starts a sighting of its own."""
+        keys = self.taint_keys & GOING_AWAY_TAINTS
+        if self.notice is not None:
+            keys -= {INTERRUPTION_TAINT}
+        return keys | {UNSCHEDULABLE} if self.unschedulable else keys
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,52 @@ def ready_on_staying_nodes(pods: Iterable[PodView], nodes: Mapping[str, NodeFact
     return count
 
 
+def at_node(*, pod: PodView, node: NodeFacts | None) -> Decision | None:
+    """The answer from the pod and its node alone, or None when it needs the workload.
+
+    A pod that serves nothing, or whose node stays, may always go: the guard never holds
+    such a pod, however slow the rest of the cluster is to read."""
+    if not pod.active or not pod.ready:
+        return Decision(True, "not-serving")
+    if node is None or not node.going_away:
+        return Decision(True, "node-stays")
+    return None
+
+
+def without_workload(*, node: NodeFacts) -> Decision | None:
+    """The answer when the workload cannot be read in time (the pod's node is going away):
+    an on-demand node without spotguard's notice is never guarded (only the workload's
+    surge record could say spotguard was told about it, and a node spotguard was told
+    about carries its notice unless that write failed); anything else is unknown (None)."""
+    if node.notice is None and not node.spot:
+        return Decision(True, "not-spot")
+    return None
+
+
+@dataclass(frozen=True)
+class _Notice:
+    until: float  # the reclaim time (or a rebalance's end)
+    rebalance: bool
+    time: float  # when the notice came (or the surge began)
+    source: str
+
+
+def _notices(node: NodeFacts, record: surges.SurgeRecord | None) -> list[_Notice]:
+    out = []
+    if node.notice is not None:
+        n = node.notice
+        out.append(_Notice(n.until, n.kind is NoticeKind.REBALANCE, n.time, f"spotguard notice {n.event_id}"))
+    if node.notice is None or node.notice.kind is NoticeKind.REBALANCE:
+        covered = surge_cover(record, node.name)
+        if covered is not None:
+            until, rebalance, started = covered
+            out.append(_Notice(until, rebalance, started, "the workload's surge covers it"))
+    # a reclaim time wins over a rebalance recommendation's end (the node's mark may still
+    # say rebalance where the interruption's mark write failed and the surge record has it)
+    reclaims = [n for n in out if not n.rebalance]
+    return reclaims or out
+
+
 def decide(
     *,
     pod: PodView,
@@ -144,38 +208,47 @@ def decide(
     """May ``pod`` be evicted now?
 
     ``workload`` is None when it is not one spotguard manages (no controller, a
-    DaemonSet or Job, an excluded namespace, ``spotguard.io/enabled: "false"``).
-    ``pods`` are the workload's pods; ``nodes`` every node by name. ``now`` is the
-    deciding process's clock (epoch seconds); ``first_seen`` when this process first
-    saw the pod's node going away without a notice (``now`` if it is the first time).
+    DaemonSet or Job, an excluded namespace, ``spotguard.io/enabled: "false"`` on the
+    pod, its workload or namespace). ``pods`` are the workload's own pods; ``nodes``
+    every node by name. ``now`` is the deciding process's clock (epoch seconds);
+    ``first_seen`` when this process first saw the pod's node with its current drain
+    signals (:attr:`NodeFacts.drain_signals`), without seeing it stop going away since
+    (``now`` if it is the first time).
     """
+    node = nodes.get(pod.node_name)
+    early = at_node(pod=pod, node=node)
+    if early is not None:
+        return early
+    assert node is not None
     if workload is None:
         return Decision(True, "not-managed")
-    if not pod.active or not pod.ready:
-        return Decision(True, "not-serving")
-    node = nodes.get(pod.node_name)
-    if node is None or not node.going_away:
-        return Decision(True, "node-stays")
-    notice = node.notice
     record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
-    covered = None if notice is not None else surge_cover(record, node.name)
-    if notice is None and covered is None and not node.spot:
+    noticed = _notices(node, record)
+    if not noticed and not node.spot:
         return Decision(True, "not-spot")
-    if notice is not None:
-        release_at = notice.until - timing.release
-        if notice.kind is NoticeKind.REBALANCE:
-            release_at = min(release_at, notice.time + timing.rebalance_hold)
-        if now >= release_at:
+    if noticed:
+        n = noticed[0]
+        release_at = n.until - timing.release
+        if not n.rebalance and now >= release_at:
             return Decision(True, "reclaim-near")
-        why = f"node {node.name} is reclaimed at {_clock(notice.until)} (spotguard notice {notice.event_id})"
-    elif covered is not None:
-        until, rebalance, started = covered
-        release_at = until - timing.release
-        if rebalance:
-            release_at = min(release_at, started + timing.rebalance_hold)
-        if now >= release_at:
-            return Decision(True, "reclaim-near")
-        why = f"node {node.name} is reclaimed at {_clock(until)} (the workload's surge covers it)"
+        why = f"node {node.name} is reclaimed at {_clock(n.until)} ({n.source})"
+        if n.rebalance:
+            hold_end = min(release_at, n.time + timing.rebalance_hold)
+            if now >= hold_end:
+                # The recommendation's hold is over; a drain signal seen since (the warning's
+                # drainer, ahead of spotguard's handling of the warning) gets the grace.
+                if not node.drain_signals:
+                    return Decision(True, "rebalance-over")
+                hold_end = max(hold_end, first_seen + timing.grace)
+                if now >= hold_end:
+                    return Decision(True, "rebalance-over")
+                why = (
+                    f"node {node.name} had a rebalance recommendation ({n.source}) and is being drained now: "
+                    "the interruption warning may be on its way to spotguard"
+                )
+            else:
+                why = f"node {node.name} had a rebalance recommendation ({n.source})"
+            release_at = hold_end
     else:
         release_at = first_seen + timing.grace
         if now >= release_at:

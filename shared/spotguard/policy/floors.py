@@ -92,6 +92,10 @@ class Floor:
     source: str  # "default", "config", "annotation" or "disabled"
     problems: tuple[Problem, ...] = ()
     surge: int = 0  # extra on-demand replicas of an interruption surge in progress
+    # When that surge began (epoch seconds, the handler's clock): the pods created since
+    # are its replicas; an on-demand pod from before (a spilled one, an earlier surge's)
+    # counts against the floor, never as one of this surge's replicas.
+    surge_since: float = 0.0
 
     def spot(self, replicas: int) -> int:
         return max(0, replicas - self.on_demand)
@@ -120,7 +124,9 @@ def floor_for(
     if not base.enabled or extra == 0:
         return base
     on_demand = min(n, base.on_demand + extra)
-    return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand)
+    started = SurgeRecord.parse(workload.annotations.get(SURGE) or "")
+    since = started.started if started is not None else 0.0
+    return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand, since)
 
 
 def owner_count(before: int, written: int, current: int) -> int:

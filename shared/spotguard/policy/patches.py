@@ -8,7 +8,7 @@ placement yields an empty patch (reinvocation is a no-op).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from spotguard.policy import capacity
@@ -178,7 +178,75 @@ def spread_selector(pod: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in VOLATILE_LABELS}
 
 
-def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -> list[Op]:
+# The label node-added writes on every spot node (by the configured schemes), and only on
+# those: a spot-only key where the provider has none (EKS managed node groups, Karpenter and
+# ``node.kubernetes.io/capacity`` label their on-demand nodes with the capacity key too). It
+# says nothing about capacity (no scheme reads it); a spot slot's spread covers it.
+SPOT_NODE_LABEL = "spotguard.io/spot"
+SPOT_NODE_VALUE = "true"
+
+
+def spot_node_labels(nodes: Iterable[tuple[str, Mapping[str, str]]], config: Config) -> dict[str, str | None]:
+    """Node name -> the :data:`SPOT_NODE_LABEL` value to set (``"true"``) or remove (None),
+    for the nodes whose label is not what their capacity says: every spot node carries it,
+    no other node does. ``nodes``: (name, labels) pairs."""
+    out: dict[str, str | None] = {}
+    for name, labels in nodes:
+        spot = config.node_capacity(labels) is Capacity.SPOT
+        if spot and labels.get(SPOT_NODE_LABEL) != SPOT_NODE_VALUE:
+            out[name] = SPOT_NODE_VALUE
+        elif not spot and SPOT_NODE_LABEL in labels:
+            out[name] = None
+    return out
+
+
+def spot_only_key(nodes: Iterable[Mapping[str, str]], config: Config) -> str | None:
+    """A label key that every spot node carries and no other node does: one of the
+    configured schemes (GKE's ``cloud.google.com/gke-spot`` and ``gke-preemptible``, AKS's
+    ``kubernetes.azure.com/scalesetpriority``), else :data:`SPOT_NODE_LABEL` where
+    node-added has labelled every spot node (EKS, Karpenter); None when the cluster has
+    none or no spot node.
+
+    ``nodes`` are the nodes' label maps."""
+    labels = list(nodes)
+    spot = [n for n in labels if config.node_capacity(n) is Capacity.SPOT]
+    if not spot:
+        return None
+    other = [n for n in labels if config.node_capacity(n) is not Capacity.SPOT]
+    for key in [*sorted(capacity.spot_values(config.label_schemes)), SPOT_NODE_LABEL]:
+        if all(key in n for n in spot) and not any(key in n for n in other):
+            return key
+    return None
+
+
+def spread_constraints(pod: Mapping[str, Any], config: Config, spot_key: str | None = None) -> list[dict[str, Any]]:
+    """A spot slot's soft spread: across ``config.spread_topology_keys`` (nodes and zones),
+    and, where the cluster has a spot-only label key, across that key too.
+
+    kube-scheduler's PodTopologySpread scores 0 every node that lacks one of the pod's
+    topology keys (``IgnoredNodes`` in scoring.go) and gives the least-loaded of the others
+    100: the extra constraint keeps the spread to the spot nodes, so an empty on-demand
+    node can no longer outscore a spot node with room (the spot preference alone is worth
+    at most 200 points). Its one domain holds every spot node, so it changes nothing
+    between them."""
+    selector = spread_selector(pod)
+    keys = list(config.spread_topology_keys)
+    if not selector or not keys:
+        return []
+    if spot_key and spot_key not in keys:
+        keys.append(spot_key)
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+        for key in keys
+    ]
+
+
+def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, spot_key: str | None) -> list[Op]:
     ops = _append_missing(
         spec,
         ("affinity", "nodeAffinity", PREFERRED),
@@ -195,17 +263,8 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
             [t.to_json() for t in config.spot_tolerations],
             lambda existing, item: Toleration.from_json(item) in {Toleration.from_json(e) for e in existing},
         )
-    selector = spread_selector(pod)
-    if selector and config.spread_topology_keys:
-        constraints = [
-            {
-                "maxSkew": 1,
-                "topologyKey": key,
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": selector},
-            }
-            for key in config.spread_topology_keys
-        ]
+    constraints = spread_constraints(pod, config, spot_key)
+    if constraints:
         ops += _append_missing(
             spec,
             ("topologySpreadConstraints",),
@@ -215,17 +274,21 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config) -
     return ops
 
 
-def build(pod: Mapping[str, Any], placement: Placement, config: Config, surge: bool = False) -> list[Op]:
+def build(
+    pod: Mapping[str, Any], placement: Placement, config: Config, surge: bool = False, spot_key: str | None = None
+) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
     ``surge``: an on-demand slot of a surge in progress: marked ``spotguard.io/surge-replica``
-    and given no deletion cost (an extra replica, the first to go after the dead pods)."""
+    and given no deletion cost (an extra replica, the first to go after the dead pods).
+    ``spot_key``: the cluster's spot-only label key (:func:`spot_only_key`), spread over
+    by a spot slot."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
         ops += _on_demand_ops(spec, config)
     else:
-        ops += _spot_ops(pod, spec, config)
+        ops += _spot_ops(pod, spec, config, spot_key)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if placement is Placement.ON_DEMAND and surge:

@@ -75,6 +75,26 @@ def skip_reason(pod: PodView, config: Config) -> str | None:
     return None
 
 
+def pinned_slot(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Decision | None:
+    """The slot of a pod whose spec names its node (``spec.nodeName``): what that node is.
+
+    Such a pod skips the scheduler, and its kubelet rejects it when its required node
+    affinity does not match the node (the NodeAffinity predicate at admission; its
+    controller then re-creates it in a loop): it is placed, and counted, as its node's
+    capacity. None when the pod names no node; a decision to leave it alone when the
+    node is not known (nothing to tell what it is).
+    """
+    if not pod.node_name:
+        return None
+    cap = node_capacity.get(pod.node_name)
+    if cap is None:
+        return Decision(None, f"pinned to node {pod.node_name}, which is not in the node list")
+    where = Placement.of(cap)
+    if where is None:
+        return Decision(None, f"pinned to node {pod.node_name} of {cap} capacity")
+    return Decision(where, f"pinned to node {pod.node_name} ({where})")
+
+
 def placement_of(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Placement | None:
     """Where a live pod counts: its node's capacity once scheduled, else its label."""
     if pod.node_name and pod.node_name in node_capacity:
@@ -99,6 +119,18 @@ def count_on_demand(
     return n
 
 
+def is_surge_replica(pod: PodView) -> bool:
+    """The pod was placed in an on-demand slot of a surge (``spotguard.io/surge-replica``)."""
+    return pod.annotations.get(SURGE_REPLICA) == "true"
+
+
+def surge_replicas(created: Iterable[float], since: float) -> int:
+    """How many of the surge replicas created at ``created`` (epoch seconds, the API
+    server's whole seconds) belong to the surge that began at ``since``."""
+    start = int(since)
+    return sum(1 for c in created if c > 0 and c >= start)
+
+
 def decide(
     *,
     pod: PodView,
@@ -107,6 +139,8 @@ def decide(
     siblings: Sequence[PodView] = (),
     node_capacity: Mapping[str, Capacity] | None = None,
     reserved_on_demand: int = 0,
+    surge_created: Sequence[float] = (),
+    reserved_surge: int = 0,
     ordinal_start: int = 0,
 ) -> Decision:
     """Decide the slot for ``pod``.
@@ -116,6 +150,14 @@ def decide(
     ``reserved_on_demand`` is the number of on-demand slots handed out to pods not
     yet visible in ``siblings`` (Deployments only). ``ordinal_start`` is a
     StatefulSet's ``spec.ordinals.start``.
+
+    During a surge (``floor.surge``) its replicas are on-demand every time: they are
+    counted apart from the floor. ``surge_created`` are the creation times of the
+    on-demand surge replicas counted in ``reserved_on_demand`` and ``reserved_surge``
+    how many of its unseen reservations are surge slots; surge replicas among
+    ``siblings`` are found by their annotation. Only those created since the surge
+    began are its replicas: other on-demand pods (spilled, left by an earlier surge)
+    fill the floor, and the surge still gets its own on-demand pods.
     """
     if not floor.enabled:
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
@@ -134,6 +176,24 @@ def decide(
             start=ordinal_start,
         )
     held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
+    if floor.surge:
+        created = list(surge_created) + [
+            p.created
+            for p in siblings
+            if p.active
+            and not (p.uid and p.uid == pod.uid)
+            and is_surge_replica(p)
+            and placement_of(p, node_capacity or {}) is Placement.ON_DEMAND
+        ]
+        surge_held = min(held, surge_replicas(created, floor.surge_since) + reserved_surge)
+        base = floor.on_demand - floor.surge
+        if held - surge_held < base:
+            return Decision(Placement.ON_DEMAND, f"{held - surge_held} of {base} on-demand floor slots filled")
+        if surge_held < floor.surge:
+            return Decision(
+                Placement.ON_DEMAND, f"{surge_held} of {floor.surge} surge replicas on on-demand", surge=True
+            )
+        return Decision(Placement.SPOT, f"on-demand floor {base} and surge {floor.surge} met ({held})")
     if held < floor.on_demand:
         if floor.surge and held >= floor.on_demand - floor.surge:
             return Decision(

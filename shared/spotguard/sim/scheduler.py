@@ -156,6 +156,9 @@ class NodeInfo:
     alloc_cpu: int = 0
     alloc_memory: int = 0
     alloc_pods: int = 0
+    # what else a node update's requeueing looks at (nodeSchedulingPropertiesChange)
+    conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any], usage: Usage | None = None) -> NodeInfo:
@@ -175,6 +178,8 @@ class NodeInfo:
             alloc_cpu=alloc.get("cpu", 0),
             alloc_memory=alloc.get("memory", 0),
             alloc_pods=alloc["pods"],
+            conditions={str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []},
+            annotations=dict(meta.get("annotations") or {}),
         )
 
 
@@ -397,15 +402,27 @@ class Cache:
         return found
 
     # nodes
-    def set_node(self, node: Mapping[str, Any]) -> NodeInfo:
+    def set_node(self, node: Mapping[str, Any]) -> bool:
+        """Add or update a node; whether the update may let an unschedulable pod fit, as
+        upstream's nodeSchedulingPropertiesChange decides (pkg/scheduler/eventhandlers.go):
+        a new node, or a change of unschedulable, allocatable, labels, taints, condition
+        statuses or annotations. An update that changes none of what the filters and
+        scores read (a status write) keeps the cached plans."""
         name = (node.get("metadata") or {}).get("name", "")
         usage = self._usage.setdefault(name, Usage())
         info = NodeInfo.from_node(node, usage)
-        if name not in self.nodes:
+        old = self.nodes.get(name)
+        if old is None:
             self.order.append(name)
+        elif (old.labels == info.labels and old.taints == info.taints and old.allocatable == info.allocatable
+              and old.unschedulable == info.unschedulable and old.ready == info.ready):
+            # equal for every filter and score: the info and the plans holding it stay
+            changed = old.conditions != info.conditions or old.annotations != info.annotations
+            old.conditions, old.annotations = info.conditions, info.annotations
+            return changed
         self.nodes[name] = info
         self._plans.clear()
-        return info
+        return True
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
@@ -674,13 +691,13 @@ def score_prefer_no_schedule(pod: PodInfo, node: NodeInfo) -> float:
 
 def score_spread(
     pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache
-) -> dict[str, float]:
-    """PodTopologySpread Score + NormalizeScore for ScheduleAnyway constraints."""
+) -> list[float]:
+    """PodTopologySpread Score + NormalizeScore for ScheduleAnyway constraints, per node of
+    ``nodes`` (a node missing a constraint's topology label is ignored: 0)."""
     soft = [st for st in states if not st.spread.hard]
     if not soft:
-        return {n.name: 0.0 for n in nodes}
-    raw: dict[str, int] = {}
-    ignored = set()
+        return [0.0] * len(nodes)
+    raw: list[int | None]
     if len(soft) == 1 and soft[0].spread.topology_key != HOSTNAME:
         # one constraint on a wide domain (zone): the score depends on the domain only
         st = soft[0]
@@ -688,40 +705,44 @@ def score_spread(
         extra = st.spread.max_skew - 1
         by_domain = {v: round(c * st.weight + extra) for v, c in st.domain_counts.items()}
         zero = round(extra)
-        for n in nodes:
-            value = n.labels.get(key)
-            if value is None:
-                ignored.add(n.name)
-            else:
-                raw[n.name] = by_domain.get(value, zero)
+        raw = [None if (value := n.labels.get(key)) is None else by_domain.get(value, zero) for n in nodes]
     else:
-        per_node = [
-            (x, cache.matching(pod.namespace, x.spread) if x.spread.topology_key == HOSTNAME else None)
-            for x in soft
-        ]
+        # per constraint: its key, the matching pods per node (hostname) or each domain's
+        # term (cnt * weight + maxSkew - 1, worked out once per domain), and the term of a
+        # node or domain without matching pods
+        terms: list[tuple[str, Counter[str] | None, dict[str, float], float, int, float]] = []
+        for x in soft:
+            extra = x.spread.max_skew - 1
+            if x.spread.topology_key == HOSTNAME:
+                terms.append((HOSTNAME, cache.matching(pod.namespace, x.spread), {}, x.weight, extra,
+                              0 * x.weight + extra))
+            else:
+                terms.append((x.spread.topology_key, None,
+                              {v: c * x.weight + extra for v, c in x.domain_counts.items()},
+                              x.weight, extra, 0 * x.weight + extra))
+        raw = []
         for n in nodes:
             labels = n.labels
             score = 0.0
-            for x, counts in per_node:
-                value = labels.get(x.spread.topology_key)
+            for key, counts, by_value, weight, extra, zero_term in terms:
+                value = labels.get(key)
                 if value is None:
-                    ignored.add(n.name)
+                    raw.append(None)
                     break
-                cnt = counts.get(n.name, 0) if counts is not None else x.domain_counts.get(value, 0)
-                score += cnt * x.weight + (x.spread.max_skew - 1)
+                if counts is not None:
+                    cnt = counts.get(n.name, 0)
+                    score += cnt * weight + extra if cnt else zero_term
+                else:
+                    score += by_value.get(value, zero_term)
             else:
-                raw[n.name] = round(score)
-    out: dict[str, float] = {}
-    lo = min(raw.values(), default=0)
-    hi = max(raw.values(), default=0)
-    for n in nodes:
-        if n.name in ignored:
-            out[n.name] = 0.0
-        elif hi == 0:
-            out[n.name] = float(MAX_NODE_SCORE)
-        else:
-            out[n.name] = float(MAX_NODE_SCORE * (hi + lo - raw[n.name]) // hi)
-    return out
+                raw.append(round(score))
+    counted = [r for r in raw if r is not None]
+    lo = min(counted, default=0)
+    hi = max(counted, default=0)
+    if hi == 0:
+        return [0.0 if r is None else float(MAX_NODE_SCORE) for r in raw]
+    top = hi + lo
+    return [0.0 if r is None else float(MAX_NODE_SCORE * (top - r) // hi) for r in raw]
 
 
 # ---------------------------------------------------------------- one scheduling cycle
@@ -731,9 +752,16 @@ def score_spread(
 class Result:
     node: str | None
     feasible: int = 0
+    # why nodes failed: those searched; every node's static filters too when none fits
     reasons: Counter[str] = field(default_factory=Counter)
     next_start: int = 0
-    scores: dict[str, float] = field(default_factory=dict)
+    # the feasible nodes searched and their total scores (when more than one was found)
+    scored: tuple[list[NodeInfo], list[float]] = field(default_factory=lambda: ([], []))
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Each scored node's total (built on demand: the loop needs only the best)."""
+        return {nd.name: t for nd, t in zip(*self.scored, strict=True)}
 
     def message(self, total_nodes: int) -> str:
         parts = sorted(f"{count} {reason}" for reason, count in self.reasons.items())
@@ -773,21 +801,50 @@ def _static_reason(pod: PodInfo, node: NodeInfo) -> str | None:
 @dataclass
 class _Plan:
     nodes: list[NodeInfo]  # nodes passing the static filters, in cache order
-    reasons: Counter[str]  # why the others fail
     affinity: dict[str, float] | None  # raw preferred node affinity scores
     taints: dict[str, float] | None  # untolerated PreferNoSchedule taints
     eligible: dict[str, NodeInfo]  # nodes counted for topology spreading
     domains: list[set[str]]  # per constraint, the domains among eligible nodes
+    pod: PodInfo
+    all_nodes: list[NodeInfo]
+    _reasons: Counter[str] | None = None
+
+    @property
+    def reasons(self) -> Counter[str]:
+        """Why the other nodes fail the static filters (counted on first use)."""
+        if self._reasons is None:
+            self._reasons = Counter(r for n in self.all_nodes if (r := _static_reason(self.pod, n)))
+        return self._reasons
+
+
+def pinned_node_names(pod: PodInfo) -> set[str] | None:
+    """NodeAffinity's PreFilter result: the node names the required terms name with
+    ``matchFields`` ``metadata.name In`` (a DaemonSet pod's), or None when some term names
+    none (every node is a candidate). Only these nodes can pass the filter
+    (pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go PreFilter)."""
+    if pod.required_terms is None:
+        return None
+    names: set[str] = set()
+    for term in pod.required_terms:
+        found: set[str] | None = None
+        for f in term.get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("operator") == "In":
+                values = set(f.get("values") or [])
+                found = values if found is None else found & values
+        if found is None:
+            return None
+        names |= found
+    return names
 
 
 def _make_plan(pod: PodInfo, nodes: list[NodeInfo]) -> _Plan:
     passing: list[NodeInfo] = []
-    reasons: Counter[str] = Counter()
-    for node in nodes:
-        reason = _static_reason(pod, node)
-        if reason:
-            reasons[reason] += 1
-        else:
+    # A pod pinned to named nodes visits only those (its PreFilter result); why the
+    # others fail is worked out only if the pod fits nowhere.
+    pinned = pinned_node_names(pod) if not pod.spreads else None
+    candidates = nodes if pinned is None else [n for n in nodes if n.name in pinned]
+    for node in candidates:
+        if not _static_reason(pod, node):
             passing.append(node)
     affinity = {n.name: score_preferred_affinity(pod, n) for n in passing} if pod.preferred else None
     taints = None
@@ -801,7 +858,7 @@ def _make_plan(pod: PodInfo, nodes: list[NodeInfo]) -> _Plan:
                 eligible[n.name] = n
                 for i, sp in enumerate(pod.spreads):
                     domains[i].add(n.labels[sp.topology_key])
-    return _Plan(passing, reasons, affinity, taints, eligible, domains)
+    return _Plan(passing, affinity, taints, eligible, domains, pod, nodes)
 
 
 def feasible_nodes(pod: PodInfo, cache: Cache) -> set[str]:
@@ -1019,7 +1076,6 @@ def schedule(
     if total == 0:
         return result
     plan = cache.plan(pod)
-    result.reasons.update(plan.reasons)
     affinity = cache.affinity_state(pod)
     states = _spread_states(pod, cache, plan) if pod.spreads else []
     hard = [st for st in states if st.spread.hard]
@@ -1063,14 +1119,15 @@ def schedule(
     result.next_start = (start + processed) % n if n else 0
     result.feasible = len(feasible)
     if not feasible:
+        result.reasons.update(plan.reasons)
         return result
     if len(feasible) == 1:
         result.node = feasible[0].name
         return result
     scores = combine_scores(pod, feasible, states, cache, plan)
-    result.scores = scores
-    best = max(scores.values())
-    top = [nd.name for nd in feasible if scores[nd.name] == best]
+    result.scored = (feasible, scores)
+    best = max(scores)
+    top = [nd.name for nd, t in zip(feasible, scores, strict=True) if t == best]
     result.node = top[0] if rng is None else rng.choice(top)
     return result
 
@@ -1078,8 +1135,8 @@ def schedule(
 def combine_scores(
     pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache,
     plan: _Plan | None = None,
-) -> dict[str, float]:
-    """Weighted sum of the normalised scores of the feasible nodes."""
+) -> list[float]:
+    """Weighted sum of the normalised scores of the feasible nodes, in their order."""
     plan = plan or cache.plan(pod)
     fit = WEIGHTS["fit"]
     base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
@@ -1098,13 +1155,12 @@ def combine_scores(
         _add_normalized(totals, [plan.taints[nd.name] for nd in nodes], WEIGHTS["taint"],
                         reverse=True)
     if any(not st.spread.hard for st in states):
-        spread = score_spread(pod, nodes, states, cache)
         w = WEIGHTS["spread"]
-        totals = [t + w * spread[nd.name] for t, nd in zip(totals, nodes, strict=True)]
+        totals = [t + w * x for t, x in zip(totals, score_spread(pod, nodes, states, cache), strict=True)]
     if pod.preferred_pods or cache.scores_interpod:
         w = WEIGHTS["interpod"]
         totals = [t + w * x for t, x in zip(totals, cache.interpod_scores(pod, nodes), strict=True)]
-    return {nd.name: t for nd, t in zip(nodes, totals, strict=True)}
+    return totals
 
 
 def _add_normalized(totals: list[float], raw: list[float], weight: int, reverse: bool = False) -> None:

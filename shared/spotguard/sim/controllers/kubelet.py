@@ -107,6 +107,28 @@ class Kubelet(base.Controller):
 
     def _start(self, ns: str, name: str, node: dict[str, Any]) -> None:
         now = self.clock.iso()
+        try:
+            pod = self.store.get("pods", name, ns)
+        except errors.NotFound:
+            return
+        if not scheduler.matches_node_affinity(scheduler.PodInfo.from_pod(pod), scheduler.NodeInfo.from_node(node)):
+            # A real kubelet admits a pod by the scheduler's GeneralPredicates too
+            # (pkg/kubelet/lifecycle/predicate.go): a pod bound by spec.nodeName to a node its
+            # nodeSelector or required node affinity does not match fails at once, phase
+            # Failed, reason NodeAffinity (its controller then creates another).
+            def reject(pod: dict[str, Any]) -> None:
+                if pods.is_terminating(pod) or (pod.get("status") or {}).get("phase") != "Pending":
+                    return
+                pod.setdefault("status", {}).update(
+                    phase="Failed",
+                    reason="NodeAffinity",
+                    message="Pod was rejected: Predicate NodeAffinity failed: "
+                    "node(s) didn't match Pod's node affinity/selector",
+                )
+
+            with contextlib.suppress(errors.NotFound):
+                self.store.mutate("pods", name, ns, reject)
+            return
         n = next(self._ips)
         pod_ip = f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
         addresses = (node.get("status") or {}).get("addresses") or []

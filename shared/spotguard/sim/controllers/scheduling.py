@@ -65,12 +65,13 @@ class SchedulerLoop:
                 self.cache.ns_labels[obj["metadata"]["name"]] = dict(obj["metadata"].get("labels") or {})
             return
         if resource == "nodes":
+            changed = False
             with self._lock:
                 if event_type == "DELETED":
                     self.cache.remove_node(obj["metadata"]["name"])
                 else:
-                    self.cache.set_node(obj)
-            if event_type != "DELETED":
+                    changed = self.cache.set_node(obj)
+            if changed:  # a status write that changes nothing scheduling reads requeues nothing
                 self._flush_unschedulable()
             return
         if resource != "pods":
@@ -194,7 +195,10 @@ class SchedulerLoop:
             self._start = result.next_start
             total = len(self.cache.nodes)
             preemption = None
-            if result.node is None and self._may_preempt(pod, info):
+            if result.node is not None:
+                # assume, as kube-scheduler does, before binding (in the same hold of the lock)
+                self.cache.add_assumed(info, result.node)
+            elif self._may_preempt(pod, info):
                 preemption = scheduler.preempt(info, self.cache, self._budgets())
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
@@ -211,8 +215,6 @@ class SchedulerLoop:
             obj["spec"]["nodeName"] = node
             pods.set_condition(obj, "PodScheduled", "True", now)
 
-        with self._lock:
-            self.cache.add_assumed(info, node)  # assume, as kube-scheduler does, before binding
         try:
             self.store.mutate("pods", name, ns, bind)
         except (errors.NotFound, errors.Conflict):

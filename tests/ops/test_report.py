@@ -1,0 +1,66 @@
+"""The plot of a cycle (`spotguard demo --plot`, `simulate --report`): read by a person without the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spotguard.ops import cycle, report, serving
+from spotguard.policy.workloads import Kind, Workload
+
+SPOT, OD = serving.SPOT, serving.ON_DEMAND
+WEB = "Deployment/shop/web"
+DB = "StatefulSet/data/db"
+
+
+def _counts(spot: int, od: int, lowest: int) -> serving.Counts:
+    return serving.Counts(serving={SPOT: spot, OD: od}, before=spot + od, lowest=lowest,
+                          pod_seconds={SPOT: 100.0 * spot, OD: 100.0 * od})  # fmt: skip
+
+
+def outcome() -> cycle.Outcome:
+    """Two small workloads through a notice at t=100, the reclaim 120 s later, spot back at 260."""
+    t0 = 100.0
+    series = [
+        (t0, WEB, 1, 1), (t0 + 5, WEB, 1, 2), (t0 + 40, WEB, 1, 3), (t0 + 120, WEB, 0, 3), (t0 + 170, WEB, 0, 2),
+        (t0 + 300, WEB, 1, 1),
+        (t0, DB, 1, 2), (t0 + 120, DB, 0, 2), (t0 + 160, DB, 0, 3), (t0 + 320, DB, 1, 2),
+    ]  # fmt: skip
+    return cycle.Outcome(
+        workloads={WEB: Workload(Kind.DEPLOYMENT, "shop", "web", 2), DB: Workload(Kind.STATEFULSET, "data", "db", 3)},
+        floors={WEB: 1, DB: 2},
+        doomed=["spot-1"],
+        drainer_delays={},
+        before={WEB: _counts(1, 1, 2), DB: _counts(1, 2, 3)},
+        rejoin={WEB: _counts(0, 2, 2), DB: _counts(0, 3, 2)},
+        after={WEB: _counts(1, 1, 2), DB: _counts(1, 2, 2)},
+        duration=400.0,
+        series=series,
+        t0=t0,
+        settled=True,
+        returned="done",
+        notes=[],
+        options=cycle.Options(objects=[], scenario="infra/scenarios/demo.yaml"),
+        spot_returned=260.0,
+    )
+
+
+def test_every_panel_has_whole_replicas_and_every_marker_in_its_legend(tmp_path: Path) -> None:
+    # GIVEN a cycle of two small workloads WHEN it is plotted
+    fig = report.figure(outcome())
+    # THEN the title says which scenario and the verdict
+    head = fig._suptitle.get_text()
+    assert "infra/scenarios/demo.yaml" in head and "1 spot node(s) reclaimed" in head
+    assert "the promise held" in head
+    # AND every panel (the total and each workload) counts whole replicas and names every marker
+    assert len(fig.axes) == 3
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        for marker in ("on-demand", "spot", "before the notice", "reclaim", "spot returned"):
+            assert any(label.startswith(marker) for label in labels), (ax.get_title(), marker, labels)
+    db = next(ax for ax in fig.axes if ax.get_title() == DB)
+    assert "on-demand floor (2)" in [t.get_text() for t in db.get_legend().get_texts()]
+    # AND the PNG is written
+    report.plot(outcome(), tmp_path / "cycle.png")
+    assert (tmp_path / "cycle.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
