@@ -42,7 +42,7 @@ from spotguard.policy import evictions as guard_policy
 from spotguard.policy import floors, moves
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
-from spotguard.policy.workloads import SURGE, Workload
+from spotguard.policy.workloads import SURGE, SURGE_OF, Workload
 from spotguard.sim import objects, readiness, testing
 from spotguard.sim import settings as sim_settings
 
@@ -487,6 +487,9 @@ class Chaos:
             now = (h["spec"].get("minReplicas", 1), h["spec"]["maxReplicas"])
             if name in self.autoscalers and now != self.autoscalers[name]:
                 out.append(f"autoscaler {name} at {now}, its owner set {self.autoscalers[name]}")
+        for rs in store.list("replicasets")[0]:
+            if SURGE_OF in (rs["metadata"].get("labels") or {}):
+                out.append(f"surge copy {rs['metadata']['namespace']}/{rs['metadata']['name']} left")
         for b in store.list("poddisruptionbudgets")[0]:
             if Budget.from_json(b).ours:
                 out.append(f"temporary budget {b['metadata']['namespace']}/{b['metadata']['name']} left")

@@ -12,9 +12,11 @@ under every kind of API fault (``conftest``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,59 @@ def gitops_revert(c: Chaos) -> None:
     h.wait_until(revert, c.window(30), "GitOps reverting the surges")
 
 
+def gitops_writers(c: Chaos) -> None:
+    """The Deployments' other writers as they behave, through the whole notice window and
+    the reclaim (the surge is spotguard's copy, ``surge_copy``): Argo CD self-heal puts
+    ``spec.replicas`` back to git's within a second of any drift, and a sync with
+    ``Replace=true`` (as ``kubectl replace`` and ``helm upgrade --force``) replaces every
+    manifest every 20 s, spotguard's annotations gone; the HPA on api keeps its sync period."""
+    git = {}
+    for d in c.sim.store.list("deployments", "shop")[0]:
+        git[d["metadata"]["name"]] = (copy.deepcopy(d["spec"]), dict(d["metadata"].get("labels") or {}))
+    spot = c.spot()
+    stop = threading.Event()
+
+    def write() -> None:
+        last_replace = c.sim.clock.now()
+        while not stop.is_set():
+            replace = c.sim.clock.now() >= last_replace + 20
+            for name, (spec, labels) in git.items():
+
+                def put(
+                    d: dict[str, Any],
+                    spec: dict[str, Any] = spec,
+                    labels: dict[str, str] = labels,
+                    whole: bool = replace,
+                ) -> None:
+                    if whole:
+                        d["spec"] = copy.deepcopy(spec)
+                        d["metadata"]["annotations"] = {}
+                        d["metadata"]["labels"] = dict(labels)
+                    else:
+                        d["spec"]["replicas"] = spec["replicas"]
+
+                live = c.sim.store.get("deployments", name, "shop")
+                if replace or live["spec"].get("replicas") != spec["replicas"]:
+                    c.sim.store.mutate("deployments", name, "shop", put)
+            if replace:
+                last_replace = c.sim.clock.now()
+            c.sleep(1)
+
+    writer = threading.Thread(target=write, name="gitops-writers", daemon=True)
+    writer.start()
+    try:
+        c.interrupt(spot)
+        h.wait_until(
+            lambda: not {n["metadata"]["name"] for n in c.sim.store.list("nodes")[0]} & set(spot),
+            c.window(60),
+            "the reclaim",
+        )
+        c.sleep(30)
+    finally:
+        stop.set()
+        writer.join(5)
+
+
 def autoscaler_moves(c: Chaos) -> None:
     """During the surge an external autoscaler adds two workers (through the scale
     subresource) and the owner of api raises its HPA minimum, from 3 to one above the
@@ -339,6 +394,7 @@ SCENARIOS: dict[str, Scenario] = {
     "capacity-short": Scenario(capacity_short, nodes=short_nodes),
     "webhook-down": Scenario(webhook_down),
     "gitops-revert": Scenario(gitops_revert),
+    "gitops-writers-copy": Scenario(gitops_writers, dataclasses.replace(config_mod.Config(), surge_copy=True)),
     "autoscaler-moves": Scenario(autoscaler_moves),
     "drainer-at-notice": Scenario(drainer_at_notice(1), drainer=True),
     "drainer-after-rebalance-surge": Scenario(drainer_after_rebalance, SURGE_ON_REBALANCE, drainer=True),
@@ -355,6 +411,7 @@ QUICK = {
     ("capacity-short", "no-faults"),
     ("webhook-down", "no-faults"),
     ("gitops-revert", "no-faults"),
+    ("gitops-writers-copy", "no-faults"),
     ("autoscaler-moves", "no-faults"),
     ("drainer-at-notice", "no-faults"),
     ("drainer-at-notice", "faults-20pct-500"),

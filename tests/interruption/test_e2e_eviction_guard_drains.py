@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from spotguard.policy import evictions
+from spotguard.policy import config, evictions, surgecopy
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import ENABLED, INTERRUPTION_TAINT
 from spotguard.sim import objects, readiness, testing
@@ -176,6 +176,27 @@ def test_another_workloads_pods_are_not_this_workloads_replicas(overlapping: Any
             assert refused is not None and refused.status == 429, (workload, refused)
             assert "has 0 Ready pods on nodes that stay" in refused.body, refused.body
             assert exists(sim, pod)
+
+
+def test_the_surge_copys_pods_are_the_workloads_replicas(overlapping: Any, tmp_path: Any) -> None:
+    """Issue 24: web's surge copy (spotguard's ReplicaSet, its pod on od-0) serves for web:
+    with spot-0 cordoned and no notice, web's pod there may go (1 Ready on nodes that stay)."""
+    sim = overlapping
+    body = surgecopy.build(sim.store.get("deployments", "web", "shop"), 1, config.Config())
+    assert not isinstance(body, surgecopy.Refusal)
+    body["spec"]["template"]["spec"].pop("nodeSelector")  # the fixture pins web to spot-0
+    client.AppsV1Api(sim.api_client()).create_namespaced_replica_set("shop", body)
+    h.wait_until(lambda: h.ready_pods(sim.store) == 8, 30, "the copy's pod serving")
+    with h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timeout_seconds=None):
+        cordon(sim, "spot-0")
+        [pod] = [
+            p["metadata"]["name"]
+            for p in sim.store.list("pods", namespace="shop")[0]
+            if p["spec"].get("nodeName") == "spot-0" and p["metadata"]["labels"].get("app") == "web"
+            and "track" not in p["metadata"]["labels"]
+        ]
+        assert evict(sim, pod) is None
+        assert not exists(sim, pod)
 
 
 def test_a_pod_labelled_enabled_false_is_left_alone(overlapping: Any, tmp_path: Any) -> None:

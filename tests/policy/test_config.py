@@ -54,6 +54,7 @@ VALID: list[tuple[str, str, Any]] = [
     ("rebalance_surge_seconds", "300", 300),
     ("drain", "true", True),
     ("drain", " False ", False),
+    ("surge_copy", "true", True),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -77,6 +78,7 @@ INVALID: list[tuple[str, str]] = [
     ("rebalance_settle_seconds", "-3"),
     ("rebalance_surge_seconds", "-5"),
     ("drain", "sometimes"),
+    ("surge_copy", "copy"),
 ]
 
 

@@ -362,6 +362,10 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
     workload = resolved.workload
     if workload.kind is Kind.STATEFULSET:
         return [p for p in pods if p.owner is not None and p.owner.kind == "StatefulSet" and _same(p.owner, workload)]
+    # The pods of its surge copy (spotguard.policy.surgecopy) are its replicas too: they carry
+    # its labels and serve behind its Services, though no ReplicaSet of its owns them.
+    copies = [p for p in pods if interruption.copy_workload_key(p) == workload.key]
+    pods = [p for p in pods if interruption.copy_workload_key(p) is None]
     own: dict[tuple[str, str], bool] = {}  # (ReplicaSet name, uid) -> the workload's?
     if resolved.replicaset is not None:
         meta = resolved.replicaset.get("metadata") or {}
@@ -379,7 +383,7 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
     return [
         p for p in pods
         if p.owner is not None and p.owner.kind == "ReplicaSet" and own.get((p.owner.name, p.owner.uid), False)
-    ]
+    ] + copies
 
 
 def _same(owner: Owner, workload: Workload) -> bool:

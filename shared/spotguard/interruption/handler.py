@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,7 +51,7 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, lifecycle, metrics, records
-from spotguard.policy import evictions, floors, interruption, surges
+from spotguard.policy import evictions, floors, interruption, surgecopy, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -60,7 +60,7 @@ from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_OF, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 
@@ -105,6 +105,8 @@ class Snapshot:
     autoscaler_views: list[Autoscaler] = field(default_factory=list)
     node_notices: dict[str, NodeNotice] = field(default_factory=dict)
     lost: dict[str, SurgeRecord] = field(default_factory=dict)  # records only the ledger still has
+    # The surge copies (surge_copy): Deployment key -> its copy (a ReplicaSet of spotguard's).
+    copies: dict[str, Obj] = field(default_factory=dict)
     _nodes_by_name: dict[str, Obj] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -235,6 +237,12 @@ class Handler:
     @property
     def config(self) -> Config:
         return self._config() if callable(self._config) else self._config
+
+    @property
+    def surge_copy(self) -> bool:
+        """Work in progress (issue 24): the surge is a spotguard-owned copy of the Deployment
+        (spotguard.policy.surgecopy), not its spec.replicas. Off by default."""
+        return self.config.surge_copy
 
     @classmethod
     def from_environment(cls) -> Handler:
@@ -450,7 +458,9 @@ class Handler:
 
     def _anything_to_reconcile(self) -> bool:
         """A cheap look before reading every pod: a surge record, a budget of ours, a node
-        of ours, a ledger entry."""
+        of ours, a ledger entry, a surge copy."""
+        if self.surge_copy and self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF):
+            return True
         for d in self.kube.list(r.DEPLOYMENTS):
             if SURGE in ((d.get("metadata") or {}).get("annotations") or {}):
                 return True
@@ -525,11 +535,21 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        # The copies are read before the workloads (their records are written before them):
+        # a copy seen here has its record visible in the workloads' list, so the sweep never
+        # takes a copy being made for a left-over.
+        copies = self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF) if self.surge_copy else []
         # The big lists and the namespaces run beside the ordered small ones.
         pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
             r.PODS, r.NODES, r.NAMESPACES, read_before_workloads, page_limit=LIST_PAGE
         )
-        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
+        snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
+        for rs in copies:
+            meta = rs.get("metadata") or {}
+            of = str((meta.get("labels") or {}).get(SURGE_OF) or "")
+            if of and meta.get("name") == surgecopy.name_for(of):
+                snap.copies[f"{Kind.DEPLOYMENT}/{meta.get('namespace')}/{of}"] = rs
+        return snap
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
         """instance id -> node for the instances no providerID names (asks EC2 once)."""
@@ -567,6 +587,7 @@ class Handler:
             resolved=resolved,
             namespace_annotations=snap.namespaces,
             node_notices=snap.node_notices,
+            surge_copy=self.surge_copy,
         )
 
     # -- writing: taints -----------------------------------------------------------------
@@ -709,6 +730,8 @@ class Handler:
                     return  # read again, the workload wants no surge now: nothing was written
                 step = written
                 batch.records[wl.key] = step.record
+            if self.surge_copy and wl.kind is Kind.DEPLOYMENT:
+                self._copy(wl, step.record, raw, batch, retry=True)
             if step.autoscaler is not None:
                 a = step.autoscaler
                 hpa = next((h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == a.name), None)
@@ -735,7 +758,10 @@ class Handler:
         for _ in range(CONFLICT_ATTEMPTS):
             try:
                 self.kube.patch(
-                    r.DEPLOYMENTS, wl.name, records.surge_patch(raw, step.record, step.replicas), wl.namespace
+                    r.DEPLOYMENTS,
+                    wl.name,
+                    records.surge_patch(raw, step.record, None if self.surge_copy else step.replicas),
+                    wl.namespace,
                 )
                 break
             except Conflict:
@@ -794,6 +820,7 @@ class Handler:
             autoscalers=snap.autoscaler_views,
             resolved=resolved,
             namespace_annotations=snap.namespaces,
+            surge_copy=self.surge_copy,
         )
         return next((s for s in plan.surges if s.workload.key == wl.key), None)
 
@@ -818,6 +845,7 @@ class Handler:
             now=now,
             autoscalers=snap.autoscaler_views,
             marks=batch.marks,
+            surge_copy=self.surge_copy,
         )
         if not self.ends_rebalance_surges:
             alive = {n.name for n in snap.node_views}
@@ -834,6 +862,8 @@ class Handler:
         for w in waiting:
             log.debug("surge in progress", extra={"workload": w.workload.key, "reason": w.reason})
         list(pool.map(lambda f: self._finish(f, snap, batch), done))
+        if self.surge_copy:
+            self._copies(snap, pool, views, skip | {f.workload.key for f in done}, batch)
         if config.drain:
             evictions = interruption.evictions(
                 workloads=[w for w in views if w.key not in {f.workload.key for f in done}],
@@ -847,6 +877,104 @@ class Handler:
         self._sweep_budgets(snap, pool)
         self._keep_ledger(snap, batch)
         self._gauges(snap, now, config, batch)
+
+    # -- the surge copy (work in progress, issue 24) -------------------------------------------
+
+    def _copies(
+        self, snap: Snapshot, pool: ThreadPoolExecutor, views: Sequence[Workload], skip: set[str], batch: Batch
+    ) -> None:
+        """Each surge in progress: its copy's step; each copy without a surge in progress
+        (left by a crash, or its record gone): deleted."""
+        active: set[str] = set(skip)
+        jobs: list[Future[Any]] = []
+        for wl in views:
+            record = SurgeRecord.of(wl)
+            raw = snap.workloads.get(wl.key)
+            if wl.key in skip or record is None or record.done or raw is None or wl.kind is not Kind.DEPLOYMENT:
+                continue
+            active.add(wl.key)
+            jobs.append(pool.submit(self._copy, wl, record, raw, batch))
+        for key, rec in batch.records.items():
+            if rec is not None and not rec.done:
+                active.add(key)
+        for key, rs in snap.copies.items():
+            if key not in active:
+                jobs.append(pool.submit(self._delete_copy, rs, "no surge in progress"))
+        for j in jobs:
+            j.result()
+
+    def _copy(self, wl: Workload, record: SurgeRecord, raw: Obj, batch: Batch, retry: bool = False) -> None:
+        """Count what the copy's state machine decides on, ask it, carry out its step.
+        ``retry``: a write that fails is raised (a handling: its notices are retried, as for
+        a failed surge write), not only logged for the next reconcile."""
+        snap = batch.snap
+        now = self.clock()
+        marks = batch.marks or snap.node_notices
+        default_until = record.started + interruption.SURGE_MAX_SECONDS
+        alive = {n.name for n in snap.node_views}
+        deadlines = {n: interruption.node_deadline(record, n, default_until, marks) for n in record.nodes}
+        current = snap.copies.get(wl.key)
+        facts = surgecopy.facts_for(
+            wl,
+            record.ready,
+            snap.pod_views,
+            doomed=set(record.nodes),
+            live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
+            copy_replicas=None if current is None else int((current.get("spec") or {}).get("replicas") or 0),
+            last_deadline=max(deadlines.values(), default=default_until),
+            now=now,
+        )
+        step = surgecopy.copy_step(facts)
+        name = surgecopy.name_for(wl.name)
+        try:
+            if step.action is surgecopy.Action.CREATE:
+                body = surgecopy.build(raw, step.replicas, self.config, record.events)
+                if isinstance(body, surgecopy.Refusal):
+                    log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
+                    return
+                try:
+                    self.kube.create(r.REPLICASETS, body, wl.namespace)
+                except AlreadyExists:
+                    self.kube.patch(r.REPLICASETS, name, {"spec": {"replicas": step.replicas}}, wl.namespace)
+            elif step.action is surgecopy.Action.RESIZE:
+                self.kube.patch(r.REPLICASETS, name, {"spec": {"replicas": step.replicas}}, wl.namespace)
+            elif step.action is surgecopy.Action.DELETE and current is not None:
+                self._delete_copy(current, step.reason)
+                return
+            else:
+                return
+        except NotFound:
+            return  # the copy (or its namespace) is gone: the next pass decides again
+        except ApiError as exc:
+            metrics.ERRORS.labels("copy").inc()
+            log.warning("could not write the surge copy", extra={"workload": wl.key, "error": str(exc)})
+            if retry:
+                raise
+            return
+        log.info(
+            "surge copy",
+            extra={
+                "workload": wl.key,
+                "state": str(step.state),
+                "action": str(step.action),
+                "replicas": step.replicas,
+                "reason": step.reason,
+            },
+        )
+
+    def _delete_copy(self, rs: Obj, reason: str) -> bool:
+        """Delete a surge copy (its pods go with it); False where it may still be there."""
+        meta = rs.get("metadata") or {}
+        try:
+            self.kube.delete(r.REPLICASETS, str(meta.get("name")), str(meta.get("namespace")), uid=meta.get("uid"))
+        except NotFound:
+            return True
+        except ApiError as exc:  # a Conflict too: another copy under that name now
+            metrics.ERRORS.labels("copy").inc()
+            log.warning("could not delete a surge copy", extra={"copy": meta.get("name"), "error": str(exc)})
+            return False
+        log.info("surge copy deleted", extra={"copy": f"{meta.get('namespace')}/{meta.get('name')}", "reason": reason})
+        return True
 
     def _evict(self, ev: interruption.Eviction) -> None:
         try:
@@ -930,6 +1058,15 @@ class Handler:
                 return
             # The pods to go first are ranked before the autoscaler's minimum comes down: the
             # autoscaler may scale down itself right after, and must remove the same pods.
+            if self.surge_copy:
+                # The copy goes before the record (a failure leaves the record: finished again).
+                # (By name where this snapshot did not list the copies: node-added's.)
+                current = snap.copies.get(wl.key) or {
+                    "metadata": {"name": surgecopy.name_for(wl.name), "namespace": wl.namespace}
+                }
+                if not self._delete_copy(current, fin.reason):
+                    return  # the next reconcile finishes again
+                fin = dataclasses.replace(fin, scale=False)  # the owner's count was never written
             if (
                 fin.scale
                 and fin.replicas < wl.replicas
@@ -948,7 +1085,7 @@ class Handler:
             if fin.budget:
                 with contextlib.suppress(NotFound):
                     self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
-            if fin.record.lost and fin.replicas == wl.replicas:
+            if fin.record.lost and (self.surge_copy or fin.replicas == wl.replicas):
                 # Nothing to put back on the workload (a scale back of ours whose ledger write
                 # failed, or a replace at the owner's count): only the ledger entry goes.
                 batch.records[wl.key] = None
@@ -963,7 +1100,7 @@ class Handler:
                     self.kube.patch(
                         r.DEPLOYMENTS,
                         wl.name,
-                        records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
+                        records.finish_patch(raw, fin.replicas if fin.scale and not self.surge_copy else None, keep),
                         wl.namespace,
                     )
                     batch.records[wl.key] = keep
@@ -983,6 +1120,7 @@ class Handler:
                         nodes=snap.node_views,
                         now=self.clock(),
                         marks=batch.marks,
+                        surge_copy=self.surge_copy,
                     )
                     if not again:
                         return
@@ -1005,7 +1143,7 @@ class Handler:
             metrics.ERRORS.labels("finish").inc()
             log.warning("could not scale back yet", extra={"workload": wl.key, "error": str(exc)})
             return
-        if fin.scale:
+        if fin.scale and not self.surge_copy:
             metrics.SCALE_BACKS.inc()
             log.info(
                 "surge over: scaled back",
@@ -1165,7 +1303,7 @@ def anything_to_reconcile(snap: Snapshot) -> bool:
         return True
     if snap.node_notices or any(interruption.has_interruption_taint(n) for n in snap.node_views):
         return True
-    return bool(snap.ledger)
+    return bool(snap.ledger) or bool(snap.copies)
 
 
 def _marked(node: Obj, step: TaintStep) -> bool:

@@ -45,13 +45,13 @@ def untaint_patch(node: Obj) -> Obj:
     return patch
 
 
-def surge_patch(workload: Obj, record: SurgeRecord, replicas: int) -> Obj:
-    """One merge patch: the surged replica count and the record, guarded by the resourceVersion."""
+def surge_patch(workload: Obj, record: SurgeRecord, replicas: int | None) -> Obj:
+    """One merge patch: the surged replica count (None: the count is left alone, the surge
+    is a copy) and the record, guarded by the resourceVersion."""
     meta = workload.get("metadata") or {}
-    patch: Obj = {
-        "metadata": {"annotations": {SURGE: record.to_json()}},
-        "spec": {"replicas": replicas},
-    }
+    patch: Obj = {"metadata": {"annotations": {SURGE: record.to_json()}}}
+    if replicas is not None:
+        patch["spec"] = {"replicas": replicas}
     if meta.get("resourceVersion"):
         patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
     return patch

@@ -76,6 +76,10 @@ class Config:
     # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
     # replacement is Ready elsewhere (create before evict), before the reclaim time.
     drain: bool = False
+    # Work in progress (issue 24): surge with a spotguard-owned copy of the Deployment
+    # (policy.surgecopy) instead of its spec.replicas, which other writers own. Every
+    # process that handles interruptions (spot-interruption, node-added) must agree.
+    surge_copy: bool = False
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -138,6 +142,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rebalance_settle_seconds": _positive_int,
     "rebalance_surge_seconds": _positive_int,
     "drain": _boolean,
+    "surge_copy": _boolean,
 }
 
 

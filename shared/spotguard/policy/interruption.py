@@ -40,7 +40,7 @@ from spotguard.policy.config import Config, RebalanceAction
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE_COPY_PREFIX, SURGE_OF, Kind, Workload
 
 # Instance states after which the pods of the instance are lost.
 DOOMED_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
@@ -285,6 +285,17 @@ def workload_key_of(pod: PodView, replicaset_owners: Mapping[tuple[str, str], st
     return f"{Kind.DEPLOYMENT}/{pod.namespace}/{deploy}"
 
 
+def copy_workload_key(pod: PodView) -> str | None:
+    """``Deployment/ns/name`` for a pod of a surge copy (its controller is the copy its label
+    names, ``spotguard.policy.surgecopy``), else None. These pods are the Deployment's
+    replicas where serving is counted, though no ReplicaSet of the Deployment owns them."""
+    name = pod.labels.get(SURGE_OF)
+    owner = pod.owner
+    if not name or owner is None or owner.kind != "ReplicaSet" or owner.name != SURGE_COPY_PREFIX + name:
+        return None
+    return f"{Kind.DEPLOYMENT}/{pod.namespace}/{name}"
+
+
 # --- matching notices to nodes ----------------------------------------------------
 
 
@@ -433,10 +444,14 @@ def plan(
     resolved: Mapping[str, str] | None = None,
     namespace_annotations: Mapping[str, Mapping[str, str]] | None = None,
     node_notices: Mapping[str, NodeNotice] | None = None,
+    surge_copy: bool = False,
 ) -> Plan:
     """One plan for a whole batch of notices (see the module docstring).
 
     ``node_notices``: the notice recorded on each tainted node (``spotguard.io/notice``).
+    ``surge_copy`` (work in progress, issue 24): the surge is a spotguard-owned copy of the
+    Deployment (``surgecopy``): the record is written, ``spec.replicas`` and the
+    autoscaler are left alone.
     """
     node_by_name = {n.name: n for n in nodes}
     matched = match_nodes(notices, nodes, resolved)
@@ -523,6 +538,7 @@ def plan(
                 autoscalers=[a] if (a := hpa_by_target.get((wl.namespace, str(wl.kind), wl.name))) else [],
                 now=now,
                 config=config,
+                copy=surge_copy,
             )
         )
 
@@ -602,9 +618,12 @@ def _surge_step(
     autoscalers: Sequence[Autoscaler],
     now: float,
     config: Config | None = None,
+    copy: bool = False,
 ) -> SurgeStep:
     cfg = config or Config()
     existing = SurgeRecord.of(wl)
+    if copy:
+        autoscalers = ()  # the copy takes no replica from the owner's count: nothing to hold
     asking = [n for node in per_node for n in doomed[node]]
     if existing is not None and existing.done:
         if all(n.event_id in existing.events for n in asking):
@@ -655,13 +674,16 @@ def _surge_step(
         total = added
         started = now
         serving = ready
-    replicas = wl.replicas + added
+    replicas = wl.replicas if copy else wl.replicas + added
     if existing is not None:
         total = existing.surge + added
         started = existing.started
         serving = existing.ready or ready
         written = existing.last_written
-        if hpa is not None and wl.replicas < written and hpa.min_replicas < written:
+        if copy:
+            original = wl.replicas  # never written by spotguard: the owner's count is what it is
+            replicas = wl.replicas
+        elif hpa is not None and wl.replicas < written and hpa.min_replicas < written:
             # Lowered while the autoscaler's minimum was not raised yet (a handling cut off
             # between the two writes): the autoscaler undid the surge. Put it back.
             original = existing.replicas
@@ -780,6 +802,7 @@ def finish(
     replicaset_owners: Mapping[tuple[str, str], str] | None = None,
     max_seconds: float = SURGE_MAX_SECONDS,
     marks: Mapping[str, NodeNotice] | None = None,
+    surge_copy: bool = False,
 ) -> tuple[list[Finish], list[Waiting]]:
     """Which recorded surges are over, and which still wait (with why).
 
@@ -793,6 +816,9 @@ def finish(
 
     ``marks``: the notice recorded on each node (and any the caller knows are still being
     written); a node's deadline is :func:`node_deadline`.
+
+    ``surge_copy``: the surge is a copy (``surgecopy``), which no replace of the workload
+    undoes: a lost record waits for the replacements like any other.
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -845,7 +871,7 @@ def finish(
         if doomed_ready:
             waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
             continue
-        if record.lost:
+        if record.lost and not surge_copy:
             reason = "the surge record was lost (the workload was replaced): the owner's spec wins"
         elif ready_elsewhere < target and now < last + REPLACEMENT_GRACE:
             waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))
@@ -925,10 +951,13 @@ def evictions(
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
+    copies_by_key: dict[str, list[PodView]] = defaultdict(list)  # the surge copies' pods
     for p in pods:
         key = workload_key_of(p, replicaset_owners)
         if key is not None:
             pods_by_key[key].append(p)
+        elif (key := copy_workload_key(p)) is not None:
+            copies_by_key[key].append(p)
     out: list[Eviction] = []
     for wl in workloads:
         record = SurgeRecord.of(wl)
@@ -941,6 +970,7 @@ def evictions(
         wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]
         doomed = sorted((p for p in wl_pods if p.node_name in live), key=lambda p: (p.ready, p.name))
         ready_total = sum(1 for p in wl_pods if p.ready and p.node_name not in set(record.nodes) - live)
+        ready_total += sum(1 for p in copies_by_key.get(wl.key, []) if p.active and p.ready)
         keep = record.ready or record.replicas
         spare = ready_total - keep
         for p in doomed:

@@ -16,6 +16,10 @@ SURGE = "spotguard.io/surge"
 # scale back removes these first after the dead pods).
 SURGE_REPLICA = "spotguard.io/surge-replica"
 INTERRUPTION_TAINT = "spotguard.io/interruption"
+# On a surge copy (spotguard.policy.surgecopy), in its selector and on its pods: the name of
+# the Deployment it surges; the copy is named SURGE_COPY_PREFIX + that name.
+SURGE_OF = "spotguard.io/surge-of"
+SURGE_COPY_PREFIX = "spotguard-surge-"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 

@@ -26,6 +26,10 @@ from spotguard.sim import cloud as cloud_mod
 Obj = dict[str, Any]
 
 
+SURGE_OF = "spotguard.io/surge-of"  # spotguard.policy.surgecopy.SURGE_OF
+SURGE_COPY_PREFIX = "spotguard-surge-"  # spotguard.policy.surgecopy.PREFIX
+
+
 def workload_key(pod: Obj) -> str | None:
     """``Deployment/ns/name`` or ``StatefulSet/ns/name`` of a pod, from its controller reference."""
     meta = pod.get("metadata") or {}
@@ -36,7 +40,13 @@ def workload_key(pod: Obj) -> str | None:
         if ref.get("kind") == "StatefulSet":
             return f"StatefulSet/{ns}/{ref['name']}"
         if ref.get("kind") == "ReplicaSet":
-            h = (meta.get("labels") or {}).get("pod-template-hash", "")
+            labels = meta.get("labels") or {}
+            of = labels.get(SURGE_OF)
+            if of and ref["name"] == SURGE_COPY_PREFIX + of:
+                # A pod of spotguard's surge copy: it carries the Deployment's labels and
+                # serves behind its Services (spotguard.policy.surgecopy).
+                return f"Deployment/{ns}/{of}"
+            h = labels.get("pod-template-hash", "")
             name = ref["name"][: -len(h) - 1] if h and ref["name"].endswith("-" + h) else ref["name"]
             return f"Deployment/{ns}/{name}"
     return None

@@ -98,13 +98,51 @@ class DeploymentController(base.Controller):
             ref = base.controller_ref(obj)
             if ref and ref.get("kind") == "Deployment":
                 self.queue.add_coalesced((obj["metadata"].get("namespace", ""), ref.get("name", "")))
+            elif ref is None and not obj["metadata"].get("deletionTimestamp"):
+                self._wake_adopters(obj)  # addReplicaSet/updateReplicaSet: getDeploymentsForReplicaSet
+
+    def _wake_adopters(self, rs: dict[str, Any]) -> None:
+        from spotguard.sim import scheduler
+
+        ns = rs["metadata"].get("namespace", "")
+        labels = rs["metadata"].get("labels") or {}
+        for d in self.informer.list("deployments", ns):
+            if scheduler.match_label_selector((d.get("spec") or {}).get("selector"), labels):
+                self.queue.add(base.key_of(d))
 
     def _replicasets(self, deploy: dict[str, Any]) -> list[dict[str, Any]]:
         ns = deploy["metadata"].get("namespace", "default")
         uid = deploy["metadata"]["uid"]
+        self._adopt_orphans(deploy)
         found = [rs for rs in self.informer.list("replicasets", ns) if base.controller_uid(rs) == uid]
         return sorted(found, key=lambda rs: (rs["metadata"].get("creationTimestamp", ""),
                                              rs["metadata"]["name"]))
+
+    def _adopt_orphans(self, deploy: dict[str, Any]) -> None:
+        """``ClaimReplicaSets`` (pkg/controller/controller_ref_manager.go, ``claimObject``): a
+        ReplicaSet with no controller reference, not being deleted, whose own labels (not its
+        template's) match the Deployment's selector is adopted: a controller reference to the
+        Deployment is added. A ReplicaSet whose controller is another object is left alone."""
+        from spotguard.sim import scheduler
+
+        if deploy["metadata"].get("deletionTimestamp"):
+            return
+        ns = deploy["metadata"].get("namespace", "default")
+        selector = (deploy.get("spec") or {}).get("selector")
+        ref = base.owner_reference(deploy, "Deployment")
+        for rs in self.informer.list("replicasets", ns):
+            meta = rs["metadata"]
+            if base.controller_ref(rs) is not None or meta.get("deletionTimestamp"):
+                continue
+            if not scheduler.match_label_selector(selector, meta.get("labels") or {}):
+                continue
+
+            def adopt(obj: dict[str, Any]) -> None:
+                if base.controller_ref(obj) is None:
+                    obj["metadata"]["ownerReferences"] = [*(obj["metadata"].get("ownerReferences") or []), ref]
+
+            with contextlib.suppress(errors.NotFound):
+                self.store.mutate("replicasets", meta["name"], ns, adopt)
 
     def sync(self, key: Any) -> None:
         ns, name = key

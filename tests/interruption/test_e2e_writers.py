@@ -1,0 +1,138 @@
+"""Issue 24 (work in progress): the surge as a spotguard-owned copy of the Deployment
+(the ``surge_copy`` setting), beside the workload's other writers, end to end through
+the served function on the simulated cluster (20x time, pods Ready in 10 s).
+
+The writers as they behave: ``kubectl replace`` (as Argo CD ``Replace=true`` and
+``helm upgrade --force`` do: the manifest as in Git, spotguard's annotations gone) once
+during the notice window; Argo CD self-heal with ``Replace=true`` replacing the
+manifest every simulated second; Flux's server-side apply at its interval (30 s here:
+the fields it manages, ``spec.replicas`` among them, put back; other annotations
+kept); an HPA on web at its 15 s sync period (a steady load that needs 6). The
+promise: the Deployment serves its pre-notice count throughout (its own pods and the
+copy's, which sit behind its Services), and afterwards nothing of spotguard's is left.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+from spotguard.policy import config, surgecopy
+from spotguard.policy.workloads import SURGE_OF
+from spotguard.sim import readiness
+
+from tests.interruption import e2e_harness as h
+from tests.interruption.test_e2e_drainer import pods_on
+from tests.interruption.test_e2e_owners import reconcile, record, running, warning
+
+KEY = "Deployment/shop/web"
+
+
+def copy_mode(sim: Any, **kw: Any) -> Any:
+    cfg = kw.pop("config", config.Config())
+    return h.handler_for(sim, config=dataclasses.replace(cfg, surge_copy=True), **kw)
+
+
+def manifest(store: Any) -> dict[str, Any]:
+    """The Deployment as in Git: its spec, no annotation of spotguard's."""
+    d = store.get("deployments", "web", "shop")
+    return {"spec": copy.deepcopy(d["spec"]), "labels": dict(d["metadata"].get("labels") or {})}
+
+
+def apply(store: Any, git: dict[str, Any]) -> None:
+    """Flux's server-side apply: the fields in the manifest as in Git, the rest kept."""
+    store.mutate("deployments", "web", "shop", lambda d: d["spec"].update(replicas=git["spec"]["replicas"]))
+
+
+def replace(store: Any, git: dict[str, Any]) -> None:
+    """``kubectl replace -f web.yaml``: spec and metadata as in the file, nothing else kept."""
+
+    def put(d: dict[str, Any]) -> None:
+        d["spec"] = copy.deepcopy(git["spec"])
+        d["metadata"]["annotations"] = {}
+        d["metadata"]["labels"] = dict(git["labels"])
+
+    store.mutate("deployments", "web", "shop", put)
+
+
+def copy_of_web(store: Any) -> dict[str, Any] | None:
+    items = store.list("replicasets", namespace="shop")[0]
+    return next((rs for rs in items if rs["metadata"]["name"] == surgecopy.name_for("web")), None)
+
+
+def watching(store: Any, doomed: list[str]) -> h.Watcher:
+    """The serving count of every workload, its lows recorded from now."""
+    watcher = h.Watcher()
+    watcher.start(store)
+    watcher.arm(doomed)
+    return watcher
+
+
+def test_the_trackers_labels_are_the_copys() -> None:
+    assert (readiness.SURGE_OF, readiness.SURGE_COPY_PREFIX) == (SURGE_OF, surgecopy.PREFIX)
+
+
+@pytest.mark.parametrize("writer", ["kubectl-replace", "argocd-replace-self-heal", "flux-apply", "hpa"])
+def test_the_copy_keeps_the_pre_notice_count_whoever_writes_the_deployment(writer: str) -> None:
+    with running(hpa=writer == "hpa", make=copy_mode) as (sim, handler, spot):
+        store = sim.store
+        git = manifest(store)
+        watcher = watching(store, spot)
+        before = watcher.count(KEY)
+        assert before == 6
+        t0 = sim.clock.now()
+        warning(handler, sim, spot)
+        assert record(store) is not None and store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
+        rs = copy_of_web(store)
+        assert rs is not None and rs["spec"]["replicas"] >= 1
+        sim.reclaim(spot, after_seconds=120)
+        replaced = {"at": -1.0}
+
+        def write() -> None:
+            now = sim.clock.now()
+            once = writer == "kubectl-replace" and replaced["at"] < 0 and now >= t0 + 12
+            again = writer == "argocd-replace-self-heal" and now >= replaced["at"] + 1
+            if once or again:
+                replace(store, git)
+                replaced["at"] = now
+            elif writer == "flux-apply" and now >= replaced["at"] + 30:
+                apply(store, git)
+                replaced["at"] = now
+
+        def over() -> bool:
+            write()
+            reconcile(handler)
+            gone = not {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot)
+            return gone and copy_of_web(store) is None and record(store) is None
+
+        h.wait_until(over, 90, "the reclaim, the Deployment's own replacements and the copy's removal", step=0.2)
+        assert watcher.lowest[KEY] >= before, (writer, watcher.lowest[KEY])
+        assert store.get("deployments", "web", "shop")["spec"]["replicas"] == 6
+        if writer == "hpa":  # never raised: nothing to put back
+            assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
+        h.wait_until(lambda: watcher.count(KEY) == 6, 30, "six serving, all the Deployment's own")
+
+
+def test_spotguard_drains_once_the_copy_serves_for_the_doomed_pods() -> None:
+    """spotguard as the drainer (drain: true) counts the copy's Ready pods as the
+    Deployment's: the doomed pods go before the reclaim, the Deployment's own
+    replacements follow, and the copy goes once they are Ready."""
+    drain = dataclasses.replace(config.Config(), drain=True)
+    with running(make=lambda sim, **kw: copy_mode(sim, config=drain, **kw)) as (sim, handler, spot):
+        store = sim.store
+        watcher = watching(store, spot)
+        warning(handler, sim, spot)
+        sim.reclaim(spot, after_seconds=120)
+        h.wait_until(
+            lambda: (reconcile(handler), pods_on(store, spot) == 0)[1], 60, "spotguard to empty the doomed nodes", 0.2
+        )
+        assert {n["metadata"]["name"] for n in store.list("nodes")[0]} >= set(spot)  # before the reclaim
+
+        def over() -> bool:
+            reconcile(handler)
+            return copy_of_web(store) is None and record(store) is None
+
+        h.wait_until(over, 90, "the copy's removal", step=0.2)
+        assert watcher.lowest[KEY] >= 6, watcher.lowest[KEY]

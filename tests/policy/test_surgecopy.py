@@ -1,0 +1,246 @@
+"""The surge copy (issue 24): a ReplicaSet of spotguard's that no controller adopts,
+whose pods every selector of the Deployment's sees, pinned to on-demand."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from spotguard.policy import config, patches, surgecopy
+from spotguard.policy.capacity import Capacity
+from spotguard.policy.interruption import selector_matches
+from spotguard.policy.surgecopy import Refusal
+from spotguard.policy.workloads import SURGE_OF, SURGE_REPLICA
+
+CFG = config.Config()
+NO_X = {"key": "x", "operator": "DoesNotExist"}
+
+
+def deployment(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "web",
+            "namespace": "shop",
+            "uid": "u-1",
+            "labels": {"app.kubernetes.io/instance": "shop-app", "kustomize.toolkit.fluxcd.io/name": "apps"},
+            "annotations": {"argocd.argoproj.io/tracking-id": "shop:apps/Deployment:shop/web"},
+        },
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web", "tier": "front"}, "annotations": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+            },
+        },
+    }
+    base["spec"].update(spec)
+    return base
+
+
+def built(dep: dict[str, Any], size: int = 2) -> dict[str, Any]:
+    out = surgecopy.build(dep, size, CFG, events=("e-1",))
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def test_the_deployment_never_adopts_the_copy() -> None:
+    # ClaimReplicaSets adopts an orphan ReplicaSet whose own labels match the selector.
+    dep = deployment()
+    rs = built(dep)
+    assert not selector_matches(dep["spec"]["selector"], rs["metadata"]["labels"])
+    assert "ownerReferences" not in rs["metadata"]
+
+
+def test_the_copy_never_adopts_the_deployments_pods() -> None:
+    dep = deployment()
+    rs = built(dep)
+    assert not selector_matches(rs["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
+    # ... and its own pods match its selector (the API refuses a ReplicaSet otherwise)
+    assert selector_matches(rs["spec"]["selector"], rs["spec"]["template"]["metadata"]["labels"])
+
+
+def test_services_budgets_and_the_autoscaler_see_the_copys_pods() -> None:
+    dep = deployment()
+    rs = built(dep)
+    pod_labels = rs["spec"]["template"]["metadata"]["labels"]
+    assert selector_matches(dep["spec"]["selector"], pod_labels)
+    assert pod_labels == {"app": "web", "tier": "front", SURGE_OF: "web"}
+    assert surgecopy.surge_of(pod_labels) == "web"
+    assert surgecopy.surge_of(dep["spec"]["template"]["metadata"]["labels"]) is None
+
+
+def test_the_copy_carries_no_gitops_tracking_and_is_sized_and_marked() -> None:
+    rs = built(deployment(minReadySeconds=5), size=3)
+    meta = rs["metadata"]
+    assert meta["name"] == "spotguard-surge-web" and meta["namespace"] == "shop"
+    assert meta["labels"] == {"app.kubernetes.io/managed-by": "spotguard", SURGE_OF: "web"}
+    assert meta["annotations"] == {
+        surgecopy.SURGE_FOR: "Deployment/web",
+        surgecopy.SURGE_FOR_UID: "u-1",
+        surgecopy.EVENTS: "e-1",
+    }
+    assert rs["spec"]["replicas"] == 3 and rs["spec"]["minReadySeconds"] == 5
+    assert rs["spec"]["template"]["metadata"]["annotations"] == {"a": "b", SURGE_REPLICA: "true"}
+
+
+def test_the_copys_pods_require_on_demand() -> None:
+    rs = built(deployment())
+    terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": patches.on_demand_terms(CFG)[0]}]
+
+
+def test_the_on_demand_requirement_is_anded_into_the_users_terms_and_the_deployment_is_untouched() -> None:
+    user = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    dep = deployment()
+    dep["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {patches.REQUIRED: {"nodeSelectorTerms": [user]}}}
+    before = copy.deepcopy(dep)
+    rs = built(dep)
+    terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": user["matchExpressions"] + patches.on_demand_terms(CFG)[0]}]
+    assert dep == before
+
+
+def test_unknown_capacity_as_spot_gives_one_term_per_on_demand_scheme() -> None:
+    cfg = config.Config(unknown_capacity=Capacity.SPOT)
+    out = surgecopy.build(deployment(), 1, cfg)
+    assert not isinstance(out, Refusal)
+    terms = out["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
+    assert [t["matchExpressions"] for t in terms] == patches.on_demand_terms(cfg)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda d: d.update(kind="StatefulSet"), "placement"),
+        (lambda d: d["spec"].update(selector={"matchExpressions": [NO_X]}), "adopt"),
+        (lambda d: d["spec"]["template"]["metadata"]["labels"].update({SURGE_OF: "web"}), SURGE_OF),
+        (lambda d: d["spec"].pop("selector"), "no selector"),
+        (lambda d: d["spec"]["template"]["metadata"]["labels"].update(app="other"), "does not match"),
+    ],
+)
+def test_refused_where_the_copy_could_not_stay_apart(change: Any, reason: str) -> None:
+    dep = deployment()
+    change(dep)
+    out = surgecopy.build(dep, 2, CFG)
+    assert isinstance(out, Refusal) and reason in out.reason
+
+
+def test_nothing_to_surge() -> None:
+    assert isinstance(surgecopy.build(deployment(), 0, CFG), Refusal)
+
+
+# --- the copy's life -------------------------------------------------------------------
+
+T = 1000.0  # the last doomed node's reclaim time
+
+
+def facts(**kw: Any) -> surgecopy.CopyFacts:
+    base: dict[str, Any] = {
+        "replicas_now": 4,
+        "ready_before": 4,
+        "own_ready_staying": 2,
+        "own_on_doomed": 2,
+        "copy_replicas": None,
+        "last_deadline": T,
+        "now": T - 110,
+    }
+    base.update(kw)
+    return surgecopy.CopyFacts(**base)
+
+
+A, S = surgecopy.Action, surgecopy.CopyState
+
+
+@pytest.mark.parametrize(
+    ("kw", "state", "action", "replicas"),
+    [
+        # a notice: two of four on a doomed node -> a copy of two stands in for them
+        ({}, S.COVERING, A.CREATE, 2),
+        ({"copy_replicas": 2}, S.COVERING, A.KEEP, 2),
+        # a drainer evicted one doomed pod and the Deployment's replacement is Ready elsewhere
+        ({"copy_replicas": 2, "own_ready_staying": 3, "own_on_doomed": 1}, S.COVERING, A.RESIZE, 1),
+        # GitOps reverts / a replace / the HPA lowers the owner's count to 2: nothing to cover
+        ({"copy_replicas": 2, "replicas_now": 2}, S.COVERING, A.DELETE, 0),
+        # the owner raised the count: the surge never serves above the pre-notice count
+        ({"copy_replicas": 2, "replicas_now": 6}, S.COVERING, A.KEEP, 2),
+        # the reclaim came: the copy waits for the Deployment's own replacements
+        ({"copy_replicas": 2, "own_on_doomed": 0, "now": T + 5}, S.HANDING_BACK, A.KEEP, 2),
+        ({"copy_replicas": 2, "own_on_doomed": 2, "now": T + 5}, S.HANDING_BACK, A.KEEP, 2),
+        ({"copy_replicas": 2, "own_on_doomed": 0, "own_ready_staying": 3, "now": T + 30}, S.HANDING_BACK, A.RESIZE, 1),
+        # a copy lost (deleted by someone) while replacements are still missing: made again
+        ({"copy_replicas": None, "own_on_doomed": 0, "now": T + 30}, S.HANDING_BACK, A.CREATE, 2),
+        # the Deployment serves its count again on nodes that stay: the copy goes
+        ({"copy_replicas": 1, "own_on_doomed": 0, "own_ready_staying": 4, "now": T + 60}, S.DONE, A.DELETE, 0),
+        ({"copy_replicas": None, "own_on_doomed": 0, "own_ready_staying": 4, "now": T + 60}, S.DONE, A.NOTHING, 0),
+        # no replacement within the grace (no capacity for them): the copy goes, said why
+        ({"copy_replicas": 2, "own_on_doomed": 0, "now": T + surgecopy.HANDBACK_GRACE}, S.DONE, A.DELETE, 0),
+        # an old record without the Ready count: the owner's count now is the count to keep
+        ({"ready_before": 0, "replicas_now": 3}, S.COVERING, A.CREATE, 1),
+    ],
+)
+def test_each_transition_of_the_copy(kw: dict[str, Any], state: Any, action: Any, replicas: int) -> None:
+    step = surgecopy.copy_step(facts(**kw))
+    assert (step.state, step.action, step.replicas) == (state, action, replicas), step.reason
+
+
+def test_the_wait_that_ran_out_says_so() -> None:
+    step = surgecopy.copy_step(facts(copy_replicas=2, own_on_doomed=0, now=T + 400))
+    assert "waited 300s" in step.reason and "2 of 4" in step.reason
+
+
+def test_the_copys_pods_are_the_deployments_replicas_but_not_its_own() -> None:
+    from spotguard.policy.workloads import Kind, Workload
+
+    from tests.policy.builders import pod
+
+    wl = Workload(Kind.DEPLOYMENT, "shop", "web", replicas=4)
+    owners = {("shop", "web-7d9f"): "web"}
+    copy_labels = {"app": "web", SURGE_OF: "web"}
+    pods = [
+        pod("web-a", node_name="spot-1"),  # own, on the doomed node
+        pod("web-b", node_name="spot-1", ready=False),
+        pod("web-c", node_name="od-1"),  # own, on a node that stays
+        pod("web-d", node_name="spot-2", ready=False),
+        pod("c-1", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "spotguard-surge-web")),
+        pod("c-2", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "spotguard-surge-web")),
+        pod("x-1", node_name="od-2", labels=copy_labels, owner=("ReplicaSet", "someone-else")),
+    ]
+    assert [surgecopy.workload_of_copy_pod(p) for p in pods] == [None] * 4 + ["Deployment/shop/web"] * 2 + [None]
+    f = surgecopy.facts_for(
+        wl,
+        4,
+        pods,
+        doomed={"spot-1"},
+        live_doomed={"spot-1"},
+        copy_replicas=2,
+        last_deadline=T,
+        now=T - 60,
+        replicaset_owners=owners,
+    )
+    assert (f.own_ready_staying, f.own_on_doomed, f.copy_replicas) == (1, 2, 2)
+    assert surgecopy.copy_step(f).replicas == 3  # 4 to keep, 1 Ready on nodes that stay
+
+
+def test_the_webhook_leaves_the_copys_pods_where_their_template_pins_them() -> None:
+    # The pods need no decision of the webhook's: on-demand even while it is down (fail open).
+    from spotguard.policy import placement
+    from spotguard.policy.views import PodView
+
+    rs = built(deployment())
+    template = rs["spec"]["template"]
+    raw = {
+        "metadata": {
+            **copy.deepcopy(template["metadata"]),
+            "namespace": "shop",
+            "generateName": "spotguard-surge-web-",
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "spotguard-surge-web", "uid": "u", "controller": True}],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    view = PodView.from_json(raw)
+    assert placement.skip_reason(view, CFG) == "the pod's spec already pins a capacity type"
+    assert surgecopy.workload_of_copy_pod(view) == "Deployment/shop/web"
