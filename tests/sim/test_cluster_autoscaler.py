@@ -127,3 +127,31 @@ def test_the_auto_scaling_group_replaces_a_reclaimed_spot_node() -> None:
                    what="the reclaimed node deleted")
         h.wait_for(lambda: sum(1 for n in group_nodes(sim, "spot") if h.is_ready(n)) == 2, timeout=30,
                    what="a replacement Ready")
+
+
+def _node(name: str, *, ready: bool = True, cpu: str = "4") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "pool": "a"}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def _pod(name: str, cpu: str, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_a_pending_pod_that_fits_an_existing_node_triggers_no_scale_up() -> None:
+    # GIVEN a Ready node with 1 cpu free (3 of 4 taken), a NotReady one that is empty
+    nodes = [_node("a"), _node("booting", ready=False)]
+    on = {"a": [_pod("running", "3")], "booting": []}
+    fits, second, elsewhere = _pod("fits", "1"), _pod("second", "1"), _pod("elsewhere", "500m", {"pool": "b"})
+    # WHEN the scan filters the pending pods (upstream's FilterOutSchedulablePodListProcessor)
+    left = nodegroups.not_schedulable_now([fits, second, elsewhere], nodes, lambda n: on[n])
+    # THEN the first fits node a and needs nothing; the second no longer fits after it, and
+    # the third's selector matches no node: those two are what a scale-up is for
+    assert [p["metadata"]["name"] for p in left] == ["second", "elsewhere"]

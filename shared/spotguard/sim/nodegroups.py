@@ -35,11 +35,13 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from spotguard.logs import UserError
 from spotguard.sim import catalogue, nodepools, scheduler
+
+PodT = TypeVar("PodT", bound=Mapping[str, Any])
 
 NODEGROUP = "eks.amazonaws.com/nodegroup"
 CAPACITY_TYPE = "eks.amazonaws.com/capacityType"
@@ -220,3 +222,42 @@ def from_doc(raw: Any, where: str) -> ClusterAutoscaler:
             delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where)),
         backoff=_number(raw, "nodeGroupBackoffSeconds", NODE_GROUP_BACKOFF, where),
     )
+
+
+def not_schedulable_now(
+    pending: Iterable[PodT],
+    nodes: Iterable[Mapping[str, Any]],
+    pods_on: Callable[[str], Iterable[Mapping[str, Any]]],
+) -> list[PodT]:
+    """The pending pods that fit no node already in the cluster: the ones a scale-up is for.
+
+    Upstream's filter-out-schedulable step (cluster-autoscaler ``core/podlistprocessor/
+    filter_out_schedulable.go``, ``FilterOutSchedulablePodListProcessor``): a pending pod
+    that fits an existing node, after the pods placed before it in the same pass, triggers
+    no scale-up; the scheduler binds it. Without it a node that turned Ready while its pod
+    waited for the scheduler (a slow or busy scheduler) had a second node launched for the
+    same pod. Here a fit is the scheduler's static filters (Ready, cordon, taints, node
+    affinity and selector) and resources; inter-pod affinity and hard spread are not checked
+    (upstream runs every predicate), so a pod that only those would keep off a node is
+    taken as schedulable there and gets no scale-up: a harsher miss, never a kinder one.
+    """
+    infos: list[scheduler.NodeInfo] = []
+    for node in nodes:
+        info = scheduler.NodeInfo.from_node(node)
+        if not info.ready:
+            continue
+        for p in pods_on(info.name):
+            info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
+            info.usage.pods += 1
+        infos.append(info)
+    left: list[PodT] = []
+    for pod in pending:
+        wanted = scheduler.PodInfo.from_pod(pod)
+        for info in infos:
+            if scheduler._static_reason(wanted, info) is None and not scheduler.filter_resources(wanted, info):
+                info.usage.requested.update(wanted.requests)
+                info.usage.pods += 1
+                break
+        else:
+            left.append(pod)
+    return left

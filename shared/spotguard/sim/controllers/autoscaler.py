@@ -150,6 +150,8 @@ class ClusterAutoscaler(base.Controller):
         self._keep_desired(members, now)
         pending = [p for p in self.informer.list("pods")
                    if provisioner.unschedulable(p) and not self._still_expected(base.key_of(p))]
+        if pending:
+            pending = nodegroups.not_schedulable_now(pending, self.informer.list("nodes"), self.informer.pods_on_node)
         if pending and self._scale_up(pending, members, now):
             self._unneeded.clear()
             return
