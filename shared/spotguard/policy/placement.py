@@ -163,9 +163,7 @@ def decide(
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
     existing = pod.placement_label
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
-        return Decision(
-            Placement(existing), "already placed (reinvocation)", surge=pod.annotations.get(SURGE_REPLICA) == "true"
-        )
+        return Decision(Placement(existing), "already placed (reinvocation)", surge=is_surge_replica(pod))
     if workload.kind is Kind.STATEFULSET:
         return statefulset_slot(
             pod,
@@ -195,10 +193,6 @@ def decide(
             )
         return Decision(Placement.SPOT, f"on-demand floor {base} and surge {floor.surge} met ({held})")
     if held < floor.on_demand:
-        if floor.surge and held >= floor.on_demand - floor.surge:
-            return Decision(
-                Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled (a surge replica)", surge=True
-            )
         return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
     return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")
 
