@@ -376,7 +376,7 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
         if o is not None and o.kind == "ReplicaSet" and (o.name, o.uid) not in own and (o.name, o.uid) not in lookups:
             lookups[(o.name, o.uid)] = deadline.submit(guard.pool, ctx.resolver.replicaset_of, p)
     for key, future in lookups.items():
-        ref = _controller_ref(_result(future, "GET replicasets"))
+        ref = resolve.controller_ref(_result(future, "GET replicasets"))
         own[key] = ref is not None and ref.get("kind") == "Deployment" and (
             str(ref.get("uid") or "") == workload.uid if workload.uid else ref.get("name") == workload.name
         )
@@ -388,13 +388,6 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
 
 def _same(owner: Owner, workload: Workload) -> bool:
     return owner.uid == workload.uid if owner.uid and workload.uid else owner.name == workload.name
-
-
-def _controller_ref(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
 
 
 def node_facts(raw: Mapping[str, Any], config: Config) -> evictions.NodeFacts:
