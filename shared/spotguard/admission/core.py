@@ -581,7 +581,7 @@ def _statefulset_decision(
     obj = resolved.obj
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
-    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+    selector = resolve_mod.label_selector(match)
     raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
     if fresh is not None:
         resolved = fresh.result()

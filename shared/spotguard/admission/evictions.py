@@ -336,7 +336,7 @@ def _workload_reads(
     resolved = resolver.resolve(pod)
     if isinstance(resolved, resolve.Unresolved):
         return None
-    match = ",".join(f"{k}={v}" for k, v in sorted(resolved.workload.selector.items())) or None
+    match = resolve.label_selector(resolved.workload.selector)
     if listing is None or known != match:
         listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, match)
     if owner:

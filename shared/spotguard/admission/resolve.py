@@ -317,6 +317,11 @@ class Resolver:
         return {n.name: config.node_capacity(n.labels) for n in self.nodes(wanted)}
 
 
+def label_selector(match: Mapping[str, str]) -> str | None:
+    """``matchLabels`` as a LIST's ``labelSelector`` (None: no selector)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+
+
 def _uid_matches(obj: Mapping[str, Any], uid: str) -> bool:
     return not uid or str((obj.get("metadata") or {}).get("uid") or "") == uid
 
