@@ -39,7 +39,7 @@ from spotguard.policy.workloads import ENABLED, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-FIRST_SEEN_MAX = 10_000
+MAX_REMEMBERED = 10_000  # entries in each of a guard's own maps (selectors, failing pods)
 # A drainer evicts a node's pods in parallel: their reviews share one node LIST when it
 # started at most this long before them (the pod's own node is always read fresh).
 SHARE_LIST_SECONDS = 0.25
@@ -152,7 +152,7 @@ class Guard:
 
     def remember_selector(self, owner: str, match: str | None) -> None:
         with self._lock:
-            if len(self._selectors) >= FIRST_SEEN_MAX:
+            if len(self._selectors) >= MAX_REMEMBERED:
                 self._selectors.clear()
             self._selectors[owner] = match
 
@@ -161,7 +161,7 @@ class Guard:
         with self._lock:
             began = self._first_error.get(pod)
             if began is None or now - began > 600:
-                if len(self._first_error) >= FIRST_SEEN_MAX:
+                if len(self._first_error) >= MAX_REMEMBERED:
                     self._first_error.clear()
                 began = self._first_error[pod] = now
             return began
