@@ -18,6 +18,7 @@ the review deadline): then it asks the drainer to retry in a second, for at most
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -142,7 +143,8 @@ class Guard:
             return now
         if ctx.kube is not None:
             config = ctx.config
-            self.sightings.watch(sightings.reader(ctx.kube), lambda raw: node_facts(raw, config))
+            # the reader's GETs run outside any review, so without a review's deadline
+            self.sightings.watch(functools.partial(ctx.kube.find, resources.NODES), lambda raw: node_facts(raw, config))
         return seen
 
     def selector(self, owner: str) -> str | bool | None:
