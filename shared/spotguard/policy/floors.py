@@ -150,12 +150,6 @@ def _counts(record: SurgeRecord) -> tuple[int, int, int]:
     return max(record.surge, 0), max(record.replicas, 0), max(record.last_written, 0)
 
 
-def surge_count(annotations: Mapping[str, str]) -> int:
-    """The replica count of the surge recorded in ``spotguard.io/surge`` (0: none, or unreadable)."""
-    record = surge_of(annotations)
-    return 0 if record is None else record[0]
-
-
 def _base_floor(
     workload: Workload,
     config: Config,
