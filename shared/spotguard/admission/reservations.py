@@ -264,7 +264,7 @@ class Reservations:
         pods = [PodView.from_json(p, scheduling=False) for p in raw]
         mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
         capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
-        on_demand = [p for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND]
+        on_demand = placement.on_demand_pods(mine, capacity)
         return Count(
             started=started,
             on_demand=frozenset(p.name for p in on_demand),
