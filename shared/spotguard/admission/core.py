@@ -35,7 +35,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.validation import Problem
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import PLACEMENT_LABEL, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -382,7 +382,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     existing = view.placement_label
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
         where = Placement(existing)
-        ops = patches.build(pod, where, config, view.annotations.get(SURGE_REPLICA) == "true")
+        ops = patches.build(pod, where, config, placement.is_surge_replica(view))
         if not ops or ctx.kube is None or not _label_from_template(view, ctx):
             return Outcome("patched" if ops else "unchanged", "already placed (reinvocation)", where, ops)
         # The label came with the pod template, not from this webhook: decided afresh.
@@ -581,7 +581,7 @@ def _statefulset_decision(
     obj = resolved.obj
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
-    selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+    selector = resolve_mod.label_selector(match)
     raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
     if fresh is not None:
         resolved = fresh.result()

@@ -18,6 +18,7 @@ the review deadline): then it asks the drainer to retry in a second, for at most
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -39,7 +40,7 @@ from spotguard.policy.workloads import ENABLED, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-FIRST_SEEN_MAX = 10_000
+MAX_REMEMBERED = 10_000  # entries in each of a guard's own maps (selectors, failing pods)
 # A drainer evicts a node's pods in parallel: their reviews share one node LIST when it
 # started at most this long before them (the pod's own node is always read fresh).
 SHARE_LIST_SECONDS = 0.25
@@ -142,7 +143,8 @@ class Guard:
             return now
         if ctx.kube is not None:
             config = ctx.config
-            self.sightings.watch(sightings.reader(ctx.kube), lambda raw: node_facts(raw, config))
+            # the reader's GETs run outside any review, so without a review's deadline
+            self.sightings.watch(functools.partial(ctx.kube.find, resources.NODES), lambda raw: node_facts(raw, config))
         return seen
 
     def selector(self, owner: str) -> str | bool | None:
@@ -152,7 +154,7 @@ class Guard:
 
     def remember_selector(self, owner: str, match: str | None) -> None:
         with self._lock:
-            if len(self._selectors) >= FIRST_SEEN_MAX:
+            if len(self._selectors) >= MAX_REMEMBERED:
                 self._selectors.clear()
             self._selectors[owner] = match
 
@@ -161,7 +163,7 @@ class Guard:
         with self._lock:
             began = self._first_error.get(pod)
             if began is None or now - began > 600:
-                if len(self._first_error) >= FIRST_SEEN_MAX:
+                if len(self._first_error) >= MAX_REMEMBERED:
                     self._first_error.clear()
                 began = self._first_error[pod] = now
             return began
@@ -336,7 +338,7 @@ def _workload_reads(
     resolved = resolver.resolve(pod)
     if isinstance(resolved, resolve.Unresolved):
         return None
-    match = ",".join(f"{k}={v}" for k, v in sorted(resolved.workload.selector.items())) or None
+    match = resolve.label_selector(resolved.workload.selector)
     if listing is None or known != match:
         listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, match)
     if owner:
@@ -376,7 +378,7 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
         if o is not None and o.kind == "ReplicaSet" and (o.name, o.uid) not in own and (o.name, o.uid) not in lookups:
             lookups[(o.name, o.uid)] = deadline.submit(guard.pool, ctx.resolver.replicaset_of, p)
     for key, future in lookups.items():
-        ref = _controller_ref(_result(future, "GET replicasets"))
+        ref = resolve.controller_ref(_result(future, "GET replicasets"))
         own[key] = ref is not None and ref.get("kind") == "Deployment" and (
             str(ref.get("uid") or "") == workload.uid if workload.uid else ref.get("name") == workload.name
         )
@@ -388,13 +390,6 @@ def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list
 
 def _same(owner: Owner, workload: Workload) -> bool:
     return owner.uid == workload.uid if owner.uid and workload.uid else owner.name == workload.name
-
-
-def _controller_ref(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
 
 
 def node_facts(raw: Mapping[str, Any], config: Config) -> evictions.NodeFacts:

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotguard.admission import deadline, metrics
-from spotguard.admission.resolve import Resolved, Resolver
+from spotguard.admission.resolve import Resolved, Resolver, label_selector
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
 from spotguard.policy import placement
@@ -258,13 +258,13 @@ class Reservations:
         meta = rs.get("metadata") or {}
         namespace, uid = str(meta.get("namespace")), str(meta.get("uid") or "")
         match = ((rs.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+        selector = label_selector(match)
         started = self.clock()
         raw = self.kube.list(r.PODS, namespace, label_selector=selector)
         pods = [PodView.from_json(p, scheduling=False) for p in raw]
         mine = [p for p in pods if p.owner is not None and (not uid or p.owner.uid == uid)]
         capacity = self.resolver.node_capacity(config, [p.node_name for p in mine if p.node_name])
-        on_demand = [p for p in mine if p.active and placement.placement_of(p, capacity) is Placement.ON_DEMAND]
+        on_demand = placement.on_demand_pods(mine, capacity)
         return Count(
             started=started,
             on_demand=frozenset(p.name for p in on_demand),

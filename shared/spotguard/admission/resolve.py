@@ -260,7 +260,7 @@ class Resolver:
             rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
         if rs is None or not _uid_matches(rs, owner.uid):
             return Unresolved(f"ReplicaSet {pod.namespace}/{owner.name} not found")
-        dep_ref = _controller(rs)
+        dep_ref = controller_ref(rs)
         if dep_ref is None or dep_ref.get("kind") != "Deployment":
             return Unresolved("ReplicaSet without a Deployment")
         dep, fresh = self._lookup(r.DEPLOYMENTS, str(dep_ref.get("name")), pod.namespace, self.workload_ttl)
@@ -317,14 +317,20 @@ class Resolver:
         return {n.name: config.node_capacity(n.labels) for n in self.nodes(wanted)}
 
 
+def label_selector(match: Mapping[str, str]) -> str | None:
+    """``matchLabels`` as a LIST's ``labelSelector`` (None: no selector)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
+
+
 def _uid_matches(obj: Mapping[str, Any], uid: str) -> bool:
     return not uid or str((obj.get("metadata") or {}).get("uid") or "") == uid
 
 
-def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
+def controller_ref(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The owner reference of ``obj``'s controller, if any."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
     return None
 
 

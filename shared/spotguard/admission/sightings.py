@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.gateway import resources
 from spotguard.policy.evictions import NodeFacts
 
 log = logging.getLogger(__name__)
@@ -134,12 +133,3 @@ class Sightings:
                     continue
                 node = facts(raw) if raw is not None else NodeFacts(name, spot=False)  # None: gone
                 self.observe(node, read_at=read_at, start=False)
-
-
-def reader(kube: Any) -> Callable[[str], Any]:
-    """A GET of one node through ``kube`` (outside any review's deadline)."""
-
-    def read(name: str) -> Any:
-        return kube.find(resources.NODES, name)
-
-    return read

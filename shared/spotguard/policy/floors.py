@@ -116,17 +116,15 @@ def floor_for(
     then remove a spot pod of a node that lives on) plus the surge.
     """
     n = max(workload.replicas if replicas is None else replicas, 0)
-    record = surge_of(workload.annotations)
+    record = SurgeRecord.of(workload)
     if record is None:
         return _base_floor(workload, config, namespace_annotations, n)
-    extra, before, written = record
+    extra, before, written = _counts(record)
     base = _base_floor(workload, config, namespace_annotations, min(n, owner_count(before, written, n)))
     if not base.enabled or extra == 0:
         return base
     on_demand = min(n, base.on_demand + extra)
-    started = SurgeRecord.parse(workload.annotations.get(SURGE) or "")
-    since = started.started if started is not None else 0.0
-    return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand, since)
+    return Floor(True, on_demand, base.source, base.problems, on_demand - base.on_demand, record.started)
 
 
 def owner_count(before: int, written: int, current: int) -> int:
@@ -145,15 +143,11 @@ def surge_of(annotations: Mapping[str, str]) -> tuple[int, int, int] | None:
     ``spotguard.io/surge``; None: none, or unreadable."""
     raw = annotations.get(SURGE)
     record = SurgeRecord.parse(raw) if raw else None
-    if record is None:
-        return None
+    return None if record is None else _counts(record)
+
+
+def _counts(record: SurgeRecord) -> tuple[int, int, int]:
     return max(record.surge, 0), max(record.replicas, 0), max(record.last_written, 0)
-
-
-def surge_count(annotations: Mapping[str, str]) -> int:
-    """The replica count of the surge recorded in ``spotguard.io/surge`` (0: none, or unreadable)."""
-    record = surge_of(annotations)
-    return 0 if record is None else record[0]
 
 
 def _base_floor(

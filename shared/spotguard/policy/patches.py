@@ -208,11 +208,12 @@ def spot_only_key(nodes: Iterable[Mapping[str, str]], config: Config) -> str | N
     none or no spot node.
 
     ``nodes`` are the nodes' label maps."""
-    labels = list(nodes)
-    spot = [n for n in labels if config.node_capacity(n) is Capacity.SPOT]
+    spot: list[Mapping[str, str]] = []
+    other: list[Mapping[str, str]] = []
+    for n in nodes:
+        (spot if config.node_capacity(n) is Capacity.SPOT else other).append(n)
     if not spot:
         return None
-    other = [n for n in labels if config.node_capacity(n) is not Capacity.SPOT]
     for key in [*sorted(capacity.spot_values(config.label_schemes)), SPOT_NODE_LABEL]:
         if all(key in n for n in spot) and not any(key in n for n in other):
             return key

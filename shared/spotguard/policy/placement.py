@@ -105,18 +105,17 @@ def placement_of(pod: PodView, node_capacity: Mapping[str, Capacity]) -> Placeme
     return None
 
 
-def count_on_demand(
+def on_demand_pods(
     pods: Iterable[PodView], node_capacity: Mapping[str, Capacity], exclude: PodView | None = None
-) -> int:
-    n = 0
-    for p in pods:
-        if not p.active:
-            continue
-        if exclude is not None and p.uid and p.uid == exclude.uid:
-            continue
-        if placement_of(p, node_capacity) is Placement.ON_DEMAND:
-            n += 1
-    return n
+) -> list[PodView]:
+    """The active pods among ``pods`` that count as on-demand (``exclude`` left out)."""
+    return [
+        p
+        for p in pods
+        if p.active
+        and not (exclude is not None and p.uid and p.uid == exclude.uid)
+        and placement_of(p, node_capacity) is Placement.ON_DEMAND
+    ]
 
 
 def is_surge_replica(pod: PodView) -> bool:
@@ -163,9 +162,7 @@ def decide(
         return Decision(None, f"{workload.kind} {workload.namespace}/{workload.name} opted out")
     existing = pod.placement_label
     if existing in (Placement.ON_DEMAND.value, Placement.SPOT.value):
-        return Decision(
-            Placement(existing), "already placed (reinvocation)", surge=pod.annotations.get(SURGE_REPLICA) == "true"
-        )
+        return Decision(Placement(existing), "already placed (reinvocation)", surge=is_surge_replica(pod))
     if workload.kind is Kind.STATEFULSET:
         return statefulset_slot(
             pod,
@@ -175,16 +172,10 @@ def decide(
             node_capacity=node_capacity or {},
             start=ordinal_start,
         )
-    held = count_on_demand(siblings, node_capacity or {}, exclude=pod) + reserved_on_demand
+    on_demand = on_demand_pods(siblings, node_capacity or {}, exclude=pod)
+    held = len(on_demand) + reserved_on_demand
     if floor.surge:
-        created = list(surge_created) + [
-            p.created
-            for p in siblings
-            if p.active
-            and not (p.uid and p.uid == pod.uid)
-            and is_surge_replica(p)
-            and placement_of(p, node_capacity or {}) is Placement.ON_DEMAND
-        ]
+        created = [*surge_created, *(p.created for p in on_demand if is_surge_replica(p))]
         surge_held = min(held, surge_replicas(created, floor.surge_since) + reserved_surge)
         base = floor.on_demand - floor.surge
         if held - surge_held < base:
@@ -195,10 +186,6 @@ def decide(
             )
         return Decision(Placement.SPOT, f"on-demand floor {base} and surge {floor.surge} met ({held})")
     if held < floor.on_demand:
-        if floor.surge and held >= floor.on_demand - floor.surge:
-            return Decision(
-                Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled (a surge replica)", surge=True
-            )
         return Decision(Placement.ON_DEMAND, f"{held} of {floor.on_demand} on-demand slots filled")
     return Decision(Placement.SPOT, f"on-demand floor {floor.on_demand} met ({held})")
 
