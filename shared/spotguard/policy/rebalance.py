@@ -316,9 +316,7 @@ def plan(
             skipped.append(Skip(wl, SkipReason.DISABLED, "spotguard is disabled for it"))
             continue
         active = [p for p in state.pods if p.active]
-        on_demand = [
-            p for p in active if placement.placement_of(p, capacity_of) is Placement.ON_DEMAND
-        ]
+        on_demand = placement.on_demand_pods(active, capacity_of)
         count = len(on_demand)
         if count == floor.on_demand:
             continue
