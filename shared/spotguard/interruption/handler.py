@@ -1066,7 +1066,6 @@ class Handler:
                 }
                 if not self._delete_copy(current, fin.reason):
                     return  # the next reconcile finishes again
-                fin = dataclasses.replace(fin, scale=False)  # the owner's count was never written
             if (
                 fin.scale
                 and fin.replicas < wl.replicas
@@ -1085,9 +1084,9 @@ class Handler:
             if fin.budget:
                 with contextlib.suppress(NotFound):
                     self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
-            if fin.record.lost and (self.surge_copy or fin.replicas == wl.replicas):
+            if fin.record.lost and (not fin.scale or fin.replicas == wl.replicas):
                 # Nothing to put back on the workload (a scale back of ours whose ledger write
-                # failed, or a replace at the owner's count): only the ledger entry goes.
+                # failed, a replace at the owner's count, a copy's surge): only the ledger entry goes.
                 batch.records[wl.key] = None
                 log.info(
                     "surge over: no record on the workload and it is at its owner's count; ledger entry dropped",
@@ -1100,7 +1099,7 @@ class Handler:
                     self.kube.patch(
                         r.DEPLOYMENTS,
                         wl.name,
-                        records.finish_patch(raw, fin.replicas if fin.scale and not self.surge_copy else None, keep),
+                        records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
                         wl.namespace,
                     )
                     batch.records[wl.key] = keep
@@ -1143,7 +1142,7 @@ class Handler:
             metrics.ERRORS.labels("finish").inc()
             log.warning("could not scale back yet", extra={"workload": wl.key, "error": str(exc)})
             return
-        if fin.scale and not self.surge_copy:
+        if fin.scale:
             metrics.SCALE_BACKS.inc()
             log.info(
                 "surge over: scaled back",

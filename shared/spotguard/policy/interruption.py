@@ -783,7 +783,7 @@ class Finish:
     reason: str
     # Remove the annotation (its nodes are gone); False: keep it as a done record.
     remove: bool = True
-    scale: bool = True  # False: the replicas were already put back (a done record)
+    scale: bool = True  # False: the replicas were already put back (a done record), or never raised (a copy)
 
 
 @dataclass(frozen=True)
@@ -818,7 +818,8 @@ def finish(
     written); a node's deadline is :func:`node_deadline`.
 
     ``surge_copy``: the surge is a copy (``surgecopy``), which no replace of the workload
-    undoes: a lost record waits for the replacements like any other.
+    undoes: a lost record waits for the replacements like any other, and the finish
+    scales nothing back (``scale`` False: the owner's count was never written).
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -880,7 +881,10 @@ def finish(
             reason = f"surge older than its deadline by {int(REPLACEMENT_GRACE)}s"
         else:
             reason = "replacements Ready and the doomed pods gone"
-        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost))
+        # A copy's surge never wrote the owner's count: nothing to scale back.
+        done.append(
+            Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost, not surge_copy)
+        )
     return done, waiting
 
 
