@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import gc
 import logging
 import os
@@ -170,16 +171,24 @@ class Failures:
     count: int = 0
 
 
-def read_before_workloads(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj], Any, dict[str, Obj]]:
-    """Budgets, autoscalers, the surge ledger, then the workloads (key -> object).
+def read_before_workloads(
+    k: kube_mod.Kube, copies: bool = False
+) -> tuple[list[Obj], list[Obj], Any, list[Obj], dict[str, Obj]]:
+    """Budgets, autoscalers, the surge ledger, the surge copies (``spotguard.io/surge-of``;
+    none unless ``copies``), then the workloads (key -> object).
 
-    Every list runs at once, but for one order: budgets, autoscalers and the ledger are
-    read before the workloads. A budget seen here has its workload's record visible in
-    the later list (see ``Handler._sweep_budgets``), and a surge written between the
+    Every list runs at once, but for one order: budgets, autoscalers, the ledger and the
+    copies are read before the workloads. A budget seen here has its workload's record
+    visible in the later list (see ``Handler._sweep_budgets``), a surge written between the
     ledger's read and the workloads' is never taken for a lost record (the ledger is
-    written after the workloads). Under a slow or faulty API every request on this path
-    delays the surges: two rounds of requests, not eight."""
-    budgets, autoscalers, kept = k.read_concurrently(r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read)
+    written after the workloads), and a copy seen here has its record visible too (the
+    record is written before the copy), so the sweep never takes a copy being made for a
+    left-over. Under a slow or faulty API every request on this path delays the surges:
+    two rounds of requests, not eight."""
+    first: list[Any] = [r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read]
+    if copies:
+        first.append(lambda c: c.list(r.REPLICASETS, None, label_selector=SURGE_OF))
+    budgets, autoscalers, kept, *found = k.read_concurrently(*first)
     deployments, statefulsets = k.read_concurrently(r.DEPLOYMENTS, r.STATEFULSETS)
     workloads: dict[str, Obj] = {}
     for kind, items in ((Kind.DEPLOYMENT, deployments), (Kind.STATEFULSET, statefulsets)):
@@ -187,7 +196,7 @@ def read_before_workloads(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj], Any, 
             w["kind"] = str(kind)
             meta = w.get("metadata") or {}
             workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-    return budgets, autoscalers, kept, workloads
+    return budgets, autoscalers, kept, found[0] if found else [], workloads
 
 
 def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
@@ -535,13 +544,11 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        # The copies are read before the workloads (their records are written before them):
-        # a copy seen here has its record visible in the workloads' list, so the sweep never
-        # takes a copy being made for a left-over.
-        copies = self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF) if self.surge_copy else []
-        # The big lists and the namespaces run beside the ordered small ones.
-        pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
-            r.PODS, r.NODES, r.NAMESPACES, read_before_workloads, page_limit=LIST_PAGE
+        # The big lists and the namespaces run beside the ordered small ones (the copies
+        # among the first of those: read before the workloads).
+        before_workloads = functools.partial(read_before_workloads, copies=self.surge_copy)
+        pods, nodes, namespace_list, (budgets, autoscalers, kept, copies, workloads) = self.kube.read_concurrently(
+            r.PODS, r.NODES, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
         snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
         for rs in copies:
