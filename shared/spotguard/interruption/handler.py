@@ -255,17 +255,29 @@ class Handler:
 
     @classmethod
     def from_environment(cls) -> Handler:
-        """The Kubernetes connection, the settings (re-read at their TTL) and an EC2 client."""
+        """The Kubernetes connection, the settings (re-read at their TTL) and the AWS clients."""
         k = kube_mod.connect()
-        ec2 = autoscaling = None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return cls.for_region(k, lambda: _load_config(k), region)
+
+    @classmethod
+    def for_region(
+        cls,
+        k: kube_mod.Kube,
+        config: Config | Callable[[], Config],
+        region: str | None,
+        endpoint_url: str | None = None,
+    ) -> Handler:
+        """A handler with EC2 and Auto Scaling clients where a region is known, and the
+        managed tag of ``$SPOTGUARD_MANAGED_TAG``."""
+        ec2 = autoscaling = None
         if region:
             import boto3
 
-            ec2 = boto3.client("ec2", region_name=region)
-            autoscaling = boto3.client("autoscaling", region_name=region)
+            ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
+            autoscaling = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint_url)
         managed_tag = os.environ.get(MANAGED_TAG_ENV, "").strip()
-        return cls(k, lambda: _load_config(k), ec2, managed_tag=managed_tag, autoscaling=autoscaling)
+        return cls(k, config, ec2, managed_tag=managed_tag, autoscaling=autoscaling)
 
     # -- the entry points ------------------------------------------------------------------
 
