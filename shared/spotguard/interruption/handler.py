@@ -929,9 +929,8 @@ class Handler:
         snap = batch.snap
         now = self.clock()
         marks = batch.marks or snap.node_notices
-        default_until = record.started + interruption.SURGE_MAX_SECONDS
         alive = {n.name for n in snap.node_views}
-        deadlines = {n: interruption.node_deadline(record, n, default_until, marks) for n in record.nodes}
+        deadlines, last = interruption.node_deadlines(record, marks)
         current = snap.copies.get(wl.key)
         facts = surgecopy.facts_for(
             wl,
@@ -940,7 +939,7 @@ class Handler:
             doomed=set(record.nodes),
             live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
             copy_replicas=None if current is None else int((current.get("spec") or {}).get("replicas") or 0),
-            last_deadline=max(deadlines.values(), default=default_until),
+            last_deadline=last,
             now=now,
         )
         step = surgecopy.copy_step(facts)

@@ -423,6 +423,16 @@ def node_deadline(
     return t
 
 
+def node_deadlines(
+    record: SurgeRecord, marks: Mapping[str, NodeNotice] | None = None, max_seconds: float = SURGE_MAX_SECONDS
+) -> tuple[dict[str, float], float]:
+    """Each of a surge's nodes' deadline (:func:`node_deadline`), and the last of them (the
+    record's default, ``max_seconds`` after it started, where it names no node)."""
+    default_until = record.started + max_seconds
+    deadlines = {n: node_deadline(record, n, default_until, marks) for n in record.nodes}
+    return deadlines, max(deadlines.values(), default=default_until)
+
+
 def has_interruption_taint(node: NodeView) -> bool:
     return any(t.key == INTERRUPTION_TAINT for t in node.taints)
 
@@ -833,8 +843,7 @@ def finish(
         record = SurgeRecord.of(wl)
         if record is None:
             continue
-        default_until = record.started + max_seconds
-        last = max((node_deadline(record, n, default_until, marks) for n in record.nodes), default=default_until)
+        deadlines, last = node_deadlines(record, marks, max_seconds)
         doomed_nodes = set(record.nodes)
         nodes_gone = not (doomed_nodes & alive)
         over = nodes_gone or now >= last + STALE_SECONDS
@@ -842,7 +851,7 @@ def finish(
             if over:
                 done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
             continue
-        live = {n for n in doomed_nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
+        live = {n for n, t in deadlines.items() if n in alive and now < t}
         wl_pods = pods_by_key.get(wl.key, [])
         doomed_ready = sum(1 for p in wl_pods if p.active and p.ready and p.node_name in live)
         ready_elsewhere = sum(1 for p in wl_pods if p.active and p.ready and p.node_name not in doomed_nodes)
@@ -967,8 +976,8 @@ def evictions(
         record = SurgeRecord.of(wl)
         if record is None or record.done:
             continue
-        default_until = record.started + max_seconds
-        live = {n for n in record.nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
+        deadlines, _last = node_deadlines(record, marks, max_seconds)
+        live = {n for n, t in deadlines.items() if n in alive and now < t}
         if not live:
             continue
         wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]
