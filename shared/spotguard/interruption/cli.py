@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str | None) -> handler_mod.Handler:
-    """The handler for a cluster: its connection, its settings and an EC2 client when a region is known."""
+    """The handler for a cluster: its connection, its settings and the AWS clients when a region is known."""
     if kubeconfig and not os.path.isfile(kubeconfig):
         raise logs.UserError(f"--kubeconfig {kubeconfig}: no such file")
     from spotguard.gateway import kube, settings
@@ -121,15 +121,7 @@ def build_handler(kubeconfig: str | None, region: str | None, endpoint_url: str 
     def current() -> Any:
         return settings.load(k)[0]  # re-read at the settings' TTL
 
-    ec2: Any = None
-    autoscaling: Any = None
-    if region:
-        import boto3
-
-        ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
-        autoscaling = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint_url)
-    managed_tag = os.environ.get(handler.MANAGED_TAG_ENV, "").strip()
-    return handler.Handler(k, current, ec2, managed_tag=managed_tag, autoscaling=autoscaling)
+    return handler.Handler.for_region(k, current, region, endpoint_url)
 
 
 def _reconcile_every(handler: dispatch.Handler, interval: float, stop: threading.Event) -> None:

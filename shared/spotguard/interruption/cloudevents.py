@@ -103,7 +103,7 @@ def _notice(event: BaseCloudEvent) -> list[Notice]:
             return events.decode_all(body, f"{what} Body")
         if not isinstance(body, str):
             raise events.Malformed(f"{what} is an SQS message without a string 'Body'")
-        return events.decode_all(events.parse_json(body, f"{what} Body"), f"{what} Body")
+        return events.decode_json_all(body, f"{what} Body")
     try:
         parsed = _parsed(data, what)
     except events.Malformed:

@@ -65,14 +65,13 @@ class Delivery:
         return [] if self.notice is None else [self.notice, *self.more]
 
     @classmethod
-    def decode(cls, key: str, decoder: Callable[[], Notice | Sequence[Notice]]) -> Delivery:
-        """Run ``decoder``; an :class:`events.EventError` becomes an acknowledged item."""
+    def decode(cls, key: str, decoder: Callable[[], Sequence[Notice]]) -> Delivery:
+        """Run ``decoder`` (:func:`events.decode_all`: at least one notice); an
+        :class:`events.EventError` becomes an acknowledged item."""
         try:
             decoded = decoder()
         except events.EventError as exc:
             return cls(key=key, error=exc)
-        if isinstance(decoded, Notice):
-            return cls(key=key, notice=decoded)
         first, *rest = decoded
         return cls(key=key, notice=first, more=tuple(rest))
 

@@ -187,13 +187,7 @@ def _decode_ec2(payload: object, what: str) -> Notice:
         raise Malformed(f"{what} is a JSON {_json_type(payload)}, not an EventBridge event object")
     source = payload.get("source")
     detail_type = payload.get("detail-type")
-    raw_id = payload.get("id")
-    event_id = raw_id if isinstance(raw_id, str) else ""
-    context = {
-        "event_id": event_id,
-        "source": source if isinstance(source, str) else "",
-        "detail_type": detail_type if isinstance(detail_type, str) else "",
-    }
+    event_id, context = _identity(payload)
     if detail_type is None and source is None:
         keys = ", ".join(sorted(str(k) for k in payload)[:8]) or "none"
         raise Foreign(
@@ -237,8 +231,7 @@ def _decode_ec2(payload: object, what: str) -> Notice:
                 **context,
             )
         state = raw_state
-    region = payload.get("region", "")
-    account = payload.get("account", "")
+    region, account = _origin(payload)
     return Notice(
         event_id=event_id,
         kind=kind,
@@ -246,9 +239,29 @@ def _decode_ec2(payload: object, what: str) -> Notice:
         time=time,
         state=state,
         action=action,
-        region=region if isinstance(region, str) else "",
-        account=account if isinstance(account, str) else "",
+        region=region,
+        account=account,
     )
+
+
+def _identity(payload: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The event's id (``""`` where it is not a string) and the context its errors carry."""
+    source = payload.get("source")
+    detail_type = payload.get("detail-type")
+    raw_id = payload.get("id")
+    event_id = raw_id if isinstance(raw_id, str) else ""
+    return event_id, {
+        "event_id": event_id,
+        "source": source if isinstance(source, str) else "",
+        "detail_type": detail_type if isinstance(detail_type, str) else "",
+    }
+
+
+def _origin(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """The event's region and account (``""`` where they are not strings)."""
+    region = payload.get("region", "")
+    account = payload.get("account", "")
+    return (region if isinstance(region, str) else "", account if isinstance(account, str) else "")
 
 
 def _envelope(
@@ -268,25 +281,13 @@ def _advance(payload: Mapping[str, Any], what: str) -> list[Notice]:
     """An ASG lifecycle action or an AWS Health scheduled change (see the module docstring)."""
     source = str(payload.get("source"))
     detail_type = payload.get("detail-type")
-    raw_id = payload.get("id")
-    event_id = raw_id if isinstance(raw_id, str) else ""
-    context = {
-        "event_id": event_id,
-        "source": source,
-        "detail_type": detail_type if isinstance(detail_type, str) else "",
-    }
+    event_id, context = _identity(payload)
     wanted = LIFECYCLE_ACTION if source == AUTOSCALING else HEALTH_EVENT
     if detail_type != wanted:
         raise Foreign(f"{what} has detail-type {detail_type!r} from {source}, not {wanted!r}", **context)
     time, detail = _envelope(payload, wanted, event_id, context)
-    region = payload.get("region", "")
-    account = payload.get("account", "")
-    common = {
-        "event_id": event_id,
-        "time": time,
-        "region": region if isinstance(region, str) else "",
-        "account": account if isinstance(account, str) else "",
-    }
+    region, account = _origin(payload)
+    common = {"event_id": event_id, "time": time, "region": region, "account": account}
     if source == AUTOSCALING:
         return [_lifecycle(detail, common, context)]
     return _scheduled_change(detail, common, context)

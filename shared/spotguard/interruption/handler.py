@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import gc
 import logging
 import os
@@ -170,16 +171,24 @@ class Failures:
     count: int = 0
 
 
-def read_before_workloads(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj], Any, dict[str, Obj]]:
-    """Budgets, autoscalers, the surge ledger, then the workloads (key -> object).
+def read_before_workloads(
+    k: kube_mod.Kube, copies: bool = False
+) -> tuple[list[Obj], list[Obj], Any, list[Obj], dict[str, Obj]]:
+    """Budgets, autoscalers, the surge ledger, the surge copies (``spotguard.io/surge-of``;
+    none unless ``copies``), then the workloads (key -> object).
 
-    Every list runs at once, but for one order: budgets, autoscalers and the ledger are
-    read before the workloads. A budget seen here has its workload's record visible in
-    the later list (see ``Handler._sweep_budgets``), and a surge written between the
+    Every list runs at once, but for one order: budgets, autoscalers, the ledger and the
+    copies are read before the workloads. A budget seen here has its workload's record
+    visible in the later list (see ``Handler._sweep_budgets``), a surge written between the
     ledger's read and the workloads' is never taken for a lost record (the ledger is
-    written after the workloads). Under a slow or faulty API every request on this path
-    delays the surges: two rounds of requests, not eight."""
-    budgets, autoscalers, kept = k.read_concurrently(r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read)
+    written after the workloads), and a copy seen here has its record visible too (the
+    record is written before the copy), so the sweep never takes a copy being made for a
+    left-over. Under a slow or faulty API every request on this path delays the surges:
+    two rounds of requests, not eight."""
+    first: list[Any] = [r.PODDISRUPTIONBUDGETS, r.HPAS, ledger.read]
+    if copies:
+        first.append(lambda c: c.list(r.REPLICASETS, None, label_selector=SURGE_OF))
+    budgets, autoscalers, kept, *found = k.read_concurrently(*first)
     deployments, statefulsets = k.read_concurrently(r.DEPLOYMENTS, r.STATEFULSETS)
     workloads: dict[str, Obj] = {}
     for kind, items in ((Kind.DEPLOYMENT, deployments), (Kind.STATEFULSET, statefulsets)):
@@ -187,7 +196,7 @@ def read_before_workloads(k: kube_mod.Kube) -> tuple[list[Obj], list[Obj], Any, 
             w["kind"] = str(kind)
             meta = w.get("metadata") or {}
             workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
-    return budgets, autoscalers, kept, workloads
+    return budgets, autoscalers, kept, found[0] if found else [], workloads
 
 
 def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
@@ -246,17 +255,29 @@ class Handler:
 
     @classmethod
     def from_environment(cls) -> Handler:
-        """The Kubernetes connection, the settings (re-read at their TTL) and an EC2 client."""
+        """The Kubernetes connection, the settings (re-read at their TTL) and the AWS clients."""
         k = kube_mod.connect()
-        ec2 = autoscaling = None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return cls.for_region(k, lambda: _load_config(k), region)
+
+    @classmethod
+    def for_region(
+        cls,
+        k: kube_mod.Kube,
+        config: Config | Callable[[], Config],
+        region: str | None,
+        endpoint_url: str | None = None,
+    ) -> Handler:
+        """A handler with EC2 and Auto Scaling clients where a region is known, and the
+        managed tag of ``$SPOTGUARD_MANAGED_TAG``."""
+        ec2 = autoscaling = None
         if region:
             import boto3
 
-            ec2 = boto3.client("ec2", region_name=region)
-            autoscaling = boto3.client("autoscaling", region_name=region)
+            ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url)
+            autoscaling = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint_url)
         managed_tag = os.environ.get(MANAGED_TAG_ENV, "").strip()
-        return cls(k, lambda: _load_config(k), ec2, managed_tag=managed_tag, autoscaling=autoscaling)
+        return cls(k, config, ec2, managed_tag=managed_tag, autoscaling=autoscaling)
 
     # -- the entry points ------------------------------------------------------------------
 
@@ -535,13 +556,11 @@ class Handler:
     # -- reading ---------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        # The copies are read before the workloads (their records are written before them):
-        # a copy seen here has its record visible in the workloads' list, so the sweep never
-        # takes a copy being made for a left-over.
-        copies = self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF) if self.surge_copy else []
-        # The big lists and the namespaces run beside the ordered small ones.
-        pods, nodes, namespace_list, (budgets, autoscalers, kept, workloads) = self.kube.read_concurrently(
-            r.PODS, r.NODES, r.NAMESPACES, read_before_workloads, page_limit=LIST_PAGE
+        # The big lists and the namespaces run beside the ordered small ones (the copies
+        # among the first of those: read before the workloads).
+        before_workloads = functools.partial(read_before_workloads, copies=self.surge_copy)
+        pods, nodes, namespace_list, (budgets, autoscalers, kept, copies, workloads) = self.kube.read_concurrently(
+            r.PODS, r.NODES, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
         snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
         for rs in copies:
@@ -910,9 +929,8 @@ class Handler:
         snap = batch.snap
         now = self.clock()
         marks = batch.marks or snap.node_notices
-        default_until = record.started + interruption.SURGE_MAX_SECONDS
         alive = {n.name for n in snap.node_views}
-        deadlines = {n: interruption.node_deadline(record, n, default_until, marks) for n in record.nodes}
+        deadlines, last = interruption.node_deadlines(record, marks)
         current = snap.copies.get(wl.key)
         facts = surgecopy.facts_for(
             wl,
@@ -921,7 +939,7 @@ class Handler:
             doomed=set(record.nodes),
             live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
             copy_replicas=None if current is None else int((current.get("spec") or {}).get("replicas") or 0),
-            last_deadline=max(deadlines.values(), default=default_until),
+            last_deadline=last,
             now=now,
         )
         step = surgecopy.copy_step(facts)
@@ -1066,7 +1084,6 @@ class Handler:
                 }
                 if not self._delete_copy(current, fin.reason):
                     return  # the next reconcile finishes again
-                fin = dataclasses.replace(fin, scale=False)  # the owner's count was never written
             if (
                 fin.scale
                 and fin.replicas < wl.replicas
@@ -1085,9 +1102,9 @@ class Handler:
             if fin.budget:
                 with contextlib.suppress(NotFound):
                     self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
-            if fin.record.lost and (self.surge_copy or fin.replicas == wl.replicas):
+            if fin.record.lost and (not fin.scale or fin.replicas == wl.replicas):
                 # Nothing to put back on the workload (a scale back of ours whose ledger write
-                # failed, or a replace at the owner's count): only the ledger entry goes.
+                # failed, a replace at the owner's count, a copy's surge): only the ledger entry goes.
                 batch.records[wl.key] = None
                 log.info(
                     "surge over: no record on the workload and it is at its owner's count; ledger entry dropped",
@@ -1100,7 +1117,7 @@ class Handler:
                     self.kube.patch(
                         r.DEPLOYMENTS,
                         wl.name,
-                        records.finish_patch(raw, fin.replicas if fin.scale and not self.surge_copy else None, keep),
+                        records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
                         wl.namespace,
                     )
                     batch.records[wl.key] = keep
@@ -1143,7 +1160,7 @@ class Handler:
             metrics.ERRORS.labels("finish").inc()
             log.warning("could not scale back yet", extra={"workload": wl.key, "error": str(exc)})
             return
-        if fin.scale and not self.surge_copy:
+        if fin.scale:
             metrics.SCALE_BACKS.inc()
             log.info(
                 "surge over: scaled back",

@@ -303,7 +303,7 @@ class Reconciler:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
             return leases, k.list(r.REPLICASETS)
 
-        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, workloads) = (
+        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, _copies, workloads) = (
             self.kube.read_concurrently(
                 r.PODS,
                 r.NODES,

@@ -423,6 +423,16 @@ def node_deadline(
     return t
 
 
+def node_deadlines(
+    record: SurgeRecord, marks: Mapping[str, NodeNotice] | None = None, max_seconds: float = SURGE_MAX_SECONDS
+) -> tuple[dict[str, float], float]:
+    """Each of a surge's nodes' deadline (:func:`node_deadline`), and the last of them (the
+    record's default, ``max_seconds`` after it started, where it names no node)."""
+    default_until = record.started + max_seconds
+    deadlines = {n: node_deadline(record, n, default_until, marks) for n in record.nodes}
+    return deadlines, max(deadlines.values(), default=default_until)
+
+
 def has_interruption_taint(node: NodeView) -> bool:
     return any(t.key == INTERRUPTION_TAINT for t in node.taints)
 
@@ -783,7 +793,7 @@ class Finish:
     reason: str
     # Remove the annotation (its nodes are gone); False: keep it as a done record.
     remove: bool = True
-    scale: bool = True  # False: the replicas were already put back (a done record)
+    scale: bool = True  # False: the replicas were already put back (a done record), or never raised (a copy)
 
 
 @dataclass(frozen=True)
@@ -818,7 +828,8 @@ def finish(
     written); a node's deadline is :func:`node_deadline`.
 
     ``surge_copy``: the surge is a copy (``surgecopy``), which no replace of the workload
-    undoes: a lost record waits for the replacements like any other.
+    undoes: a lost record waits for the replacements like any other, and the finish
+    scales nothing back (``scale`` False: the owner's count was never written).
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -832,8 +843,7 @@ def finish(
         record = SurgeRecord.of(wl)
         if record is None:
             continue
-        default_until = record.started + max_seconds
-        last = max((node_deadline(record, n, default_until, marks) for n in record.nodes), default=default_until)
+        deadlines, last = node_deadlines(record, marks, max_seconds)
         doomed_nodes = set(record.nodes)
         nodes_gone = not (doomed_nodes & alive)
         over = nodes_gone or now >= last + STALE_SECONDS
@@ -841,7 +851,7 @@ def finish(
             if over:
                 done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
             continue
-        live = {n for n in doomed_nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
+        live = {n for n, t in deadlines.items() if n in alive and now < t}
         wl_pods = pods_by_key.get(wl.key, [])
         doomed_ready = sum(1 for p in wl_pods if p.active and p.ready and p.node_name in live)
         ready_elsewhere = sum(1 for p in wl_pods if p.active and p.ready and p.node_name not in doomed_nodes)
@@ -880,7 +890,10 @@ def finish(
             reason = f"surge older than its deadline by {int(REPLACEMENT_GRACE)}s"
         else:
             reason = "replacements Ready and the doomed pods gone"
-        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost))
+        # A copy's surge never wrote the owner's count: nothing to scale back.
+        done.append(
+            Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost, not surge_copy)
+        )
     return done, waiting
 
 
@@ -963,8 +976,8 @@ def evictions(
         record = SurgeRecord.of(wl)
         if record is None or record.done:
             continue
-        default_until = record.started + max_seconds
-        live = {n for n in record.nodes if n in alive and now < node_deadline(record, n, default_until, marks)}
+        deadlines, _last = node_deadlines(record, marks, max_seconds)
+        live = {n for n, t in deadlines.items() if n in alive and now < t}
         if not live:
             continue
         wl_pods = [p for p in pods_by_key.get(wl.key, []) if p.active]

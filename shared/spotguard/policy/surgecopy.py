@@ -2,8 +2,9 @@
 without writing anything the Deployment's owner owns. Pure; no I/O.
 
 Work in progress (issue 24): the object, the rules that keep it apart from the
-Deployment and its life (:func:`copy_step`) are here and tested; the handler does
-not create it yet.
+Deployment and its life (:func:`copy_step`) are here and tested; the handler
+creates, resizes and deletes it only behind the ``surge_copy`` setting (off by
+default; docs/interruption-handling.md lists what is left).
 
 Why a copy. A surge in ``spec.replicas`` is a field other writers own: Argo CD's
 self-heal reverts it within seconds, ``kubectl replace``, Argo CD ``Replace=true``
