@@ -455,12 +455,14 @@ class Store:
 
     def count(self, resource: str) -> int:
         """How many ``resource`` objects there are. Read without the store lock (each call
-        below is atomic under the GIL), as every notification of every pod asks it: a
-        count a write is changing at that moment is that of just before or after it."""
+        below is atomic under the GIL), as admission asks it on every write (is there any
+        webhook configuration?): a count a write is changing at that moment is that of
+        just before or after it."""
         return sum(map(len, list(self._bucket(resource).values())))
 
     def count_in(self, resource: str, namespace: str) -> int:
-        """How many ``resource`` objects ``namespace`` holds (without the lock, as ``count``)."""
+        """How many ``resource`` objects ``namespace`` holds (without the lock, as ``count``;
+        the quota controller asks it on every notification)."""
         return len(self._bucket(resource).get(namespace, {}))
 
     # ---- watches and subscribers -----------------------------------------
