@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from spotguard.sim import errors, rbac, routes
+from spotguard.sim import authn, errors, rbac, routes
 
 if TYPE_CHECKING:
     from spotguard.sim.routes import Api, Request, Target
@@ -91,11 +91,11 @@ def _token(api: Api, t: Target, body: Obj) -> routes.Response:
     assert t.name is not None and t.namespace is not None
     spec = dict(body.get("spec") or {})
     seconds = spec.get("expirationSeconds", 3600)
-    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 600:
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < authn.MIN_TOKEN_SECONDS:
         raise errors.invalid("TokenRequest", t.name, [{"field": "spec.expirationSeconds", "message":
                              f"Invalid value: {seconds!r}: may not specify a duration less than 10 minutes"}],
                              "authentication.k8s.io")
-    audiences = spec.get("audiences") or ["https://kubernetes.default.svc.cluster.local"]
+    audiences = spec.get("audiences") or [authn.ISSUER]
     bound = spec.get("boundObjectRef")
     bound_obj = None
     if bound:

@@ -202,15 +202,13 @@ def _matches(store: Store, hook: Mapping[str, Any], rtype: resources.ResourceTyp
 
 
 _OPTIONS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
-_SUB_KINDS = {"eviction": ("policy", "v1", "Eviction"), "binding": ("", "v1", "Binding"),
-              "scale": ("autoscaling", "v1", "Scale")}
 
 
 def review(rtype: resources.ResourceType, obj: Obj | None, *, namespace: str,
            user: Mapping[str, Any], dry_run: bool, operation: str = "CREATE",
            old: Obj | None = None, subresource: str | None = None, name: str = "") -> Obj:
     """The AdmissionReview request kube-apiserver sends."""
-    group, version, kind = _SUB_KINDS.get(subresource or "", (rtype.group, rtype.version, rtype.kind))
+    group, version, kind = resources.SUBRESOURCE_KINDS.get(subresource or "", (rtype.group, rtype.version, rtype.kind))
     gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
     request: Obj = {

@@ -75,7 +75,7 @@ class Meter:
         now = self.store.clock.now()
         for node in self.store.list("nodes")[0]:
             self.ledger.observe(node, now)
-        self.store.subscribe(self._on_event)
+        self.store.subscribe(self._on_event, ("nodes",))
         self.cloud.subscribe(self._on_instance)
         return self
 

@@ -32,13 +32,6 @@ VERSION = {
 _AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 _READ = ["get", "list", "watch"]
 _WRITE = ["create", "delete", "deletecollection", "patch", "update"]
-_SUB_KIND = {
-    "status": None,
-    "scale": ("autoscaling", "v1", "Scale"),
-    "eviction": ("policy", "v1", "Eviction"),
-    "binding": ("", "v1", "Binding"),
-    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
-}
 _SUB_VERBS = {
     "status": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
@@ -72,7 +65,7 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
                 "name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,
                 "kind": t.kind, "verbs": _SUB_VERBS[sub],
             }
-            kind = _SUB_KIND[sub]
+            kind = resources.SUBRESOURCE_KINDS.get(sub)
             if kind is not None:
                 sub_entry.update({"group": kind[0], "version": kind[1], "kind": kind[2]})
             out.append(sub_entry)
@@ -119,7 +112,7 @@ def aggregated(core: bool) -> dict[str, Any]:
                 entry["categories"] = list(t.categories)
             subs = []
             for sub in t.subresources:
-                kind = _SUB_KIND[sub] or (group, version, t.kind)
+                kind = resources.SUBRESOURCE_KINDS.get(sub, (group, version, t.kind))
                 subs.append({
                     "subresource": sub,
                     "responseKind": {"group": kind[0], "version": kind[1], "kind": kind[2]},

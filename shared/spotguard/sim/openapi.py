@@ -37,12 +37,6 @@ _PATCH_TYPES = (
     "application/strategic-merge-patch+json",
     "application/apply-patch+yaml",
 )
-_SUB_KINDS = {
-    "scale": ("autoscaling", "v1", "Scale"),
-    "eviction": ("policy", "v1", "Eviction"),
-    "binding": ("", "v1", "Binding"),
-    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
-}
 _lock = threading.Lock()
 
 
@@ -252,7 +246,7 @@ def group_version_doc(group: str, version: str) -> dict[str, Any]:
             if sub == "status":
                 sub_gvk, sub_def = gvk, kind_def
             else:
-                g, v, k = _SUB_KINDS[sub]
+                g, v, k = resources.SUBRESOURCE_KINDS[sub]
                 sub_gvk = {"group": g, "version": v, "kind": k}
                 sub_def = _def_for(g, v, k)
                 roots.append(sub_def)

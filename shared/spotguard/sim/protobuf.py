@@ -15,17 +15,15 @@ from spotguard.sim import errors
 
 MAGIC = b"k8s\x00"
 # message name -> field number -> (json name, type, repeated); a type is "string", "int",
-# "bool" or another message's name
+# "bytes" or another message's name
 Schema = dict[int, tuple[str, str, bool]]
-_RESOURCE_ATTRIBUTES: Schema = {
-    1: ("namespace", "string", False), 2: ("verb", "string", False), 3: ("group", "string", False),
-    4: ("version", "string", False), 5: ("resource", "string", False), 6: ("subresource", "string", False),
-    7: ("name", "string", False),
-}
 MESSAGES: dict[str, Schema] = {
     "Unknown": {1: ("typeMeta", "TypeMeta", False), 2: ("raw", "bytes", False)},
     "TypeMeta": {1: ("apiVersion", "string", False), 2: ("kind", "string", False)},
-    "ResourceAttributes": _RESOURCE_ATTRIBUTES,
+    "ResourceAttributes": {1: ("namespace", "string", False), 2: ("verb", "string", False),
+                           3: ("group", "string", False), 4: ("version", "string", False),
+                           5: ("resource", "string", False), 6: ("subresource", "string", False),
+                           7: ("name", "string", False)},
     "NonResourceAttributes": {1: ("path", "string", False), 2: ("verb", "string", False)},
     "SelfSubjectAccessReviewSpec": {1: ("resourceAttributes", "ResourceAttributes", False),
                                     2: ("nonResourceAttributes", "NonResourceAttributes", False)},
@@ -94,10 +92,10 @@ def _message(data: bytes, name: str) -> dict[str, Any]:
             continue
         key, kind, repeated = schema[number]
         value: Any
-        if kind in ("int", "bool"):
+        if kind == "int":
             if not isinstance(raw, int):
                 raise ValueError(f"{name}.{key}: expected a varint")
-            value = bool(raw) if kind == "bool" else raw
+            value = raw
         else:
             if not isinstance(raw, bytes):
                 raise ValueError(f"{name}.{key}: expected bytes")

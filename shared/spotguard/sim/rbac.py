@@ -124,13 +124,12 @@ class Authorizer:
         self._lock = threading.Lock()
         self._policy: _Policy | None = None
         self._generation = 0  # bumped by every RBAC write
-        store.subscribe(self._changed)
+        store.subscribe(self._changed, PLURALS)
 
     def _changed(self, event_type: str, resource: str, obj: Mapping[str, Any]) -> None:
-        if resource in PLURALS:
-            with self._lock:
-                self._policy = None
-                self._generation += 1
+        with self._lock:
+            self._policy = None
+            self._generation += 1
 
     def _current(self) -> _Policy:
         with self._lock:

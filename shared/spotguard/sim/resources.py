@@ -136,6 +136,15 @@ VIEWS: tuple[ResourceType, ...] = (EVENTS_V1, *REVIEWS)
 SERVED: tuple[ResourceType, ...] = TYPES + VIEWS
 PLURALS: frozenset[str] = frozenset(t.plural for t in SERVED)
 
+# The kind a subresource's requests and responses carry when it is not the parent's own
+# (``status`` is): discovery, the OpenAPI documents and AdmissionReviews name it.
+SUBRESOURCE_KINDS: dict[str, tuple[str, str, str]] = {
+    "scale": ("autoscaling", "v1", "Scale"),
+    "eviction": ("policy", "v1", "Eviction"),
+    "binding": ("", "v1", "Binding"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
+}
+
 BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in TYPES}
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}
 

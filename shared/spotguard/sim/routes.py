@@ -237,7 +237,8 @@ class Api:
         method = request.method
         q = request.query
         ctype = request.headers.get("content-type", "")
-        if request.body and "protobuf" in ctype and (t.rtype in resources.REVIEWS or t.subresource == "token"):
+        reviewed = t.rtype in resources.REVIEWS or t.subresource == "token"  # answered, never stored
+        if request.body and "protobuf" in ctype and reviewed:
             from spotguard.sim import protobuf
 
             request.body = orjson.dumps(protobuf.decode(request.body))
@@ -251,7 +252,7 @@ class Api:
             from spotguard.sim import eventsapi
 
             return eventsapi.handle(self, request, t)
-        if t.rtype in resources.REVIEWS or t.subresource == "token":
+        if reviewed:
             from spotguard.sim import accessreviews
 
             return accessreviews.handle(self, request, t)

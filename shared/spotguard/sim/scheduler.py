@@ -648,18 +648,6 @@ def filter_spread(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> s
 # ---------------------------------------------------------------- scores
 
 
-def _normalize(raw: dict[str, float], reverse: bool = False) -> dict[str, float]:
-    """DefaultNormalizeScore: scale to 0..100 by the maximum (optionally reversed)."""
-    top = max(raw.values(), default=0)
-    if top == 0:
-        return dict.fromkeys(raw, MAX_NODE_SCORE if reverse else 0)
-    out = {}
-    for n, v in raw.items():
-        score = MAX_NODE_SCORE * v / top
-        out[n] = MAX_NODE_SCORE - score if reverse else score
-    return out
-
-
 def score_least_allocated(pod: PodInfo, node: NodeInfo) -> float:
     """NodeResourcesFit LeastAllocated over cpu and memory (weight 1 each)."""
     total = 0.0
@@ -708,32 +696,29 @@ def score_spread(
         raw = [None if (value := n.labels.get(key)) is None else by_domain.get(value, zero) for n in nodes]
     else:
         # per constraint: its key, the matching pods per node (hostname) or each domain's
-        # term (cnt * weight + maxSkew - 1, worked out once per domain), and the term of a
-        # node or domain without matching pods
-        terms: list[tuple[str, Counter[str] | None, dict[str, float], float, int, float]] = []
+        # term (cnt * weight + maxSkew - 1, worked out once per domain), its weight and
+        # maxSkew - 1 (the term of a node or domain without matching pods)
+        terms: list[tuple[str, Counter[str] | None, dict[str, float], float, int]] = []
         for x in soft:
             extra = x.spread.max_skew - 1
             if x.spread.topology_key == HOSTNAME:
-                terms.append((HOSTNAME, cache.matching(pod.namespace, x.spread), {}, x.weight, extra,
-                              0 * x.weight + extra))
+                terms.append((HOSTNAME, cache.matching(pod.namespace, x.spread), {}, x.weight, extra))
             else:
                 terms.append((x.spread.topology_key, None,
-                              {v: c * x.weight + extra for v, c in x.domain_counts.items()},
-                              x.weight, extra, 0 * x.weight + extra))
+                              {v: c * x.weight + extra for v, c in x.domain_counts.items()}, x.weight, extra))
         raw = []
         for n in nodes:
             labels = n.labels
             score = 0.0
-            for key, counts, by_value, weight, extra, zero_term in terms:
+            for key, counts, by_value, weight, extra in terms:
                 value = labels.get(key)
                 if value is None:
                     raw.append(None)
                     break
                 if counts is not None:
-                    cnt = counts.get(n.name, 0)
-                    score += cnt * weight + extra if cnt else zero_term
+                    score += counts.get(n.name, 0) * weight + extra
                 else:
-                    score += by_value.get(value, zero_term)
+                    score += by_value.get(value, extra)
             else:
                 raw.append(round(score))
     counted = [r for r in raw if r is not None]
@@ -1133,11 +1118,9 @@ def schedule(
 
 
 def combine_scores(
-    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache,
-    plan: _Plan | None = None,
+    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache, plan: _Plan,
 ) -> list[float]:
     """Weighted sum of the normalised scores of the feasible nodes, in their order."""
-    plan = plan or cache.plan(pod)
     fit = WEIGHTS["fit"]
     base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
     pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory

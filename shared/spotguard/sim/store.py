@@ -18,7 +18,7 @@ import random
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -238,7 +238,7 @@ class Store:
         self._compact_seen: int | None = None  # the revision seen at the last tick
         self._next_compaction = self.clock.now() + COMPACTION_INTERVAL
         self._watchers: list[Watcher] = []
-        self._subscribers: list[Callback] = []
+        self._subscribers: list[tuple[Callback, frozenset[str] | None]] = []  # callback, its resources
         self._local = threading.local()
         self.admission_enabled = True
         for name in SYSTEM_NAMESPACES:
@@ -455,12 +455,14 @@ class Store:
 
     def count(self, resource: str) -> int:
         """How many ``resource`` objects there are. Read without the store lock (each call
-        below is atomic under the GIL), as every notification of every pod asks it: a
-        count a write is changing at that moment is that of just before or after it."""
+        below is atomic under the GIL), as admission asks it on every write (is there any
+        webhook configuration?): a count a write is changing at that moment is that of
+        just before or after it."""
         return sum(map(len, list(self._bucket(resource).values())))
 
     def count_in(self, resource: str, namespace: str) -> int:
-        """How many ``resource`` objects ``namespace`` holds (without the lock, as ``count``)."""
+        """How many ``resource`` objects ``namespace`` holds (without the lock, as ``count``;
+        the quota controller asks it on every notification)."""
         return len(self._bucket(resource).get(namespace, {}))
 
     # ---- watches and subscribers -----------------------------------------
@@ -520,15 +522,19 @@ class Store:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
 
-    def subscribe(self, callback: Callback) -> None:
-        """``callback(event_type, resource, obj)`` after each committed change."""
+    def subscribe(self, callback: Callback, resources: Collection[str] | None = None) -> None:
+        """``callback(event_type, resource, obj)`` after each committed change; with
+        ``resources``, of those only (each call hands over a copy of the object, which the
+        other writes then do not cost)."""
         with self.lock:
-            self._subscribers.append(callback)
+            self._subscribers.append((callback, None if resources is None else frozenset(resources)))
 
     def unsubscribe(self, callback: Callback) -> None:
         with self.lock:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
+            for i, (subscribed, _) in enumerate(self._subscribers):
+                if subscribed == callback:
+                    del self._subscribers[i]
+                    break
 
     def close(self) -> None:
         with self.lock:
@@ -555,7 +561,9 @@ class Store:
         try:
             while pending:
                 type_, resource, entry = pending.pop(0)
-                for callback in list(self._subscribers):
+                for callback, wanted in list(self._subscribers):
+                    if wanted is not None and resource not in wanted:
+                        continue
                     try:
                         callback(type_, resource, entry.copy())
                     except Exception:
