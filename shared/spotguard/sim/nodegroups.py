@@ -241,23 +241,6 @@ def not_schedulable_now(
     (upstream runs every predicate), so a pod that only those would keep off a node is
     taken as schedulable there and gets no scale-up: a harsher miss, never a kinder one.
     """
-    infos: list[scheduler.NodeInfo] = []
-    for node in nodes:
-        info = scheduler.NodeInfo.from_node(node)
-        if not info.ready:
-            continue
-        for p in pods_on(info.name):
-            info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-            info.usage.pods += 1
-        infos.append(info)
-    left: list[PodT] = []
-    for pod in pending:
-        wanted = scheduler.PodInfo.from_pod(pod)
-        for info in infos:
-            if scheduler._static_reason(wanted, info) is None and not scheduler.filter_resources(wanted, info):
-                info.usage.requested.update(wanted.requests)
-                info.usage.pods += 1
-                break
-        else:
-            left.append(pod)
-    return left
+    infos = [scheduler.loaded(node, pods_on(str((node.get("metadata") or {}).get("name") or "")))
+             for node in nodes if scheduler.node_ready(node)]
+    return [pod for pod in pending if scheduler.first_fit(scheduler.PodInfo.from_pod(pod), infos) is None]

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spotguard.policy import quantities, tolerations
+from spotguard.policy import quantities
 from spotguard.sim import catalogue, scheduler
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
@@ -156,10 +156,7 @@ def _candidate(pool: Mapping[str, Any], offering: Offering) -> scheduler.NodeInf
 
 def admits(pod: scheduler.PodInfo, node: scheduler.NodeInfo) -> bool:
     """The pod's node affinity and tolerations allow the node (resources aside)."""
-    if not scheduler.matches_node_affinity(pod, node):
-        return False
-    return all(not (t.effect in ("NoSchedule", "NoExecute") and not tolerations.tolerated(t, pod.tolerations))
-               for t in node.taints)
+    return scheduler.matches_node_affinity(pod, node) and scheduler.filter_taints(pod, node) is None
 
 
 def relaxations(pod: scheduler.PodInfo) -> list[scheduler.PodInfo]:

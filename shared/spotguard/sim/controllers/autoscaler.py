@@ -236,9 +236,7 @@ class ClusterAutoscaler(base.Controller):
                 starting = name in self._launching and not self._launching[name][1]
                 if name in self._deleting or starting or not scheduler.node_ready(node):
                     continue
-                info = scheduler.NodeInfo.from_node(node)
-                for p in self.informer.pods_on_node(name):
-                    info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
+                info = scheduler.loaded(node, self.informer.pods_on_node(name))
                 if (nodegroups.utilization(info) < self.config.scale_down.utilization_threshold
                         and consolidation.can_move(self.store, self.informer, name, leaving,
                                                    blocks=lambda p: blocks(self.store, p))):

@@ -299,20 +299,6 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
             continue
         if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
             continue
-        target = scheduler.NodeInfo.from_node(node)
-        for p in informer.pods_on_node(name):
-            if not pods.is_terminating(p):
-                target.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-                target.usage.pods += 1
-        others.append(target)
-    for pod in sorted(moving, key=lambda p: -scheduler.PodInfo.from_pod(p).requests.get("cpu", 0)):
-        info = scheduler.PodInfo.from_pod(pod)
-        for other in others:
-            if (nodepools.admits(info, other) and scheduler.filter_unschedulable(info, other) is None
-                    and not scheduler.filter_resources(info, other)):
-                other.usage.requested.update(info.requests)
-                other.usage.pods += 1
-                break
-        else:
-            return False
-    return True
+        others.append(scheduler.loaded(node, (p for p in informer.pods_on_node(name) if not pods.is_terminating(p))))
+    infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
+    return all(scheduler.first_fit(info, others) is not None for info in infos)
