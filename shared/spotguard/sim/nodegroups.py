@@ -130,12 +130,7 @@ def option(group: NodeGroup, pods: list[scheduler.PodInfo], room: int,
     if room <= 0:
         return None
     template = group.template()
-    overhead: Counter[str] = Counter()
-    overhead_pods = 0
-    for d in daemons:
-        if nodepools.admits(d, template):
-            overhead.update(d.requests)
-            overhead_pods += 1
+    overhead, overhead_pods = nodepools.daemon_overhead(template, daemons)
     bins: list[tuple[Counter[str], int]] = []
     placed: list[int] = []
     total: Counter[str] = Counter()

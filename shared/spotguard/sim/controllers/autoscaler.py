@@ -25,7 +25,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from spotguard.sim import billing, disruption, nodegroups, nodestatus, scenario, scheduler
+from spotguard.sim import billing, disruption, nodegroups, nodepools, nodestatus, scenario, scheduler
 from spotguard.sim import capacity as capacity_mod
 from spotguard.sim.controllers import base, consolidation, drainer, provisioner, termination
 
@@ -199,9 +199,7 @@ class ClusterAutoscaler(base.Controller):
         infos = sorted(((scheduler.PodInfo.from_pod(p), base.key_of(p)) for p in pending),
                        key=lambda x: (-x[0].requests.get("cpu", 0), x[1]))
         pods = [i for i, _ in infos]
-        daemons = [scheduler.PodInfo.from_pod({"metadata": (ds["spec"]["template"].get("metadata") or {}),
-                                               "spec": ds["spec"]["template"].get("spec") or {}})
-                   for ds in self.informer.list("daemonsets")]
+        daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
         options = []
         for group in self.groups.values():
             if self._backoff.get(group.name, 0.0) > now:
