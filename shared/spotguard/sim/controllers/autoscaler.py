@@ -115,7 +115,7 @@ class ClusterAutoscaler(base.Controller):
 
     def _zone(self, group: nodegroups.NodeGroup) -> str:
         """The group's least-used zone (Auto Scaling groups balance their zones)."""
-        used = Counter(((n.get("metadata") or {}).get("labels") or {}).get("topology.kubernetes.io/zone")
+        used = Counter(((n.get("metadata") or {}).get("labels") or {}).get(nodepools.ZONE)
                        for n in self._members().get(group.name, []))
         return min(group.zones, key=lambda z: (used[z], z))
 
