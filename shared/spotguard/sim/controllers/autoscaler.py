@@ -27,7 +27,7 @@ from typing import Any
 
 from spotguard.sim import billing, disruption, nodegroups, nodepools, nodestatus, scenario, scheduler
 from spotguard.sim import capacity as capacity_mod
-from spotguard.sim.controllers import base, consolidation, drainer, provisioner, termination
+from spotguard.sim.controllers import base, consolidation, provisioner, termination
 
 LOOP = ("loop",)
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
@@ -254,9 +254,7 @@ class ClusterAutoscaler(base.Controller):
             group_name = found["metadata"]["labels"][nodegroups.NODEGROUP]
             if sizes[group_name] <= self.groups[group_name].min_size:
                 continue
-            busy = any(drainer.drainable(p) and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       for p in self.informer.pods_on_node(name))
-            if busy:
+            if consolidation.workload_pods(self.informer, name):
                 if empty_taken or any(n not in self._unneeded for n in self._deleting):
                     continue
                 self._delete(name)
