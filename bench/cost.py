@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spotguard.ops import baselines, cycle, report
+from spotguard.ops import baselines, cycle, money, report
 from spotguard.sim import scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def main() -> int:
         usd = run["money"]["cycle"]["usd"]
         run["cost_usd"] = usd
         run["cost_per_hour_usd"] = run["money"]["cycle"]["usd_per_hour"]
-        run["saving_vs_all_on_demand"] = round(1 - usd / base, 4) if base else None
+        run["saving_vs_all_on_demand"] = money.saving(usd, base)
     print(json.dumps({
         "benchmark": "cost", "run_seconds": round(time.monotonic() - started, 1),
         "scenario": os.path.relpath(args.scenario, ROOT), "time_scale": args.time_scale,

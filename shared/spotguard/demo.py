@@ -115,7 +115,7 @@ def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from spotguard.ops import cycle, live, report, signals
+    from spotguard.ops import cycle, live, money, report, signals
 
     options, plot = options_from(args)
     assert isinstance(options, cycle.Options)
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(baselines.line(name, found, base if name != "all-on-demand" else None))
         usd = data["money"]["cycle"]["usd"]
         data["baselines"] = runs
-        data["saving_vs_all_on_demand"] = round(1 - usd / base, 4) if base else None
+        data["saving_vs_all_on_demand"] = money.saving(usd, base)
         if base:
             console.print(f"spotguard: ${usd:.4f} over the same window, {baselines.against(usd, base)}")
     if plot is not None:

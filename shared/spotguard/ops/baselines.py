@@ -19,7 +19,7 @@ from typing import Any
 from spotguard.logs import UserError
 from spotguard.ops import cycle, functions, money, serving
 from spotguard.policy import config as config_mod
-from spotguard.sim import billing, nodepools, testing
+from spotguard.sim import billing, costs, nodepools, testing
 
 NOTICE = 120.0
 POD_STARTUP = 30.0
@@ -97,7 +97,7 @@ def run(objects: list[dict[str, Any]], *, scale: float, window: float, notice: f
 
 def against(usd: float, base_usd: float) -> str:
     """``12% cheaper than all on-demand`` (or dearer)."""
-    saving = 1 - usd / base_usd
+    saving = costs.saving(usd, base_usd) or 0.0
     return f"{abs(saving):.0%} {'cheaper' if saving >= 0 else 'dearer'} than all on-demand"
 
 

@@ -45,10 +45,15 @@ def measure(spans: list[costs.Span], prices: catalogue.Prices, *, t0: float, set
         "after_per_hour": round(costs.rate(spans, price, end - 1e-6), 4),
         "cycle": _window(cycle_bill),
         "same_nodes_on_demand": _window(on_demand),
-        "saving_vs_same_nodes_on_demand": (round(s, 4) if (s := costs.saving(cycle_bill.total, on_demand.total))
-                                            is not None else None),
+        "saving_vs_same_nodes_on_demand": saving(cycle_bill.total, on_demand.total),
         "unpriced_instance_types": unpriced,
     }
+
+
+def saving(usd: float, base_usd: float) -> float | None:
+    """The share of ``base_usd`` that ``usd`` saves, as the reports carry it (rounded; None without a base)."""
+    found = costs.saving(usd, base_usd)
+    return None if found is None else round(found, 4)
 
 
 def line(money: dict[str, Any]) -> str:

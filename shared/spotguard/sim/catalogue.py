@@ -32,8 +32,6 @@ PRICES_DATED = "2026-07-20"
 SPOT_RATIO = 0.5
 VM_MEMORY_OVERHEAD = 0.075
 EVICTION_HARD_MIB = 100
-CAPACITY_TYPES = ("spot", "on-demand", "reserved")
-HOUR = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)

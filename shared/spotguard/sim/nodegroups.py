@@ -130,12 +130,7 @@ def option(group: NodeGroup, pods: list[scheduler.PodInfo], room: int,
     if room <= 0:
         return None
     template = group.template()
-    overhead: Counter[str] = Counter()
-    overhead_pods = 0
-    for d in daemons:
-        if nodepools.admits(d, template):
-            overhead.update(d.requests)
-            overhead_pods += 1
+    overhead, overhead_pods = nodepools.daemon_overhead(template, daemons)
     bins: list[tuple[Counter[str], int]] = []
     placed: list[int] = []
     total: Counter[str] = Counter()
@@ -241,23 +236,6 @@ def not_schedulable_now(
     (upstream runs every predicate), so a pod that only those would keep off a node is
     taken as schedulable there and gets no scale-up: a harsher miss, never a kinder one.
     """
-    infos: list[scheduler.NodeInfo] = []
-    for node in nodes:
-        info = scheduler.NodeInfo.from_node(node)
-        if not info.ready:
-            continue
-        for p in pods_on(info.name):
-            info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-            info.usage.pods += 1
-        infos.append(info)
-    left: list[PodT] = []
-    for pod in pending:
-        wanted = scheduler.PodInfo.from_pod(pod)
-        for info in infos:
-            if scheduler._static_reason(wanted, info) is None and not scheduler.filter_resources(wanted, info):
-                info.usage.requested.update(wanted.requests)
-                info.usage.pods += 1
-                break
-        else:
-            left.append(pod)
-    return left
+    infos = [scheduler.loaded(node, pods_on(str((node.get("metadata") or {}).get("name") or "")))
+             for node in nodes if scheduler.node_ready(node)]
+    return [pod for pod in pending if scheduler.first_fit(scheduler.PodInfo.from_pod(pod), infos) is None]

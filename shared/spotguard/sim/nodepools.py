@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spotguard.policy import quantities, tolerations
+from spotguard.policy import quantities
 from spotguard.sim import catalogue, scheduler
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
@@ -156,10 +156,7 @@ def _candidate(pool: Mapping[str, Any], offering: Offering) -> scheduler.NodeInf
 
 def admits(pod: scheduler.PodInfo, node: scheduler.NodeInfo) -> bool:
     """The pod's node affinity and tolerations allow the node (resources aside)."""
-    if not scheduler.matches_node_affinity(pod, node):
-        return False
-    return all(not (t.effect in ("NoSchedule", "NoExecute") and not tolerations.tolerated(t, pod.tolerations))
-               for t in node.taints)
+    return scheduler.matches_node_affinity(pod, node) and scheduler.filter_taints(pod, node) is None
 
 
 def relaxations(pod: scheduler.PodInfo) -> list[scheduler.PodInfo]:
@@ -216,10 +213,18 @@ class Claim:
         return self.offerings[0] if self.offerings else None
 
 
-def daemon_overhead(pool: Mapping[str, Any], offering: Offering,
-                    daemons: Iterable[scheduler.PodInfo]) -> tuple[Counter[str], int]:
-    """What the DaemonSets that would run on the node request (Karpenter reserves it)."""
-    node = candidate(pool, offering)
+def daemon_pods(daemonsets: Iterable[Mapping[str, Any]]) -> list[scheduler.PodInfo]:
+    """The pod each DaemonSet would run on a new node (its template)."""
+    out = []
+    for ds in daemonsets:
+        tmpl = (ds.get("spec") or {}).get("template") or {}
+        out.append(scheduler.PodInfo.from_pod({"metadata": tmpl.get("metadata") or {}, "spec": tmpl.get("spec") or {}}))
+    return out
+
+
+def daemon_overhead(node: scheduler.NodeInfo, daemons: Iterable[scheduler.PodInfo]) -> tuple[Counter[str], int]:
+    """What the DaemonSet pods that would run on the new node request, and how many they are
+    (Karpenter and the Cluster Autoscaler reserve it)."""
     total: Counter[str] = Counter()
     count = 0
     for d in daemons:

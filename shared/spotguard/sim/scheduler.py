@@ -765,7 +765,7 @@ def num_feasible_nodes_to_find(total: int, percentage: int = 0) -> int:
 
 def filter_node(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> list[str]:
     """All filters for one node; the reasons it fails (empty when it fits)."""
-    reason = _static_reason(pod, node)
+    reason = static_reason(pod, node)
     if reason:
         return [reason]
     reasons = filter_resources(pod, node)
@@ -775,11 +775,33 @@ def filter_node(pod: PodInfo, node: NodeInfo, states: list[_SpreadState]) -> lis
     return [reason] if reason else []
 
 
-def _static_reason(pod: PodInfo, node: NodeInfo) -> str | None:
+def static_reason(pod: PodInfo, node: NodeInfo) -> str | None:
+    """The first static filter the node fails (Ready, cordon, taints, node affinity and selector)."""
     for f in (filter_ready, filter_unschedulable, filter_taints, filter_node_affinity):
         reason = f(pod, node)
         if reason:
             return reason
+    return None
+
+
+def loaded(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> NodeInfo:
+    """The node with ``pods`` bound to it: their requests and their count in its usage."""
+    info = NodeInfo.from_node(node)
+    for p in pods:
+        info.usage.requested.update(PodInfo.from_pod(p).requests)
+        info.usage.pods += 1
+    return info
+
+
+def first_fit(pod: PodInfo, nodes: Iterable[NodeInfo]) -> NodeInfo | None:
+    """The first node that passes the static filters and has room for the pod, which then counts
+    there; None when none does. No spread, inter-pod affinity or host ports: the node
+    autoscalers' simulation of where a pod would go, not the scheduler's choice."""
+    for node in nodes:
+        if static_reason(pod, node) is None and not filter_resources(pod, node):
+            node.usage.requested.update(pod.requests)
+            node.usage.pods += 1
+            return node
     return None
 
 
@@ -798,7 +820,7 @@ class _Plan:
     def reasons(self) -> Counter[str]:
         """Why the other nodes fail the static filters (counted on first use)."""
         if self._reasons is None:
-            self._reasons = Counter(r for n in self.all_nodes if (r := _static_reason(self.pod, n)))
+            self._reasons = Counter(r for n in self.all_nodes if (r := static_reason(self.pod, n)))
         return self._reasons
 
 
@@ -829,7 +851,7 @@ def _make_plan(pod: PodInfo, nodes: list[NodeInfo]) -> _Plan:
     pinned = pinned_node_names(pod) if not pod.spreads else None
     candidates = nodes if pinned is None else [n for n in nodes if n.name in pinned]
     for node in candidates:
-        if not _static_reason(pod, node):
+        if not static_reason(pod, node):
             passing.append(node)
     affinity = {n.name: score_preferred_affinity(pod, n) for n in passing} if pod.preferred else None
     taints = None

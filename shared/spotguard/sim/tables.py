@@ -53,9 +53,7 @@ def _pod(obj: Obj, now: float) -> list[Any]:
 
 
 def _node(obj: Obj, now: float) -> list[Any]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    ready = next((c.get("status") for c in conds if c.get("type") == "Ready"), "Unknown")
-    state = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    state = {"True": "Ready", "False": "NotReady"}.get(_condition(obj, "Ready"), "Unknown")
     if (obj.get("spec") or {}).get("unschedulable"):
         state += ",SchedulingDisabled"
     labels = (obj.get("metadata") or {}).get("labels") or {}

@@ -25,9 +25,9 @@ import random
 from collections import Counter
 from typing import Any
 
-from spotguard.sim import billing, disruption, nodegroups, nodestatus, scenario, scheduler
+from spotguard.sim import billing, disruption, nodegroups, nodepools, nodestatus, scenario, scheduler
 from spotguard.sim import capacity as capacity_mod
-from spotguard.sim.controllers import base, consolidation, drainer, provisioner, termination
+from spotguard.sim.controllers import base, consolidation, provisioner, termination
 
 LOOP = ("loop",)
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
@@ -115,7 +115,7 @@ class ClusterAutoscaler(base.Controller):
 
     def _zone(self, group: nodegroups.NodeGroup) -> str:
         """The group's least-used zone (Auto Scaling groups balance their zones)."""
-        used = Counter(((n.get("metadata") or {}).get("labels") or {}).get("topology.kubernetes.io/zone")
+        used = Counter(((n.get("metadata") or {}).get("labels") or {}).get(nodepools.ZONE)
                        for n in self._members().get(group.name, []))
         return min(group.zones, key=lambda z: (used[z], z))
 
@@ -199,9 +199,7 @@ class ClusterAutoscaler(base.Controller):
         infos = sorted(((scheduler.PodInfo.from_pod(p), base.key_of(p)) for p in pending),
                        key=lambda x: (-x[0].requests.get("cpu", 0), x[1]))
         pods = [i for i, _ in infos]
-        daemons = [scheduler.PodInfo.from_pod({"metadata": (ds["spec"]["template"].get("metadata") or {}),
-                                               "spec": ds["spec"]["template"].get("spec") or {}})
-                   for ds in self.informer.list("daemonsets")]
+        daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
         options = []
         for group in self.groups.values():
             if self._backoff.get(group.name, 0.0) > now:
@@ -236,9 +234,7 @@ class ClusterAutoscaler(base.Controller):
                 starting = name in self._launching and not self._launching[name][1]
                 if name in self._deleting or starting or not scheduler.node_ready(node):
                     continue
-                info = scheduler.NodeInfo.from_node(node)
-                for p in self.informer.pods_on_node(name):
-                    info.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
+                info = scheduler.loaded(node, self.informer.pods_on_node(name))
                 if (nodegroups.utilization(info) < self.config.scale_down.utilization_threshold
                         and consolidation.can_move(self.store, self.informer, name, leaving,
                                                    blocks=lambda p: blocks(self.store, p))):
@@ -258,9 +254,7 @@ class ClusterAutoscaler(base.Controller):
             group_name = found["metadata"]["labels"][nodegroups.NODEGROUP]
             if sizes[group_name] <= self.groups[group_name].min_size:
                 continue
-            busy = any(drainer.drainable(p) and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       for p in self.informer.pods_on_node(name))
-            if busy:
+            if consolidation.workload_pods(self.informer, name):
                 if empty_taken or any(n not in self._unneeded for n in self._deleting):
                     continue
                 self._delete(name)

@@ -135,10 +135,6 @@ class Disruption(base.Controller):
 
     # ---- consolidation -----------------------------------------------------------
 
-    def _workload_pods(self, node: str) -> list[dict[str, Any]]:
-        return [p for p in self.informer.pods_on_node(node) if drainer.drainable(p)
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-
     def _consolidate(self) -> None:
         now = self.clock.now()
         pools = {p["metadata"]["name"]: p for p in self.informer.list("nodepools")}
@@ -168,7 +164,7 @@ class Disruption(base.Controller):
                 since = max(self._last_pod_event.get(node_name, 0.0), _ready_since(node))
                 if now - since < after:
                     continue
-                candidates.append((len(self._workload_pods(node_name)), node_name, node))
+                candidates.append((len(workload_pods(self.informer, node_name)), node_name, node))
             for count, node_name, node in sorted(candidates, key=lambda c: (c[0], c[1])):
                 if count == 0 and min(room.values()) > 0 and room["Empty"] > 0:
                     self._disrupt(node, "Empty")
@@ -274,12 +270,17 @@ def _ready_since(node: dict[str, Any]) -> float:
     return 0.0
 
 
+def workload_pods(informer: base.Informer, node: str) -> list[dict[str, Any]]:
+    """The pods a drain would move off ``node``: not DaemonSet or mirror pods, not terminating, not finished."""
+    return [p for p in informer.pods_on_node(node) if drainer.drainable(p)
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+
 def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
              blocks: Callable[[dict[str, Any]], bool]) -> bool:
     """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
     on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation)."""
-    moving = [p for p in informer.pods_on_node(node_name) if drainer.drainable(p)
-              and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    moving = workload_pods(informer, node_name)
     if any(blocks(p) for p in moving):
         return False
     per_budget: Counter[str] = Counter()
@@ -299,20 +300,6 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
             continue
         if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
             continue
-        target = scheduler.NodeInfo.from_node(node)
-        for p in informer.pods_on_node(name):
-            if not pods.is_terminating(p):
-                target.usage.requested.update(scheduler.PodInfo.from_pod(p).requests)
-                target.usage.pods += 1
-        others.append(target)
-    for pod in sorted(moving, key=lambda p: -scheduler.PodInfo.from_pod(p).requests.get("cpu", 0)):
-        info = scheduler.PodInfo.from_pod(pod)
-        for other in others:
-            if (nodepools.admits(info, other) and scheduler.filter_unschedulable(info, other) is None
-                    and not scheduler.filter_resources(info, other)):
-                other.usage.requested.update(info.requests)
-                other.usage.pods += 1
-                break
-        else:
-            return False
-    return True
+        others.append(scheduler.loaded(node, (p for p in informer.pods_on_node(name) if not pods.is_terminating(p))))
+    infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
+    return all(scheduler.first_fit(info, others) is not None for info in infos)

@@ -183,7 +183,7 @@ class Provisioner(base.Controller):
         self._unavailable = {k: v for k, v in self._unavailable.items() if v > now}
         infos = sorted(((scheduler.PodInfo.from_pod(p), base.key_of(p)) for p in pending),
                        key=lambda x: (-x[0].requests.get("cpu", 0), -x[0].requests.get("memory", 0), x[1]))
-        daemons = self._daemons()
+        daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
         offers = {p["metadata"]["name"]: nodepools.offerings(p, self.capacity.prices, self._unavailable)
                   for p in pools}
         claims: list[tuple[nodepools.Claim, list[base.Key]]] = []
@@ -237,7 +237,7 @@ class Provisioner(base.Controller):
                       and nodepools.admits(info, nodepools.candidate(pool, o))]
             if not usable:
                 continue
-            overhead, count = nodepools.daemon_overhead(pool, usable[0], daemons)
+            overhead, count = nodepools.daemon_overhead(nodepools.candidate(pool, usable[0]), daemons)
             claim = nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count)
             holding = claim.holding(info)
             if holding:
@@ -245,14 +245,6 @@ class Provisioner(base.Controller):
                 claims.append((claim, [key]))
                 return True
         return False
-
-    def _daemons(self) -> list[scheduler.PodInfo]:
-        out = []
-        for ds in self.informer.list("daemonsets"):
-            tmpl = ((ds.get("spec") or {}).get("template") or {})
-            out.append(scheduler.PodInfo.from_pod({"metadata": tmpl.get("metadata") or {},
-                                                   "spec": tmpl.get("spec") or {}}))
-        return out
 
     def _onto_launching(self, info: scheduler.PodInfo, key: base.Key) -> bool:
         """Room on a NodeClaim still launching (Karpenter counts in-flight capacity)."""
