@@ -43,11 +43,26 @@ key is absent. Call with (dict "name" NAME "root" $).
 The pod-level settings every component shares (values: serviceAccount,
 podAnnotations, podLabels, affinity, topologySpreadConstraints,
 priorityClassName, nodeSelector, tolerations). Call with
-(dict "name" NAME "root" $ "values" $c "defaultAffinity" DICT
-"defaultSpread" LIST); the defaults apply when the values leave them empty.
+(dict "name" NAME "root" $ "values" $c "spreadKeys" LIST). Where the values
+leave them empty: the affinity prefers nodes that are not spot
+(onDemandAffinity), and the pods spread over each topology key of spreadKeys
+(none by default).
 */}}
 {{- define "spotguard.podSpec" -}}
 {{- $c := .values -}}
+{{- $selector := dict "app.kubernetes.io/name" (printf "%s-%s" (include "spotguard.fullname" .root) .name) -}}
+{{- $affinity := dict -}}
+{{- if $c.onDemandAffinity.enabled -}}
+{{- $terms := list -}}
+{{- range $e := $c.onDemandAffinity.notSpot -}}
+{{- $terms = append $terms (dict "key" $e.key "operator" "NotIn" "values" $e.values) -}}
+{{- end -}}
+{{- $affinity = dict "nodeAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "preference" (dict "matchExpressions" $terms)))) -}}
+{{- end -}}
+{{- $spread := list -}}
+{{- range $key := .spreadKeys | default list -}}
+{{- $spread = append $spread (dict "maxSkew" 1 "topologyKey" $key "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" (dict "matchLabels" $selector)) -}}
+{{- end -}}
 serviceAccountName: {{ include "spotguard.serviceAccountName" (dict "name" .name "root" .root) }}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -63,11 +78,11 @@ securityContext:
   fsGroup: 65532
   seccompProfile:
     type: RuntimeDefault
-{{- with ($c.affinity | default .defaultAffinity) }}
+{{- with ($c.affinity | default $affinity) }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with ($c.topologySpreadConstraints | default .defaultSpread) }}
+{{- with ($c.topologySpreadConstraints | default $spread) }}
 topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
