@@ -235,6 +235,25 @@ def test_knative_function_lines_as_json(cluster: Any) -> None:
     assert len([r for r in records if "Running on" in r["msg"]]) == 1, records
 
 
+def test_the_admission_knative_function_lines_as_json(cluster: Any) -> None:
+    # GIVEN the admission Knative function served by func-python itself (its ASGI server, its hypercorn)
+    port = free_port()
+    code = "from func_python.http import serve; from function import new; serve(new)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT / "functions" / "admission", stderr=subprocess.PIPE,
+        env=_env(LISTEN_ADDRESS=f"127.0.0.1:{port}", KUBECONFIG=cluster.kubeconfig),
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        lines = _lines_until(proc, proc.stderr.fileno(), "Running on")
+        assert requests.get(f"http://127.0.0.1:{port}/health/liveness", timeout=10).ok
+    finally:
+        _stop(proc)
+    # THEN hypercorn's lines are JSON, once, like the other functions'
+    records = _all_json(lines)
+    assert len([r for r in records if "Running on" in r["msg"]]) == 1, records
+
+
 def test_an_invalid_log_level_is_refused() -> None:
     plain_error(spotguard("--log-level", "LOUD", "demo", timeout=60), "LOUD", "DEBUG, INFO, WARNING, ERROR")
     proc = subprocess.run(
