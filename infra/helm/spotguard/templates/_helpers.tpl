@@ -18,6 +18,40 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/*
+A component's object labels: the common labels, its name and component.
+Call with (dict "name" NAME "root" $).
+*/}}
+{{- define "spotguard.componentLabels" -}}
+{{ include "spotguard.labels" .root }}
+app.kubernetes.io/name: {{ include "spotguard.fullname" .root }}-{{ .name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{/*
+The plain-HTTP /metrics Service of spot-interruption or node-added, for the
+ServiceMonitor (which selects Services labelled spotguard.io/metrics).
+Call with (dict "name" NAME "root" $ "port" PORT).
+*/}}
+{{- define "spotguard.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "spotguard.fullname" .root }}-{{ .name }}-metrics
+  namespace: {{ include "spotguard.namespace" .root }}
+  labels:
+    {{- include "spotguard.componentLabels" . | nindent 4 }}
+    spotguard.io/metrics: "true"
+spec:
+  selector:
+    app.kubernetes.io/name: {{ include "spotguard.fullname" .root }}-{{ .name }}
+  ports:
+    - name: metrics
+      port: {{ .port }}
+      targetPort: metrics
+      protocol: TCP
+{{- end -}}
+
 {{/* Every namespaced object goes here: namespaceOverride, else the release namespace. */}}
 {{- define "spotguard.namespace" -}}
 {{- .Values.namespaceOverride | default .Release.Namespace -}}
