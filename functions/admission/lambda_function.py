@@ -26,16 +26,7 @@ from spotguard.admission import callers, core, errors, transport
 logs.configure()  # at import, before any line: every line as JSON, through the runtime's handler
 _state: dict[str, core.Context] = {}
 _lock = threading.Lock()
-
-
-def _read_gate() -> callers.Gate:
-    from spotguard import logs
-
-    logs.configure()  # before the gate's own warning, which the cold start logs
-    return callers.from_environment()
-
-
-_gate = callers.Cached(_read_gate)
+_gate = callers.Cached()  # read on first use: its warning logs through the formatter configured above
 
 
 def _context() -> core.Context:

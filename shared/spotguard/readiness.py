@@ -19,6 +19,7 @@ it is never taken out of service for a condition of the whole cluster.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -33,19 +34,12 @@ RETRY_SECONDS = 30.0
 class Readiness:
     """Thread-safe: the transports record each attempt, the probes ask :meth:`check`."""
 
-    def __init__(
-        self,
-        probe: Callable[[], None] | None,
-        *,
-        failures: int = FAILURES,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, probe: Callable[[], None], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.probe = probe
-        self.failures = failures
         self.clock = clock
         self._lock = threading.Lock()
-        self._recent: deque[bool] = deque(maxlen=failures)
-        self._reached = probe is None
+        self._recent: deque[bool] = deque(maxlen=FAILURES)
+        self._reached = False
         self._probed: float | None = None
         self._why = ""  # the last failure or probe error
 
@@ -66,11 +60,11 @@ class Readiness:
                     self._reached = True
                 else:
                     return f"the cluster was never reached: {self._why or 'not tried yet'}"
-            if len(self._recent) == self.failures and not any(self._recent):
+            if len(self._recent) == FAILURES and not any(self._recent):
                 if self._probe_due(RETRY_SECONDS) and self._probe_answers():
                     self._recent.clear()  # the cluster answers again: let the next attempt show
                     return None
-                return f"the last {self.failures} attempts failed: {self._why}"
+                return f"the last {FAILURES} attempts failed: {self._why}"
             return None
 
     def _probe_due(self, every: float) -> bool:
@@ -81,8 +75,6 @@ class Readiness:
         return True
 
     def _probe_answers(self) -> bool:
-        if self.probe is None:
-            return True
         try:
             self.probe()
         except Exception as exc:
@@ -96,8 +88,6 @@ def cluster_probe(kube: Any) -> Callable[[], None]:
     from spotguard.gateway import resources, retry, settings
 
     quick = kube.with_policy(retry.Policy(attempts=1, deadline=3.0, timeout=3.0, connect_timeout=2.0))
-    import os
-
     source = settings.Source.from_env(os.environ)
 
     def probe() -> None:

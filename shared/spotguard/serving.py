@@ -44,14 +44,19 @@ def serve(wsgi_app: Any, host: str, port: int, *, max_body: int, graceful_timeou
     asyncio.run(main())
 
 
-def hypercorn_through_root() -> None:
-    """hypercorn's error log through spotguard's formatter in every ``Config`` made from now on.
+def function_logging() -> None:
+    """Every line of a Knative function through spotguard's formatter, from its first.
 
-    For servers that build hypercorn's ``Config`` themselves (func-python, for the
-    Knative functions): hypercorn otherwise gives ``hypercorn.error`` a console
-    handler of its own when it first logs, after the function has started."""
+    Called by each ``functions/<name>/function/func.py`` at import, before
+    func-python logs anything; its ``start(cfg)`` configures again with the
+    function's level (:func:`spotguard.logs.configure`), once func-python's
+    ``logging.basicConfig`` has run. func-python builds hypercorn's ``Config``
+    itself, and hypercorn would otherwise give ``hypercorn.error`` a console
+    handler of its own when it first logs: every ``Config`` made from now on
+    logs through the root logger."""
     import hypercorn.config
 
+    logs.configure()
     hypercorn.config.Config.errorlog = logs.through_root(logging.getLogger("hypercorn.error"))
 
 

@@ -215,12 +215,13 @@ def test_lambda_lines_through_the_runtimes_handler_as_json(tmp_path: Path) -> No
     assert proc.stderr.strip() == "", proc.stderr
 
 
-def test_knative_function_lines_as_json(cluster: Any) -> None:
-    # GIVEN the node-added Knative function served by func-python itself (its basicConfig, its hypercorn)
+def _knative_function_lines(cluster: Any, name: str, server: str) -> list[str]:
+    """stderr of ``functions/<name>`` served by func-python itself (``func_python.<server>``:
+    its basicConfig, its hypercorn) until it runs and answers its liveness probe."""
     port = free_port()
-    code = "from func_python.cloudevent import serve; from function import new; serve(new)"
+    code = f"from func_python.{server} import serve; from function import new; serve(new)"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT / "functions" / "node-added", stderr=subprocess.PIPE,
+        [sys.executable, "-c", code], cwd=ROOT / "functions" / name, stderr=subprocess.PIPE,
         env=_env(LISTEN_ADDRESS=f"127.0.0.1:{port}", KUBECONFIG=cluster.kubeconfig),
     )  # fmt: skip
     try:
@@ -229,9 +230,23 @@ def test_knative_function_lines_as_json(cluster: Any) -> None:
         assert requests.get(f"http://127.0.0.1:{port}/health/liveness", timeout=10).ok
     finally:
         _stop(proc)
+    return lines
+
+
+def test_knative_function_lines_as_json(cluster: Any) -> None:
+    # GIVEN the node-added Knative function served by func-python itself (its basicConfig, its hypercorn)
+    lines = _knative_function_lines(cluster, "node-added", "cloudevent")
     # THEN func-python's lines and hypercorn's are JSON, each once
     records = _all_json(lines)
     assert len([r for r in records if r["msg"].startswith("function starting on")]) == 1, records
+    assert len([r for r in records if "Running on" in r["msg"]]) == 1, records
+
+
+def test_the_admission_knative_function_lines_as_json(cluster: Any) -> None:
+    # GIVEN the admission Knative function served by func-python itself (its ASGI server, its hypercorn)
+    lines = _knative_function_lines(cluster, "admission", "http")
+    # THEN hypercorn's lines are JSON, once, like the other functions'
+    records = _all_json(lines)
     assert len([r for r in records if "Running on" in r["msg"]]) == 1, records
 
 

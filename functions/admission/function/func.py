@@ -13,12 +13,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from spotguard import logs, serving
 from spotguard.admission import core, errors, transport
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+serving.function_logging()  # at import, before func-python's first line
 log = logging.getLogger("spotguard.admission.knative")
 
 
@@ -32,9 +34,7 @@ class Function:
 
     def start(self, cfg: dict[str, str]) -> None:
         """Connect to the cluster (once per instance; caches live as long as it does)."""
-        from spotguard import logs
-
-        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))
+        logs.configure(cfg.get("SPOTGUARD_LOG_LEVEL"))  # again: func-python's server is set up by now
         self.ctx = core.context_from_env(cfg)
 
     def stop(self) -> None:

@@ -28,8 +28,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Any  # func_python.cloudevent.CloudEventSender
 
-logs.configure()  # at import, before func-python's first line: every line through one formatter
-serving.hypercorn_through_root()  # and func-python's hypercorn
+serving.function_logging()  # at import, before func-python's first line
 log = logging.getLogger("spotguard.nodeadded.knative")
 
 

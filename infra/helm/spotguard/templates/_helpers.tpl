@@ -18,6 +18,40 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/*
+A component's object labels: the common labels, its name and component.
+Call with (dict "name" NAME "root" $).
+*/}}
+{{- define "spotguard.componentLabels" -}}
+{{ include "spotguard.labels" .root }}
+app.kubernetes.io/name: {{ include "spotguard.fullname" .root }}-{{ .name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{/*
+The plain-HTTP /metrics Service of spot-interruption or node-added, for the
+ServiceMonitor (which selects Services labelled spotguard.io/metrics).
+Call with (dict "name" NAME "root" $ "port" PORT).
+*/}}
+{{- define "spotguard.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "spotguard.fullname" .root }}-{{ .name }}-metrics
+  namespace: {{ include "spotguard.namespace" .root }}
+  labels:
+    {{- include "spotguard.componentLabels" . | nindent 4 }}
+    spotguard.io/metrics: "true"
+spec:
+  selector:
+    app.kubernetes.io/name: {{ include "spotguard.fullname" .root }}-{{ .name }}
+  ports:
+    - name: metrics
+      port: {{ .port }}
+      targetPort: metrics
+      protocol: TCP
+{{- end -}}
+
 {{/* Every namespaced object goes here: namespaceOverride, else the release namespace. */}}
 {{- define "spotguard.namespace" -}}
 {{- .Values.namespaceOverride | default .Release.Namespace -}}
@@ -43,11 +77,26 @@ key is absent. Call with (dict "name" NAME "root" $).
 The pod-level settings every component shares (values: serviceAccount,
 podAnnotations, podLabels, affinity, topologySpreadConstraints,
 priorityClassName, nodeSelector, tolerations). Call with
-(dict "name" NAME "root" $ "values" $c "defaultAffinity" DICT
-"defaultSpread" LIST); the defaults apply when the values leave them empty.
+(dict "name" NAME "root" $ "values" $c "spreadKeys" LIST). Where the values
+leave them empty: the affinity prefers nodes that are not spot
+(onDemandAffinity), and the pods spread over each topology key of spreadKeys
+(none by default).
 */}}
 {{- define "spotguard.podSpec" -}}
 {{- $c := .values -}}
+{{- $selector := dict "app.kubernetes.io/name" (printf "%s-%s" (include "spotguard.fullname" .root) .name) -}}
+{{- $affinity := dict -}}
+{{- if $c.onDemandAffinity.enabled -}}
+{{- $terms := list -}}
+{{- range $e := $c.onDemandAffinity.notSpot -}}
+{{- $terms = append $terms (dict "key" $e.key "operator" "NotIn" "values" $e.values) -}}
+{{- end -}}
+{{- $affinity = dict "nodeAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "preference" (dict "matchExpressions" $terms)))) -}}
+{{- end -}}
+{{- $spread := list -}}
+{{- range $key := .spreadKeys | default list -}}
+{{- $spread = append $spread (dict "maxSkew" 1 "topologyKey" $key "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" (dict "matchLabels" $selector)) -}}
+{{- end -}}
 serviceAccountName: {{ include "spotguard.serviceAccountName" (dict "name" .name "root" .root) }}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -63,11 +112,11 @@ securityContext:
   fsGroup: 65532
   seccompProfile:
     type: RuntimeDefault
-{{- with ($c.affinity | default .defaultAffinity) }}
+{{- with ($c.affinity | default $affinity) }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with ($c.topologySpreadConstraints | default .defaultSpread) }}
+{{- with ($c.topologySpreadConstraints | default $spread) }}
 topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
