@@ -64,3 +64,43 @@ def test_every_panel_has_whole_replicas_and_every_marker_in_its_legend(tmp_path:
     # AND the PNG is written
     report.plot(outcome(), tmp_path / "cycle.png")
     assert (tmp_path / "cycle.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _lost(objects: list[dict], pod_startup: float) -> cycle.Outcome:
+    """web fell from 2 to 1 serving on a cluster made of ``objects``."""
+    o = outcome()
+    o.after[WEB] = _counts(1, 1, 1)
+    o.options = cycle.Options(objects=objects, pod_startup=pod_startup, reclaim_after=120.0)
+    return o
+
+
+NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"requirements": []}}}}  # fmt: skip
+ON_DEMAND_NODE = {"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": "od-1", "labels": {"node.kubernetes.io/capacity": "on-demand"}}}  # fmt: skip
+
+
+def test_a_broken_promise_names_physics_when_no_cluster_could_launch_and_start_a_replacement_in_time() -> None:
+    # GIVEN on-demand capacity that only Karpenter launches (1 s batch, at least 30 s to a
+    # Ready node) and pods that take 95 s to start: 126 s, longer than the 120 s notice
+    row = next(r for r in report.rows(_lost([NODEPOOL], pod_startup=95)) if r.key == WEB)
+    # THEN web's broken promise is physics, and the risk says what does not fit
+    assert row.lost_service and row.cause == "physics"
+    assert "a replacement needs at least 126s" in row.risk and "launch of at least 30s" in row.risk
+    # WHEN an on-demand node is already there (only the start counts: 95 s fits)
+    row = next(r for r in report.rows(_lost([NODEPOOL, ON_DEMAND_NODE], pod_startup=95)) if r.key == WEB)
+    # THEN it is spotguard's
+    assert row.cause == "spotguard" and "a replacement needs" not in row.risk
+    # AND with pods that start in 30 s Karpenter's launch fits too: spotguard's
+    assert next(r for r in report.rows(_lost([NODEPOOL], pod_startup=30)) if r.key == WEB).cause == "spotguard"
+
+
+def test_the_verdict_and_json_say_which_broken_promises_physics_explains() -> None:
+    o = _lost([NODEPOOL], pod_startup=95)
+    table = report.rows(o)
+    data = report.summary(o, table)
+    web = next(w for w in data["workloads"] if w["name"] == "web")
+    assert web["cause"] == "physics"
+    assert next(w for w in data["workloads"] if w["name"] == "db")["cause"] == ""
+    text = report.verdict(data)
+    assert "(2->1, physics)" in text and "1 of them beyond what any cluster could do in the notice" in text

@@ -43,6 +43,9 @@ class Row:
     spot_share_after: float
     cost_vs_on_demand: float
     risk: str  # why it lost service or came close, in words ("" when safe)
+    # why the promise broke: "physics" (no cluster of this scenario could have had a
+    # replacement Ready within the notice), "spotguard" (one could); "" when it held
+    cause: str = ""
 
     @property
     def key(self) -> str:
@@ -65,6 +68,7 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
         required = b.total if w.kind is Kind.DEPLOYMENT else floor
         lost = a.lowest < required
         risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost)
+        cause = ("physics" if _physics(outcome, w.kind) else "spotguard") if lost else ""
         during_total = r.pod_seconds[SPOT] + r.pod_seconds[OD]
         cost_base = w.replicas * outcome.duration
         cost = (a.pod_seconds[OD] + spot_price * a.pod_seconds[SPOT]) / cost_base if cost_base else 0.0
@@ -76,10 +80,26 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
                 spot_share_before=_share(b.serving[SPOT], b.total),
                 spot_share_during=_share(r.pod_seconds[SPOT], during_total),
                 spot_share_after=_share(a.serving[SPOT], a.total),
-                cost_vs_on_demand=round(cost, 4), risk=risk,
+                cost_vs_on_demand=round(cost, 4), risk=risk, cause=cause,
             )
         )  # fmt: skip
     return out
+
+
+def _physics(outcome: cycle.Outcome, kind: Kind) -> str:
+    """Why no cluster of this scenario could have kept a Deployment serving ("" when one could):
+    the fastest replacement is not Ready within the notice, or the control plane cannot make
+    enough replacements in time. A StatefulSet keeps its floor by placement, never by a race."""
+    o = outcome.options
+    if kind is not Kind.DEPLOYMENT:
+        return ""
+    fastest, how = cycle.fastest_replacement(o)
+    if fastest >= o.reclaim_after:
+        return f"a replacement needs at least {fastest:g}s ({how}), not less than the {o.reclaim_after:g}s notice"
+    r = outcome.replacements
+    if r is not None and r.possible is not None and r.possible < r.needed:
+        return f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time"
+    return ""
 
 
 def _risk(
@@ -94,6 +114,8 @@ def _risk(
             why.append("the drainer evicted its pods before replacements were Ready")
         if o.pod_startup >= o.reclaim_after:
             why.append(f"its pods take {o.pod_startup:g}s to start, longer than the {o.reclaim_after:g}s notice")
+        elif kind is Kind.DEPLOYMENT and cycle.fastest_replacement(o)[0] >= o.reclaim_after:
+            why.append(_physics(outcome, kind))  # the launch is what does not fit
         if kind is Kind.STATEFULSET:
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
@@ -165,6 +187,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
                 "spot_share_after": r.spot_share_after,
                 "cost_vs_on_demand": r.cost_vs_on_demand,
                 "risk": r.risk,
+                "cause": r.cause,
             }
             for r in table
         ],
@@ -192,7 +215,7 @@ def rich_table(table: list[Row], limit: int = 40) -> Any:
         t.add_row(
             _label(r), str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
-            f"{r.cost_vs_on_demand:.0%}", "[red]broken[/red]" if r.lost_service else "[green]kept[/green]",
+            f"{r.cost_vs_on_demand:.0%}", f"[red]broken ({r.cause})[/red]" if r.lost_service else "[green]kept[/green]",
         )  # fmt: skip
     if len(table) > len(shown):
         t.caption = f"{len(table) - len(shown)} more workloads not shown (all of them are in --json)"
@@ -219,9 +242,12 @@ def verdict(data: dict[str, Any]) -> str:
             head + "\nthe promise held: no Deployment served fewer replicas than before the notice, "
             "no StatefulSet fell below its floor"
         )
-    names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']})"
-                      for w in lost[:10])  # fmt: skip
-    return head + f"\nthe promise broke for {len(lost)} workload(s): {names}"
+    names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']}, "
+                      f"{w.get('cause') or 'cause unknown'})" for w in lost[:10])  # fmt: skip
+    physics = sum(1 for w in lost if w.get("cause") == "physics")
+    because = (f"; {physics} of them beyond what any cluster could do in the notice (physics), "
+               f"{len(lost) - physics} by spotguard") if physics else "; every one by spotguard"  # fmt: skip
+    return head + f"\nthe promise broke for {len(lost)} workload(s): {names}{because}"
 
 
 # -- the plot ----------------------------------------------------------------------------------
@@ -350,7 +376,7 @@ def write_html(outcome: cycle.Outcome, table: list[Row], data: dict[str, Any], p
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             r.key, r.desired, r.floor, r.ready_before, r.min_ready, f"{r.seconds_below_desired:.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
-            f"{r.cost_vs_on_demand:.0%}", "broken" if r.lost_service else "kept", r.risk,
+            f"{r.cost_vs_on_demand:.0%}", f"broken ({r.cause})" if r.lost_service else "kept", r.risk,
         )) + "</tr>"
         for r in table
     )  # fmt: skip
