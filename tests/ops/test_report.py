@@ -104,3 +104,34 @@ def test_the_verdict_and_json_say_which_broken_promises_physics_explains() -> No
     assert next(w for w in data["workloads"] if w["name"] == "db")["cause"] == ""
     text = report.verdict(data)
     assert "(2->1, physics)" in text and "1 of them beyond what any cluster could do in the notice" in text
+
+
+def test_the_plot_draws_each_baselines_serving_and_its_cost_beside_spotguards() -> None:
+    # GIVEN a cycle with its bill, and both baselines as spotguard.ops.baselines.run gives them
+    o = outcome()
+    window = {"usd_per_hour": 1.234, "usd": 0.1, "seconds": 400.0}
+    o.money = {"before_per_hour": 1.5, "during": window, "after_per_hour": 1.2, "cycle": window,
+               "same_nodes_on_demand": {**window, "usd": 0.3}, "unpriced_instance_types": []}  # fmt: skip
+    runs = {
+        "all-on-demand": {"money": {"cycle": {"usd_per_hour": 2.5}}, "serving_over_time": [[0.0, 5], [300.0, 5]]},
+        "spot-drainer": {"money": {"cycle": {"usd_per_hour": 0.9}}, "serving_over_time": [[0.0, 5], [121.0, 2]]},
+    }
+    fig = report.figure(o, baselines=runs)
+    # THEN the total panel holds one line per baseline, labelled with its cost an hour, drawn as it served
+    total = fig.axes[0]
+    labels = [t.get_text() for t in total.get_legend().get_texts()]
+    assert "all-on-demand without spotguard ($2.500/h)" in labels
+    assert "spot-drainer without spotguard ($0.900/h)" in labels
+    drainer = next(line for line in total.get_lines() if line.get_label().startswith("spot-drainer"))
+    assert list(drainer.get_ydata()) == [5, 2, 2] and list(drainer.get_xdata()) == [0.0, 121.0, o.duration]
+    # AND the title gives spotguard's own cost beside them
+    assert "spotguard: $1.234/h" in total.get_title()
+    # AND without baselines the panel has no such line
+    assert not [t for t in report.figure(outcome()).axes[0].get_legend().get_texts() if "without" in t.get_text()]
+
+
+def test_the_serving_total_over_time_starts_at_the_notice_and_changes_only_on_a_change() -> None:
+    series = [(90.0, "a", 1, 1), (95.0, "b", 0, 3), (100.0, "a", 1, 1), (100.0, "b", 0, 3), (130.0, "a", 0, 1),
+              (130.0, "b", 0, 2), (140.0, "b", 0, 2), (150.0, "a", 1, 1)]  # fmt: skip
+    assert serving.totals_over_time(series, 100.0) == [(0.0, 5), (30.0, 3), (50.0, 4)]
+    assert serving.totals_over_time(series[:2], 100.0) == [(0.0, 5)]

@@ -17,6 +17,7 @@ import base64
 import html
 import io
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -293,7 +294,8 @@ def _margin(outcome: cycle.Outcome, key: str) -> int:
 
 
 COLORS = {"on-demand": "#4c72b0", "spot": "#55a868", "before": "black", "floor": "#8172b2",
-          "reclaim": "#c44e52", "returned": "#dd8452"}  # fmt: skip
+          "reclaim": "#c44e52", "returned": "#dd8452", "all-on-demand": "#333333",
+          "spot-drainer": "#da8bc3"}  # fmt: skip
 
 
 def title(outcome: cycle.Outcome, data: dict[str, Any]) -> str:
@@ -305,11 +307,15 @@ def title(outcome: cycle.Outcome, data: dict[str, Any]) -> str:
     return f"{o.scenario or 'scenario'}: {what}\n{verdict(data)}"
 
 
-def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
+def figure(
+    outcome: cycle.Outcome, per_workload_limit: int = 12, baselines: Mapping[str, Mapping[str, Any]] | None = None
+) -> Any:
     """The matplotlib figure: serving replicas on spot and on-demand over time, in total and per workload (the
     12 that came closest to breaking the promise, where there are more). Every panel has whole replicas on its
     y axis and the same markers, each in its legend: what served before the notice (the promise for a
-    Deployment; a StatefulSet's is its floor, also drawn), the reclaim, and the new spot nodes joining."""
+    Deployment; a StatefulSet's is its floor, also drawn), the reclaim, and the new spot nodes joining.
+    With ``baselines`` (``spotguard.ops.baselines.run``), the total panel draws what each served over the
+    same window, and every legend entry of the total panel says what it cost an hour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -342,8 +348,19 @@ def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
     grid = fig.add_gridspec(rows_n, 3)
     ax = fig.add_subplot(grid[0, :])
     total_before = sum(outcome.before.get(k, serving.Counts()).total for k in outcome.workloads)
+    for name, run in (baselines or {}).items():
+        points = run.get("serving_over_time") or []
+        if points:
+            ts = [float(t) for t, _ in points] + [outcome.duration]
+            ns = [int(n) for _, n in points] + [int(points[-1][1])]
+            usd = run["money"]["cycle"]["usd_per_hour"]
+            ax.step(ts, ns, where="post", color=COLORS[name], linewidth=1.4,
+                    label=f"{name} without spotguard (${usd:.3f}/h)")  # fmt: skip
     panel(ax, times, od, spot, before=total_before, floor=None, size=8, columns=5)
-    ax.set_title("serving replicas, all workloads", fontsize=9)
+    title_ = "serving replicas, all workloads"
+    if baselines and outcome.money:
+        title_ += f" (spotguard: ${outcome.money['cycle']['usd_per_hour']:.3f}/h)"
+    ax.set_title(title_, fontsize=9)
     ax.set_xlabel("simulated seconds since the notice")
     for i, key in enumerate(keys):
         sub = fig.add_subplot(grid[1 + i // 3, i % 3])
@@ -359,11 +376,16 @@ def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
     return fig
 
 
-def plot(outcome: cycle.Outcome, path: Path | io.BytesIO, per_workload_limit: int = 12) -> None:
+def plot(
+    outcome: cycle.Outcome,
+    path: Path | io.BytesIO,
+    per_workload_limit: int = 12,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
     """:func:`figure` as a PNG."""
     import matplotlib.pyplot as plt
 
-    fig = figure(outcome, per_workload_limit)
+    fig = figure(outcome, per_workload_limit, baselines)
     fig.savefig(path, format="png", dpi=80)
     plt.close(fig)
 
