@@ -88,6 +88,7 @@ from spotguard.gateway import resources as r
 from spotguard.policy import placement
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Decision, Placement
+from spotguard.policy.ranks import Ranks, number_of
 from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
@@ -114,9 +115,14 @@ class Doc:
 
     seq: int = 0
     pending: dict[str, int] = field(default_factory=dict)  # token -> sequence number
+    nums: dict[str, int] = field(default_factory=dict)  # token -> replica number (policy.ranks)
 
     def to_json(self) -> str:
-        return json.dumps({"v": 2, "seq": self.seq, "pending": self.pending}, separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"v": 2, "seq": self.seq, "pending": self.pending}
+        nums = {t: n for t, n in self.nums.items() if t in self.pending}
+        if nums:
+            doc["nums"] = nums
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> Doc:
@@ -130,7 +136,11 @@ class Doc:
             raw = doc.get("pending") or {}
             if doc.get("v", 1) == 1:  # written by an older version: [made, expires] per token
                 return cls(seq=len(raw), pending={str(t): 0 for t in raw})
-            return cls(seq=int(doc.get("seq") or 0), pending={str(t): int(v) for t, v in raw.items()})
+            return cls(
+                seq=int(doc.get("seq") or 0),
+                pending={str(t): int(v) for t, v in raw.items()},
+                nums={str(t): int(v) for t, v in (doc.get("nums") or {}).items()},
+            )
         except (ValueError, TypeError, AttributeError):
             log.warning("unreadable reservation lease; starting afresh", extra={"lease": _name_of(lease)})
             return cls()
@@ -145,6 +155,7 @@ class Count:
     seen: frozenset[str]  # reservation tokens that listed pods carry
     pods: int  # active pods
     surge_created: tuple[float, ...] = ()  # creation times of the on-demand surge replicas
+    numbers: frozenset[int] = frozenset()  # replica numbers the active pods hold (policy.ranks)
 
 
 @dataclass
@@ -166,8 +177,9 @@ class Local:
 class Claim:
     decision: Decision
     held: int
-    token: str | None = None  # set when an on-demand slot was recorded under this token
+    token: str | None = None  # set when a slot was recorded under this token
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
+    number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -178,6 +190,9 @@ Decide = Callable[[int, tuple[float, ...], int], Decision]
 # replicas and the decision function for its new floor.
 Refresh = Callable[[], tuple[int, Decide]]
 SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
+# A spot slot's reservation token starts with this: recorded only for its replica number
+# (a percentage floor's spot pods each need their own), it holds no on-demand slot.
+SPOT_TOKEN = "spot:"
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -271,6 +286,11 @@ class Reservations:
             seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
             pods=sum(1 for p in mine if p.active),
             surge_created=tuple(p.created for p in on_demand if placement.is_surge_replica(p)),
+            numbers=frozenset(
+                n
+                for p in mine
+                if p.active and (n := number_of(p.annotations, config.on_demand_deletion_cost)) is not None
+            ),
         )
 
     def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
@@ -350,12 +370,19 @@ class Reservations:
         dry_run: bool = False,
         replicas: int | None = None,
         refresh: Refresh | None = None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
 
         ``replicas`` is the workload's ``spec.replicas`` that ``decide`` assumes; when
         this pod would take the ReplicaSet past it, ``refresh()`` gives the fresh
         replicas and decision function (see the module docstring).
+
+        ``ranks``: the pod also gets the lowest free replica number of its class (the
+        numbers the counted pods' deletion costs stand for and those of the unseen
+        reservations are taken). An on-demand number is recorded with the slot; where
+        the floor interleaves the classes (a percentage) a spot number is recorded too,
+        under ``spot:<token>``, so that instances deciding at once never share one.
         """
         rs = resolved.replicaset or {}
         meta = rs.get("metadata") or {}
@@ -379,6 +406,7 @@ class Reservations:
                 dry_run=dry_run,
                 replicas=replicas,
                 refresh=refresh,
+                ranks=ranks,
             )
         finally:
             local.lock.release()
@@ -398,6 +426,7 @@ class Reservations:
         dry_run: bool,
         replicas: int | None,
         refresh: Refresh | None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         attempt = 0
         refreshed = False
@@ -413,11 +442,16 @@ class Reservations:
             now = self.clock()
             self._observe(local, doc, config, now)
             if token in doc.pending:  # our own write landed (an earlier try timed out)
-                return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
+                return Claim(
+                    Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token, number=doc.nums.get(token)
+                )
             if SURGE_TOKEN + token in doc.pending:
                 return Claim(
                     Decision(Placement.ON_DEMAND, "reserved", surge=True), len(doc.pending), SURGE_TOKEN + token
                 )
+            if SPOT_TOKEN + token in doc.pending:
+                mine = SPOT_TOKEN + token
+                return Claim(Decision(Placement.SPOT, "reserved"), len(doc.pending), mine, number=doc.nums.get(mine))
             if (
                 replicas is not None
                 and self._known(local, doc) + 1 > replicas
@@ -436,7 +470,8 @@ class Reservations:
                         self._observe(local, doc, config, self.clock())
                     self._apply_bound(local, doc, replicas)
                     local.refuted = self.clock()
-            unseen = self._unseen(local, doc)
+            all_unseen = self._unseen(local, doc)
+            unseen = [t for t in all_unseen if not t.startswith(SPOT_TOKEN)]  # on-demand slots
             held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
             decision = decide(
                 held,
@@ -455,22 +490,35 @@ class Reservations:
                 pause = min(0.2, pause * 2)
                 self._recount(local, name, rs, config)
                 continue
-            if decision.placement is not Placement.ON_DEMAND:
+            number = None
+            if ranks is not None and decision.placement is not None and not decision.surge:
+                taken = set(local.count.numbers if local.count is not None else ())
+                taken.update(doc.nums[t] for t in all_unseen if t in doc.nums)
+                number = ranks.number(decision.placement, taken)
+            recorded = decision.placement is Placement.ON_DEMAND or (
+                decision.placement is Placement.SPOT and ranks is not None and ranks.ordered
+            )
+            if not recorded:
                 if not dry_run:
                     if decision.placement is Placement.SPOT:
                         local.spot += 1
                     if self._prunable(local, doc, self.clock()):
                         self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
-                return Claim(decision, held, refreshed=refreshed)
+                return Claim(decision, held, refreshed=refreshed, number=number)
             if dry_run:
-                return Claim(decision, held, refreshed=refreshed)
+                return Claim(decision, held, refreshed=refreshed, number=number)
             doc.seq += 1
-            mine = SURGE_TOKEN + token if decision.surge else token
+            if decision.placement is Placement.SPOT:
+                mine = SPOT_TOKEN + token
+            else:
+                mine = SURGE_TOKEN + token if decision.surge else token
             doc.pending[mine] = doc.seq
+            if number is not None:
+                doc.nums[mine] = number
             try:
                 self._write(local, name, doc=doc, rs=rs, config=config)
                 local.first_seen.setdefault(mine, self.clock())
-                return Claim(decision, held, mine, refreshed)
+                return Claim(decision, held, mine, refreshed, number)
             except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
                 metrics.CONFLICTS.inc()
                 if deadline.remaining() <= deadline.WRITE_RESERVE:
@@ -520,6 +568,7 @@ class Reservations:
     ) -> None:
         for t in self._prunable(local, doc, self.clock()):
             doc.pending.pop(t, None)
+            doc.nums.pop(t, None)
         meta = rs.get("metadata") or {}
         rs_uid = str(meta.get("uid") or "")
         annotations = {
