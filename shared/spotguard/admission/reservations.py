@@ -169,6 +169,10 @@ class Local:
     seen_at: dict[str, float] = field(default_factory=dict)  # token -> when a count of ours first showed its pod
     dead: set[str] = field(default_factory=set)  # unseen tokens proven dead (bound, grace, ttl)
     spot: int = 0  # spot admissions of this instance since its count
+    # Spot numbers recorded for the reviews waiting behind a write (token, number, when
+    # recorded): a percentage floor's spot pods take them without a write of their own.
+    spares: list[tuple[str, int, float]] = field(default_factory=list)
+    waiting: int = 0  # reviews of this instance waiting for the lock
     refuted: float = -1e18  # when a re-read last showed no newer scale
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -193,6 +197,7 @@ SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
 # A spot slot's reservation token starts with this: recorded only for its replica number
 # (a percentage floor's spot pods each need their own), it holds no on-demand slot.
 SPOT_TOKEN = "spot:"
+MAX_SPARES = 32  # spot numbers recorded at most for the reviews waiting behind one write
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -342,9 +347,35 @@ class Reservations:
             local.dead.discard(stale)
 
     def _unseen(self, local: Local, doc: Doc) -> list[str]:
-        """Live reservations whose pods this instance's count does not show, oldest first."""
+        """Live on-demand reservations whose pods this instance's count does not show, oldest first."""
         seen = local.count.seen if local.count is not None else frozenset()
-        return sorted((t for t in doc.pending if t not in seen and t not in local.dead), key=lambda t: doc.pending[t])
+        return sorted(
+            (t for t in doc.pending if t not in seen and t not in local.dead and not t.startswith(SPOT_TOKEN)),
+            key=lambda t: doc.pending[t],
+        )
+
+    def _taken(self, local: Local, doc: Doc) -> set[int]:
+        """The replica numbers held: by the counted pods, and by live reservations of either
+        class whose pods have not appeared yet (a reservation whose pod a count of this
+        instance showed holds nothing once its pod has gone: its replacement reuses the number)."""
+        count = local.count
+        taken = set(count.numbers if count is not None else ())
+        taken.update(
+            n
+            for t, n in doc.nums.items()
+            if t in doc.pending and t not in local.seen_at and t not in local.dead
+        )
+        return taken
+
+    def _spare(self, local: Local, doc: Doc) -> tuple[str, int] | None:
+        """A spot number this instance recorded for a review that waited behind the write,
+        while still young (well inside the grace after which other instances free it)."""
+        now = self.clock()
+        while local.spares:
+            token, number, made = local.spares.pop(0)
+            if token in doc.pending and token not in local.dead and now - made < self.pending_grace / 2:
+                return token, number
+        return None
 
     def _prunable(self, local: Local, doc: Doc, now: float) -> list[str]:
         gone = [t for t in doc.pending if t in local.dead]
@@ -390,10 +421,17 @@ class Reservations:
         name = lease_name(rs_ns, rs_name)
         local = self._local(rs_uid)
         began = self.clock()
-        if not local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0))):
+        with self._guard:
+            local.waiting += 1
+        try:
+            acquired = local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0)))
+        finally:
+            with self._guard:
+                local.waiting -= 1
+        if not acquired:
             raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
         try:
-            return self._claim(
+            claim = self._claim(
                 local=local,
                 name=name,
                 rs=rs,
@@ -408,8 +446,24 @@ class Reservations:
                 refresh=refresh,
                 ranks=ranks,
             )
+            if local.spares and not local.waiting and not dry_run:
+                self._release_spares(local, name, rs, rs_uid, config)
+            return claim
         finally:
             local.lock.release()
+
+    def _release_spares(self, local: Local, name: str, rs: Mapping[str, Any], rs_uid: str, config: Config) -> None:
+        """No review waits any more: the spot numbers recorded for waiters go back (best effort;
+        left in the Lease, they are freed once their grace has passed)."""
+        doc = Doc.from_lease(local.lease, rs_uid)
+        for token, _, _ in local.spares:
+            doc.pending.pop(token, None)
+            doc.nums.pop(token, None)
+        local.spares.clear()
+        try:
+            self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
+        except Exception:  # this review is decided: a failed clean-up must not fail it open
+            log.info("could not release spare spot numbers; they expire", extra={"lease": name}, exc_info=True)
 
     def _claim(
         self,
@@ -470,8 +524,7 @@ class Reservations:
                         self._observe(local, doc, config, self.clock())
                     self._apply_bound(local, doc, replicas)
                     local.refuted = self.clock()
-            all_unseen = self._unseen(local, doc)
-            unseen = [t for t in all_unseen if not t.startswith(SPOT_TOKEN)]  # on-demand slots
+            unseen = self._unseen(local, doc)
             held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
             decision = decide(
                 held,
@@ -492,13 +545,12 @@ class Reservations:
                 continue
             number = None
             if ranks is not None and decision.placement is not None and not decision.surge:
-                taken = set(local.count.numbers if local.count is not None else ())
-                taken.update(doc.nums[t] for t in all_unseen if t in doc.nums)
-                number = ranks.number(decision.placement, taken)
-            recorded = decision.placement is Placement.ON_DEMAND or (
-                decision.placement is Placement.SPOT and ranks is not None and ranks.ordered
-            )
-            if not recorded:
+                number = ranks.number(decision.placement, self._taken(local, doc))
+            ordered_spot = decision.placement is Placement.SPOT and ranks is not None and ranks.ordered
+            if ordered_spot and not dry_run and (spare := self._spare(local, doc)) is not None:
+                local.spot += 1
+                return Claim(decision, held, spare[0], refreshed, spare[1])
+            if decision.placement is not Placement.ON_DEMAND and not ordered_spot:
                 if not dry_run:
                     if decision.placement is Placement.SPOT:
                         local.spot += 1
@@ -515,9 +567,31 @@ class Reservations:
             doc.pending[mine] = doc.seq
             if number is not None:
                 doc.nums[mine] = number
+            spares: list[tuple[str, int]] = []
+            if ordered_spot and ranks is not None and number is not None:
+                # The reviews waiting behind this one are most likely spot too: one write
+                # records their numbers as well (a burst costs a write per batch, not per pod).
+                taken = self._taken(local, doc) | {number}
+                for i in range(1, min(local.waiting, MAX_SPARES) + 1):
+                    free = ranks.number(Placement.SPOT, taken)
+                    taken.add(free)
+                    doc.seq += 1
+                    spares.append((f"{SPOT_TOKEN}{token}.{i}", free))
+                    doc.pending[spares[-1][0]], doc.nums[spares[-1][0]] = doc.seq, free
+            elif local.spares:
+                # An on-demand pod after all: the last spare number goes back in this write.
+                t, _, _ = local.spares.pop()
+                doc.pending.pop(t, None)
+                doc.nums.pop(t, None)
             try:
                 self._write(local, name, doc=doc, rs=rs, config=config)
-                local.first_seen.setdefault(mine, self.clock())
+                now = self.clock()
+                for t in (mine, *(t for t, _ in spares)):
+                    local.first_seen.setdefault(t, now)
+                if spares:
+                    local.spares = [(t, n, now) for t, n in spares]
+                if decision.placement is Placement.SPOT:
+                    local.spot += 1
                 return Claim(decision, held, mine, refreshed, number)
             except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
                 metrics.CONFLICTS.inc()
