@@ -132,3 +132,11 @@ def test_the_patch_puts_the_ranked_cost_on_spot_and_on_demand_pods_but_keeps_the
     assert not [op for op in users if "annotations" in op["path"]]
     surge = patches.build(pod_json(), Placement.ON_DEMAND, cfg, surge=True, cost=BASE - 5)
     assert DELETION_COST not in str(surge)
+
+
+def test_numbers_for_several_waiting_pods_in_one_pass() -> None:
+    r = Ranks(Percent(25), BASE)
+    assert r.numbers(Placement.SPOT, set(range(1, 9)), 4) == [10, 11, 12, 14]
+    assert r.numbers(Placement.ON_DEMAND, {1}, 3) == [5, 9, 13]
+    assert Ranks(Count(2), BASE).numbers(Placement.ON_DEMAND, {1, 2, 3}, 2) == [4, 5]
+    assert Ranks(Count(2), BASE).numbers(Placement.SPOT, {1, 2, 3}, 2) == [3, 3]

@@ -49,6 +49,15 @@ only shared order is the sequence number (which reservation is older).
 * ``reservation_ttl_seconds`` is a backstop for reservations no count ever
   decides on; it is raised to cover the other timings (:meth:`Reservations.ttl`).
 
+Replica numbers (``spotguard.policy.ranks``, the ranked deletion costs): an
+on-demand reservation also records its pod's number (``nums``: token ->
+number). Under a percentage floor a spot pod's number is recorded too, under
+``spot:<uid>`` (no on-demand slot: left out of the slots held and of the
+known pods), with those of the reviews waiting behind it in this process
+(``spot:<uid>.<i>``, handed out without a write while younger than half the
+grace). A number is held by a counted pod's cost, or by a live reservation
+whose pod this instance has never seen.
+
 A stale workload: the Deployment is cached for 2 s (``Resolver``), and a change
 that creates pods (the interruption handler's surge; a scale under a
 percentage floor) can land inside that window. The pods known to this
@@ -571,13 +580,11 @@ class Reservations:
             if ordered_spot and ranks is not None and number is not None:
                 # The reviews waiting behind this one are most likely spot too: one write
                 # records their numbers as well (a burst costs a write per batch, not per pod).
-                taken = self._taken(local, doc) | {number}
-                for i in range(1, min(local.waiting, MAX_SPARES) + 1):
-                    free = ranks.number(Placement.SPOT, taken)
-                    taken.add(free)
+                free = ranks.numbers(Placement.SPOT, self._taken(local, doc) | {number}, min(local.waiting, MAX_SPARES))
+                for i, n in enumerate(free, start=1):
                     doc.seq += 1
-                    spares.append((f"{SPOT_TOKEN}{token}.{i}", free))
-                    doc.pending[spares[-1][0]], doc.nums[spares[-1][0]] = doc.seq, free
+                    spares.append((f"{SPOT_TOKEN}{token}.{i}", n))
+                    doc.pending[spares[-1][0]], doc.nums[spares[-1][0]] = doc.seq, n
             elif local.spares:
                 # An on-demand pod after all: the last spare number goes back in this write.
                 t, _, _ = local.spares.pop()

@@ -26,7 +26,7 @@ there every spot pod needs a number of its own.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from spotguard.policy.floors import Count, FloorSpec, Percent
@@ -66,17 +66,26 @@ class Ranks:
 
     def number(self, placement: Placement, taken: Collection[int]) -> int:
         """The number a new pod of ``placement`` takes, given the numbers live pods hold."""
+        return self.numbers(placement, taken, 1)[0]
+
+    def numbers(self, placement: Placement, taken: Collection[int], count: int) -> list[int]:
+        """The ``count`` lowest free numbers of ``placement``, lowest first (one pass)."""
         if placement is Placement.SPOT and not self.ordered:
-            return self.first_spot()
+            return [self.first_spot()] * count
         want = placement is Placement.ON_DEMAND
-        # A free number of the class exists within this bound whenever one exists at all
-        # (on-demand numbers of a percentage p are at most 100/p apart).
-        bound = max(taken, default=0) + 2 + (100 // max(self.spec.value, 1) if isinstance(self.spec, Percent) else 1)
-        for n in range(1, bound + 1):
+        found: list[int] = []
+        if want and isinstance(self.spec, Count):
+            candidates: Iterable[int] = range(1, self.spec.value + 1)  # 1..k: the only ones
+        else:
+            candidates = itertools.count(1)  # a percentage has numbers of both classes without end
+        for n in candidates:
+            if len(found) == count:
+                return found
             if n not in taken and self.is_on_demand(n) == want:
-                return n
-        # Every on-demand number of a count floor is held: rank it with the first free number.
-        return next(n for n in itertools.count(1) if n not in taken)
+                found.append(n)
+        # Every on-demand number of a count floor is held: rank the rest with the first free numbers.
+        free = (n for n in itertools.count(1) if n not in taken and n not in found)
+        return found + [next(free) for _ in range(count - len(found))]
 
     def cost(self, n: int) -> int:
         return max(1, self.base - n)
