@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from spotguard.policy import config, floors, patches, ranks
+from spotguard.policy import config, floors, moves, patches, ranks
 from spotguard.policy.floors import Count, FloorSpec, Percent
 from spotguard.policy.placement import Placement
 from spotguard.policy.ranks import Ranks
@@ -88,8 +88,12 @@ def test_an_on_demand_pod_beyond_a_count_floor_takes_the_first_free_number() -> 
 
 
 def test_costs_stay_above_surge_replicas_and_moves() -> None:
+    """Surge replicas (no cost: 0) go first at the scale back, a move's pod and the doomed
+    pods before them: below every numbered pod, whatever its number."""
     r = Ranks(Percent(25), 1000)
     assert [r.cost(n) for n in (1, 2, 999, 5000)] == [999, 998, 1, 1]
+    default = Ranks(Percent(25), BASE)
+    assert default.cost(100_000) > 0 > moves.SURGE_FIRST > moves.FIRST_TO_GO > moves.DOOMED_FIRST
 
 
 @pytest.mark.parametrize(
