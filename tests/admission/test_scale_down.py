@@ -57,30 +57,26 @@ def _scale(k: kube.Kube, name: str, replicas: int) -> None:
     k.patch(r.DEPLOYMENTS, name, {"spec": {"replicas": replicas}}, harness.NS)
 
 
-def test_a_quarter_floor_scaled_from_40_to_8_keeps_two_on_demand(served: harness.Served) -> None:
-    # GIVEN a Deployment with a 25 % floor at 40 replicas: 10 on on-demand
+@pytest.mark.parametrize(
+    ("name", "floor", "steps"),
+    [
+        # 25 % at 40: 10 on on-demand; scaled to 8, the floor of 8 (2) stays, not all 8;
+        # scaling up refills the floor of the new count, and down again keeps exactly it
+        ("quarter", "25%", [(40, 10), (8, 2), (20, 5), (13, 4)]),
+        # an absolute floor of 3: its on-demand pods stay (the spot pods go), and at 2
+        # replicas both left are on-demand
+        ("three", "3", [(12, 3), (4, 3), (2, 2)]),
+    ],
+)
+def test_a_scale_down_keeps_exactly_the_floor_of_the_new_count(
+    served: harness.Served, name: str, floor: str, steps: list[tuple[int, int]]
+) -> None:
     k = served.k
-    k.create(r.DEPLOYMENTS, harness.deployment("quarter", 40, {MIN_ON_DEMAND: "25%"}), harness.NS)
-    assert harness.on_demand(k, _ready(k, "quarter", 40)) == (10, 10)
-    # WHEN it is scaled to 8
-    _scale(k, "quarter", 8)
-    # THEN 2 of the 8 (the floor of 8) are on on-demand, not all 8
-    assert harness.on_demand(k, _ready(k, "quarter", 8)) == (2, 2)
-    # AND scaling up again refills the floor of the new count
-    _scale(k, "quarter", 20)
-    assert harness.on_demand(k, _ready(k, "quarter", 20)) == (5, 5)
-    _scale(k, "quarter", 13)
-    assert harness.on_demand(k, _ready(k, "quarter", 13)) == (4, 4)
-
-
-def test_an_absolute_floor_is_kept_through_a_scale_down(served: harness.Served) -> None:
-    # GIVEN a Deployment with a floor of 3 at 12 replicas
-    k = served.k
-    k.create(r.DEPLOYMENTS, harness.deployment("three", 12, {MIN_ON_DEMAND: "3"}), harness.NS)
-    assert harness.on_demand(k, _ready(k, "three", 12)) == (3, 3)
-    # WHEN it is scaled to 4, THEN its 3 on-demand pods stay (the spot pods go)
-    _scale(k, "three", 4)
-    assert harness.on_demand(k, _ready(k, "three", 4)) == (3, 3)
-    # AND to 2: both left are on-demand (the floor of 2 replicas is 2)
-    _scale(k, "three", 2)
-    assert harness.on_demand(k, _ready(k, "three", 2)) == (2, 2)
+    (replicas, on_demand), *rest = steps
+    # GIVEN the Deployment at its first count, exactly its floor on on-demand
+    k.create(r.DEPLOYMENTS, harness.deployment(name, replicas, {MIN_ON_DEMAND: floor}), harness.NS)
+    assert harness.on_demand(k, _ready(k, name, replicas)) == (on_demand, on_demand)
+    for replicas, on_demand in rest:
+        # WHEN it is scaled, THEN exactly the floor of the new count is on on-demand
+        _scale(k, name, replicas)
+        assert harness.on_demand(k, _ready(k, name, replicas)) == (on_demand, on_demand), replicas
