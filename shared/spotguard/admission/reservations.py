@@ -49,6 +49,15 @@ only shared order is the sequence number (which reservation is older).
 * ``reservation_ttl_seconds`` is a backstop for reservations no count ever
   decides on; it is raised to cover the other timings (:meth:`Reservations.ttl`).
 
+Replica numbers (``spotguard.policy.ranks``, the ranked deletion costs): an
+on-demand reservation also records its pod's number (``nums``: token ->
+number). Under a percentage floor a spot pod's number is recorded too, under
+``spot:<uid>`` (no on-demand slot: left out of the slots held and of the
+known pods), with those of the reviews waiting behind it in this process
+(``spot:<uid>.<i>``, handed out without a write while younger than half the
+grace). A number is held by a counted pod's cost, or by a live reservation
+whose pod this instance has never seen.
+
 A stale workload: the Deployment is cached for 2 s (``Resolver``), and a change
 that creates pods (the interruption handler's surge; a scale under a
 percentage floor) can land inside that window. The pods known to this
@@ -88,6 +97,7 @@ from spotguard.gateway import resources as r
 from spotguard.policy import placement
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Decision, Placement
+from spotguard.policy.ranks import Ranks, number_of
 from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
@@ -114,9 +124,14 @@ class Doc:
 
     seq: int = 0
     pending: dict[str, int] = field(default_factory=dict)  # token -> sequence number
+    nums: dict[str, int] = field(default_factory=dict)  # token -> replica number (policy.ranks)
 
     def to_json(self) -> str:
-        return json.dumps({"v": 2, "seq": self.seq, "pending": self.pending}, separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"v": 2, "seq": self.seq, "pending": self.pending}
+        nums = {t: n for t, n in self.nums.items() if t in self.pending}
+        if nums:
+            doc["nums"] = nums
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> Doc:
@@ -130,7 +145,11 @@ class Doc:
             raw = doc.get("pending") or {}
             if doc.get("v", 1) == 1:  # written by an older version: [made, expires] per token
                 return cls(seq=len(raw), pending={str(t): 0 for t in raw})
-            return cls(seq=int(doc.get("seq") or 0), pending={str(t): int(v) for t, v in raw.items()})
+            return cls(
+                seq=int(doc.get("seq") or 0),
+                pending={str(t): int(v) for t, v in raw.items()},
+                nums={str(t): int(v) for t, v in (doc.get("nums") or {}).items()},
+            )
         except (ValueError, TypeError, AttributeError):
             log.warning("unreadable reservation lease; starting afresh", extra={"lease": _name_of(lease)})
             return cls()
@@ -145,6 +164,7 @@ class Count:
     seen: frozenset[str]  # reservation tokens that listed pods carry
     pods: int  # active pods
     surge_created: tuple[float, ...] = ()  # creation times of the on-demand surge replicas
+    numbers: frozenset[int] = frozenset()  # replica numbers the active pods hold (policy.ranks)
 
 
 @dataclass
@@ -158,6 +178,10 @@ class Local:
     seen_at: dict[str, float] = field(default_factory=dict)  # token -> when a count of ours first showed its pod
     dead: set[str] = field(default_factory=set)  # unseen tokens proven dead (bound, grace, ttl)
     spot: int = 0  # spot admissions of this instance since its count
+    # Spot numbers recorded for the reviews waiting behind a write (token, number, when
+    # recorded): a percentage floor's spot pods take them without a write of their own.
+    spares: list[tuple[str, int, float]] = field(default_factory=list)
+    waiting: int = 0  # reviews of this instance waiting for the lock
     refuted: float = -1e18  # when a re-read last showed no newer scale
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -166,8 +190,9 @@ class Local:
 class Claim:
     decision: Decision
     held: int
-    token: str | None = None  # set when an on-demand slot was recorded under this token
+    token: str | None = None  # set when a slot was recorded under this token
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
+    number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -178,6 +203,10 @@ Decide = Callable[[int, tuple[float, ...], int], Decision]
 # replicas and the decision function for its new floor.
 Refresh = Callable[[], tuple[int, Decide]]
 SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
+# A spot slot's reservation token starts with this: recorded only for its replica number
+# (a percentage floor's spot pods each need their own), it holds no on-demand slot.
+SPOT_TOKEN = "spot:"
+MAX_SPARES = 32  # spot numbers recorded at most for the reviews waiting behind one write
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -271,6 +300,11 @@ class Reservations:
             seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
             pods=sum(1 for p in mine if p.active),
             surge_created=tuple(p.created for p in on_demand if placement.is_surge_replica(p)),
+            numbers=frozenset(
+                n
+                for p in mine
+                if p.active and (n := number_of(p.annotations, config.on_demand_deletion_cost)) is not None
+            ),
         )
 
     def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
@@ -322,9 +356,35 @@ class Reservations:
             local.dead.discard(stale)
 
     def _unseen(self, local: Local, doc: Doc) -> list[str]:
-        """Live reservations whose pods this instance's count does not show, oldest first."""
+        """Live on-demand reservations whose pods this instance's count does not show, oldest first."""
         seen = local.count.seen if local.count is not None else frozenset()
-        return sorted((t for t in doc.pending if t not in seen and t not in local.dead), key=lambda t: doc.pending[t])
+        return sorted(
+            (t for t in doc.pending if t not in seen and t not in local.dead and not t.startswith(SPOT_TOKEN)),
+            key=lambda t: doc.pending[t],
+        )
+
+    def _taken(self, local: Local, doc: Doc) -> set[int]:
+        """The replica numbers held: by the counted pods, and by live reservations of either
+        class whose pods have not appeared yet (a reservation whose pod a count of this
+        instance showed holds nothing once its pod has gone: its replacement reuses the number)."""
+        count = local.count
+        taken = set(count.numbers if count is not None else ())
+        taken.update(
+            n
+            for t, n in doc.nums.items()
+            if t in doc.pending and t not in local.seen_at and t not in local.dead
+        )
+        return taken
+
+    def _spare(self, local: Local, doc: Doc) -> tuple[str, int] | None:
+        """A spot number this instance recorded for a review that waited behind the write,
+        while still young (well inside the grace after which other instances free it)."""
+        now = self.clock()
+        while local.spares:
+            token, number, made = local.spares.pop(0)
+            if token in doc.pending and token not in local.dead and now - made < self.pending_grace / 2:
+                return token, number
+        return None
 
     def _prunable(self, local: Local, doc: Doc, now: float) -> list[str]:
         gone = [t for t in doc.pending if t in local.dead]
@@ -350,12 +410,19 @@ class Reservations:
         dry_run: bool = False,
         replicas: int | None = None,
         refresh: Refresh | None = None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
 
         ``replicas`` is the workload's ``spec.replicas`` that ``decide`` assumes; when
         this pod would take the ReplicaSet past it, ``refresh()`` gives the fresh
         replicas and decision function (see the module docstring).
+
+        ``ranks``: the pod also gets the lowest free replica number of its class (the
+        numbers the counted pods' deletion costs stand for and those of the unseen
+        reservations are taken). An on-demand number is recorded with the slot; where
+        the floor interleaves the classes (a percentage) a spot number is recorded too,
+        under ``spot:<token>``, so that instances deciding at once never share one.
         """
         rs = resolved.replicaset or {}
         meta = rs.get("metadata") or {}
@@ -363,10 +430,17 @@ class Reservations:
         name = lease_name(rs_ns, rs_name)
         local = self._local(rs_uid)
         began = self.clock()
-        if not local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0))):
+        with self._guard:
+            local.waiting += 1
+        try:
+            acquired = local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0)))
+        finally:
+            with self._guard:
+                local.waiting -= 1
+        if not acquired:
             raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
         try:
-            return self._claim(
+            claim = self._claim(
                 local=local,
                 name=name,
                 rs=rs,
@@ -379,9 +453,26 @@ class Reservations:
                 dry_run=dry_run,
                 replicas=replicas,
                 refresh=refresh,
+                ranks=ranks,
             )
+            if local.spares and not local.waiting and not dry_run:
+                self._release_spares(local, name, rs, rs_uid, config)
+            return claim
         finally:
             local.lock.release()
+
+    def _release_spares(self, local: Local, name: str, rs: Mapping[str, Any], rs_uid: str, config: Config) -> None:
+        """No review waits any more: the spot numbers recorded for waiters go back (best effort;
+        left in the Lease, they are freed once their grace has passed)."""
+        doc = Doc.from_lease(local.lease, rs_uid)
+        for token, _, _ in local.spares:
+            doc.pending.pop(token, None)
+            doc.nums.pop(token, None)
+        local.spares.clear()
+        try:
+            self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
+        except Exception:  # this review is decided: a failed clean-up must not fail it open
+            log.info("could not release spare spot numbers; they expire", extra={"lease": name}, exc_info=True)
 
     def _claim(
         self,
@@ -398,6 +489,7 @@ class Reservations:
         dry_run: bool,
         replicas: int | None,
         refresh: Refresh | None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         attempt = 0
         refreshed = False
@@ -413,11 +505,16 @@ class Reservations:
             now = self.clock()
             self._observe(local, doc, config, now)
             if token in doc.pending:  # our own write landed (an earlier try timed out)
-                return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
+                return Claim(
+                    Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token, number=doc.nums.get(token)
+                )
             if SURGE_TOKEN + token in doc.pending:
                 return Claim(
                     Decision(Placement.ON_DEMAND, "reserved", surge=True), len(doc.pending), SURGE_TOKEN + token
                 )
+            if SPOT_TOKEN + token in doc.pending:
+                mine = SPOT_TOKEN + token
+                return Claim(Decision(Placement.SPOT, "reserved"), len(doc.pending), mine, number=doc.nums.get(mine))
             if (
                 replicas is not None
                 and self._known(local, doc) + 1 > replicas
@@ -455,22 +552,54 @@ class Reservations:
                 pause = min(0.2, pause * 2)
                 self._recount(local, name, rs, config)
                 continue
-            if decision.placement is not Placement.ON_DEMAND:
+            number = None
+            if ranks is not None and decision.placement is not None and not decision.surge:
+                number = ranks.number(decision.placement, self._taken(local, doc))
+            ordered_spot = decision.placement is Placement.SPOT and ranks is not None and ranks.ordered
+            if ordered_spot and not dry_run and (spare := self._spare(local, doc)) is not None:
+                local.spot += 1
+                return Claim(decision, held, spare[0], refreshed, spare[1])
+            if decision.placement is not Placement.ON_DEMAND and not ordered_spot:
                 if not dry_run:
                     if decision.placement is Placement.SPOT:
                         local.spot += 1
                     if self._prunable(local, doc, self.clock()):
                         self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
-                return Claim(decision, held, refreshed=refreshed)
+                return Claim(decision, held, refreshed=refreshed, number=number)
             if dry_run:
-                return Claim(decision, held, refreshed=refreshed)
+                return Claim(decision, held, refreshed=refreshed, number=number)
             doc.seq += 1
-            mine = SURGE_TOKEN + token if decision.surge else token
+            if decision.placement is Placement.SPOT:
+                mine = SPOT_TOKEN + token
+            else:
+                mine = SURGE_TOKEN + token if decision.surge else token
             doc.pending[mine] = doc.seq
+            if number is not None:
+                doc.nums[mine] = number
+            spares: list[tuple[str, int]] = []
+            if ordered_spot and ranks is not None and number is not None:
+                # The reviews waiting behind this one are most likely spot too: one write
+                # records their numbers as well (a burst costs a write per batch, not per pod).
+                free = ranks.numbers(Placement.SPOT, self._taken(local, doc) | {number}, min(local.waiting, MAX_SPARES))
+                for i, n in enumerate(free, start=1):
+                    doc.seq += 1
+                    spares.append((f"{SPOT_TOKEN}{token}.{i}", n))
+                    doc.pending[spares[-1][0]], doc.nums[spares[-1][0]] = doc.seq, n
+            elif local.spares:
+                # An on-demand pod after all: the last spare number goes back in this write.
+                t, _, _ = local.spares.pop()
+                doc.pending.pop(t, None)
+                doc.nums.pop(t, None)
             try:
                 self._write(local, name, doc=doc, rs=rs, config=config)
-                local.first_seen.setdefault(mine, self.clock())
-                return Claim(decision, held, mine, refreshed)
+                now = self.clock()
+                for t in (mine, *(t for t, _ in spares)):
+                    local.first_seen.setdefault(t, now)
+                if spares:
+                    local.spares = [(t, n, now) for t, n in spares]
+                if decision.placement is Placement.SPOT:
+                    local.spot += 1
+                return Claim(decision, held, mine, refreshed, number)
             except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
                 metrics.CONFLICTS.inc()
                 if deadline.remaining() <= deadline.WRITE_RESERVE:
@@ -520,6 +649,7 @@ class Reservations:
     ) -> None:
         for t in self._prunable(local, doc, self.clock()):
             doc.pending.pop(t, None)
+            doc.nums.pop(t, None)
         meta = rs.get("metadata") or {}
         rs_uid = str(meta.get("uid") or "")
         annotations = {
