@@ -83,7 +83,7 @@ def test_on_demand_plain_pod_exact() -> None:
         {
             "op": "add",
             "path": "/metadata/annotations",
-            "value": {"controller.kubernetes.io/pod-deletion-cost": "1000"},
+            "value": {"controller.kubernetes.io/pod-deletion-cost": "1000000"},
         },
     ]
     assert patched["metadata"]["labels"] == {"app": "web", "spotguard.io/placement": "on-demand"}
@@ -223,7 +223,7 @@ def test_pod_without_labels_or_annotations() -> None:
     assert {"op": "add", "path": "/metadata/labels", "value": {"spotguard.io/placement": "spot"}} in ops
     assert "topologySpreadConstraints" not in patched["spec"]  # nothing to select siblings by
     ops, patched = build_and_check(raw, Placement.ON_DEMAND)
-    assert patched["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+    assert patched["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000000"}
 
 
 def test_changed_placement_label_is_replaced() -> None:
@@ -288,7 +288,7 @@ def test_a_surge_replica_is_marked_and_gets_no_deletion_cost() -> None:
     assert patched["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"] == [{"matchExpressions": OD}]
     assert patched["metadata"]["annotations"] == {"spotguard.io/surge-replica": "true"}
     plain = apply(before, patches.build(before, Placement.ON_DEMAND, CFG))
-    assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+    assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000000"}
 
 
 # -- the spread keeps to spot nodes where the cluster has a spot-only key ----------------

@@ -29,7 +29,7 @@ from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy,
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
-from spotguard.policy import fit, floors, patches, placement
+from spotguard.policy import fit, floors, patches, placement, ranks
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
@@ -308,10 +308,11 @@ def placement_patch(
     surge: bool = False,
     *,
     spot_key: str | None = None,
+    cost: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The policy's patch, plus the reservation token annotation for an on-demand slot."""
+    """The policy's patch, plus the reservation token annotation for a recorded slot."""
     if token is None:
-        return patches.build(pod, where, config, surge, spot_key)
+        return patches.build(pod, where, config, surge, spot_key, cost=cost)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -323,7 +324,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config, surge, spot_key)
+    return first + patches.build(with_token, where, config, surge, spot_key, cost=cost)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -447,13 +448,16 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return w.replicas, _deciding(view, w, f)
 
     token: str | None = None
+    cost: int | None = None
     if workload.kind is Kind.STATEFULSET:
+        # Its controller removes the highest ordinals first, whatever their cost.
         decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
         decision = decide(0, (), 0)  # nothing to reserve
     else:
         if warm is not None:
             warm.result()
+        numbering = ranks.ranks_for(floors.base_spec(workload, config, ns_annotations), config.on_demand_deletion_cost)
         claim = ctx.reservations.claim(
             resolved=resolved,
             floor=floor.on_demand,
@@ -463,12 +467,15 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             dry_run=bool(request.get("dryRun")),
             replicas=workload.replicas,
             refresh=None if resolved.fresh else refresh,
+            ranks=numbering,
         )
         decision, token = claim.decision, claim.token
+        if numbering is not None and claim.number is not None:
+            cost = numbering.cost(claim.number)
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
-    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
+    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key, cost=cost)
     return Outcome("patched", decision.reason, decision.placement, ops)
 
 

@@ -49,6 +49,14 @@ only shared order is the sequence number (which reservation is older).
 * ``reservation_ttl_seconds`` is a backstop for reservations no count ever
   decides on; it is raised to cover the other timings (:meth:`Reservations.ttl`).
 
+Replica numbers (``spotguard.policy.ranks``, the ranked deletion costs): an
+on-demand reservation also records its pod's number (``nums``: token ->
+number). Under a percentage floor a spot pod's number is recorded too, under
+``spot:<uid>`` (no on-demand slot: left out of the slots held and of the
+known pods); the reviews of one round (group commit, below) each get their
+own, recorded in the round's one write. A number is held by a counted pod's
+cost, or by a live reservation whose pod this instance has never seen.
+
 A stale workload: the Deployment is cached for 2 s (``Resolver``), and a change
 that creates pods (the interruption handler's surge; a scale under a
 percentage floor) can land inside that window. The pods known to this
@@ -97,6 +105,7 @@ from spotguard.gateway import resources as r
 from spotguard.policy import placement
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Decision, Placement
+from spotguard.policy.ranks import Ranks, number_of
 from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
@@ -123,9 +132,14 @@ class Doc:
 
     seq: int = 0
     pending: dict[str, int] = field(default_factory=dict)  # token -> sequence number
+    nums: dict[str, int] = field(default_factory=dict)  # token -> replica number (policy.ranks)
 
     def to_json(self) -> str:
-        return json.dumps({"v": 2, "seq": self.seq, "pending": self.pending}, separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"v": 2, "seq": self.seq, "pending": self.pending}
+        nums = {t: n for t, n in self.nums.items() if t in self.pending}
+        if nums:
+            doc["nums"] = nums
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> Doc:
@@ -139,7 +153,11 @@ class Doc:
             raw = doc.get("pending") or {}
             if doc.get("v", 1) == 1:  # written by an older version: [made, expires] per token
                 return cls(seq=len(raw), pending={str(t): 0 for t in raw})
-            return cls(seq=int(doc.get("seq") or 0), pending={str(t): int(v) for t, v in raw.items()})
+            return cls(
+                seq=int(doc.get("seq") or 0),
+                pending={str(t): int(v) for t, v in raw.items()},
+                nums={str(t): int(v) for t, v in (doc.get("nums") or {}).items()},
+            )
         except (ValueError, TypeError, AttributeError):
             log.warning("unreadable reservation lease; starting afresh", extra={"lease": _name_of(lease)})
             return cls()
@@ -154,6 +172,7 @@ class Count:
     seen: frozenset[str]  # reservation tokens that listed pods carry
     pods: int  # active pods
     surge_created: tuple[float, ...] = ()  # creation times of the on-demand surge replicas
+    numbers: frozenset[int] = frozenset()  # replica numbers the active pods hold (policy.ranks)
 
 
 @dataclass
@@ -185,6 +204,7 @@ class Waiter:
     dry_run: bool
     replicas: int | None
     refresh: Refresh | None
+    ranks: Ranks | None
     began: float
     deadline: deadline.Deadline | None
     refreshed: bool = False
@@ -210,8 +230,9 @@ class Waiter:
 class Claim:
     decision: Decision
     held: int
-    token: str | None = None  # set when an on-demand slot was recorded under this token
+    token: str | None = None  # set when a slot was recorded under this token
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
+    number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -222,6 +243,9 @@ Decide = Callable[[int, tuple[float, ...], int], Decision]
 # replicas and the decision function for its new floor.
 Refresh = Callable[[], tuple[int, Decide]]
 SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
+# A spot slot's reservation token starts with this: recorded only for its replica number
+# (a percentage floor's spot pods each need their own), it holds no on-demand slot.
+SPOT_TOKEN = "spot:"
 
 
 def _write_reserve(kube: Any) -> float:
@@ -326,6 +350,11 @@ class Reservations:
             seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
             pods=sum(1 for p in mine if p.active),
             surge_created=tuple(p.created for p in on_demand if placement.is_surge_replica(p)),
+            numbers=frozenset(
+                n
+                for p in mine
+                if p.active and (n := number_of(p.annotations, config.on_demand_deletion_cost)) is not None
+            ),
         )
 
     def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
@@ -377,9 +406,25 @@ class Reservations:
             local.dead.discard(stale)
 
     def _unseen(self, local: Local, doc: Doc) -> list[str]:
-        """Live reservations whose pods this instance's count does not show, oldest first."""
+        """Live on-demand reservations whose pods this instance's count does not show, oldest first."""
         seen = local.count.seen if local.count is not None else frozenset()
-        return sorted((t for t in doc.pending if t not in seen and t not in local.dead), key=lambda t: doc.pending[t])
+        return sorted(
+            (t for t in doc.pending if t not in seen and t not in local.dead and not t.startswith(SPOT_TOKEN)),
+            key=lambda t: doc.pending[t],
+        )
+
+    def _taken(self, local: Local, doc: Doc) -> set[int]:
+        """The replica numbers held: by the counted pods, and by live reservations of either
+        class whose pods have not appeared yet (a reservation whose pod a count of this
+        instance showed holds nothing once its pod has gone: its replacement reuses the number)."""
+        count = local.count
+        taken = set(count.numbers if count is not None else ())
+        taken.update(
+            n
+            for t, n in doc.nums.items()
+            if t in doc.pending and t not in local.seen_at and t not in local.dead
+        )
+        return taken
 
     def _prunable(self, local: Local, doc: Doc, now: float) -> list[str]:
         gone = [t for t in doc.pending if t in local.dead]
@@ -405,12 +450,19 @@ class Reservations:
         dry_run: bool = False,
         replicas: int | None = None,
         refresh: Refresh | None = None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
 
         ``replicas`` is the workload's ``spec.replicas`` that ``decide`` assumes; when
         this pod would take the ReplicaSet past it, ``refresh()`` gives the fresh
         replicas and decision function (see the module docstring).
+
+        ``ranks``: the pod also gets the lowest free replica number of its class (the
+        numbers the counted pods' deletion costs stand for and those of the unseen
+        reservations are taken). An on-demand number is recorded with the slot; where
+        the floor interleaves the classes (a percentage) a spot number is recorded too,
+        under ``spot:<token>``, so that instances deciding at once never share one.
 
         Group commit: the reviews of one ReplicaSet in this process queue up; the one at
         the head (the leader) decides for every review queued, one after the other on what
@@ -429,6 +481,7 @@ class Reservations:
             dry_run=dry_run,
             replicas=replicas,
             refresh=refresh,
+            ranks=ranks,
             began=self.clock(),
             deadline=deadline.current(),
         )
@@ -507,7 +560,7 @@ class Reservations:
             self._recount(local, name, rs, config)
         elif not local.lease_read:
             local.lease, local.lease_read = self._read(name), True
-        added: list[str] = []  # this round's reservations, oldest first
+        added: dict[str, int | None] = {}  # this round's reservations (token -> number), oldest first
         doc = self._doc(local, rs_uid, added, config)
         decided: list[tuple[Waiter, Claim]] = []
         writers: list[tuple[Waiter, str]] = []
@@ -557,14 +610,16 @@ class Reservations:
         if not writers and spot and self._prunable(local, doc, self.clock()):
             self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
 
-    def _doc(self, local: Local, rs_uid: str, added: list[str], config: Config) -> Doc:
+    def _doc(self, local: Local, rs_uid: str, added: Mapping[str, int | None], config: Config) -> Doc:
         """The Lease's reservations with this round's own (not written yet) on top."""
         doc = Doc.from_lease(local.lease, rs_uid)
         self._observe(local, doc, config, self.clock())
-        for t in added:
+        for t, number in added.items():
             if t not in doc.pending:
                 doc.seq += 1
                 doc.pending[t] = doc.seq
+                if number is not None:
+                    doc.nums[t] = number
         return doc
 
     def _decide(
@@ -577,7 +632,7 @@ class Reservations:
         rs_uid: str,
         config: Config,
         doc: Doc,
-        added: list[str],
+        added: dict[str, int | None],
     ) -> tuple[Claim | None, Doc, bool] | None:
         """One review's answer on the Lease and count as this round has them: the claim
         (None when the review was answered already: no time left for its write), the
@@ -586,10 +641,14 @@ class Reservations:
         pods to appear."""
         token = w.token
         if token in doc.pending and token not in added:  # our own write landed (an earlier try timed out)
-            return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token), doc, False
+            reserved = Decision(Placement.ON_DEMAND, "reserved")
+            return Claim(reserved, len(doc.pending), token, number=doc.nums.get(token)), doc, False
         if SURGE_TOKEN + token in doc.pending and SURGE_TOKEN + token not in added:
             surge = Decision(Placement.ON_DEMAND, "reserved", surge=True)
             return Claim(surge, len(doc.pending), SURGE_TOKEN + token), doc, False
+        if (spot := SPOT_TOKEN + token) in doc.pending and spot not in added:
+            reserved = Decision(Placement.SPOT, "reserved")
+            return Claim(reserved, len(doc.pending), spot, number=doc.nums.get(spot)), doc, False
         now = self.clock()
         if (
             w.replicas is not None
@@ -625,18 +684,28 @@ class Reservations:
             # The floor is met only by reservations whose pods have not appeared yet:
             # look again (they appear within milliseconds, or they are dead).
             return None
-        if decision.placement is not Placement.ON_DEMAND or w.dry_run:
-            return Claim(decision, held, refreshed=w.refreshed), doc, False
+        number = None
+        if w.ranks is not None and decision.placement is not None and not decision.surge:
+            number = w.ranks.number(decision.placement, self._taken(local, doc))
+        # a percentage floor's spot pod records its number (instances deciding at once)
+        ordered_spot = decision.placement is Placement.SPOT and w.ranks is not None and w.ranks.ordered
+        if (decision.placement is not Placement.ON_DEMAND and not ordered_spot) or w.dry_run:
+            return Claim(decision, held, refreshed=w.refreshed, number=number), doc, False
         if w.remaining() <= _write_reserve(self.kube):
             # No time left to write this one's reservation: answered unchanged, and the
             # slot stays free for the reviews behind it.
             self._answer(local, w, None, deadline.DeadlineExceeded("review deadline reached before its Lease write"))
             return None, doc, False
-        mine = SURGE_TOKEN + token if decision.surge else token
-        added.append(mine)
+        if decision.placement is Placement.SPOT:
+            mine = SPOT_TOKEN + token
+        else:
+            mine = SURGE_TOKEN + token if decision.surge else token
+        added[mine] = number
         doc.seq += 1
         doc.pending[mine] = doc.seq
-        return Claim(decision, held, mine, w.refreshed), doc, True
+        if number is not None:
+            doc.nums[mine] = number
+        return Claim(decision, held, mine, w.refreshed, number), doc, True
 
     def _wait(self, local: Local, w: Waiter, unseen: list[str]) -> bool:
         """Whether ``w`` can wait for the young reservations' pods; if so the next round
@@ -682,6 +751,7 @@ class Reservations:
     ) -> None:
         for t in self._prunable(local, doc, self.clock()):
             doc.pending.pop(t, None)
+            doc.nums.pop(t, None)
         meta = rs.get("metadata") or {}
         rs_uid = str(meta.get("uid") or "")
         annotations = {

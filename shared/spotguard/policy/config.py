@@ -58,7 +58,8 @@ class Config:
         "topology.kubernetes.io/zone",
     )
     spot_preference_weight: int = 100
-    on_demand_deletion_cost: int = 1000
+    # The deletion cost of replica number 0 (policy.ranks): replica n costs this minus n.
+    on_demand_deletion_cost: int = 1_000_000
     reservation_ttl_seconds: int = 30
     rebalance_max_workloads_per_step: int = 10
     rebalance_max_pods_per_workload: int = 1

@@ -276,14 +276,22 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, s
 
 
 def build(
-    pod: Mapping[str, Any], placement: Placement, config: Config, surge: bool = False, spot_key: str | None = None
+    pod: Mapping[str, Any],
+    placement: Placement,
+    config: Config,
+    surge: bool = False,
+    spot_key: str | None = None,
+    *,
+    cost: int | None = None,
 ) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
     ``surge``: an on-demand slot of a surge in progress: marked ``spotguard.io/surge-replica``
     and given no deletion cost (an extra replica, the first to go after the dead pods).
     ``spot_key``: the cluster's spot-only label key (:func:`spot_only_key`), spread over
-    by a spot slot."""
+    by a spot slot. ``cost``: the pod's ranked deletion cost (:mod:`spotguard.policy.ranks`);
+    without one an on-demand pod gets ``on_demand_deletion_cost`` (above every ranked pod)
+    and a spot pod none. A deletion cost the pod already has (its template's) is kept."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
@@ -294,7 +302,12 @@ def build(
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if placement is Placement.ON_DEMAND and surge:
         ops += _set_in_map(pod, ("metadata", "annotations"), SURGE_REPLICA, "true")
-    elif placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
-        # Scale-down removes spot replicas before the on-demand floor.
+    elif DELETION_COST in annotations:
+        pass
+    elif cost is not None:
+        # Scale-down keeps the lowest replica numbers: exactly the floor's on-demand pods.
+        ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(cost))
+    elif placement is Placement.ON_DEMAND and config.on_demand_deletion_cost:
+        # Scale-down removes spot replicas before this on-demand pod.
         ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
     return ops
