@@ -52,7 +52,7 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, lifecycle, metrics, records
-from spotguard.policy import evictions, floors, interruption, surgecopy, surges
+from spotguard.policy import evictions, floors, interruption, patches, surgecopy, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -1090,6 +1090,8 @@ class Handler:
                 and not self._rank_first_to_go(wl, fin.record, snap, wl.replicas - fin.replicas, batch.marks)
             ):
                 return  # the next reconcile scales back
+            if not self._unprotect_surge_replicas(wl, snap):
+                return  # the next reconcile finishes again
             if fin.hpa_min is not None or fin.hpa_max is not None:
                 hpa = next(
                     (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
@@ -1178,6 +1180,28 @@ class Handler:
                 "Normal",
                 best_effort=True,
             )
+
+    def _unprotect_surge_replicas(self, wl: Workload, snap: Snapshot) -> bool:
+        """The surge is over: its replicas that stay are ordinary replicas again, which the
+        node autoscalers may move (admission protected them from consolidation and
+        scale-down while the surge was needed: ``patches.surge_protection``). The replicas
+        the scale back removes go with their pods. False where a pod could not be patched
+        (the next reconcile finishes again)."""
+        for p in snap.pod_views:
+            if p.terminating or interruption.workload_key_of(p) != wl.key:
+                continue
+            undo = patches.surge_unprotection(p.annotations)
+            if not undo:
+                continue
+            try:
+                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": undo}}, p.namespace)
+            except NotFound:
+                continue
+            except ApiError as exc:
+                metrics.ERRORS.labels("finish").inc()
+                log.warning("could not end a surge replica's protection", extra={"workload": wl.key, "error": str(exc)})
+                return False
+        return True
 
     def _rank_first_to_go(
         self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int, marks: Mapping[str, NodeNotice]
