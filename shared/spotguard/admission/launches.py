@@ -7,7 +7,8 @@
   the existing nodes decide, as before, with a log line when that changes;
 * ``true``: a node autoscaler can launch on-demand capacity (a Cluster Autoscaler
   on-demand node group, which no API lists: its labels live in the Auto Scaling group's
-  ``k8s.io/cluster-autoscaler/node-template/label/...`` tags) for any pod whose own
+  ``k8s.io/cluster-autoscaler/node-template/label/...`` tags, cluster-autoscaler FAQ.md
+  "How can I scale a node group to 0?") for any pod whose own
   node requirements name only well-known labels (a pin to a custom label, such as a
   node group's name, may hold it to a spot group: the existing nodes decide for it);
 * ``false``: only the existing nodes decide.
