@@ -1187,19 +1187,23 @@ class Handler:
         scale-down while the surge was needed: ``patches.surge_protection``). The replicas
         the scale back removes go with their pods. False where a pod could not be patched
         (the next reconcile finishes again)."""
-        for p in snap.pod_views:
-            if p.terminating or interruption.workload_key_of(p) != wl.key:
-                continue
-            undo = patches.surge_unprotection(p.annotations)
-            if not undo:
-                continue
+        mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
+        undo = [(p, patches.surge_unprotection(p.annotations)) for p in mine]
+        return self._annotate_pods(wl, [(p, a) for p, a in undo if a], "could not end a surge replica's protection")
+
+    def _annotate_pods(
+        self, wl: Workload, changes: Sequence[tuple[PodView, Mapping[str, str | None]]], failed: str
+    ) -> bool:
+        """Merge-patch each pod's annotations (None removes one); a pod gone is skipped. False
+        (logged as ``failed``) where one could not be patched: the next reconcile tries again."""
+        for p, notes in changes:
             try:
-                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": undo}}, p.namespace)
+                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": dict(notes)}}, p.namespace)
             except NotFound:
                 continue
             except ApiError as exc:
                 metrics.ERRORS.labels("finish").inc()
-                log.warning("could not end a surge replica's protection", extra={"workload": wl.key, "error": str(exc)})
+                log.warning(failed, extra={"workload": wl.key, "error": str(exc)})
                 return False
         return True
 
@@ -1252,18 +1256,8 @@ class Handler:
             reverse=True,
         )[: max(0, remove - len(dead))]
         ranks = [(p, str(DOOMED_FIRST)) for p in dead] + [(p, str(SURGE_FIRST)) for p in extras]
-        for p, cost in ranks:
-            if p.annotations.get(DELETION_COST) == cost:
-                continue
-            try:
-                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": {DELETION_COST: cost}}}, p.namespace)
-            except NotFound:
-                continue
-            except ApiError as exc:
-                metrics.ERRORS.labels("finish").inc()
-                log.warning("could not rank a pod first to go", extra={"workload": wl.key, "error": str(exc)})
-                return False
-        return True
+        changes = [(p, {DELETION_COST: cost}) for p, cost in ranks if p.annotations.get(DELETION_COST) != cost]
+        return self._annotate_pods(wl, changes, "could not rank a pod first to go")
 
     def _sweep_budgets(self, snap: Snapshot, pool: ThreadPoolExecutor) -> None:
         """Delete our budgets whose workload has no surge in progress (left by a crash)."""
