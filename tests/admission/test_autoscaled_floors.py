@@ -91,12 +91,21 @@ CLUSTERROLES = r.Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "Cl
 
 @contextlib.contextmanager
 def serving(
-    workdir: Path, scenario: list[dict[str, Any]], env: dict[str, str] | None = None, *, strip_nodepools: bool = False
+    workdir: Path,
+    scenario: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    *,
+    strip_nodepools: bool = False,
+    no_nodepool_api: bool = False,
 ) -> Iterator[Served]:
     """The cluster, the shipped RBAC (the webhook runs as its service account), one served
     webhook registered as shipped. ``strip_nodepools``: the admission role without its
-    NodePool read (a cluster whose role predates it)."""
+    NodePool read (a cluster whose role predates it); ``no_nodepool_api``: every NodePool
+    list answered 404, as where Karpenter's CRDs are not installed (from before the webhook
+    starts: it reads them for its readiness report too)."""
     with testing.running_cluster(scenario, time_scale=SCALE, termination_seconds=0.2) as sim:
+        if no_nodepool_api:
+            sim.faults.set(verb="list", resource="nodepools", error_rate=1.0, status=404)
         kubeconfigs = test_rbac.install_rbac(sim, "kubernetes/base", workdir)
         k = kube.Kube(sim.api_client())
         if strip_nodepools:
@@ -190,6 +199,5 @@ def test_a_forbidden_nodepool_read_falls_back_to_the_existing_nodes(tmp_path: Pa
 
 
 def test_a_missing_nodepool_api_falls_back_to_the_existing_nodes(tmp_path: Path) -> None:
-    with serving(tmp_path, karpenter_cluster()) as s:
-        s.sim.faults.set(verb="list", resource="nodepools", error_rate=1.0, status=404)
+    with serving(tmp_path, karpenter_cluster(), no_nodepool_api=True) as s:
         spot_only_outcome(s, "no Karpenter NodePool API (404)")
