@@ -101,6 +101,7 @@ NEEDS: dict[str, set[Grant]] = {
         needs(CLUSTER, "", "pods", "list"),  # admission/reservations.py: the pods placed so far
         needs(CLUSTER, "", "pods nodes", "get"),  # admission/evictions.py: the pod under eviction, its node
         needs(CLUSTER, "", "events", "create"),  # core.py: invalid annotations reported
+        needs(CLUSTER, "karpenter.sh", "nodepools", "list"),  # admission/launches.py: can on-demand be launched?
         needs(OWN, "coordination.k8s.io", "leases", "get create update"),  # reservations.py: the slots
         CONFIG,
     ),
@@ -122,6 +123,9 @@ CONFLICT_REREADS = needs(CLUSTER, "apps", "deployments", "get") | needs(
     CLUSTER, "autoscaling", "horizontalpodautoscalers", "get"
 )
 NOT_EXERCISED: dict[str, set[Grant]] = {
+    # Read only while no on-demand node is in a pod's reach: this run has on-demand nodes
+    # (tests/admission/test_autoscaled_floors.py reads them under the shipped roles).
+    "spotguard-admission": needs(CLUSTER, "karpenter.sh", "nodepools", "list"),
     # Re-read only after a 409 Conflict on the taint, the surge or the autoscaler.
     "spotguard-spot-interruption": needs(CLUSTER, "", "nodes", "get")
     | CONFLICT_REREADS

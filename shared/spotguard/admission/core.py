@@ -23,7 +23,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from spotguard.admission import deadline, errors, health, metrics, reviews
+from spotguard.admission import deadline, errors, health, launches, metrics, reviews
 from spotguard.admission import resolve as resolve_mod
 from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
@@ -143,6 +143,7 @@ class Context:
         self.health = health.Health(self)
         if self.kube is not None:
             self.resolver = Resolver(self.kube)
+            self.launches = launches.Launches(self.kube)
             self.reservations = Reservations(
                 self.kube,
                 self.resolver,
@@ -547,12 +548,19 @@ def _forced(
     spotguard asks: it is placed (and counted) as spot, and never given an on-demand
     requirement that no node could meet. Likewise a pod that only on-demand nodes
     can take is on-demand. With nothing in reach (no node matches yet: an autoscaler
-    may add one) the floor decides as usual.
+    may add one) the floor decides as usual, and so it does when only spot nodes are
+    in reach but an on-demand node can be launched for the pod (a Karpenter NodePool
+    allows it, or ``SPOTGUARD_ON_DEMAND_LAUNCHABLE=true``): an on-demand slot then keeps
+    its requirement and waits for the node, which placing it on spot would never bring.
     """
     if not nodes:
         return None
     reach = fit.within_reach(pod, nodes, config)
     if reach == {Capacity.SPOT}:
+        launch = ctx.launches.for_pod(pod, config)
+        if launch is not None:
+            log.debug("no on-demand node in reach; one can be launched", extra={"by": launch})
+            return None
         if not pod.has_required_affinity and not pod.node_selector:
             # No pin of the user's at all: the cluster has no on-demand node.
             ctx.health.report_unplaceable(resolved, Placement.ON_DEMAND)

@@ -30,6 +30,15 @@ class RebalanceAction(enum.StrEnum):
     SURGE = "surge"
 
 
+class Launchable(enum.StrEnum):
+    """Whether on-demand capacity can be launched when no on-demand node exists (an
+    on-demand floor then waits for the node autoscaler instead of going to spot)."""
+
+    AUTO = "auto"  # Karpenter NodePools decide where they can be read; else the existing nodes
+    TRUE = "true"  # a node autoscaler (a Cluster Autoscaler on-demand group) can launch it
+    FALSE = "false"  # only the existing nodes decide
+
+
 @dataclass(frozen=True)
 class Config:
     label_schemes: tuple[LabelScheme, ...] = capacity.DEFAULT_SCHEMES
@@ -81,6 +90,8 @@ class Config:
     # (policy.surgecopy) instead of its spec.replicas, which other writers own. Every
     # process that handles interruptions (spot-interruption, node-added) must agree.
     surge_copy: bool = False
+    # admission: whether an on-demand floor may wait for a node to be launched
+    on_demand_launchable: Launchable = Launchable.AUTO
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -106,6 +117,16 @@ def _boolean(text: str) -> bool:
     if value in ("false", "no", "0", "off", ""):
         return False
     raise ValueError("must be true or false")
+
+
+def _launchable(text: str) -> Launchable:
+    value = text.strip().lower()
+    if value in ("auto", ""):
+        return Launchable.AUTO
+    try:
+        return Launchable.TRUE if _boolean(value) else Launchable.FALSE
+    except ValueError:
+        raise ValueError("must be auto, true or false") from None
 
 
 def _floor_spec(text: str) -> floors.FloorSpec:
@@ -144,6 +165,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rebalance_surge_seconds": _positive_int,
     "drain": _boolean,
     "surge_copy": _boolean,
+    "on_demand_launchable": _launchable,
 }
 
 
