@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from tests import gates
+
 FULL = os.environ.get("SPOTGUARD_E2E", "").lower() == "full"
 
 
@@ -22,9 +24,4 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if FULL:
-        return
-    skip = pytest.mark.skip(reason="slow end-to-end repeat: set SPOTGUARD_E2E=full")
-    for item in items:
-        if "e2e_full" in item.keywords:
-            item.add_marker(skip)
+    gates.skip_unless(items, "e2e_full", FULL, "slow end-to-end repeat: set SPOTGUARD_E2E=full")
