@@ -18,10 +18,11 @@ on-demand nodes Karpenter launches for them, then the scenario's NodePools are
 applied as written (spot capacity returns) and node-added, pinged every 15
 simulated seconds, moves the replicas above each floor back by launching spot
 capacity. There ``simulated_seconds`` runs from that return, and the run also
-counts the workloads that served fewer replicas than the owner's count, or fewer
-on on-demand than their floor, at any moment after it (``below_owner``,
-``below_floor``), and the on-demand nodes before and after (Karpenter
-consolidates the emptied ones).
+counts the workloads that served fewer replicas than the owner's count (a
+StatefulSet's move evicts one pod at a time: one below is counted apart,
+``statefulsets_one_below_while_evicting``), or fewer on on-demand than their
+floor, at any moment after it (``below_owner``, ``below_floor``), and the
+on-demand nodes before and after (Karpenter consolidates the emptied ones).
 
 ``simulated_seconds`` is from the join to the optimum (every workload at its
 desired count with every replica above its floor serving on spot, and no move
@@ -172,7 +173,14 @@ def main() -> int:
             if when >= t0:
                 lowest_on_demand[key] = min(lowest_on_demand.get(key, od), od)
         below_floor = sorted(k for k, od in lowest_on_demand.items() if k in floor and od < floor[k])
-        below_owner = sorted(k for k, c in counts.items() if k in wls and c.lowest < wls[k].replicas)
+        # A Deployment's moves create before they remove: never below the owner's count. A
+        # StatefulSet's evict one pod at a time (same name, no surge possible): one below, within
+        # its budget and above its floor; more than one below is a failure.
+        lows = {k: c.lowest for k, c in counts.items() if k in wls}
+        below_owner = sorted(
+            k for k, low in lows.items() if low < wls[k].replicas - (1 if k.startswith("StatefulSet/") else 0)
+        )
+        evicting = sorted(k for k, low in lows.items() if k.startswith("StatefulSet/") and low == wls[k].replicas - 1)
         result: dict[str, Any] = {
             "scenario": os.path.relpath(args.scenario, ROOT),
             "nodes_joined": len(spot),
@@ -192,6 +200,7 @@ def main() -> int:
             "provisioned": bool(pools),
             "below_floor": len(below_floor),
             "below_owner": len(below_owner),
+            "statefulsets_one_below_while_evicting": len(evicting),
             "below_examples": (below_floor + below_owner)[:5],
             "on_demand_nodes_before": len(on_demand_nodes),
             "on_demand_nodes_after": len(tracker.live_nodes(serving.ON_DEMAND)),

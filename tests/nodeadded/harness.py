@@ -13,6 +13,7 @@ import http.server
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from spotguard.gateway import kube
@@ -49,28 +50,10 @@ def served_node_added(sim: Any, cfg: config_mod.Config) -> Iterator[Any]:
     """The node-added function's HTTP app (what ``spotguard serve node-added`` serves) on loopback,
     with ``cfg``, on the simulated clock; yields the sender of Knative's CloudEvents to it
     (:class:`spotguard.ops.functions.CloudEventsNodeAdded`: ApiServerSource adds, pings)."""
-    from spotguard.nodeadded import app, service
     from spotguard.ops import functions
-    from werkzeug.serving import make_server
 
-    k = kube.Kube(sim.api_client())
-    svc = service.Service(
-        lambda: reconciler.Reconciler(
-            k, cfg, clock=sim.clock.now, admission_cache_seconds=admission_cache_seconds(sim)
-        ),
-        join_wait=max(2.0, 60.0 / sim.clock.time_scale),
-        poll=0.05,
-    )
-    server = make_server("127.0.0.1", 0, app.create_app(svc), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="node-added", daemon=True)
-    thread.start()
-    sender = functions.CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
-    try:
+    with functions.node_added(sim, Path("."), cfg, admission_cache_seconds(sim)) as sender:
         yield sender
-    finally:
-        sender.close()
-        server.shutdown()
-        thread.join(10)
 
 
 def ping_until(sender: Any, done: Callable[[], bool], timeout: float, what: str, every: float = 0.25) -> None:

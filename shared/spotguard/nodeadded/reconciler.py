@@ -491,10 +491,7 @@ class Reconciler:
         except NotFound:
             return None
         except ApiError as exc:
-            metrics.MOVES.labels(*labels, "failed").inc()
-            metrics.ERRORS.labels("move").inc()
-            log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
-            return False
+            return _start_failed(wl, labels, exc)
         self._started(_Begun(batch, record, written, None))
         return True
 
@@ -513,10 +510,7 @@ class Reconciler:
         except NotFound:
             return None
         except ApiError as exc:
-            metrics.MOVES.labels(*labels, "failed").inc()
-            metrics.ERRORS.labels("move").inc()
-            log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
-            return False
+            return _start_failed(wl, labels, exc)
         self._started(begun)
         return True
 
@@ -735,6 +729,13 @@ class Reconciler:
             extra={"lease": f"{lease.namespace}/{lease.name}", "replicaset": lease.replicaset},
         )
         return False
+
+
+def _start_failed(wl: Workload, labels: tuple[str, str], exc: ApiError) -> bool:
+    metrics.MOVES.labels(*labels, "failed").inc()
+    metrics.ERRORS.labels("move").inc()
+    log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
+    return False
 
 
 def _autoscaler_min(snap: Snapshot, workload: Workload, record: moves.MoveRecord) -> int | None:
