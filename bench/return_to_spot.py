@@ -11,6 +11,19 @@ simulated cluster runs every controller with the scenario's Settings
 ``--pod-startup`` seconds, and serving replicas are counted as the demo counts
 them (:mod:`spotguard.ops.serving`).
 
+On a provisioned scenario (one with a Karpenter NodePool, e.g.
+``infra/scenarios/large-karpenter.yaml``) no node is given: the NodePools first
+allow on-demand only (spot capacity is out), every pod is placed on the
+on-demand nodes Karpenter launches for them, then the scenario's NodePools are
+applied as written (spot capacity returns) and node-added, pinged every 15
+simulated seconds, moves the replicas above each floor back by launching spot
+capacity. There ``simulated_seconds`` runs from that return, and the run also
+counts the workloads that served fewer replicas than the owner's count (a
+StatefulSet's move evicts one pod at a time: one below is counted apart,
+``statefulsets_one_below_while_evicting``), or fewer on on-demand than their
+floor, at any moment after it (``below_owner``, ``below_floor``), and the
+on-demand nodes before and after (Karpenter consolidates the emptied ones).
+
 ``simulated_seconds`` is from the join to the optimum (every workload at its
 desired count with every replica above its floor serving on spot, and no move
 half done), or to ``--timeout``; ``api_requests`` / ``api_writes`` /
@@ -22,6 +35,7 @@ Prints ONE JSON line at the end::
      "simulated_seconds": ..., "optimal": true, "api_requests": ..., "api_writes": ..., ...}
 
     .venv/bin/python bench/return_to_spot.py [--scenario infra/scenarios/large.yaml] [--time-scale 20]
+    .venv/bin/python bench/return_to_spot.py --scenario infra/scenarios/large-karpenter.yaml
 """
 
 from __future__ import annotations
@@ -62,7 +76,8 @@ def main() -> int:
     objects = scenario.load(args.scenario)
     infra, apps = cycle.split(objects)
     spot = [o for o in infra if o.get("kind") == "Node" and cfg.node_capacity(cycle._labels(o)).value == serving.SPOT]
-    kept = [o for o in infra if o not in spot]
+    pools = [o for o in infra if o.get("kind") == "NodePool"]
+    kept = [o for o in infra if o not in spot and o not in pools] + [_on_demand_only(p) for p in pools]
     scale = args.time_scale
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-bench-")))
@@ -87,7 +102,11 @@ def main() -> int:
             counts = tracker.snapshot()
             return all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in wls.items())
 
-        functions.wait_until(placed, 4 * args.pod_startup / scale + 120 + sum(floor.values()) / 5, "every pod Ready")
+        # Provisioned: every pod waits for a node Karpenter launches (30-40 s) in batches.
+        slack = 3 if pools else 1
+        functions.wait_until(
+            placed, slack * (4 * args.pod_startup / scale + 120 + sum(floor.values()) / 5), "every pod Ready"
+        )
         print(f"placed in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
         to_move = sum(max(0, w.replicas - floor[k]) for k, w in wls.items())
 
@@ -108,11 +127,15 @@ def main() -> int:
         sender = functions.CloudEventsNodeAdded(f"http://127.0.0.1:{server.server_port}/", sim.url)
         stack.callback(sender.close)
 
+        on_demand_nodes = tracker.live_nodes(serving.ON_DEMAND)
         t0 = sim.clock.now()
         real0 = time.monotonic()
+        tracker.arm({k: w.replicas for k, w in wls.items()})
         sim.store.apply_objects(spot)
         for n in spot:
             sender.node_added(sim.store.get("nodes", n["metadata"]["name"]))
+        for pool in pools:  # spot capacity returns: the NodePools as the scenario writes them
+            sim.store.mutate("nodepools", pool["metadata"]["name"], None, _requirements_of(pool))
         last_ping = t0
 
         reached: dict[str, float] = {}  # workload -> simulated seconds after the join it was last made optimal
@@ -143,6 +166,21 @@ def main() -> int:
         counts = tracker.snapshot()
         on_spot = sum(counts.get(key, serving.Counts()).serving[serving.SPOT] for key in wls)
         stats = k.stats.snapshot()
+        with tracker.lock:
+            series = list(tracker.series)
+        lowest_on_demand: dict[str, int] = {}
+        for when, key, _spot, od in series:
+            if when >= t0:
+                lowest_on_demand[key] = min(lowest_on_demand.get(key, od), od)
+        below_floor = sorted(k for k, od in lowest_on_demand.items() if k in floor and od < floor[k])
+        # A Deployment's moves create before they remove: never below the owner's count. A
+        # StatefulSet's evict one pod at a time (same name, no surge possible): one below, within
+        # its budget and above its floor; more than one below is a failure.
+        lows = {k: c.lowest for k, c in counts.items() if k in wls}
+        below_owner = sorted(
+            k for k, low in lows.items() if low < wls[k].replicas - (1 if k.startswith("StatefulSet/") else 0)
+        )
+        evicting = sorted(k for k, low in lows.items() if k.startswith("StatefulSet/") and low == wls[k].replicas - 1)
         result: dict[str, Any] = {
             "scenario": os.path.relpath(args.scenario, ROOT),
             "nodes_joined": len(spot),
@@ -159,12 +197,38 @@ def main() -> int:
             "api_writes": stats.writes,
             "api_requests_per_replica_moved": round(stats.requests / max(1, on_spot), 2),
             "by_verb": dict(stats.by_verb),
+            "provisioned": bool(pools),
+            "below_floor": len(below_floor),
+            "below_owner": len(below_owner),
+            "statefulsets_one_below_while_evicting": len(evicting),
+            "below_examples": (below_floor + below_owner)[:5],
+            "on_demand_nodes_before": len(on_demand_nodes),
+            "on_demand_nodes_after": len(tracker.live_nodes(serving.ON_DEMAND)),
+            "spot_nodes_after": len(tracker.live_nodes(serving.SPOT)),
             "slowest": sorted(((round(v, 1), key) for key, v in reached.items()), reverse=True)[:5],
             "passes_delivered": sender.delivered,
             "load_average": round(os.getloadavg()[0], 1),
         }
     print(json.dumps(result), flush=True)
     return 0 if done else 1
+
+
+def _on_demand_only(pool: dict[str, Any]) -> dict[str, Any]:
+    """The NodePool while spot capacity is out: its capacity-type requirement narrowed to on-demand."""
+    out = json.loads(json.dumps(pool))
+    reqs = out["spec"]["template"]["spec"].setdefault("requirements", [])
+    reqs[:] = [r for r in reqs if r.get("key") != "karpenter.sh/capacity-type"]
+    reqs.append({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]})
+    return out
+
+
+def _requirements_of(pool: dict[str, Any]) -> Any:
+    wanted = json.loads(json.dumps(pool["spec"]["template"]["spec"].get("requirements") or []))
+
+    def put_back(obj: dict[str, Any]) -> None:
+        obj["spec"]["template"]["spec"]["requirements"] = wanted
+
+    return put_back
 
 
 if __name__ == "__main__":

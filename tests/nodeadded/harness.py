@@ -8,10 +8,12 @@ simulated clock.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from spotguard.gateway import kube
@@ -32,7 +34,37 @@ Watcher = ih.Watcher
 
 def reconciler_for(sim: Any, cfg: config_mod.Config | None = None, **kw: Any) -> reconciler.Reconciler:
     k = kube.Kube(sim.api_client())
+    kw.setdefault("admission_cache_seconds", admission_cache_seconds(sim))
     return reconciler.Reconciler(k, cfg or config_mod.Config(), clock=sim.clock.now, **kw)
+
+
+def admission_cache_seconds(sim: Any) -> float:
+    """How long a move waits for the admission webhook's cached workloads to expire: the served
+    webhook's caches are scaled to the cluster's time (:func:`admission_webhook`), so is this,
+    with half a second of real time for a read in flight under load."""
+    return 0.5 + reconciler.ADMISSION_CACHE_SECONDS / max(1.0, float(sim.clock.time_scale))
+
+
+@contextlib.contextmanager
+def served_node_added(sim: Any, cfg: config_mod.Config) -> Iterator[Any]:
+    """The node-added function's HTTP app (what ``spotguard serve node-added`` serves) on loopback,
+    with ``cfg``, on the simulated clock; yields the sender of Knative's CloudEvents to it
+    (:class:`spotguard.ops.functions.CloudEventsNodeAdded`: ApiServerSource adds, pings)."""
+    from spotguard.ops import functions
+
+    with functions.node_added(sim, Path("."), cfg, admission_cache_seconds(sim)) as sender:
+        yield sender
+
+
+def ping_until(sender: Any, done: Callable[[], bool], timeout: float, what: str, every: float = 0.25) -> None:
+    """Ping the served node-added function (a PingSource) until ``done()``; fails after ``timeout``
+    seconds of real time."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        sender.ping()
+        time.sleep(every)
 
 
 def capacity_of(store: Any) -> dict[str, str]:

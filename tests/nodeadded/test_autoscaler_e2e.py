@@ -31,7 +31,13 @@ from tests.nodeadded import harness as h
 
 TIME_SCALE = 20.0
 READY_DELAY = 10.0
-CFG = config.Config(rebalance_move_timeout_seconds=200, rebalance_hold_seconds=100, rebalance_settle_seconds=60)
+# One pod a move (these tests follow the autoscaler's minimum through single moves: 3 -> 4 -> 3).
+CFG = config.Config(
+    rebalance_move_timeout_seconds=200,
+    rebalance_hold_seconds=100,
+    rebalance_settle_seconds=60,
+    rebalance_max_pods_per_workload=1,
+)
 NS = "shop"
 API = "Deployment/shop/api"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -258,3 +259,63 @@ def test_an_autoscaler_at_its_maximum_leaves_no_room_for_a_scale_move() -> None:
     assert [(x.workload.key, x.reason) for x in at_max.skipped] == [(dep.key, SkipReason.AUTOSCALER_AT_MAX)]
     assert [m.workload.key for m in at_max.moves] == [sts.key]  # an eviction move needs no "+1"
     assert dep.key in {m.workload.key for m in plan(dep, autoscaler_max={dep.key: 4}).moves}
+
+
+# -- batches (several pods in one move) ------------------------------------------------------
+
+
+def new(p: PodView, seconds_after_start: float = 5) -> PodView:
+    """A replica the move created (after it began)."""
+    stamp = datetime.datetime.fromtimestamp(NOW + seconds_after_start, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dataclasses.replace(p, creation_timestamp=stamp)
+
+
+def batch_record() -> MoveRecord:
+    more = (moves.Marked("web-7d9f-00001", "uid-shop-web-7d9f-00001", None),
+            moves.Marked("web-7d9f-00002", "uid-shop-web-7d9f-00002", "1000"))  # fmt: skip
+    return record(replicas=4, scaled_to=7, on_demand=4, more=more)
+
+
+def test_a_batch_record_round_trips_and_names_every_pod_it_removes() -> None:
+    r = batch_record()
+    assert MoveRecord.parse(r.to_json()) == r
+    assert [m.pod for m in r.marked] == ["web-7d9f-00000", "web-7d9f-00001", "web-7d9f-00002"] and r.size == 3
+
+
+def batch_pods(ready_new: int, pending_new: int) -> list[PodView]:
+    old = [wpod(i, "od-1") for i in range(4)]  # 0, 1, 2 ranked by the move; 3 the floor
+    fresh = [new(wpod(10 + i, "spot-1")) for i in range(ready_new)]
+    fresh += [new(wpod(20 + i, None, ready=False)) for i in range(pending_new)]
+    return old + fresh
+
+
+def test_a_batch_waits_for_pending_replicas_then_finishes_when_all_are_ready() -> None:
+    r = batch_record()
+    # two Ready on spot, one Pending (waiting for a launch): progress, not failure
+    p = progress(batch_pods(2, 1), r, replicas=7, now=NOW + 60)
+    assert p.action is Action.WAIT and "1 Pending" in p.reason
+    p = progress(batch_pods(3, 0), r, replicas=7, now=NOW + 90)
+    assert p.action is Action.FINISH and p.replicas == 4 and p.hold is None
+    assert [m.pod for m in p.rank] == [m.pod for m in r.marked] and not p.restore
+
+
+def test_a_launch_that_never_comes_keeps_what_arrived_and_undoes_the_rest() -> None:
+    r = batch_record()
+    # at the timeout, 1 of 3 new replicas is Ready: one ranked pod goes, two get their cost back
+    p = progress(batch_pods(1, 2), r, replicas=7, now=NOW + 301)
+    assert p.action is Action.FINISH and p.replicas == 4 and p.hold is None
+    assert [m.pod for m in p.rank] == ["web-7d9f-00000"]
+    assert [(m.pod, m.cost) for m in p.restore] == [("web-7d9f-00001", None), ("web-7d9f-00002", "1000")]
+    # none arrived: undone, every rank back, and a hold
+    p = progress(batch_pods(0, 3), r, replicas=7, now=NOW + 301)
+    assert p.action is Action.ABORT and p.replicas == 4 and len(p.restore) == 3 and p.hold is not None
+
+
+def test_a_move_to_spot_under_way_asks_new_replicas_to_require_spot() -> None:
+    wl = Workload(Kind.DEPLOYMENT, "shop", "web", 5, {moves.MOVE: batch_record().to_json()})
+    assert moves.launching(wl)
+    held = Workload(Kind.DEPLOYMENT, "shop", "web", 4, {moves.MOVE: record(hold_until=NOW).to_json()})
+    repair = Workload(Kind.DEPLOYMENT, "shop", "web", 4,
+                      {moves.MOVE: record(direction=Direction.TO_ON_DEMAND).to_json()})  # fmt: skip
+    assert not moves.launching(held) and not moves.launching(repair)
+    assert not moves.launching(Workload(Kind.DEPLOYMENT, "shop", "web", 4, {}))

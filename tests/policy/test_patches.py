@@ -378,3 +378,32 @@ def test_spot_node_labels_set_on_spot_nodes_and_removed_elsewhere() -> None:
         ("unknown", {}),
     ]
     assert patches.spot_node_labels(nodes, CFG) == {"spot-new": "true", "spot-odd": "true", "od-labelled": None}
+
+
+def test_a_moves_new_replica_requires_spot_and_keeps_its_preferences() -> None:
+    """A spot slot for a move back to spot (spotguard.policy.moves.launching) requires spot, ANDed
+    into the user's terms, on the keys the cluster's nodes carry, and the preferences and the
+    requirement both survive the patch (both add /spec/affinity to a bare pod)."""
+    import jsonpatch
+
+    cfg = config.Config()
+    bare = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}
+    ops = patches.build(bare, Placement.SPOT, cfg, require_spot=True, node_keys={"karpenter.sh/capacity-type"})
+    out = jsonpatch.apply_patch(bare, ops)
+    affinity = out["spec"]["affinity"]["nodeAffinity"]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}
+    ]
+    assert len(affinity["preferredDuringSchedulingIgnoredDuringExecution"]) == len(patches.spot_preferences(cfg))
+    # with a user's own term: ANDed into it
+    user = {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+    pinned = {**bare, "spec": {**bare["spec"], "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [user]}}}}}
+    out = jsonpatch.apply_patch(pinned, patches.build(pinned, Placement.SPOT, cfg, require_spot=True,
+                                                      node_keys={"karpenter.sh/capacity-type"}))
+    terms = out["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
+        *user["matchExpressions"], {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}]
+    # and again: nothing more to add to the spec (reinvocation)
+    again = patches.build(out, Placement.SPOT, cfg, require_spot=True, node_keys={"karpenter.sh/capacity-type"})
+    assert not [op for op in again if op["path"].startswith("/spec")]

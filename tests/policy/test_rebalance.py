@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from spotguard.policy import config, floors, patches, rebalance
+from spotguard.policy import config, floors, launch, patches, rebalance
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.state import WorkloadState
-from spotguard.policy.tolerations import Toleration
+from spotguard.policy.tolerations import Taint, Toleration
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Kind, Workload
 
@@ -74,11 +74,61 @@ def test_moves_one_pod_above_the_floor_from_the_emptiest_on_demand_node() -> Non
 def test_per_workload_bound_and_never_below_the_floor() -> None:
     nodes = [node("od", "on-demand"), node("spot-1", "spot")]
     pods = [wpod("web", i, "od") for i in range(4)]
-    plan = run(nodes, [state("web", pods)])
-    assert len(plan.moves) == 1  # rebalance_max_pods_per_workload defaults to 1
-    cfg = dataclasses.replace(CFG, rebalance_max_pods_per_workload=10)
+    cfg = dataclasses.replace(CFG, rebalance_max_pods_per_workload=1)
     plan = run(nodes, [state("web", pods)], cfg)
-    assert len(plan.moves) == 3  # 4 on-demand, floor 1
+    assert len(plan.moves) == 1
+    plan = run(nodes, [state("web", pods)])
+    assert len(plan.moves) == 3  # 4 on-demand, floor 1 (rebalance_max_pods_per_workload 10)
+    assert [len(b) for b in plan.batches()] == [3]  # one move of the workload, its batch of 3
+
+
+SPOT_POOL = launch.NodePool("default", ({"key": "karpenter.sh/capacity-type", "operator": "In",
+                                         "values": ["spot", "on-demand"]},))
+OD_POOL = launch.NodePool("od", ({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},))
+
+
+def test_no_spot_room_but_a_nodepool_that_launches_spot_plans_the_move() -> None:
+    # GIVEN no spot node at all, and a NodePool that may launch spot
+    nodes = [node("od", "on-demand")]
+    pods = [wpod("web", i, "od") for i in range(4)]
+    plain = run(nodes, [state("web", pods)])
+    assert plain.moves == () and skip_of(plain, "web") is SkipReason.NO_SPOT_ROOM
+    # WHEN the plan knows the NodePools
+    plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=[SPOT_POOL])
+    # THEN the moves are planned as launches, within the floor
+    assert len(plan.moves) == 3 and all(m.launch == "default" and m.to_node == "" for m in plan.moves)
+    assert "NodePool default can launch a spot node" in plan.moves[0].reason
+    # an on-demand-only pool (or a pool with no capacity-type requirement: Karpenter's default
+    # is on-demand) launches no spot
+    for pools in ([OD_POOL], [launch.NodePool("bare")]):
+        plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=pools)
+        assert plan.moves == () and skip_of(plan, "web") is SkipReason.NO_SPOT_ROOM
+
+
+def test_a_pool_tainted_for_others_launches_nothing_for_the_pod() -> None:
+    nodes = [node("od", "on-demand")]
+    pods = [wpod("web", i, "od") for i in range(2)]
+    tainted = launch.NodePool("gpu", SPOT_POOL.requirements, taints=(Taint("gpu", "true", "NoSchedule"),))
+    plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=[tainted])
+    assert plan.moves == ()
+
+
+def test_moves_in_flight_and_budgets_bound_the_batches() -> None:
+    nodes = [node("od", "on-demand")]
+    a = state("a", [wpod("a", i, "od") for i in range(8)])
+    b = state("b", [wpod("b", i, "od") for i in range(8)])
+    pods = [*a.pods, *b.pods]
+    # 14 above the floors; 10 may be in flight, 6 already are
+    cfg = dataclasses.replace(CFG, rebalance_max_in_flight=10)
+    plan = rebalance.plan(cfg, nodes, pods, [a, b], pools=[SPOT_POOL], in_flight=6)
+    assert len(plan.moves) == 4
+    # a budget that allows 2 disruptions bounds a Deployment's batch to 2 (0 still allows 1:
+    # create before evict disrupts nothing)
+    plan = rebalance.plan(CFG, nodes, pods, [a, b], pools=[SPOT_POOL], budgets={a.key: 2, b.key: 0})
+    assert sorted(len(batch) for batch in plan.batches()) == [1, 2]
+    # an autoscaler's maxReplicas bounds it too (the move's count stays within the cap)
+    plan = rebalance.plan(CFG, nodes, pods, [a], pools=[SPOT_POOL], autoscaler_max={a.key: 11})
+    assert [len(batch) for batch in plan.batches()] == [3]
 
 
 def test_per_step_workload_bound_prefers_emptiest_nodes() -> None:
@@ -217,7 +267,8 @@ def test_statefulset_moves_only_ordinals_at_or_above_the_floor() -> None:
     pods = [wpod("db", i, "od") for i in range(5)]  # floor 3 of 5
     cfg = dataclasses.replace(CFG, rebalance_max_pods_per_workload=5)
     plan = run(nodes, [state("db", pods, kind=Kind.STATEFULSET)], cfg)
-    assert sorted(m.pod.name for m in plan.moves) == ["db-3", "db-4"]
+    # one at a time (an eviction each), the lowest ordinal above the floor first
+    assert [m.pod.name for m in plan.moves] == ["db-3"]
     floor_only = [wpod("db", i, "od") for i in range(3)] + [wpod("db", 3, "spot-1")]
     extra = [*floor_only[:3], floor_only[3]]
     plan = run(nodes, [state("db", extra, kind=Kind.STATEFULSET, replicas=3)])

@@ -114,6 +114,7 @@ NEEDS: dict[str, set[Grant]] = {
         needs(CLUSTER, "apps", "deployments statefulsets", "patch"),  # reconciler.py: the move record, replicas
         needs(CLUSTER, "apps", "replicasets", "list"),  # reconciler.py: Leases whose ReplicaSet is gone
         needs(OWN, "coordination.k8s.io", "leases", "list delete"),  # nodeadded/cleanup.py: those Leases
+        needs(CLUSTER, "karpenter.sh", "nodepools", "list"),  # reconciler.py: can spot be launched?
     ),
     "spotguard-node-events": needs(CLUSTER, "", "nodes", "get list watch"),  # Knative ApiServerSource's adapter
 }

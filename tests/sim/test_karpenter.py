@@ -323,6 +323,47 @@ def test_an_empty_node_is_consolidated_after_consolidate_after() -> None:
         assert span.end is not None and span.name == node["metadata"]["name"]
 
 
+def test_a_consolidation_waits_its_validation_and_a_pod_that_lands_meanwhile_cancels_it() -> None:
+    """Karpenter waits commandValidationDelay (15 s) between choosing a node and disrupting it,
+    and disrupts it only if it is still a candidate then (pkg/controllers/disruption/
+    consolidation.go, emptiness.go)."""
+    with testing.running_cluster([NODE_CLASS, nodepool(after="0s"), deployment("web", 1, cpu="500m")],
+                                 time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="pod Ready")
+        [node] = karpenter_nodes(sim)
+        name = node["metadata"]["name"]
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "web"), timeout=20, what="pods gone")
+        emptied = sim.clock.now()
+        h.wait_for(lambda: not karpenter_nodes(sim), timeout=40, what="node consolidated")
+        # chosen at the next 10 s poll at the earliest, disrupted 15 s later
+        assert sim.clock.now() - emptied >= 15.0
+        # AGAIN: a node chosen while empty, and a pod lands on it before the validation
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=1))
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="pod Ready again")
+        [node] = karpenter_nodes(sim)
+        name = node["metadata"]["name"]
+        taken = []
+
+        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "nodes" and obj["metadata"]["name"] == name and any(
+                    t.get("key") == "karpenter.sh/disrupted" for t in obj["spec"].get("taints") or []):
+                taken.append(sim.clock.now())
+
+        sim.store.subscribe(on_change)
+        try:
+            sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+            h.wait_for(lambda: not h.pods_of(sim.store, "web"), timeout=20, what="pods gone")
+            # within the validation delay of any choice, a pod lands on it again
+            time.sleep(sim.clock.real(11))
+            sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=1))
+            h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="pod Ready on it")
+            time.sleep(sim.clock.real(20))
+            assert [n["metadata"]["name"] for n in karpenter_nodes(sim)] == [name] and not taken
+        finally:
+            sim.store.unsubscribe(on_change)
+
+
 def test_consolidate_after_never_keeps_empty_nodes() -> None:
     with testing.running_cluster([NODE_CLASS, nodepool(after="Never"), deployment("web", 1)],
                                  time_scale=SCALE) as sim:

@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy,
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
-from spotguard.policy import fit, floors, patches, placement, ranks
+from spotguard.policy import fit, floors, moves, patches, placement, ranks
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
@@ -310,10 +310,14 @@ def placement_patch(
     *,
     spot_key: str | None = None,
     cost: int | None = None,
+    require_spot: bool = False,
+    node_keys: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for a recorded slot."""
     if token is None:
-        return patches.build(pod, where, config, surge, spot_key, cost=cost)
+        return patches.build(
+            pod, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys
+        )
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -325,7 +329,9 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config, surge, spot_key, cost=cost)
+    return first + patches.build(
+        with_token, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys
+    )
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -434,12 +440,14 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         )
 
     decide = _deciding(view, workload, floor)
+    latest = [workload]  # the workload as last read (a refresh reads it again)
 
     def refresh() -> tuple[int, Decide]:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
         metrics.STALE.inc()
         again = ctx.resolver.refresh_workload(resolved)
         w = again.workload
+        latest[0] = w
         f = floors.floor_for(w, config, ns_annotations, replicas=max(w.replicas, 1))
         ctx.events.report(again, f.problems)
         log.info(
@@ -452,7 +460,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     cost: int | None = None
     if workload.kind is Kind.STATEFULSET:
         # Its controller removes the highest ordinals first, whatever their cost.
-        decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
+        decision, latest[0] = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
         decision = decide(0, (), 0)  # nothing to reserve
     else:
@@ -476,7 +484,21 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
-    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key, cost=cost)
+    # A replica created for a move back to spot requires spot: the provisioner launches a spot
+    # node for it where none has room (spotguard.policy.moves.launching).
+    require_spot = decision.placement is Placement.SPOT and moves.launching(latest[0])
+    keys = {k for n in nodes_future.result() for k in n.labels} if require_spot else None
+    ops = placement_patch(
+        pod,
+        decision.placement,
+        config,
+        token,
+        decision.surge,
+        spot_key=spot_key,
+        cost=cost,
+        require_spot=require_spot,
+        node_keys=keys,
+    )
     return Outcome("patched", decision.reason, decision.placement, ops)
 
 
@@ -556,6 +578,10 @@ def _forced(
     if not nodes:
         return None
     reach = fit.within_reach(pod, nodes, config)
+    if reach == {Capacity.ON_DEMAND} and moves.launching(resolved.workload):
+        # A move back to spot is under way: its replicas wait for the spot node the provisioner
+        # launches for them (spotguard.policy.moves), none need exist yet.
+        return None
     if reach == {Capacity.SPOT}:
         launch = ctx.launches.for_pod(pod, config)
         if launch is not None:
@@ -582,8 +608,9 @@ def _forced(
 
 def _statefulset_decision(
     view: PodView, resolved: Resolved, config: Config, ns_annotations: Mapping[str, str], ctx: Context
-) -> placement.Decision:
-    """By the pods actually placed: the set's live pods and the set itself, both read now.
+) -> tuple[placement.Decision, Workload]:
+    """By the pods actually placed: the set's live pods and the set itself, both read now
+    (the decision, and the set as read).
 
     The set is read again even when cached: a scale-down right before a scale-up
     leaves a cached copy with more replicas (a higher floor) than the set has.
@@ -613,7 +640,7 @@ def _statefulset_decision(
         if p.owner is not None and p.owner.kind == "StatefulSet" and (not uid or p.owner.uid == uid)
     ]
     capacity = ctx.resolver.node_capacity(config, [p.node_name for p in siblings if p.node_name])
-    return placement.decide(
+    decision = placement.decide(
         pod=view,
         workload=workload,
         floor=floor,
@@ -621,6 +648,7 @@ def _statefulset_decision(
         node_capacity=capacity,
         ordinal_start=start,
     )
+    return decision, workload
 
 
 def _beyond_ordinals(resolved: Resolved, pod: PodView) -> bool:

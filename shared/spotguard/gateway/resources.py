@@ -75,6 +75,9 @@ DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 PODDISRUPTIONBUDGETS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True)
 HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True)
+# Karpenter's NodePools: node-added reads which can launch spot (a move's new replica waits
+# for a launch there); absent (404) where Karpenter is not installed.
+NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", False)
 MUTATINGWEBHOOKCONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -99,6 +102,7 @@ ALL: tuple[Resource, ...] = (
     LEASES,
     PODDISRUPTIONBUDGETS,
     HPAS,
+    NODEPOOLS,
     MUTATINGWEBHOOKCONFIGURATIONS,
 )
 

@@ -2,7 +2,7 @@
 
 ``Reconciler.reconcile()`` reads the cluster once (nodes, pods, Deployments,
 ReplicaSets, StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers,
-Namespaces, the admission Leases and the surge ledger: a fixed number of list
+Namespaces, Karpenter's NodePools, the admission Leases and the surge ledger: a fixed number of list
 calls whatever the size of the cluster, shared with the spot-interruption
 reconcile of step 3, which runs first on it), then
 
@@ -10,11 +10,17 @@ reconcile of step 3, which runs first on it), then
    scales back once the new replica is Ready, undoes a move that did not work
    out, and leaves a hold where a move made no progress;
 2. starts what the pure plan (:func:`spotguard.policy.rebalance.plan`) asks:
-   repairs of floors first, then moves back to spot, at most one per workload,
-   a bounded number per pass. A Deployment's move is create before evict: the
-   pod that goes gets the lowest ``controller.kubernetes.io/pod-deletion-cost``,
-   then one patch (guarded by the resourceVersion) writes the move record and
-   ``spec.replicas + 1``; the admission webhook places the new pod. With an
+   repairs of floors first, then moves back to spot, batched like a rolling
+   update (one move per workload at a time, of up to
+   ``rebalance_max_pods_per_workload`` pods within its floor and budget, at most
+   ``rebalance_max_in_flight`` pods moving across the cluster). Where no spot
+   node has room, a move is planned where a Karpenter NodePool (read every pass;
+   none where Karpenter is not installed) can launch spot for the pod: its new
+   replicas wait Pending for the launch. A Deployment's move is create before
+   evict: one patch (guarded by the resourceVersion) writes the move record and
+   ``spec.replicas + k``, then the k pods that go get the lowest
+   ``controller.kubernetes.io/pod-deletion-cost``; the admission webhook places
+   the new pods (on spot only, while the record says a move to spot is under way). With an
    autoscaler, its ``minReplicas`` goes up for the move (record, then the
    autoscaler, then the "+1") and back after it (the count, then the
    autoscaler, then the record), only while it holds the move's value. A
@@ -42,20 +48,20 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
-from spotguard.gateway.errors import ApiError, Conflict, Invalid, NotFound, TooManyRequests
+from spotguard.gateway.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
-from spotguard.policy import floors, interruption, moves, patches, rebalance
+from spotguard.policy import floors, interruption, launch, moves, patches, rebalance
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
-from spotguard.policy.moves import MOVE, Action, Direction, Method, MoveRecord, Progress
+from spotguard.policy.moves import MOVE, Action, Direction, Marked, Method, MoveRecord, Progress
 from spotguard.policy.placement import Placement
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import NodeView, PodView
@@ -68,6 +74,21 @@ LIST_PAGE = kube_mod.BIG_PAGE
 WORKERS = 8
 CONFLICT_ATTEMPTS = 4
 WORKLOAD_RESOURCES = {Kind.DEPLOYMENT: r.DEPLOYMENTS, Kind.STATEFULSET: r.STATEFULSETS}
+# The admission webhook caches a workload for 2 s of real time from when its read came back
+# (spotguard.admission.resolve, ``workload_ttl``): a move's "+k" waits that long after its
+# record, and a second for a read in flight, so that every replica it creates is admitted on
+# a copy that carries the record (its new replicas then require spot).
+ADMISSION_CACHE_SECONDS = 3.0
+
+
+@dataclass
+class _Begun:
+    """A Deployment's move whose record is written; the "+k" is still to come."""
+
+    batch: list[rebalance.Move]
+    record: MoveRecord
+    written: Obj
+    hpa: interruption.Autoscaler | None
 
 
 @dataclass
@@ -77,6 +98,7 @@ class Snapshot:
     shared: interruption_handler.Snapshot
     replicasets: list[Obj]
     leases: list[Obj]
+    pools: list[launch.NodePool] = field(default_factory=list)  # Karpenter NodePools (none: not installed)
     autoscaler_max: dict[str, int] = field(default_factory=dict)  # Deployment key -> its HPA's maxReplicas
 
     def __post_init__(self) -> None:
@@ -160,8 +182,10 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
         interruption_reconcile: Callable[[interruption_handler.Snapshot], None] | None = None,
+        admission_cache_seconds: float = ADMISSION_CACHE_SECONDS,
     ) -> None:
         self.kube = kube
+        self.admission_cache_seconds = admission_cache_seconds
         self._config = config
         self.namespace = namespace
         self.clock = clock
@@ -246,6 +270,8 @@ class Reconciler:
                 budgets=budgets,
                 now=now,
                 autoscaler_max=snap.autoscaler_max,
+                pools=snap.pools,
+                in_flight=sum(rec.size for rec in records.values() if not rec.held),
             )
         planned = time.perf_counter()
         self.last_timings = {"read": read - started, "plan": planned - read}
@@ -267,6 +293,7 @@ class Reconciler:
         if dry_run:
             report.started = plan.first_step()
             return report
+        batches = plan.batches()
         # The spot-interruption reconcile first, on the snapshot as read (its writes are then
         # against what it saw); it owns the workloads with a surge, which this plan leaves alone.
         try:
@@ -277,8 +304,13 @@ class Reconciler:
             report.failures += 1
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             failures = list(pool.map(lambda p: self._progress(p, snap, states, capacity_of), progress))
-            starts = list(pool.map(lambda m: self._start(m, snap, states, capacity_of, now), plan.first_step()))
-            report.started = [m for m, ok in zip(plan.first_step(), starts, strict=True) if ok]
+            begun = list(pool.map(lambda b: self._start(b, snap, states, capacity_of, now), batches))
+            if any(isinstance(b, _Begun) for b in begun):
+                # Every record written, then the admission webhook's cached copies of these
+                # workloads (without the record) expire before their new replicas are created.
+                time.sleep(self.admission_cache_seconds)
+            starts = list(pool.map(lambda b: self._scale_up(b) if isinstance(b, _Begun) else b, begun))
+            report.started = [m for b, ok in zip(batches, starts, strict=True) if ok for m in b]
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
             failures += list(pool.map(self._label_node, report.node_labels.items()))
@@ -303,19 +335,29 @@ class Reconciler:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
             return leases, k.list(r.REPLICASETS)
 
-        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, _copies, workloads) = (
+        def nodepools(k: kube_mod.Kube) -> list[Obj]:
+            try:
+                return k.list(r.NODEPOOLS)
+            except NotFound:
+                return []  # Karpenter is not installed
+            except Forbidden as exc:
+                log.warning("may not list NodePools: moves wait for spot room", extra={"error": str(exc)})
+                return []
+
+        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, _copies, workloads), pools = (
             self.kube.read_concurrently(
                 r.PODS,
                 r.NODES,
                 r.NAMESPACES,
                 leases_then_replicasets,
                 interruption_handler.read_before_workloads,
+                nodepools,
                 page_limit=LIST_PAGE,
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
         shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
-        return Snapshot(shared, replicasets, leases)
+        return Snapshot(shared, replicasets, leases, [launch.NodePool.from_json(p) for p in pools])
 
     def _states(
         self, snap: Snapshot, config: Config
@@ -358,7 +400,8 @@ class Reconciler:
                 records[key] = MoveRecord(
                     Direction.TO_SPOT, Method.SCALE, "", "", wl.replicas, -1, 0.0, 0, hold_until=1.0
                 )
-            if wl.kind is Kind.STATEFULSET and wl_pods:
+            if wl_pods:
+                # A StatefulSet's eviction asks its budget; a Deployment's batch is bounded by it.
                 users = interruption.user_budgets(wl_pods, index)
                 if users:
                     budgets[key] = min(allowed_by_name.get((b.namespace, b.name), 0) for b in users)
@@ -377,73 +420,70 @@ class Reconciler:
 
     def _start(
         self,
-        move: rebalance.Move,
+        batch: list[rebalance.Move],
         snap: Snapshot,
         states: dict[str, WorkloadState],
         capacity_of: dict[str, Capacity],
         now: float,
-    ) -> bool | None:
-        """Start one move: True when started, None when not now (changed or gone), False when a write failed."""
+    ) -> _Begun | bool | None:
+        """Begin one move (the batch of one workload): its record is written (the lock). A
+        StatefulSet's eviction follows at once (True when started); a Deployment's move is
+        carried on by :meth:`_scale_up` (a :class:`_Begun`). None when not now (changed or
+        gone), False when a write failed."""
+        move = batch[0]
         wl = move.workload
         raw = snap.workloads.get(wl.key)
         if raw is None:
             return None
         state = states[wl.key]
+        more = tuple(Marked(m.pod.name, m.pod.uid, m.pod.annotations.get(DELETION_COST)) for m in batch[1:])
+        if move.method is not Method.SCALE:
+            more = ()
         record = MoveRecord(
             direction=move.direction,
             method=move.method,
             pod=move.pod.name,
             uid=move.pod.uid,
             replicas=wl.replicas,
-            scaled_to=wl.replicas + 1 if move.method is Method.SCALE else wl.replicas,
+            scaled_to=wl.replicas + 1 + len(more) if move.method is Method.SCALE else wl.replicas,
             started=now,
             on_demand=moves.count_on(state.pods, capacity_of, Placement.ON_DEMAND),
             cost=move.pod.annotations.get(DELETION_COST),
             reason=move.reason,
+            more=more,
         )
         hpa = snap.autoscaler_of(wl) if move.method is Method.SCALE else None
         if hpa is not None and hpa.min_replicas < record.scaled_to <= hpa.max_replicas:
-            # Its autoscaler would undo the "+1" at its next sync: its minimum goes up for the move.
+            # Its autoscaler would undo the "+k" at its next sync: its minimum goes up for the move.
             record = dataclasses.replace(record, hpa=hpa.name, hpa_min=hpa.min_replicas, hpa_set=record.scaled_to)
         labels = (str(move.direction), str(move.method))
         try:
-            if move.method is Method.SCALE and record.hpa_set is not None and hpa is not None:
-                # The record first (the lock, and what the autoscaler is to get back, durable
-                # before it is raised), then the autoscaler's minimum, then the "+1": the
-                # autoscaler never syncs with the "+1" and its old minimum. A pass cut off
-                # after the record leaves the count as it was: the next pass ends the move
-                # with a hold (see spotguard.policy.moves.progress) and restores what was raised.
-                written = self._patch_workload(raw, {MOVE: record.to_json()})
-                self._raise_autoscaler(wl, record, hpa)
-                with contextlib.suppress(NotFound):
-                    self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
-                written = self._scale_if(written, wl.replicas, record.scaled_to)
-            elif move.method is Method.SCALE:
-                # The record first (the lock: a second reconcile loses on the resourceVersion),
-                # then the ranking; a pass cut off between the two sets it at the finish.
-                written = self._patch_workload(raw, {MOVE: record.to_json()}, replicas=record.scaled_to)
-                with contextlib.suppress(NotFound):
-                    self._set_cost(move.pod.namespace, move.pod.name, str(moves.FIRST_TO_GO))
-            else:
-                written = self._patch_workload(raw, {MOVE: record.to_json()})
-                try:
-                    self.kube.evict(move.pod.name, move.pod.namespace)
-                except TooManyRequests as exc:
-                    if not exc.refused:
-                        # The API server throttled it: the move stays recorded and the next
-                        # pass evicts again (moves.progress: "still there"), no hold.
-                        metrics.MOVES.labels(*labels, "throttled").inc()
-                        log.info("eviction throttled by the API server: next pass",
-                                 extra={"workload": wl.key, "pod": move.pod.name})  # fmt: skip
-                        return True
-                    # A budget forbids it now: leave a hold, never a retry loop.
-                    metrics.MOVES.labels(*labels, "blocked").inc()
-                    log.info("eviction refused by a budget: holding", extra={"workload": wl.key, "pod": move.pod.name})
-                    hold = moves.held(record, now, "a budget refused the eviction", self.config.rebalance_hold_seconds)
-                    self._patch_workload(written, {MOVE: hold.to_json()})
+            # The record first: the lock (a second reconcile loses on the resourceVersion), what
+            # an autoscaler is to get back, and what tells the admission webhook that the new
+            # replicas are the move's (spot only). A pass cut off after it leaves the count as it
+            # was: the next pass ends the move with a hold (spotguard.policy.moves.progress) and
+            # restores what was raised.
+            written = self._patch_workload(raw, {MOVE: record.to_json()})
+            if move.method is Method.SCALE:
+                return _Begun(batch, record, written, hpa if record.hpa_set is not None else None)
+            try:
+                self.kube.evict(move.pod.name, move.pod.namespace)
+            except TooManyRequests as exc:
+                if not exc.refused:
+                    # The API server throttled it: the move stays recorded and the next
+                    # pass evicts again (moves.progress: "still there"), no hold.
+                    metrics.MOVES.labels(*labels, "throttled").inc()
+                    log.info("eviction throttled by the API server: next pass",
+                             extra={"workload": wl.key, "pod": move.pod.name})  # fmt: skip
                     return True
-                except NotFound:
-                    pass
+                # A budget forbids it now: leave a hold, never a retry loop.
+                metrics.MOVES.labels(*labels, "blocked").inc()
+                log.info("eviction refused by a budget: holding", extra={"workload": wl.key, "pod": move.pod.name})
+                hold = moves.held(record, now, "a budget refused the eviction", self.config.rebalance_hold_seconds)
+                self._patch_workload(written, {MOVE: hold.to_json()})
+                return True
+            except NotFound:
+                pass
         except Conflict:
             # Someone else wrote the workload since it was read: the next pass plans it again.
             log.info("workload changed since it was read: next pass", extra={"workload": wl.key})
@@ -451,26 +491,55 @@ class Reconciler:
         except NotFound:
             return None
         except ApiError as exc:
-            metrics.MOVES.labels(*labels, "failed").inc()
-            metrics.ERRORS.labels("move").inc()
-            log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
-            return False
-        metrics.MOVES.labels(*labels, "started").inc()
+            return _start_failed(wl, labels, exc)
+        self._started(_Begun(batch, record, written, None))
+        return True
+
+    def _scale_up(self, begun: _Begun) -> bool | None:
+        """A Deployment's move, once its record is written and the admission webhook's cached
+        copy of the workload is at least that old: the autoscaler's minimum raised (the record
+        holds what it was), the pods that go ranked first, then the "+k" (only while the count
+        is still the owner's: a JSON patch's test)."""
+        record, wl = begun.record, begun.batch[0].workload
+        labels = (str(record.direction), str(record.method))
+        try:
+            if begun.hpa is not None:
+                self._raise_autoscaler(wl, record, begun.hpa)
+            self._rank(wl.namespace, record.marked)
+            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to)
+        except NotFound:
+            return None
+        except ApiError as exc:
+            return _start_failed(wl, labels, exc)
+        self._started(begun)
+        return True
+
+    def _started(self, begun: _Begun) -> None:
+        record, move = begun.record, begun.batch[0]
+        wl = move.workload
+        metrics.MOVES.labels(str(record.direction), str(record.method), "started").inc()
         what = "back to spot" if move.direction is Direction.TO_SPOT else "back to on-demand (floor)"
+        gone = ", ".join(m.pod for m in record.marked[:5]) + (" ..." if record.size > 5 else "")
         how = (
-            f"scaled {wl.replicas} -> {record.scaled_to}; {move.pod.name} on {move.from_node} "
-            "goes once the new replica is Ready"
+            f"scaled {record.replicas} -> {record.scaled_to}; {gone} on {move.from_node} "
+            f"{'go' if record.size > 1 else 'goes'} once the new replicas are Ready"
             if move.method is Method.SCALE
             else f"evicted {move.pod.name} on {move.from_node}; it comes back placed by the admission webhook"
         )
         log.info(
             "move started",
-            extra={"workload": wl.key, "direction": str(move.direction), "pod": move.pod.name, "reason": move.reason},
+            extra={
+                "workload": wl.key,
+                "direction": str(move.direction),
+                "pod": move.pod.name,
+                "pods": record.size,
+                "reason": move.reason,
+            },
         )
+        count = "one replica" if record.size == 1 else f"{record.size} replicas"
         self.kube.create_event(
-            written, "SpotguardRebalance", f"moving one replica {what}: {how} ({move.reason})", best_effort=True
+            begun.written, "SpotguardRebalance", f"moving {count} {what}: {how} ({move.reason})", best_effort=True
         )
-        return True
 
     # -- carrying a move on ----------------------------------------------------------------------
 
@@ -507,14 +576,13 @@ class Reconciler:
                     "autoscaler minimum restored after the move",
                     extra={"workload": wl.key, "hpa": hpa.name, "min": restore},
                 )
-            if step.restore_cost:
+            for m in step.restore:
                 with contextlib.suppress(NotFound):
-                    self._set_cost(wl.namespace, record.pod, record.cost)
-            elif step.action is Action.FINISH and record.method is Method.SCALE:
-                marked = next((p for p in states[wl.key].pods if p.uid == record.uid and p.active), None)
-                if marked is not None and marked.annotations.get(DELETION_COST) != str(moves.FIRST_TO_GO):
-                    with contextlib.suppress(NotFound):
-                        self._set_cost(wl.namespace, record.pod, str(moves.FIRST_TO_GO))
+                    self._set_cost(wl.namespace, m.pod, m.cost)
+            if step.rank and record.method is Method.SCALE:
+                # Ranked first again where a pass cut off at the start left one unranked.
+                costs = {p.uid: p.annotations.get(DELETION_COST) for p in states[wl.key].pods if p.active}
+                self._rank(wl.namespace, [m for m in step.rank if costs.get(m.uid) != str(moves.FIRST_TO_GO)])
             if step.action is Action.EVICT:
                 try:
                     self.kube.evict(record.pod, wl.namespace)
@@ -545,8 +613,10 @@ class Reconciler:
         metrics.MOVES.labels(*labels, step_name).inc()
         log.info("move " + step_name, extra={"workload": wl.key, "pod": record.pod, "reason": step.reason})
         if step.action is not Action.END or record.held is False:
+            names = ", ".join(m.pod for m in step.rank[:5]) or record.pod
+            gone = f"{names} {'go' if len(step.rank) > 1 else 'goes'}"
             message = {
-                Action.FINISH: f"scaled back to {step.replicas}: {record.pod} goes ({step.reason})",
+                Action.FINISH: f"scaled back to {step.replicas}: {gone} ({step.reason})",
                 Action.ABORT: f"move undone, scaled back to {step.replicas} ({step.reason}); holding",
                 Action.HOLD: f"move over without progress ({step.reason}); holding",
                 Action.END: f"move record removed ({step.reason})",
@@ -609,6 +679,12 @@ class Reconciler:
 
     # -- writes ------------------------------------------------------------------------------------
 
+    def _rank(self, namespace: str, pods: Sequence[Marked]) -> None:
+        """The pods a move removes, ranked first for deletion (gone ones skipped)."""
+        for m in pods:
+            with contextlib.suppress(NotFound):
+                self._set_cost(namespace, m.pod, str(moves.FIRST_TO_GO))
+
     def _set_cost(self, namespace: str, pod: str, cost: str | None) -> None:
         self.kube.patch(r.PODS, pod, {"metadata": {"annotations": {DELETION_COST: cost}}}, namespace)
 
@@ -653,6 +729,13 @@ class Reconciler:
             extra={"lease": f"{lease.namespace}/{lease.name}", "replicaset": lease.replicaset},
         )
         return False
+
+
+def _start_failed(wl: Workload, labels: tuple[str, str], exc: ApiError) -> bool:
+    metrics.MOVES.labels(*labels, "failed").inc()
+    metrics.ERRORS.labels("move").inc()
+    log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
+    return False
 
 
 def _autoscaler_min(snap: Snapshot, workload: Workload, record: moves.MoveRecord) -> int | None:

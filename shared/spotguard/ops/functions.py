@@ -286,12 +286,16 @@ def has_node_added() -> bool:
 
 
 @contextlib.contextmanager
-def node_added(sim: Any, workdir: Path) -> Iterator[NodeAdded]:
+def node_added(
+    sim: Any, workdir: Path, cfg: Any = None, admission_cache_seconds: float | None = None
+) -> Iterator[NodeAdded]:
     """The node-added function's HTTP app (what ``spotguard serve node-added`` serves) on loopback.
 
     In the cycle's process, on the simulated clock: its hold and settle windows read pod
     ages from creationTimestamps the simulated cluster writes, so its clock must be the
     cluster's. Where this spotguard has no node-added function: :class:`Unavailable`.
+    ``cfg``: its settings (default: the defaults); ``admission_cache_seconds``: how long a move
+    waits for the admission webhook's cached workloads (default: as in production).
     """
     if not has_node_added():
         yield Unavailable("this spotguard has no node-added function yet (spotguard.nodeadded)")
@@ -303,8 +307,11 @@ def node_added(sim: Any, workdir: Path) -> Iterator[NodeAdded]:
     from spotguard.policy import config
 
     k = kube.Kube(sim.api_client())
+    wait = reconciler.ADMISSION_CACHE_SECONDS if admission_cache_seconds is None else admission_cache_seconds
     svc = service.Service(
-        lambda: reconciler.Reconciler(k, config.Config(), clock=sim.clock.now),
+        lambda: reconciler.Reconciler(
+            k, cfg or config.Config(), clock=sim.clock.now, admission_cache_seconds=wait
+        ),
         join_wait=max(2.0, 60.0 / sim.clock.time_scale),
         poll=0.05,
     )

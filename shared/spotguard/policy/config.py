@@ -70,8 +70,13 @@ class Config:
     # The deletion cost of replica number 0 (policy.ranks): replica n costs this minus n.
     on_demand_deletion_cost: int = 1_000_000
     reservation_ttl_seconds: int = 30
-    rebalance_max_workloads_per_step: int = 10
-    rebalance_max_pods_per_workload: int = 1
+    # node-added's moves back to spot, batched like a rolling update: a pass starts moves
+    # for at most this many workloads, each of at most this many pods (never more than the
+    # workload has above its floor, nor more than its PodDisruptionBudget allows), and no
+    # more pods than ``rebalance_max_in_flight`` are being moved across the cluster at once.
+    rebalance_max_workloads_per_step: int = 200
+    rebalance_max_pods_per_workload: int = 10
+    rebalance_max_in_flight: int = 4000
     # node-added: a move whose new replica is not Ready by then is undone; after a
     # move that made no progress the workload is left alone this long.
     rebalance_move_timeout_seconds: int = 300
@@ -159,6 +164,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "reservation_ttl_seconds": _positive_int,
     "rebalance_max_workloads_per_step": _positive_int,
     "rebalance_max_pods_per_workload": _positive_int,
+    "rebalance_max_in_flight": _positive_int,
     "rebalance_move_timeout_seconds": _positive_int,
     "rebalance_hold_seconds": _positive_int,
     "rebalance_settle_seconds": _positive_int,

@@ -1,18 +1,31 @@
 """One move of the node-added reconcile, recorded on the workload, and how it ends.
 
-A move changes which capacity one replica runs on, one replica at a time:
+A move changes which capacity some replicas of one workload run on:
 
-- ``to-spot``: an on-demand replica above the floor is replaced on spot;
+- ``to-spot``: on-demand replicas above the floor are replaced on spot, a batch
+  at a time (like a rolling update's surge: the pods of one move, bounded by the
+  floor, the workload's budget and the cluster-wide maximum in flight, see
+  :mod:`spotguard.policy.rebalance`);
 - ``to-on-demand``: a workload below its floor gets an on-demand replica back.
 
 Two methods:
 
-- ``scale`` (Deployments, create before evict): the pod to remove is ranked
+- ``scale`` (Deployments, create before evict): the pods to remove are ranked
   first for deletion (``controller.kubernetes.io/pod-deletion-cost``), the
-  workload is scaled up by one (the admission webhook places the new pod on the
-  capacity the floor asks for), and once the new pod is Ready the workload is
+  workload is scaled up by as many (the admission webhook places the new pods on
+  the capacity the floor asks for; a to-spot move's new pods require spot, so
+  the provisioner launches a spot node for them where none has room: see
+  :func:`launching`), and once the new pods are Ready the workload is
   scaled back to the owner's count: the ReplicaSet controller removes the
-  ranked pod. Never fewer Ready replicas than before.
+  ranked pods. Never fewer Ready replicas than before. A new pod that is
+  Pending (waiting for a node being launched: Karpenter's 30-40 s, docs/sim.md)
+  is progress: the move waits for it up to ``rebalance_move_timeout_seconds``.
+  Then it is undone: the ranks of the pods whose replacement is not Ready are
+  put back and the count goes back to the owner's; the ReplicaSet controller
+  removes the Pending and not-Ready pods first (its ranking puts unscheduled,
+  then pending, then not-Ready pods before any deletion cost), so the serving
+  count never drops and the new replicas that did become Ready stay (their
+  ranked on-demand pods go).
 - ``evict`` (StatefulSets): the pod is evicted through the Eviction API (its
   budget decides) and comes back under the same name, placed by the admission
   webhook. Only one at a time, only while every replica is Ready and the
@@ -22,8 +35,8 @@ The record (``spotguard.io/rebalance``, JSON on the workload) is the lock: it is
 written with the workload's resourceVersion before anything else, so two
 reconciles never move one workload at once, and a reconcile cut off half-way
 is finished by the next one. :func:`progress` says what a recorded move needs
-now. A move that made no progress (the new pod landed on the wrong capacity,
-or never became Ready) leaves a ``hold`` on the record: the workload is left
+now. A move that made no progress (the new pods landed on the wrong capacity,
+or none became Ready) leaves a ``hold`` on the record: the workload is left
 alone until it ends, so nothing is retried in a loop.
 
 Pure: no I/O.
@@ -76,6 +89,28 @@ class Method(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class Marked:
+    """A pod a batch move removes besides the record's first: its name, uid and deletion cost before."""
+
+    pod: str
+    uid: str
+    cost: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pod": self.pod, "uid": self.uid}
+        if self.cost is not None:
+            out["cost"] = self.cost
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Marked:
+        if not isinstance(raw, dict):
+            raise ValueError("not an object")
+        cost = raw.get("cost")
+        return cls(str(raw["pod"]), str(raw.get("uid") or ""), None if cost is None else str(cost))
+
+
+@dataclass(frozen=True)
 class MoveRecord:
     """What a move did, written as JSON on the workload (``spotguard.io/rebalance``)."""
 
@@ -96,10 +131,21 @@ class MoveRecord:
     hpa: str = ""
     hpa_min: int | None = None
     hpa_set: int | None = None
+    # A batch: the other pods this move removes (scale moves; ``scaled_to`` is replicas + 1 + len).
+    more: tuple[Marked, ...] = ()
 
     @property
     def held(self) -> bool:
         return self.hold_until > 0
+
+    @property
+    def marked(self) -> tuple[Marked, ...]:
+        """Every pod the move removes, the first one first."""
+        return (Marked(self.pod, self.uid, self.cost), *self.more) if self.pod else self.more
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.more)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -120,6 +166,8 @@ class MoveRecord:
             out["reason"] = self.reason[:300]
         if self.hpa and self.hpa_min is not None and self.hpa_set is not None:
             out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "setMin": self.hpa_set}
+        if self.more:
+            out["more"] = [m.to_json() for m in self.more]
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -134,6 +182,9 @@ class MoveRecord:
             if hpa is not None and not isinstance(hpa, dict):
                 return None
             hpa = hpa or {}
+            more = raw.get("more") or []
+            if not isinstance(more, list):
+                return None
             return cls(
                 direction=Direction(raw["direction"]),
                 method=Method(raw["method"]),
@@ -149,6 +200,7 @@ class MoveRecord:
                 hpa=str(hpa.get("name") or ""),
                 hpa_min=None if hpa.get("minReplicas") is None else _int(hpa["minReplicas"]),
                 hpa_set=None if hpa.get("setMin") is None else _int(hpa["setMin"]),
+                more=tuple(Marked.from_json(m) for m in more),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -195,8 +247,21 @@ class Progress:
     action: Action
     reason: str
     replicas: int | None = None  # spec.replicas to set (FINISH, ABORT)
-    restore_cost: bool = False  # put the pod's deletion cost back
     hold: MoveRecord | None = None  # the record to leave (FINISH/ABORT without progress, HOLD)
+    restore: tuple[Marked, ...] = ()  # pods whose deletion cost goes back to what it was
+    rank: tuple[Marked, ...] = ()  # pods (still) ranked first for deletion before the scale back
+
+    @property
+    def restore_cost(self) -> bool:
+        return bool(self.restore)
+
+
+def launching(workload: Workload) -> bool:
+    """A move to spot is under way on the workload: the replicas created for it now are its new
+    ones, to be placed on spot only (a required spot affinity, so the provisioner launches a spot
+    node for them rather than the scheduler putting them in on-demand room)."""
+    record = MoveRecord.of(workload)
+    return record is not None and not record.held and record.direction is Direction.TO_SPOT
 
 
 def autoscaler_restore(record: MoveRecord, current_min: int | None) -> int | None:
@@ -239,52 +304,74 @@ def progress(
     def held(record: MoveRecord, now: float, reason: str) -> MoveRecord:
         return replace(record, hold_until=now + hold_seconds, reason=reason)
 
+    active = [p for p in state.pods if p.active]
+    uids = {m.uid for m in record.marked if m.uid}
+    marked = [p for p in active if p.uid in uids]
+    present = {p.uid for p in marked}
+    # The pods the move ranked that are still there (a scale move's: an eviction ranks none).
+    still = tuple(m for m in record.marked if m.uid in present) if record.method is Method.SCALE else ()
     if record.held:
         if now >= record.hold_until:
-            # The pod a move ranked first that is still there gets its deletion cost back.
-            still = record.method is Method.SCALE and any(p.active and p.uid == record.uid for p in state.pods)
-            return Progress(wl, record, Action.END, "hold over", restore_cost=bool(record.uid) and still)
+            # The pods a move ranked first that are still there get their deletion cost back.
+            return Progress(wl, record, Action.END, "hold over", restore=still)
         return Progress(wl, record, Action.WAIT, f"held: {record.reason}")
     if surge_in_progress(wl):
         return Progress(wl, record, Action.WAIT, "an interruption surge is in progress")
-    active = [p for p in state.pods if p.active]
-    marked = next((p for p in active if record.uid and p.uid == record.uid), None)
     age = now - record.started
     if record.method is Method.EVICT:
+        first = marked[0] if marked else None
         return _evict_progress(
-            record, wl, active, marked=marked, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
+            record, wl, active, marked=first, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
         )
     if wl.replicas != record.scaled_to and not _our_minimum(record, wl.replicas, autoscaler_min):
         # Someone else set the count meanwhile (an autoscaler, GitOps, a person): theirs wins.
         # Holding keeps an autoscaler that scales it straight back from a loop of moves.
         why = f"replicas changed to {wl.replicas} by someone else"
-        return Progress(
-            wl, record, Action.HOLD, why, restore_cost=marked is not None, hold=held(record, now, why)
-        )
-    ready_others = sum(1 for p in active if p.ready and p is not marked)
+        return Progress(wl, record, Action.HOLD, why, restore=still, hold=held(record, now, why))
+    others = [p for p in active if p.uid not in present]
+    ready_others = sum(1 for p in others if p.ready)
     if ready_others >= record.replicas:
-        others = [p for p in active if p is not marked]
         moved = _progressed(record, others, capacity_of)
         hold = None if moved else held(record, now, "the new replica did not land on " + str(record.direction.target))
         return Progress(
             wl,
             record,
             Action.FINISH,
-            f"{ready_others} replicas Ready without {record.pod}",
+            f"{ready_others} replicas Ready without the {len(marked)} it replaces",
             replicas=record.replicas,
             hold=hold,
+            rank=still,
         )
     if age > timeout:
+        # The new replicas that are Ready (created since the move began) replace as many of the
+        # ranked pods; the others' ranks go back, and the scale back removes the new pods that
+        # are not Ready (the ReplicaSet's ranking takes Pending and not-Ready pods first).
+        fresh = sum(1 for p in others if p.ready and p.created >= int(record.started))
+        keep = min(fresh, len(still))
+        if keep and record.direction is Direction.TO_SPOT:
+            return Progress(
+                wl,
+                record,
+                Action.FINISH,
+                f"{keep} of {record.size} new replicas Ready within {int(timeout)}s; the rest undone",
+                replicas=record.replicas,
+                restore=still[keep:],
+                rank=still[:keep],
+            )
         return Progress(
             wl,
             record,
             Action.ABORT,
             f"the new replica was not Ready within {int(timeout)}s",
             replicas=record.replicas,
-            restore_cost=marked is not None,
+            restore=still,
             hold=held(record, now, "the new replica did not become Ready"),
         )
-    return Progress(wl, record, Action.WAIT, f"{ready_others} of {record.replicas} Ready besides {record.pod}")
+    pending = sum(1 for p in others if not p.node_name)
+    waiting = f"; {pending} Pending (a node may be launching for them)" if pending else ""
+    return Progress(
+        wl, record, Action.WAIT, f"{ready_others} of {record.replicas} Ready besides the moving pods{waiting}"
+    )
 
 
 def _our_minimum(record: MoveRecord, replicas: int, autoscaler_min: int | None) -> bool:

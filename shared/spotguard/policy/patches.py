@@ -8,6 +8,7 @@ placement yields an empty patch (reinvocation is a no-op).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -86,6 +87,20 @@ def on_demand_expressions(config: Config) -> list[dict[str, Any]]:
     return out
 
 
+def spot_terms(config: Config, keys: Iterable[str] | None = None) -> list[list[dict[str, Any]]]:
+    """The spot requirement of a move's new replica (:func:`spotguard.policy.moves.launching`):
+    spot under some scheme, one ORed list per label key; only the keys in ``keys`` (the label
+    keys the cluster's nodes carry) where any is: a provisioner that honours each term (Karpenter
+    relaxes ORed terms one at a time) is not asked for a label no node of it carries."""
+    wanted = capacity.spot_values(config.label_schemes)
+    present = {k for k in wanted if keys is not None and k in set(keys)}
+    return [
+        [{"key": key, "operator": "In", "values": sorted(values)}]
+        for key, values in sorted(wanted.items())
+        if not present or key in present
+    ]
+
+
 def spot_preferences(config: Config) -> list[dict[str, Any]]:
     """One preferred term per label key: the node is spot under that key."""
     return [
@@ -128,7 +143,11 @@ def _ensure_path(spec: Mapping[str, Any], tokens: Sequence[str], leaf: Any) -> t
 
 
 def _on_demand_ops(spec: Mapping[str, Any], config: Config) -> list[Op]:
-    wanted = on_demand_terms(config)
+    return _required_ops(spec, on_demand_terms(config))
+
+
+def _required_ops(spec: Mapping[str, Any], wanted: Sequence[Sequence[Mapping[str, Any]]]) -> list[Op]:
+    """ANDs the requirement ``wanted`` (ORed lists of ANDed expressions) into every term."""
     if not wanted:
         return []  # no node can be on-demand under this configuration: nothing to require
     tokens = ("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
@@ -165,6 +184,25 @@ def _cross_terms(
             new = {**term, "matchExpressions": exprs + [e for e in w if e not in exprs]}
             crossed.append(new)
     return [{"op": "replace", "path": pointer("spec", *tokens), "value": crossed}]
+
+
+def _applied(spec: Mapping[str, Any], ops: Sequence[Op]) -> dict[str, Any]:
+    """``spec`` with this module's own ``add``/``replace`` ops under ``/spec`` applied (a copy)."""
+    out: dict[str, Any] = copy.deepcopy(dict(spec))
+    for op in ops:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in str(op["path"]).split("/")[2:]]
+        parent: Any = out
+        for t in tokens[:-1]:
+            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+        last = tokens[-1]
+        if isinstance(parent, list):
+            if last == "-":
+                parent.append(copy.deepcopy(op["value"]))
+            else:
+                parent[int(last)] = copy.deepcopy(op["value"])
+        else:
+            parent[last] = copy.deepcopy(op["value"])
+    return out
 
 
 def _append_missing(spec: Mapping[str, Any], tokens: Sequence[str], items: Sequence[Any], present: Any) -> list[Op]:
@@ -314,6 +352,8 @@ def build(
     spot_key: str | None = None,
     *,
     cost: int | None = None,
+    require_spot: bool = False,
+    node_keys: Iterable[str] | None = None,
 ) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
@@ -323,12 +363,20 @@ def build(
     ``spot_key``: the cluster's spot-only label key (:func:`spot_only_key`), spread over
     by a spot slot. ``cost``: the pod's ranked deletion cost (:mod:`spotguard.policy.ranks`);
     without one an on-demand pod gets ``on_demand_deletion_cost`` (above every ranked pod)
-    and a spot pod none. A deletion cost the pod already has (its template's) is kept."""
+    and a spot pod none. A deletion cost the pod already has (its template's) is kept.
+    ``require_spot``: a spot slot created for a move back to spot
+    (:func:`spotguard.policy.moves.launching`) also requires spot, ANDed into the user's
+    terms as the on-demand requirement is: where no spot node has room it waits Pending
+    for the provisioner to launch one, rather than filling on-demand room."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
         ops += _on_demand_ops(spec, config)
     else:
+        if require_spot:
+            ops += _required_ops(spec, spot_terms(config, node_keys))
+            # The spot preferences after it, on the spec as it leaves (both may add /spec/affinity).
+            spec = _applied(spec, ops)
         ops += _spot_ops(pod, spec, config, spot_key)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}

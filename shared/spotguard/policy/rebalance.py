@@ -6,15 +6,21 @@ floors, :func:`plan` says
 - which pods to move from on-demand to spot this step (``moves``): pods of
   workloads whose on-demand count is above their floor (leftover surges, pods
   that spilled while spot was full) and that have no surge in progress
-  (annotation ``spotguard.io/surge``). A move is planned only where a spot node
+  (annotation ``spotguard.io/surge``). A move is planned where a spot node
   that is Ready, schedulable and not under interruption notice has room for
   the pod by :mod:`spotguard.policy.fit`, with the spot tolerations the
-  admission patch adds and without the on-demand requirement it removes. Pods
-  on the emptiest on-demand nodes go first (so an autoscaler can remove those
-  nodes); every planned move takes its room on its spot node; a step moves at
-  most ``rebalance_max_pods_per_workload`` pods of at most
-  ``rebalance_max_workloads_per_step`` workloads, and never more pods of a
-  workload than it has above its floor;
+  admission patch adds and without the on-demand requirement it removes, or,
+  where none has, where a Karpenter NodePool can launch a spot node for it
+  (:mod:`spotguard.policy.launch`: the new pod then waits Pending for the
+  launch). Pods on the emptiest on-demand nodes go first (so the autoscaler can
+  remove those nodes); every planned move takes its room on its spot node.
+  Moves are batched like a rolling update: a step moves at most
+  ``rebalance_max_pods_per_workload`` pods of a workload at once (one move,
+  see :mod:`spotguard.policy.moves`), never more than it has above its floor
+  nor more than its PodDisruptionBudget allows disrupted now (at least one: a
+  scale move disrupts nothing), of at most ``rebalance_max_workloads_per_step``
+  workloads, and no more pods than ``rebalance_max_in_flight`` less those
+  already being moved;
 - which workloads fell below their floor (``deficits``) and by how much, and
   for those that can be repaired now, the repair (``repairs``): one replica
   back on on-demand, where an on-demand node (Ready, schedulable, without
@@ -22,8 +28,8 @@ floors, :func:`plan` says
 - why the other workloads off their optimum are not moved (``skipped``).
 
 Every move and repair says its method (:mod:`spotguard.policy.moves`): a
-Deployment's goes by create before evict (scale up one, then back with the pod
-ranked first), a StatefulSet's by eviction, one pod at a time, only while
+Deployment's goes by create before evict (scale up by the batch, then back with
+its pods ranked first), a StatefulSet's by eviction, one pod at a time, only while
 every replica is Ready and the quorum (the floor) holds without it, and not
 where a budget allows no disruption now. A workload with a move recorded
 (``spotguard.io/rebalance``), an interruption surge in progress, a rollout in
@@ -39,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.policy import fit, moves, patches, placement
+from spotguard.policy import fit, launch, moves, patches, placement
 from spotguard.policy.capacity import Capacity, classify
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Direction, Method
@@ -78,6 +84,7 @@ class Move:
     reason: str
     method: Method = Method.SCALE
     direction: Direction = Direction.TO_SPOT
+    launch: str = ""  # no spot node has room: the NodePool that can launch one for it (to_node "")
 
 
 @dataclass(frozen=True)
@@ -134,13 +141,22 @@ class Plan:
         return not self.moves and not self.deficits
 
     def first_step(self) -> list[Move]:
-        """What to start now: the repairs, then at most one move per workload (never two at once)."""
-        out: list[Move] = list(self.repairs)
-        seen = {m.workload.key for m in out}
+        """What to start now: the repairs, then the moves (a workload's together, one batch)."""
+        return [m for batch in self.batches() for m in batch]
+
+    def batches(self) -> list[list[Move]]:
+        """One batch per workload, each started as one move: a repair alone, then the moves of
+        each workload without a repair (never two moves of one workload at once)."""
+        out: list[list[Move]] = [[m] for m in self.repairs]
+        seen = {m.workload.key for m in self.repairs}
+        by_key: dict[str, list[Move]] = {}
         for m in self.moves:
-            if m.workload.key not in seen:
-                seen.add(m.workload.key)
-                out.append(m)
+            if m.workload.key in seen:
+                continue
+            if m.workload.key not in by_key:
+                by_key[m.workload.key] = []
+                out.append(by_key[m.workload.key])
+            by_key[m.workload.key].append(m)
         return out
 
 
@@ -176,8 +192,10 @@ def _normal(expr: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]]:
 
 
 def _ours(config: Config) -> fit.ExpressionFilter:
-    """True for the on-demand requirement the admission patch adds."""
+    """True for the on-demand requirement the admission patch adds, and for the spot one it
+    adds to a move's new replica."""
     mine = {_normal(e) for e in patches.on_demand_expressions(config)}
+    mine |= {_normal(e) for term in patches.spot_terms(config) for e in term}
 
     def test(expr: Mapping[str, Any]) -> bool:
         return _normal(expr) in mine
@@ -273,6 +291,24 @@ def _blocked(
     return None
 
 
+def _batch_limit(
+    cand: _Candidate, config: Config, budgets: Mapping[str, int] | None, autoscaler_max: Mapping[str, int] | None
+) -> int:
+    """How many pods of the workload one move takes: never more than above its floor, nor
+    than ``rebalance_max_pods_per_workload``; a StatefulSet's one (an eviction at a time); a
+    Deployment with a PodDisruptionBudget no more than it allows disrupted now (at least one:
+    create before evict keeps every replica serving until its replacement is Ready)."""
+    limit = min(cand.excess, config.rebalance_max_pods_per_workload)
+    if cand.state.workload.kind is Kind.STATEFULSET:
+        return min(limit, 1)
+    if budgets is not None and cand.state.key in budgets:
+        limit = min(limit, max(1, budgets[cand.state.key]))
+    if autoscaler_max is not None and cand.state.key in autoscaler_max:
+        # The move's count stays within the autoscaler's maxReplicas (the user's cap).
+        limit = min(limit, autoscaler_max[cand.state.key] - cand.state.workload.replicas)
+    return limit
+
+
 def method_for(workload: Workload) -> Method:
     return Method.EVICT if workload.kind is Kind.STATEFULSET else Method.SCALE
 
@@ -286,6 +322,8 @@ def plan(
     budgets: Mapping[str, int] | None = None,
     now: float | None = None,
     autoscaler_max: Mapping[str, int] | None = None,
+    pools: Sequence[launch.NodePool] = (),
+    in_flight: int = 0,
 ) -> Plan:
     """The rebalance plan for one step.
 
@@ -300,6 +338,9 @@ def plan(
     ``autoscaler_max`` maps a Deployment's key to its autoscaler's maxReplicas: a
     scale move needs one replica above the count, so a Deployment at its maximum is
     left where it is (``autoscaler-at-max``), never moved past the user's cap.
+    ``pools``: the Karpenter NodePools (a move to spot where no spot node has room is
+    planned where one can launch spot for the pod); ``in_flight``: the pods being moved
+    now (the moves recorded), counted against ``rebalance_max_in_flight``.
     """
     node_list = sorted(nodes, key=lambda n: n.name)
     capacity_of = {n.name: config.node_capacity(n.labels) for n in node_list}
@@ -418,13 +459,15 @@ def plan(
     moved: dict[str, int] = {}
     failed: dict[str, str] = {}
     budget_left = max(0, config.rebalance_max_workloads_per_step - len(repairs))
+    pods_left = max(0, config.rebalance_max_in_flight - in_flight - len(repairs))
     for light, cand in victims:
+        if pods_left <= 0:
+            break
         pod = complete(light)
         key = cand.state.key
         if key in failed:
             continue
-        limit = min(cand.excess, config.rebalance_max_pods_per_workload)
-        if moved.get(key, 0) >= limit:
+        if moved.get(key, 0) >= _batch_limit(cand, config, budgets, autoscaler_max):
             continue
         if key not in moved and len(moved) >= budget_left:
             continue
@@ -439,13 +482,20 @@ def plan(
             for n in targets
         ]
         room = [(usage.get(f.node, fit.EMPTY).pods, f.node) for f in fits if f.ok]
-        if not room:
+        pool = None if room else launch.spot_pool_for(pod, pools, config.spot_tolerations)
+        if not room and pool is None:
             # Pods of one workload share a template: one failure speaks for all.
-            failed[key] = _summarise(fits)
+            failed[key] = _summarise(fits) + ("; no NodePool can launch spot for it" if pools else "")
             continue
-        target = min(room)[1]
-        usage[target] = usage.get(target, fit.EMPTY).plus(pod.requests)
+        target = ""
+        if room:
+            target = min(room)[1]
+            usage[target] = usage.get(target, fit.EMPTY).plus(pod.requests)
+            where = f"spot node {target} has room"
+        else:
+            where = f"NodePool {pool} can launch a spot node for it"
         moved[key] = moved.get(key, 0) + 1
+        pods_left -= 1
         planned.append(
             Move(
                 workload=cand.state.workload,
@@ -454,9 +504,10 @@ def plan(
                 to_node=target,
                 reason=(
                     f"{cand.excess + cand.state.floor.on_demand} on-demand replicas, "
-                    f"floor {cand.state.floor.on_demand}; spot node {target} has room"
+                    f"floor {cand.state.floor.on_demand}; {where}"
                 ),
                 method=method_for(cand.state.workload),
+                launch=pool or "",
             )
         )
     for cand in candidates:

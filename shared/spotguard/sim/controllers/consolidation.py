@@ -10,6 +10,11 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   the other nodes (delete consolidation; replacing a node by a cheaper one is not
   modelled, so the simulated bill is never lower than Karpenter's would be... nor
   higher by more than that replacement would save);
+- a decision is carried out only after ``commandValidationDelay`` (15 s,
+  pkg/controllers/disruption/consolidation.go; emptiness.go and
+  singlenodeconsolidation.go wait it too), and only if the node is still a
+  candidate then: no pod event on it since, and (Underutilized) its pods
+  still fit elsewhere. The node counts against the budget meanwhile;
 - ``disruption.budgets`` (default ``nodes: 10%``, rounded up) bound how many of a
   NodePool's nodes are disrupted at once; budgets with a ``schedule`` are taken as
   always active (harsher), ``reasons`` are honoured (Empty, Underutilized);
@@ -51,6 +56,7 @@ POLL = ("poll",)
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 RETRY_SECONDS = 5.0
+VALIDATION_SECONDS = 15.0  # commandValidationDelay (pkg/controllers/disruption/consolidation.go)
 _DURATION = re.compile(r"(\d+)(h|m|s)")
 _WHOLE_DURATION = re.compile(r"(?:\d+(?:h|m|s))+")
 
@@ -116,6 +122,7 @@ class Disruption(base.Controller):
         self.cloud = cloud_mod.of(store)
         self._last_pod_event: dict[str, float] = {}
         self._disrupting: dict[str, str] = {}  # node -> reason
+        self._validating: dict[str, float] = {}  # node -> when consolidation chose it
         self._polling = False
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -152,10 +159,13 @@ class Disruption(base.Controller):
             node = self.informer.get("nodes", ("", key[1]))
             if node is not None and key[1] not in self._disrupting:
                 self._disrupt(node, "Interrupted")
+        elif key[0] == "validate":
+            self._validate(key[1], key[2])
         elif key[0] == "drain":
             self._drain(key[1])
         elif key[0] == "gone":
             self._disrupting.pop(key[1], None)
+            self._validating.pop(key[1], None)
             self._last_pod_event.pop(key[1], None)
             if key[2]:
                 with contextlib.suppress(errors.NotFound):
@@ -180,13 +190,15 @@ class Disruption(base.Controller):
             after = parse_duration(disruption_spec.get("consolidateAfter", "0s"))
             if after is None:
                 continue
-            busy = sum(1 for n in members if n["metadata"]["name"] in self._disrupting)
+            busy = sum(1 for n in members
+                       if n["metadata"]["name"] in self._disrupting or n["metadata"]["name"] in self._validating)
             room = {"Empty": allowed_disruptions(pool, "Empty", len(members)) - busy,
                     "Underutilized": allowed_disruptions(pool, "Underutilized", len(members)) - busy}
             candidates = []
             for node in members:
                 node_name = node["metadata"]["name"]
-                if node_name in self._disrupting or _annotated(node) or not scheduler.node_ready(node):
+                if (node_name in self._disrupting or node_name in self._validating or _annotated(node)
+                        or not scheduler.node_ready(node)):
                     continue
                 if any(do_not_disrupt(p, now) for p in self.informer.pods_on_node(node_name)):
                     continue
@@ -196,15 +208,34 @@ class Disruption(base.Controller):
                 if now - since < after:
                     continue
                 candidates.append((len(workload_pods(self.informer, node_name)), node_name, node))
-            for count, node_name, node in sorted(candidates, key=lambda c: (c[0], c[1])):
+            for count, node_name, _node in sorted(candidates, key=lambda c: (c[0], c[1])):
                 if count == 0 and min(room.values()) > 0 and room["Empty"] > 0:
-                    self._disrupt(node, "Empty")
+                    self._choose(node_name, "Empty", now)
                     room = {k: v - 1 for k, v in room.items()}
                 elif (count and policy == "WhenEmptyOrUnderutilized" and not underutilized_done
                       and room["Underutilized"] > 0 and self._can_move(node_name)):
-                    self._disrupt(node, "Underutilized")
+                    self._choose(node_name, "Underutilized", now)
                     room = {k: v - 1 for k, v in room.items()}
                     underutilized_done = True
+
+    def _choose(self, node_name: str, reason: str, now: float) -> None:
+        """Consolidation chose the node: it is disrupted once the command validates, 15 s later."""
+        self._validating[node_name] = now
+        self.queue.add_after(("validate", node_name, reason), VALIDATION_SECONDS)
+
+    def _validate(self, node_name: str, reason: str) -> None:
+        chosen = self._validating.pop(node_name, None)
+        node = self.informer.get("nodes", ("", node_name))
+        if chosen is None or node is None or node_name in self._disrupting or _annotated(node):
+            return
+        if self._last_pod_event.get(node_name, 0.0) > chosen or not scheduler.node_ready(node):
+            return  # no longer a candidate: the next poll decides again
+        count = len(workload_pods(self.informer, node_name))
+        if reason == "Empty" and count:
+            return
+        if reason == "Underutilized" and count and not self._can_move(node_name):
+            return
+        self._disrupt(node, reason)
 
     def _report(self) -> None:
         """NodePool and EC2NodeClass status: node counts, resources, Ready (as Karpenter's own controllers)."""

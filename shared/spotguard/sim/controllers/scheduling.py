@@ -189,6 +189,10 @@ class SchedulerLoop:
             self._gated(key, pod)
             return None
         info = scheduler.PodInfo.from_pod(pod, self._default_spread_selector(pod))
+        # Read from the store before the cache lock is taken: a store write holds the store's
+        # lock while it tells this loop (handle() takes the cache lock), so reading the store
+        # under the cache lock deadlocks the two.
+        budgets = self._budgets() if info.preempts else []
         with self._lock:
             result = scheduler.schedule(info, self.cache, start=self._start, rng=self.rng,
                                         percentage=self.percentage)
@@ -199,7 +203,7 @@ class SchedulerLoop:
                 # assume, as kube-scheduler does, before binding (in the same hold of the lock)
                 self.cache.add_assumed(info, result.node)
             elif self._may_preempt(pod, info):
-                preemption = scheduler.preempt(info, self.cache, self._budgets())
+                preemption = scheduler.preempt(info, self.cache, budgets)
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
             self._event(pod, "Warning", "FailedScheduling", result.message(total), "Scheduling")
