@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from spotguard.policy import config, floors, launch, patches, rebalance
+from spotguard.policy import config, floors, nodepools, patches, rebalance
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.state import WorkloadState
-from spotguard.policy.tolerations import Taint, Toleration
+from spotguard.policy.tolerations import Toleration
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Kind, Workload
 
@@ -82,9 +82,15 @@ def test_per_workload_bound_and_never_below_the_floor() -> None:
     assert [len(b) for b in plan.batches()] == [3]  # one move of the workload, its batch of 3
 
 
-SPOT_POOL = launch.NodePool("default", ({"key": "karpenter.sh/capacity-type", "operator": "In",
-                                         "values": ["spot", "on-demand"]},))
-OD_POOL = launch.NodePool("od", ({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},))
+def pool(name: str, *capacity_types: str, taints: list[dict[str, str]] | None = None) -> nodepools.NodePool:
+    """A NodePool as the API serves it; ``capacity_types``: its capacity-type requirement (none: no requirement)."""
+    reqs = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(capacity_types)}]
+    spec = {"requirements": reqs if capacity_types else [], "taints": taints or []}
+    return nodepools.NodePool.from_json({"metadata": {"name": name}, "spec": {"template": {"spec": spec}}})
+
+
+SPOT_POOL = pool("default", "spot", "on-demand")
+OD_POOL = pool("od", "on-demand")
 
 
 def test_no_spot_room_but_a_nodepool_that_launches_spot_plans_the_move() -> None:
@@ -98,17 +104,19 @@ def test_no_spot_room_but_a_nodepool_that_launches_spot_plans_the_move() -> None
     # THEN the moves are planned as launches, within the floor
     assert len(plan.moves) == 3 and all(m.launch == "default" and m.to_node == "" for m in plan.moves)
     assert "NodePool default can launch a spot node" in plan.moves[0].reason
-    # an on-demand-only pool (or a pool with no capacity-type requirement: Karpenter's default
-    # is on-demand) launches no spot
-    for pools in ([OD_POOL], [launch.NodePool("bare")]):
-        plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=pools)
-        assert plan.moves == () and skip_of(plan, "web") is SkipReason.NO_SPOT_ROOM
+    # an on-demand-only pool launches no spot
+    plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=[OD_POOL])
+    assert plan.moves == () and skip_of(plan, "web") is SkipReason.NO_SPOT_ROOM
+    # a pool with no capacity-type requirement does: Karpenter v1 leaves the label undefined
+    # (every type allowed) and prefers spot (getCapacityType)
+    plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=[pool("bare")])
+    assert len(plan.moves) == 3 and all(m.launch == "bare" for m in plan.moves)
 
 
 def test_a_pool_tainted_for_others_launches_nothing_for_the_pod() -> None:
     nodes = [node("od", "on-demand")]
     pods = [wpod("web", i, "od") for i in range(2)]
-    tainted = launch.NodePool("gpu", SPOT_POOL.requirements, taints=(Taint("gpu", "true", "NoSchedule"),))
+    tainted = pool("gpu", "spot", "on-demand", taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}])
     plan = rebalance.plan(CFG, nodes, pods, [state("web", pods)], pools=[tainted])
     assert plan.moves == ()
 

@@ -58,7 +58,7 @@ from spotguard.gateway import resources as r
 from spotguard.gateway.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
-from spotguard.policy import floors, interruption, launch, moves, patches, rebalance
+from spotguard.policy import floors, interruption, moves, nodepools, patches, rebalance
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Action, Direction, Marked, Method, MoveRecord, Progress
@@ -98,7 +98,7 @@ class Snapshot:
     shared: interruption_handler.Snapshot
     replicasets: list[Obj]
     leases: list[Obj]
-    pools: list[launch.NodePool] = field(default_factory=list)  # Karpenter NodePools (none: not installed)
+    pools: list[nodepools.NodePool] = field(default_factory=list)  # Karpenter NodePools (none: not installed)
     autoscaler_max: dict[str, int] = field(default_factory=dict)  # Deployment key -> its HPA's maxReplicas
 
     def __post_init__(self) -> None:
@@ -335,7 +335,7 @@ class Reconciler:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
             return leases, k.list(r.REPLICASETS)
 
-        def nodepools(k: kube_mod.Kube) -> list[Obj]:
+        def read_nodepools(k: kube_mod.Kube) -> list[Obj]:
             try:
                 return k.list(r.NODEPOOLS)
             except NotFound:
@@ -351,13 +351,13 @@ class Reconciler:
                 r.NAMESPACES,
                 leases_then_replicasets,
                 interruption_handler.read_before_workloads,
-                nodepools,
+                read_nodepools,
                 page_limit=LIST_PAGE,
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
         shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
-        return Snapshot(shared, replicasets, leases, [launch.NodePool.from_json(p) for p in pools])
+        return Snapshot(shared, replicasets, leases, [nodepools.NodePool.from_json(p) for p in pools])
 
     def _states(
         self, snap: Snapshot, config: Config

@@ -37,7 +37,7 @@ docs/admission.md "Floors on autoscaled capacity"):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,29 +264,65 @@ def _resources(raw: Any) -> dict[str, int]:
         return {}
 
 
-def pod_terms(pod: PodView, extra: Sequence[Mapping[str, Any]] = ()) -> list[Requirements]:
+def pod_terms(
+    pod: PodView, extra: Sequence[Mapping[str, Any]] = (), ignore: Callable[[Mapping[str, Any]], bool] | None = None
+) -> list[Requirements]:
     """The pod's requirements, one set per required ``nodeSelectorTerm`` (ORed), each with its
-    nodeSelector and ``extra`` expressions ANDed in."""
-    terms = [t.get("matchExpressions") or [] for t in pod.required_terms] or [[]]
+    nodeSelector and ``extra`` expressions ANDed in; expressions ``ignore`` is true for left out
+    (spotguard's own on-demand requirement, which a pod moved back to spot does not carry)."""
+    terms = [
+        [e for e in t.get("matchExpressions") or [] if ignore is None or not ignore(e)] for t in pod.required_terms
+    ] or [[]]
     if pod.has_required_affinity and not pod.required_terms:
         return []  # an empty list of terms matches no node
     return [requirements([*term, *extra], pod.node_selector) for term in terms]
+
+
+def launchable_for(
+    pod: PodView,
+    pools: Iterable[NodePool],
+    capacity_type: str,
+    *,
+    terms: Sequence[Sequence[Mapping[str, Any]]] = (),
+    tolerations: Sequence[Toleration] = (),
+    ignore: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> str | None:
+    """The name of a NodePool that can launch a ``capacity_type`` node for ``pod`` once it
+    carries ``terms`` (ORed lists of expressions spotguard adds, with
+    ``karpenter.sh/capacity-type In [capacity_type]`` added to each) and ``tolerations``
+    (spotguard's), the pod's expressions ``ignore`` is true for left out, or None."""
+    want = [{"key": CAPACITY_TYPE, "operator": "In", "values": [capacity_type]}]
+    wanted = [t for extra in (terms or [[]]) for t in pod_terms(pod, [*extra, *want], ignore)]
+    tols = [*pod.tolerations, *tolerations]
+    for pool in sorted(pools, key=lambda p: p.name):
+        if not pool.launches or not pool.tolerated_by(tols):
+            continue
+        if any(compatible(pool.requirements, term) for term in wanted):
+            return pool.name
+    return None
 
 
 def on_demand_for(
     pod: PodView, pools: Iterable[NodePool], on_demand: Sequence[Sequence[Mapping[str, Any]]]
 ) -> str | None:
     """The name of a NodePool that can launch an on-demand node for ``pod`` once it carries
-    the on-demand requirement (``on_demand``: its ORed lists of expressions, with
-    ``karpenter.sh/capacity-type In [on-demand]`` added to each), or None."""
-    want = [{"key": CAPACITY_TYPE, "operator": "In", "values": [ON_DEMAND]}]
-    terms = [t for extra in (on_demand or [[]]) for t in pod_terms(pod, [*extra, *want])]
-    for pool in sorted(pools, key=lambda p: p.name):
-        if not pool.launches or not pool.tolerated_by(pod.tolerations):
-            continue
-        if any(compatible(pool.requirements, term) for term in terms):
-            return pool.name
-    return None
+    the on-demand requirement (``on_demand``: its ORed lists of expressions), or None."""
+    return launchable_for(pod, pools, ON_DEMAND, terms=on_demand)
+
+
+def spot_for(
+    pod: PodView,
+    pools: Iterable[NodePool],
+    tolerations: Sequence[Toleration],
+    ignore: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> str | None:
+    """The name of a NodePool that can launch a spot node for ``pod`` with the spot slot's
+    ``tolerations`` added and spotguard's on-demand expressions (``ignore``) left out (a move
+    back to spot on a cluster with no spot room), or None. A
+    NodePool without a capacity-type requirement can: Karpenter leaves the label undefined
+    (``Requirements.Get`` answers Exists) and prefers spot where it is allowed
+    (aws/karpenter-provider-aws ``pkg/providers/instance/instance.go`` getCapacityType)."""
+    return launchable_for(pod, pools, SPOT, tolerations=tolerations, ignore=ignore)
 
 
 def any_on_demand(pools: Iterable[NodePool]) -> bool:

@@ -11,7 +11,7 @@ floors, :func:`plan` says
   the pod by :mod:`spotguard.policy.fit`, with the spot tolerations the
   admission patch adds and without the on-demand requirement it removes, or,
   where none has, where a Karpenter NodePool can launch a spot node for it
-  (:mod:`spotguard.policy.launch`: the new pod then waits Pending for the
+  (:func:`spotguard.policy.nodepools.spot_for`: the new pod then waits Pending for the
   launch). Pods on the emptiest on-demand nodes go first (so the autoscaler can
   remove those nodes); every planned move takes its room on its spot node.
   Moves are batched like a rolling update: a step moves at most
@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spotguard.policy import fit, launch, moves, patches, placement
+from spotguard.policy import fit, moves, nodepools, patches, placement
 from spotguard.policy.capacity import Capacity, classify
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Direction, Method
@@ -322,7 +322,7 @@ def plan(
     budgets: Mapping[str, int] | None = None,
     now: float | None = None,
     autoscaler_max: Mapping[str, int] | None = None,
-    pools: Sequence[launch.NodePool] = (),
+    pools: Sequence[nodepools.NodePool] = (),
     in_flight: int = 0,
 ) -> Plan:
     """The rebalance plan for one step.
@@ -482,7 +482,7 @@ def plan(
             for n in targets
         ]
         room = [(usage.get(f.node, fit.EMPTY).pods, f.node) for f in fits if f.ok]
-        pool = None if room else launch.spot_pool_for(pod, pools, config.spot_tolerations)
+        pool = None if room else nodepools.spot_for(pod, pools, config.spot_tolerations, ours)
         if not room and pool is None:
             # Pods of one workload share a template: one failure speaks for all.
             failed[key] = _summarise(fits) + ("; no NodePool can launch spot for it" if pools else "")
