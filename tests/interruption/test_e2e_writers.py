@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config, surgecopy
-from spotguard.policy.workloads import SURGE_OF
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
 from spotguard.sim import readiness
 
 from tests.interruption import e2e_harness as h
@@ -136,3 +136,46 @@ def test_spotguard_drains_once_the_copy_serves_for_the_doomed_pods() -> None:
 
         h.wait_until(over, 90, "the copy's removal", step=0.2)
         assert watcher.lowest[KEY] >= 6, watcher.lowest[KEY]
+
+
+def test_the_deployments_own_replacements_are_placed_by_its_usual_floor_while_a_copy_surges(
+    tmp_path: Any,
+) -> None:
+    """GIVEN web (6, floor 1, some pods on on-demand already) placed by the shipped
+    webhook, and a copy surge for one spot node, WHEN a drainer deletes web's pods on that
+    node, THEN the Deployment's replacements are decided by its usual floor (met: spot
+    preferred, no surge replica), not by a floor raised by the record's ``surge``: the
+    copy's own pods are the surge's on-demand replicas, pinned by its template."""
+    with running(make=copy_mode) as (sim, handler, spot), h.admission_webhook(sim, tmp_path):
+        store = sim.store
+        doomed = spot[0]
+        warning(handler, sim, [doomed])
+        rec = record(store)
+        assert rec is not None and rec["surge"] >= 1 and rec.get("copy") is True
+        h.wait_until(lambda: (reconcile(handler), copy_ready(store))[1], 30, "the copy's pods Ready")
+        old = {p["metadata"]["uid"] for p in store.list("pods", "shop")[0]}
+        for p in store.list("pods", "shop")[0]:
+            if p["spec"].get("nodeName") == doomed and SURGE_OF not in p["metadata"]["labels"]:
+                store.delete("pods", p["metadata"]["name"], "shop")
+
+        def replacements() -> list[dict[str, Any]]:
+            return [
+                p
+                for p in store.list("pods", "shop")[0]
+                if p["metadata"]["uid"] not in old and SURGE_OF not in p["metadata"]["labels"]
+            ]
+
+        h.wait_until(lambda: len(replacements()) >= rec["surge"], 30, "the Deployment's own replacements")
+        placed = [
+            (p["metadata"]["labels"].get(PLACEMENT_LABEL), p["metadata"].get("annotations", {}).get(SURGE_REPLICA))
+            for p in replacements()
+        ]
+        assert placed and all(where == "spot" and surge is None for where, surge in placed), placed
+
+
+def copy_ready(store: Any) -> bool:
+    rs = copy_of_web(store)
+    if rs is None:
+        return False
+    pods = [p for p in store.list("pods", "shop")[0] if SURGE_OF in p["metadata"]["labels"]]
+    return len(pods) == rs["spec"]["replicas"] and all(readiness.is_ready(p) for p in pods)
