@@ -179,3 +179,33 @@ def copy_ready(store: Any) -> bool:
         return False
     pods = [p for p in store.list("pods", "shop")[0] if SURGE_OF in p["metadata"]["labels"]]
     return len(pods) == rs["spec"]["replicas"] and all(readiness.is_ready(p) for p in pods)
+
+
+def test_node_added_leaves_a_deployment_its_copy_serves_alone_though_a_replace_took_its_record() -> None:
+    """GIVEN a copy surge for one spot node of web (6, some pods on on-demand above its
+    floor of 1, room on the other spot node), WHEN ``kubectl replace`` takes web's record
+    (the ledger keeps it) and node-added passes in copy mode, THEN node-added reads the copy
+    with its snapshot and leaves web to the surge: no move to spot, no repair, the copy
+    kept; its pass skips web as a surge in progress."""
+    from spotguard.gateway import kube
+    from spotguard.nodeadded import reconciler
+    from spotguard.policy.rebalance import SkipReason
+
+    with running(make=copy_mode) as (sim, handler, spot):
+        store = sim.store
+        git = manifest(store)
+        warning(handler, sim, [spot[0]])
+        h.wait_until(lambda: (reconcile(handler), copy_ready(store))[1], 30, "the copy's pods Ready")
+        replace(store, git)
+        assert record(store) is None
+        sim.clock.sleep(40)  # past node-added's settle time for web's newest pod
+        cfg = dataclasses.replace(config.Config(), surge_copy=True)
+        node_added = reconciler.Reconciler(kube.Kube(sim.api_client()), cfg, clock=sim.clock.now)
+        report = node_added.reconcile()
+        skipped = {s.workload.key: s.reason for s in report.plan.skipped}
+        assert not [m for m in report.plan.moves + report.plan.repairs if m.workload.key == KEY], report.plan
+        assert skipped.get(KEY) is SkipReason.SURGE_IN_PROGRESS, skipped
+        assert not report.started
+        web = store.get("deployments", "web", "shop")
+        assert web["spec"]["replicas"] == 6 and "spotguard.io/rebalance" not in web["metadata"].get("annotations", {})
+        assert copy_of_web(store) is not None

@@ -110,6 +110,17 @@ def test_surge_in_progress_is_left_alone() -> None:
     assert plan.surplus[0].excess == 2
 
 
+def test_a_workload_its_surge_copy_serves_is_left_alone() -> None:
+    """A live surge copy means a surge in progress, though the Deployment lost its record
+    (a replace): neither a move of its on-demand pods nor a repair of its floor."""
+    nodes = [node("od", "on-demand"), node("spot-1", "spot")]
+    surplus = run(nodes, [dataclasses.replace(state("web", [wpod("web", i, "od") for i in range(3)]), surge_copy=True)])
+    short = run(nodes, [dataclasses.replace(state("web", [wpod("web", i, "spot-1") for i in range(3)]), surge_copy=True)])
+    for plan in (surplus, short):
+        assert (plan.moves, plan.repairs) == ((), ())
+        assert skip_of(plan, "web") is SkipReason.SURGE_IN_PROGRESS
+
+
 def test_no_room_on_spot() -> None:
     nodes = [node("od", "on-demand"), node("spot-1", "spot", cpu="1")]
     pods = [wpod("web", i, "od", cpu="2") for i in range(3)]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -221,7 +222,7 @@ class Reconciler:
         config = self.config
         started = time.perf_counter()
         with kube_mod.gc_paused():
-            snap = self.snapshot()
+            snap = self.snapshot(config)
             read = time.perf_counter()
             now = self.clock()
             states, records, budgets = self._states(snap, config)
@@ -293,7 +294,7 @@ class Reconciler:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, config: Config | None = None) -> Snapshot:
         """One read for both reconciles: the big lists side by side with two chains of small
         ones, each in the order its reader needs (Leases before ReplicaSets: see
         :mod:`spotguard.nodeadded.cleanup`; budgets, autoscalers and the surge ledger before
@@ -303,18 +304,19 @@ class Reconciler:
             leases = k.list(r.LEASES, self.namespace, label_selector=cleanup.LEASE_SELECTOR)
             return leases, k.list(r.REPLICASETS)
 
-        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, _copies, workloads) = (
+        # The surge copies (surge_copy) among the lists read before the workloads, as the
+        # spot-interruption function reads them: its reconcile, run on this snapshot, sweeps
+        # copies and carries out each surge's copy step.
+        copies = (config or self.config).surge_copy
+        before_workloads = functools.partial(interruption_handler.read_before_workloads, copies=copies)
+        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, found, workloads) = (
             self.kube.read_concurrently(
-                r.PODS,
-                r.NODES,
-                r.NAMESPACES,
-                leases_then_replicasets,
-                interruption_handler.read_before_workloads,
-                page_limit=LIST_PAGE,
+                r.PODS, r.NODES, r.NAMESPACES, leases_then_replicasets, before_workloads, page_limit=LIST_PAGE
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
         shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
+        shared.copies = interruption_handler.copies_by_key(found)
         return Snapshot(shared, replicasets, leases)
 
     def _states(
@@ -349,7 +351,7 @@ class Reconciler:
             replicas = record.replicas if record is not None and not record.held else None
             floor = floors.floor_for(wl, config, snap.namespaces.get(wl.namespace), replicas)
             wl_pods = tuple(pods_by_key.get(key, ()))
-            states[key] = WorkloadState(wl, floor, wl_pods)
+            states[key] = WorkloadState(wl, floor, wl_pods, surge_copy=key in snap.shared.copies)
             if record is not None:
                 records[key] = record
             elif MOVE in wl.annotations:
