@@ -114,8 +114,11 @@ def test_a_workload_its_surge_copy_serves_is_left_alone() -> None:
     """A live surge copy means a surge in progress, though the Deployment lost its record
     (a replace): neither a move of its on-demand pods nor a repair of its floor."""
     nodes = [node("od", "on-demand"), node("spot-1", "spot")]
-    surplus = run(nodes, [dataclasses.replace(state("web", [wpod("web", i, "od") for i in range(3)]), surge_copy=True)])
-    short = run(nodes, [dataclasses.replace(state("web", [wpod("web", i, "spot-1") for i in range(3)]), surge_copy=True)])
+
+    def copied(where: str) -> Any:
+        return dataclasses.replace(state("web", [wpod("web", i, where) for i in range(3)]), surge_copy=True)
+
+    surplus, short = run(nodes, [copied("od")]), run(nodes, [copied("spot-1")])
     for plan in (surplus, short):
         assert (plan.moves, plan.repairs) == ((), ())
         assert skip_of(plan, "web") is SkipReason.SURGE_IN_PROGRESS
