@@ -200,10 +200,11 @@ def test_demo_runs_on_launched_capacity_and_bills_it(name: str) -> None:
     assert money["cycle"]["usd"] < money["same_nodes_on_demand"]["usd"]
 
 
-def test_demo_baselines_show_what_all_on_demand_and_a_drainer_without_spotguard_cost() -> None:
-    # GIVEN the Karpenter demo WHEN asked for the baselines too
+def test_demo_baselines_show_what_all_on_demand_and_a_drainer_without_spotguard_cost(tmp_path: Path) -> None:
+    # GIVEN the Karpenter demo WHEN asked for the baselines too, and a plot
+    plot = tmp_path / "cycle.png"
     summary, proc = run_demo("--scenario", str(ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"),
-                             "--baselines", "--no-return", expect=None)
+                             "--baselines", "--no-return", "--plot", str(plot), expect=None)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     runs = summary["baselines"]
     # THEN all on-demand launched no spot and lost nothing; spot with a drainer and no spotguard was
@@ -220,3 +221,9 @@ def test_demo_baselines_show_what_all_on_demand_and_a_drainer_without_spotguard_
         assert abs(run["money"]["cycle"]["seconds"] - window) < 15
     assert summary["saving_vs_all_on_demand"] is not None
     assert "baseline spot-drainer" in proc.stderr
+    # AND each baseline's serving over the window is in the JSON (from the notice on), and the plot is written
+    for run in runs.values():
+        assert run["serving_over_time"][0][0] == 0.0 and run["serving_over_time"][0][1] >= 1
+    drained = runs["spot-drainer"]["serving_over_time"]
+    assert min(n for _, n in drained) < drained[0][1]  # it lost serving replicas, as counted above
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         if base:
             console.print(f"spotguard: ${usd:.4f} over the same window, {baselines.against(usd, base)}")
     if plot is not None:
-        report.plot(outcome, plot)
+        report.plot(outcome, plot, baselines=data.get("baselines"))
         console.print(f"plot written to {plot}")
     if args.json:
         print(json.dumps(data), flush=True)

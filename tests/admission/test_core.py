@@ -291,6 +291,56 @@ def test_three_instances_admitting_60_pods_at_once_hand_out_exactly_the_floor(an
         assert cluster.placements(k) == {"on-demand": floor, "spot": 60 - floor}
 
 
+def _numbers(k: FakeKube, base: int) -> dict[str, list[int]]:
+    """The replica number each pod's deletion cost stands for, by placement, sorted."""
+    out: dict[str, list[int]] = {}
+    for p in k.all(r.PODS, "shop"):
+        cost = int(p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"])
+        out.setdefault(p["metadata"]["labels"]["spotguard.io/placement"], []).append(base - cost)
+    return {where: sorted(ns) for where, ns in out.items()}
+
+
+def test_three_instances_admitting_a_quarter_floor_at_once_number_every_replica_once() -> None:
+    """Replica n is on-demand when the floor grows at n (25 %: 1, 5, 9, ...): a scale-down to
+    m keeps numbers 1..m, exactly the floor of m on-demand. Instances deciding at once never
+    give two pods one number (spot numbers are recorded in the Lease too)."""
+    base = Config().on_demand_deletion_cost
+    for _ in range(3):
+        k = FakeKube()
+        cluster.basic_cluster(k)
+        _, rs = cluster.deployment(k, "web", 40, annotations={"spotguard.io/min-on-demand": "25%"})
+        _burst(k, rs, [make_ctx(k) for _ in range(3)], 40)
+        assert _numbers(k, base) == {
+            "on-demand": list(range(1, 41, 4)),
+            "spot": [n for n in range(1, 41) if n % 4 != 1],
+        }
+
+
+def test_a_count_floor_ranks_its_on_demand_pods_above_one_shared_spot_number(k: FakeKube) -> None:
+    base = Config().on_demand_deletion_cost
+    _, rs = cluster.deployment(k, "web", 10, annotations={"spotguard.io/min-on-demand": "3"})
+    _burst(k, rs, [make_ctx(k) for _ in range(2)], 10)
+    assert _numbers(k, base) == {"on-demand": [1, 2, 3], "spot": [4] * 7}
+
+
+def test_a_replacement_takes_the_replica_number_of_the_pod_it_replaces(k: FakeKube) -> None:
+    base = Config().on_demand_deletion_cost
+    _, rs = cluster.deployment(k, "web", 8, annotations={"spotguard.io/min-on-demand": "25%"})
+    ctx = make_ctx(k, trust=0.0)
+    for _ in range(8):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    for number in (5, 6):  # on-demand replica 5 and spot replica 6 go
+        gone = next(
+            p
+            for p in k.all(r.PODS, "shop")
+            if p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] == str(base - number)
+        )
+        del k.objects[("pods", "shop", gone["metadata"]["name"])]
+    for _ in range(2):
+        cluster.admit_and_create(ctx, k, cluster.pod_for(rs))
+    assert _numbers(k, base) == {"on-demand": [1, 5], "spot": [2, 3, 4, 6, 7, 8]}
+
+
 def test_a_pod_refused_after_its_reservation_leaves_the_slot_to_its_retry() -> None:
     # GIVEN an on-demand slot reserved for a pod that a later webhook refused (never stored)
     k = FakeKube()

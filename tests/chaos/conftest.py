@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from tests import gates
 from tests.interruption.transport_support import aws_env, moto_server
 
 __all__ = ["aws_env", "moto_server"]
@@ -22,9 +23,4 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if FULL:
-        return
-    skip = pytest.mark.skip(reason="full chaos matrix: set SPOTGUARD_CHAOS=full")
-    for item in items:
-        if "chaos_full" in item.keywords:
-            item.add_marker(skip)
+    gates.skip_unless(items, "chaos_full", FULL, "full chaos matrix: set SPOTGUARD_CHAOS=full")

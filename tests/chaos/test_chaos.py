@@ -18,6 +18,7 @@ import dataclasses
 import os
 import random
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from spotguard.policy import config as config_mod
 from spotguard.policy import moves
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import SURGE
+from spotguard.sim import capacity as sim_capacity
 from spotguard.sim import objects, readiness
+from spotguard.sim import settings as sim_settings
 from spotguard.sim.controllers import drainer
 
 from tests.chaos import harness as h
@@ -94,6 +97,7 @@ class Scenario:
     cfg: config_mod.Config = dataclasses.field(default_factory=config_mod.Config)
     nodes: Callable[[], list[dict[str, Any]]] = h.nodes
     drainer: bool = False
+    settings: sim_settings.Settings | None = None
 
 
 def all_at_once(c: Chaos) -> None:
@@ -383,6 +387,131 @@ def aborted_drain(c: Chaos) -> None:
     drainer_ahead(c)
 
 
+# -- beside Karpenter (issue 23, item 4) -------------------------------------------------------
+
+NODE_CLASS = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole-chaos",
+                       "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "chaos"}}],
+                       "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "chaos"}}]}}  # fmt: skip
+CAPACITY_TYPES = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
+FAMILY = {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}
+NODEPOOL = {
+    "apiVersion": "karpenter.sh/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "default"},
+    "spec": {
+        "template": {
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [CAPACITY_TYPES, FAMILY],
+            }
+        },
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
+    },
+}
+FILLER = "filler"
+
+
+def with_karpenter(base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fixed nodes, and a NodePool (spot and on-demand m5, consolidating at once) from
+    which Karpenter launches what they cannot hold."""
+    return [*base, NODE_CLASS, NODEPOOL]
+
+
+def filled_on_demand() -> list[dict[str, Any]]:
+    """On-demand room for the floors and three pods more, the rest taken by a filler pinned to
+    on-demand: a surge has to wait for Karpenter's launches."""
+    filler = objects.deployment(FILLER, 22, namespace="shop")
+    filler["spec"]["template"]["spec"]["nodeSelector"] = {"node.kubernetes.io/capacity": "on-demand"}
+    return [*with_karpenter(h.nodes(on_demand_pods="12")), filler]
+
+
+def consolidation_during_surge(c: Chaos) -> None:
+    """A rebalance recommendation for every spot node, surged (``rebalance_action: surge``, the
+    surge lasting 300 s); the surges wait for on-demand nodes Karpenter launches. Once the surge
+    pods serve there, the filler goes (its owner scales it to 0): the fixed on-demand nodes have
+    room, and Karpenter's consolidation would move the launched nodes' pods there. While a
+    surge is needed its replicas must stay: no node holding a surge replica of a surge in
+    progress is disrupted (``karpenter.sh/do-not-disrupt``); after it, they may move."""
+    hit: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            surging = {k.rsplit("/", 1)[1] for k, w in c.workload_views().items() if SURGE in w.annotations}
+            nodes = c.sim.store.list("nodes")[0]
+            disrupted = {n["metadata"]["name"] for n in nodes
+                         if any(t.get("key") == "karpenter.sh/disrupted" for t in n["spec"].get("taints") or [])}
+            for p in c.sim.store.list("pods", "shop")[0]:
+                notes = p["metadata"].get("annotations") or {}
+                app = (p["metadata"].get("labels") or {}).get("app", "")
+                if (p["spec"].get("nodeName") in disrupted and notes.get("spotguard.io/surge-replica") == "true"
+                        and app in surging and not p["metadata"].get("deletionTimestamp")):
+                    hit.append(f"{p['metadata']['name']} on {p['spec']['nodeName']}")
+            time.sleep(0.05)
+
+    launched = lambda: [  # noqa: E731
+        n for n in c.sim.store.list("nodes")[0] if "karpenter.sh/nodepool" in (n["metadata"].get("labels") or {})
+    ]
+    watcher = threading.Thread(target=watch, name="consolidation-watch", daemon=True)
+    watcher.start()
+    # web's own budget (one disruption at a time) would block the consolidation of a node
+    # holding two of its surge replicas by itself: without it, only spotguard's protection can.
+    c.sim.store.delete("poddisruptionbudgets", "web", "shop")
+    try:
+        c.notify(c.spot(), NoticeKind.REBALANCE)
+        h.wait_until(lambda: launched() and c.everything_serving(), c.window(60), "surge pods serving, launched")
+        c.sim.store.mutate("deployments", FILLER, "shop", lambda o: o["spec"].update(replicas=0))
+        key = f"Deployment/shop/{FILLER}"
+        c.owner[key] = c.before[key] = 0
+        h.wait_until(
+            lambda: not any(SURGE in w.annotations for w in c.workload_views().values()),
+            c.window(120),
+            "the surges over",
+        )
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert not hit, f"consolidation disrupted nodes holding surge replicas mid-surge: {sorted(set(hit))}"
+    # and once the surges are over, the replicas that stay are ordinary ones again
+    protected = lambda: [  # noqa: E731
+        p["metadata"]["name"]
+        for p in c.sim.store.list("pods", "shop")[0]
+        if "karpenter.sh/do-not-disrupt" in (p["metadata"].get("annotations") or {})
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    h.wait_until(lambda: not protected(), c.window(30), lambda: f"surge protection removed: {protected()}")
+
+
+# A surge made for a rebalance recommendation alone lasts rebalance_surge_seconds: long enough
+# for a consolidation pass to find the room the filler leaves.
+LONG_SURGE = dataclasses.replace(
+    config_mod.Config(), rebalance_action=config_mod.RebalanceAction.SURGE, rebalance_surge_seconds=300
+)
+SPOT_REFUSED = sim_settings.Settings(capacity=sim_capacity.Capacity(refusals=(sim_capacity.Refusal("spot"),)))
+
+
+def spot_refused_after_reclaim(c: Chaos) -> None:
+    """Every spot node reclaimed while EC2 has no spot capacity to give (every spot launch
+    refused, InsufficientInstanceCapacity, for the whole case): the surges get on-demand nodes
+    Karpenter launches, and demand that comes back after the reclaim (worker's autoscaler adds
+    30 replicas) is served on on-demand; the surges end at the owner's counts and no spot node
+    is ever launched. (With no spot node left, admission places spot slots on on-demand, so
+    Karpenter's own ICE fallback from spot to on-demand is not what serves them here.)"""
+    c.interrupt(c.spot())
+    h.wait_until(
+        lambda: not {n["metadata"]["name"] for n in c.sim.store.list("nodes")[0]} & c.doomed,
+        c.window(60),
+        "the reclaim",
+    )
+    h.wait_until(c.everything_serving, c.window(60), "every pod serving after the reclaim")
+    grow = lambda o: o["spec"].update(replicas=o["spec"]["replicas"] + 30)  # noqa: E731
+    c.sim.store.mutate("deployments", "worker", "shop", grow)
+    c.owner["Deployment/shop/worker"] += 30
+    c.settle()
+    assert not c.spot(), "a spot node was launched while spot launches were refused"
+
+
 SURGE_ON_REBALANCE = dataclasses.replace(
     config_mod.Config(), rebalance_action=config_mod.RebalanceAction.SURGE, rebalance_surge_seconds=120
 )
@@ -405,6 +534,10 @@ SCENARIOS: dict[str, Scenario] = {
     "drainer-after-rebalance-surge": Scenario(drainer_after_rebalance, SURGE_ON_REBALANCE, drainer=True),
     "drainer-after-rebalance-taint": Scenario(drainer_after_rebalance_taint, drainer=True),
     "aborted-drain": Scenario(aborted_drain, drainer=True),
+    "consolidation-during-surge": Scenario(consolidation_during_surge, LONG_SURGE, nodes=filled_on_demand),
+    "spot-refused-after-reclaim": Scenario(
+        spot_refused_after_reclaim, nodes=lambda: with_karpenter(short_nodes()), settings=SPOT_REFUSED
+    ),
 }
 
 QUICK = {
@@ -488,7 +621,15 @@ def cases() -> list[Any]:
 def test_chaos(scenario: str, fault: str, tmp_path: Path, aws_env: Moto) -> None:
     s = SCENARIOS[scenario]
     scale = time_scale_for(fault)
-    with h.chaos(tmp_path, aws_env.url, cfg=config_for(s), nodes_=s.nodes(), drainer=s.drainer, time_scale=scale) as c:
+    with h.chaos(
+        tmp_path,
+        aws_env.url,
+        cfg=config_for(s),
+        nodes_=s.nodes(),
+        drainer=s.drainer,
+        time_scale=scale,
+        settings=s.settings,
+    ) as c:
         FAULTS[fault](c)
         s.play(c)
         if c.recovered_at is None:

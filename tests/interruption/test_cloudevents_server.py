@@ -78,6 +78,14 @@ def served(moto_server: Moto) -> Iterator[dict[str, Any]]:
                 process.wait()
 
 
+def queued(sqs: Any, queue_url: str) -> int:
+    """Messages on the queue, visible or in flight."""
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
 def post_sample(url: str, name: str) -> requests.Response:
     payload = sample(name)
     return requests.post(f"{url}/", headers=payload["headers"], data=payload["body"].encode(), timeout=30)
@@ -102,7 +110,9 @@ def test_serves_cloudevents_polls_sqs_and_stops_on_sigterm(served: dict[str, Any
     served["sqs"].send_message(QueueUrl=served["queue_url"], MessageBody=json.dumps(body))
     # THEN the poller handles it and deletes the message
     wait_for(lambda: interruption_taint(api.get(resources.NODES, "spot-b")) == body["id"], timeout=20)
-    wait_for(lambda: not served["sqs"].receive_message(QueueUrl=served["queue_url"]).get("Messages"), timeout=10)
+    # (deleted, not just in flight: a receive of the test's own would only hide it, and the
+    # handler counts a notice before it deletes the message)
+    wait_for(lambda: queued(served["sqs"], served["queue_url"]) == 0, timeout=20)
     # AND the metrics count what happened
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert 'spotguard_interruption_notices_received_total{kind="interruption",result="done"} 2.0' in metrics

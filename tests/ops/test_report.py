@@ -64,3 +64,74 @@ def test_every_panel_has_whole_replicas_and_every_marker_in_its_legend(tmp_path:
     # AND the PNG is written
     report.plot(outcome(), tmp_path / "cycle.png")
     assert (tmp_path / "cycle.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _lost(objects: list[dict], pod_startup: float) -> cycle.Outcome:
+    """web fell from 2 to 1 serving on a cluster made of ``objects``."""
+    o = outcome()
+    o.after[WEB] = _counts(1, 1, 1)
+    o.options = cycle.Options(objects=objects, pod_startup=pod_startup, reclaim_after=120.0)
+    return o
+
+
+NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"requirements": []}}}}  # fmt: skip
+ON_DEMAND_NODE = {"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": "od-1", "labels": {"node.kubernetes.io/capacity": "on-demand"}}}  # fmt: skip
+
+
+def test_a_broken_promise_names_physics_when_no_cluster_could_launch_and_start_a_replacement_in_time() -> None:
+    # GIVEN on-demand capacity that only Karpenter launches (1 s batch, at least 30 s to a
+    # Ready node) and pods that take 95 s to start: 126 s, longer than the 120 s notice
+    row = next(r for r in report.rows(_lost([NODEPOOL], pod_startup=95)) if r.key == WEB)
+    # THEN web's broken promise is physics, and the risk says what does not fit
+    assert row.lost_service and row.cause == "physics"
+    assert "a replacement needs at least 126s" in row.risk and "launch of at least 30s" in row.risk
+    # WHEN an on-demand node is already there (only the start counts: 95 s fits)
+    row = next(r for r in report.rows(_lost([NODEPOOL, ON_DEMAND_NODE], pod_startup=95)) if r.key == WEB)
+    # THEN it is spotguard's
+    assert row.cause == "spotguard" and "a replacement needs" not in row.risk
+    # AND with pods that start in 30 s Karpenter's launch fits too: spotguard's
+    assert next(r for r in report.rows(_lost([NODEPOOL], pod_startup=30)) if r.key == WEB).cause == "spotguard"
+
+
+def test_the_verdict_and_json_say_which_broken_promises_physics_explains() -> None:
+    o = _lost([NODEPOOL], pod_startup=95)
+    table = report.rows(o)
+    data = report.summary(o, table)
+    web = next(w for w in data["workloads"] if w["name"] == "web")
+    assert web["cause"] == "physics"
+    assert next(w for w in data["workloads"] if w["name"] == "db")["cause"] == ""
+    text = report.verdict(data)
+    assert "(2->1, physics)" in text and "1 of them beyond what any cluster could do in the notice" in text
+
+
+def test_the_plot_draws_each_baselines_serving_and_its_cost_beside_spotguards() -> None:
+    # GIVEN a cycle with its bill, and both baselines as spotguard.ops.baselines.run gives them
+    o = outcome()
+    window = {"usd_per_hour": 1.234, "usd": 0.1, "seconds": 400.0}
+    o.money = {"before_per_hour": 1.5, "during": window, "after_per_hour": 1.2, "cycle": window,
+               "same_nodes_on_demand": {**window, "usd": 0.3}, "unpriced_instance_types": []}  # fmt: skip
+    runs = {
+        "all-on-demand": {"money": {"cycle": {"usd_per_hour": 2.5}}, "serving_over_time": [[0.0, 5], [300.0, 5]]},
+        "spot-drainer": {"money": {"cycle": {"usd_per_hour": 0.9}}, "serving_over_time": [[0.0, 5], [121.0, 2]]},
+    }
+    fig = report.figure(o, baselines=runs)
+    # THEN the total panel holds one line per baseline, labelled with its cost an hour, drawn as it served
+    total = fig.axes[0]
+    labels = [t.get_text() for t in total.get_legend().get_texts()]
+    assert "all-on-demand without spotguard ($2.500/h)" in labels
+    assert "spot-drainer without spotguard ($0.900/h)" in labels
+    drainer = next(line for line in total.get_lines() if line.get_label().startswith("spot-drainer"))
+    assert list(drainer.get_ydata()) == [5, 2, 2] and list(drainer.get_xdata()) == [0.0, 121.0, o.duration]
+    # AND the title gives spotguard's own cost beside them
+    assert "spotguard: $1.234/h" in total.get_title()
+    # AND without baselines the panel has no such line
+    assert not [t for t in report.figure(outcome()).axes[0].get_legend().get_texts() if "without" in t.get_text()]
+
+
+def test_the_serving_total_over_time_starts_at_the_notice_and_changes_only_on_a_change() -> None:
+    series = [(90.0, "a", 1, 1), (95.0, "b", 0, 3), (100.0, "a", 1, 1), (100.0, "b", 0, 3), (130.0, "a", 0, 1),
+              (130.0, "b", 0, 2), (140.0, "b", 0, 2), (150.0, "a", 1, 1)]  # fmt: skip
+    assert serving.totals_over_time(series, 100.0) == [(0.0, 5), (30.0, 3), (50.0, 4)]
+    assert serving.totals_over_time(series[:2], 100.0) == [(0.0, 5)]

@@ -40,6 +40,7 @@ def test_pods_slower_than_the_notice_break_the_promise_and_say_why() -> None:
     web = next(w for w in data["workloads"] if w["name"] == "web")
     assert web["lost_service"] is True and web["min_ready"] < web["ready_before"]
     assert "take 200s to start" in web["risk"]
+    assert web["cause"] == "physics"  # no cluster starts a 200 s pod within a 120 s notice
 
 
 def test_a_control_plane_too_slow_to_replace_the_pods_is_named_as_the_cause(tmp_path: Path) -> None:
@@ -61,6 +62,7 @@ def test_a_control_plane_too_slow_to_replace_the_pods_is_named_as_the_cause(tmp_
     assert any("no cluster with these settings keeps the promise" in n for n in data["notes"])
     lost = [w for w in data["workloads"] if w["lost_service"]]
     assert lost and all("--kube-api-qps 0.02" in w["risk"] for w in lost if w["kind"] == "Deployment")
+    assert all(w["cause"] == "physics" for w in lost if w["kind"] == "Deployment")
     assert not any("Settings" in n for n in data["notes"])  # read, not left out
 
 

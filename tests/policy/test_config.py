@@ -55,6 +55,9 @@ VALID: list[tuple[str, str, Any]] = [
     ("drain", "true", True),
     ("drain", " False ", False),
     ("surge_copy", "true", True),
+    ("on_demand_launchable", "auto", config.Launchable.AUTO),
+    ("on_demand_launchable", " True", config.Launchable.TRUE),
+    ("on_demand_launchable", "false", config.Launchable.FALSE),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -79,6 +82,7 @@ INVALID: list[tuple[str, str]] = [
     ("rebalance_surge_seconds", "-5"),
     ("drain", "sometimes"),
     ("surge_copy", "copy"),
+    ("on_demand_launchable", "sometimes"),
 ]
 
 

@@ -83,7 +83,7 @@ def test_on_demand_plain_pod_exact() -> None:
         {
             "op": "add",
             "path": "/metadata/annotations",
-            "value": {"controller.kubernetes.io/pod-deletion-cost": "1000"},
+            "value": {"controller.kubernetes.io/pod-deletion-cost": "1000000"},
         },
     ]
     assert patched["metadata"]["labels"] == {"app": "web", "spotguard.io/placement": "on-demand"}
@@ -223,7 +223,7 @@ def test_pod_without_labels_or_annotations() -> None:
     assert {"op": "add", "path": "/metadata/labels", "value": {"spotguard.io/placement": "spot"}} in ops
     assert "topologySpreadConstraints" not in patched["spec"]  # nothing to select siblings by
     ops, patched = build_and_check(raw, Placement.ON_DEMAND)
-    assert patched["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+    assert patched["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000000"}
 
 
 def test_changed_placement_label_is_replaced() -> None:
@@ -286,9 +286,35 @@ def test_a_surge_replica_is_marked_and_gets_no_deletion_cost() -> None:
     patched = apply(before, ops)
     assert patches.build(patched, Placement.ON_DEMAND, CFG, surge=True) == []
     assert patched["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"] == [{"matchExpressions": OD}]
-    assert patched["metadata"]["annotations"] == {"spotguard.io/surge-replica": "true"}
+    assert patched["metadata"]["annotations"] == {
+        "spotguard.io/surge-replica": "true",
+        **PROTECTED,
+        "spotguard.io/surge-protected": "cluster-autoscaler.kubernetes.io/safe-to-evict,karpenter.sh/do-not-disrupt",
+    }
     plain = apply(before, patches.build(before, Placement.ON_DEMAND, CFG))
-    assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000"}
+    assert plain["metadata"]["annotations"] == {"controller.kubernetes.io/pod-deletion-cost": "1000000"}
+
+
+PROTECTED = {"karpenter.sh/do-not-disrupt": "true", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+
+def test_a_surge_replica_is_protected_from_the_autoscalers_until_the_surge_ends() -> None:
+    """While the surge is needed neither Karpenter's consolidation nor the Cluster
+    Autoscaler's scale-down may move it; the finish removes exactly what spotguard set
+    (a key the pod's template already carried is the owner's and stays)."""
+    owned = pod_json(annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"})
+    patched = apply(owned, patches.build(owned, Placement.ON_DEMAND, CFG, surge=True))
+    notes = patched["metadata"]["annotations"]
+    assert notes["karpenter.sh/do-not-disrupt"] == "true"
+    assert notes["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"  # the owner's choice
+    undo = patches.surge_unprotection(notes)
+    assert undo == {"karpenter.sh/do-not-disrupt": None, "spotguard.io/surge-protected": None}
+    after = {k: v for k, v in notes.items() if k not in undo}
+    assert after == {"spotguard.io/surge-replica": "true", "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}
+    assert patches.surge_unprotection(after) == {}
+    # not a surge slot: no protection
+    spot = apply(owned, patches.build(owned, Placement.SPOT, CFG))
+    assert "karpenter.sh/do-not-disrupt" not in spot["metadata"]["annotations"]
 
 
 # -- the spread keeps to spot nodes where the cluster has a spot-only key ----------------

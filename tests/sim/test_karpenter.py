@@ -332,7 +332,7 @@ def test_consolidate_after_never_keeps_empty_nodes() -> None:
         assert len(karpenter_nodes(sim)) == 1
 
 
-@pytest.mark.parametrize("blocker", ["none", "do-not-disrupt", "pdb"])
+@pytest.mark.parametrize("blocker", ["none", "do-not-disrupt", "pdb", "do-not-disrupt-90s"])
 def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(blocker: str) -> None:
     # GIVEN m5.xlarge nodes only: "a" (3 CPU) and the small "c" (0.5 CPU) share node 1, "b" (3 CPU,
     # do-not-disrupt) has node 2
@@ -340,8 +340,9 @@ def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(block
     pool["spec"]["template"]["spec"]["requirements"].append(
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]})
     small = deployment("c", 1, cpu="500m")
-    if blocker == "do-not-disrupt":
-        small["spec"]["template"]["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+    if blocker.startswith("do-not-disrupt"):
+        value = "90s" if blocker.endswith("90s") else "true"
+        small["spec"]["template"]["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": value}
     budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
               "metadata": {"name": "c", "namespace": "default"},
               "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "c"}}}}
@@ -357,7 +358,18 @@ def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(block
         # WHEN "a" goes: node 1 holds only "c", which fits beside "b"
         sim.store.mutate("deployments", "a", "default", lambda d: d["spec"].update(replicas=0))
         h.wait_for(lambda: not h.pods_of(sim.store, "a"), timeout=20, what="a gone")
-        if blocker == "none":
+        if blocker == "do-not-disrupt-90s":
+            # THEN node 1 is consolidated, but only once "c" has run 90 s (IsDoNotDisruptActive:
+            # a duration protects the pod that long after its status.startTime)
+            started = simclock.parse_iso(h.pods_of(sim.store, "c")[0]["status"]["startTime"])
+            h.wait_for(lambda: node_of["a"] not in {n["metadata"]["name"] for n in karpenter_nodes(sim)},
+                       timeout=60, what="node 1 consolidated")
+            events = sim.store.list("events")[0]
+            [disrupted] = [simclock.parse_iso(e["firstTimestamp"]) for e in events
+                           if e.get("reason") == "DisruptionTerminating"
+                           and e["involvedObject"]["name"] == node_of["a"]]
+            assert disrupted >= started + 89  # both timestamps have whole seconds
+        elif blocker == "none":
             # THEN node 1 is consolidated and "c" runs on node 2
             h.wait_for(lambda: len(karpenter_nodes(sim)) == 1, timeout=60, what="node 1 consolidated")
             h.wait_for(lambda: ready_pods(sim, "c") == 1, timeout=30, what="c Ready again")
@@ -366,6 +378,29 @@ def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(block
             # THEN the annotation, or the budget allowing no disruption, keeps node 1
             time.sleep(sim.clock.real(40))
             assert {n["metadata"]["name"] for n in karpenter_nodes(sim)} == {node_of["a"], node_of["b"]}
+
+
+def test_a_daemonset_pod_marked_do_not_disrupt_keeps_an_empty_node() -> None:
+    # Karpenter checks every pod on the node, DaemonSet and mirror pods included
+    # (statenode.go ValidatePodsDisruptable: "we will allow Mirror Pods and DaemonSets to
+    # block disruption using this annotation")
+    daemon = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+              "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                       "template": {"metadata": {"labels": {"app": "agent"},
+                                                 "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                                    "spec": {"containers": [{"name": "c", "image": "agent:1",
+                                                             "resources": {"requests": {"cpu": "10m"}}}]}}}}
+    with testing.running_cluster([NODE_CLASS, nodepool(after="0s"), daemon, deployment("web", 1)],
+                                 time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 1 and ready_pods(sim, "agent") == 1, timeout=40,
+                   what="web and the agent Ready")
+        [node] = [n["metadata"]["name"] for n in karpenter_nodes(sim)]
+        # WHEN web goes: only the DaemonSet's pod is left on the node
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "web"), timeout=20, what="web gone")
+        # THEN the empty node stays: the agent's annotation blocks its consolidation
+        time.sleep(sim.clock.real(40))
+        assert [n["metadata"]["name"] for n in karpenter_nodes(sim)] == [node]
 
 
 def test_budgets_bound_how_many_nodes_go_at_once() -> None:

@@ -23,13 +23,13 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from spotguard.admission import deadline, errors, health, metrics, reviews
+from spotguard.admission import deadline, errors, health, launches, metrics, reviews
 from spotguard.admission import resolve as resolve_mod
 from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
-from spotguard.policy import fit, floors, patches, placement
+from spotguard.policy import fit, floors, patches, placement, ranks
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
@@ -143,6 +143,7 @@ class Context:
         self.health = health.Health(self)
         if self.kube is not None:
             self.resolver = Resolver(self.kube)
+            self.launches = launches.Launches(self.kube)
             self.reservations = Reservations(
                 self.kube,
                 self.resolver,
@@ -308,10 +309,11 @@ def placement_patch(
     surge: bool = False,
     *,
     spot_key: str | None = None,
+    cost: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The policy's patch, plus the reservation token annotation for an on-demand slot."""
+    """The policy's patch, plus the reservation token annotation for a recorded slot."""
     if token is None:
-        return patches.build(pod, where, config, surge, spot_key)
+        return patches.build(pod, where, config, surge, spot_key, cost=cost)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -323,7 +325,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(with_token, where, config, surge, spot_key)
+    return first + patches.build(with_token, where, config, surge, spot_key, cost=cost)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -447,13 +449,16 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return w.replicas, _deciding(view, w, f)
 
     token: str | None = None
+    cost: int | None = None
     if workload.kind is Kind.STATEFULSET:
+        # Its controller removes the highest ordinals first, whatever their cost.
         decision = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
         decision = decide(0, (), 0)  # nothing to reserve
     else:
         if warm is not None:
             warm.result()
+        numbering = ranks.ranks_for(floors.base_spec(workload, config, ns_annotations), config.on_demand_deletion_cost)
         claim = ctx.reservations.claim(
             resolved=resolved,
             floor=floor.on_demand,
@@ -463,12 +468,15 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             dry_run=bool(request.get("dryRun")),
             replicas=workload.replicas,
             refresh=None if resolved.fresh else refresh,
+            ranks=numbering,
         )
         decision, token = claim.decision, claim.token
+        if numbering is not None and claim.number is not None:
+            cost = numbering.cost(claim.number)
     if decision.placement is None:
         return Outcome("skipped", decision.reason)
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
-    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key)
+    ops = placement_patch(pod, decision.placement, config, token, decision.surge, spot_key=spot_key, cost=cost)
     return Outcome("patched", decision.reason, decision.placement, ops)
 
 
@@ -540,12 +548,19 @@ def _forced(
     spotguard asks: it is placed (and counted) as spot, and never given an on-demand
     requirement that no node could meet. Likewise a pod that only on-demand nodes
     can take is on-demand. With nothing in reach (no node matches yet: an autoscaler
-    may add one) the floor decides as usual.
+    may add one) the floor decides as usual, and so it does when only spot nodes are
+    in reach but an on-demand node can be launched for the pod (a Karpenter NodePool
+    allows it, or ``SPOTGUARD_ON_DEMAND_LAUNCHABLE=true``): an on-demand slot then keeps
+    its requirement and waits for the node, which placing it on spot would never bring.
     """
     if not nodes:
         return None
     reach = fit.within_reach(pod, nodes, config)
     if reach == {Capacity.SPOT}:
+        launch = ctx.launches.for_pod(pod, config)
+        if launch is not None:
+            log.debug("no on-demand node in reach; one can be launched", extra={"by": launch})
+            return None
         if not pod.has_required_affinity and not pod.node_selector:
             # No pin of the user's at all: the cluster has no on-demand node.
             ctx.health.report_unplaceable(resolved, Placement.ON_DEMAND)

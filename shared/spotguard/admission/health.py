@@ -18,8 +18,12 @@ of service helps no pod:
 * ``namespace_missing``: the state namespace (``$SPOTGUARD_NAMESPACE``, where
   the reservation Leases and the ConfigMap live) does not exist;
 * ``no_nodes``: the cluster has no nodes;
-* ``no_on_demand_nodes``: no node matches the on-demand requirement (floor pods
-  then go where they can run, see below);
+* ``no_on_demand_nodes``: no node matches the on-demand requirement and nothing can
+  launch one (no Karpenter NodePool allows on-demand, and
+  ``SPOTGUARD_ON_DEMAND_LAUNCHABLE`` is not ``true``; see ``launches``): floor pods
+  then go where they can run, see below. Where an on-demand node can be launched this
+  is no condition at all: floor pods keep their requirement and wait for the node
+  (an info log line says so once);
 * ``no_spot_nodes``: no node matches the spot preference (Event ``NoSpotNodes``;
   during a mass reclaim every spot node is gone for a while, exactly when floors
   matter most; spot slots only *prefer* spot, so they still run);
@@ -27,7 +31,8 @@ of service helps no pod:
   or failing API server): the other conditions stand as last seen.
 
 A pod whose on-demand slot cannot be honoured because no node it can run on is
-on-demand is placed on spot instead (never a pod no node can take); that is a
+on-demand, and no on-demand node can be launched for it, is placed on spot instead
+(never a pod no node can take); that is a
 Warning Event on its workload (once per workload and ten minutes), a log line
 and ``spotguard_admission_unplaceable_total{placement}``.
 """
@@ -39,7 +44,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from spotguard.admission import metrics
+from spotguard.admission import launches, metrics
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.placement import Placement
@@ -64,6 +69,7 @@ class Health:
         self._problem: str | None = None
         self._conditions: dict[str, str] = {}  # condition -> what it is, in words
         self._events: dict[str, float] = {}
+        self._launch: str | None = None  # what launches on-demand capacity while no node is on-demand
         metrics.READY.set(0)
         for condition in CONDITIONS:
             metrics.CONDITION.labels(condition).set(0)
@@ -115,16 +121,28 @@ class Health:
         if not capacities:
             found["no_nodes"] = "the cluster has no nodes"
             return found
-        if not on_demand:
+        launch = None if on_demand else ctx.launches.cluster_wide(config)
+        self._launchable(launch)
+        if not on_demand and launch is None:
             found["no_on_demand_nodes"] = (
                 f"no node matches the on-demand requirement (none of {len(capacities)} nodes is on-demand "
-                f"under the label schemes {schemes}; unknown capacity counts as {config.unknown_capacity})"
+                f"under the label schemes {schemes}; unknown capacity counts as {config.unknown_capacity}) "
+                "and nothing can launch one (no Karpenter NodePool allows on-demand; "
+                f"{launches.SETTING}={config.on_demand_launchable.value})"
             )
         if not spot:
             found["no_spot_nodes"] = (
                 f"no node matches the spot preference (none of {len(capacities)} nodes is spot under {schemes})"
             )
         return found
+
+    def _launchable(self, launch: str | None) -> None:
+        """Say (once per change) that on-demand floors wait for a launch rather than go to spot."""
+        if launch == self._launch:
+            return
+        self._launch = launch
+        if launch is not None:
+            log.info("no on-demand node: on-demand floors wait for one to be launched", extra={"by": launch})
 
     def _verdict(self, problem: str | None) -> None:
         previous, self._problem = self._problem, problem
@@ -174,7 +192,8 @@ class Health:
                 self._events.clear()
             self._events[key] = now
         message = (
-            f"no node this pod can run on is {wanted.value} under the configured label schemes; "
+            f"no node this pod can run on is {wanted.value} under the configured label schemes, "
+            f"and none can be launched for it; "
             f"the pod is placed where it can run and {w.key} is below its {wanted.value} floor"
         )
         log.warning("floor cannot be honoured", extra={"workload": w.key, "wanted": wanted.value})

@@ -49,6 +49,14 @@ only shared order is the sequence number (which reservation is older).
 * ``reservation_ttl_seconds`` is a backstop for reservations no count ever
   decides on; it is raised to cover the other timings (:meth:`Reservations.ttl`).
 
+Replica numbers (``spotguard.policy.ranks``, the ranked deletion costs): an
+on-demand reservation also records its pod's number (``nums``: token ->
+number). Under a percentage floor a spot pod's number is recorded too, under
+``spot:<uid>`` (no on-demand slot: left out of the slots held and of the
+known pods); the reviews of one round (group commit, below) each get their
+own, recorded in the round's one write. A number is held by a counted pod's
+cost, or by a live reservation whose pod this instance has never seen.
+
 A stale workload: the Deployment is cached for 2 s (``Resolver``), and a change
 that creates pods (the interruption handler's surge; a scale under a
 percentage floor) can land inside that window. The pods known to this
@@ -61,22 +69,31 @@ never created): the count is redone, dead
 reservations found by the bound are dropped, and the rule is held off for
 ``stale_hold`` seconds for that ReplicaSet.
 
+Group commit: inside one process the reviews of one ReplicaSet queue up and the
+one at the head (the leader) decides for every review queued, in order, each on
+what the ones before it took, and writes all their new reservations in one
+conditional Lease write; nobody is answered before that write has landed (a
+lost race: the round is decided again). A burst of N on-demand pods costs one
+round trip, not N one after the other (on a slow API server the later ones ran
+out of time).
+
 API cost, warm: 0 requests for a spot pod while the count is trusted and no
-young reservation decides it, 1 write for an on-demand pod (plus a GET after a
-lost race), a LIST + GET per ReplicaSet per trust window per instance, and a
+young reservation decides it, 1 write for the on-demand pods of one round
+(plus a GET after a lost race), a LIST + GET per ReplicaSet per trust window per instance, and a
 LIST while a spot decision waits on a young reservation. dryRun reads and
 never writes or waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +105,7 @@ from spotguard.gateway import resources as r
 from spotguard.policy import placement
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Decision, Placement
+from spotguard.policy.ranks import Ranks, number_of
 from spotguard.policy.views import PodView
 
 log = logging.getLogger(__name__)
@@ -114,9 +132,14 @@ class Doc:
 
     seq: int = 0
     pending: dict[str, int] = field(default_factory=dict)  # token -> sequence number
+    nums: dict[str, int] = field(default_factory=dict)  # token -> replica number (policy.ranks)
 
     def to_json(self) -> str:
-        return json.dumps({"v": 2, "seq": self.seq, "pending": self.pending}, separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"v": 2, "seq": self.seq, "pending": self.pending}
+        nums = {t: n for t, n in self.nums.items() if t in self.pending}
+        if nums:
+            doc["nums"] = nums
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_lease(cls, lease: Mapping[str, Any] | None, rs_uid: str) -> Doc:
@@ -130,7 +153,11 @@ class Doc:
             raw = doc.get("pending") or {}
             if doc.get("v", 1) == 1:  # written by an older version: [made, expires] per token
                 return cls(seq=len(raw), pending={str(t): 0 for t in raw})
-            return cls(seq=int(doc.get("seq") or 0), pending={str(t): int(v) for t, v in raw.items()})
+            return cls(
+                seq=int(doc.get("seq") or 0),
+                pending={str(t): int(v) for t, v in raw.items()},
+                nums={str(t): int(v) for t, v in (doc.get("nums") or {}).items()},
+            )
         except (ValueError, TypeError, AttributeError):
             log.warning("unreadable reservation lease; starting afresh", extra={"lease": _name_of(lease)})
             return cls()
@@ -145,6 +172,7 @@ class Count:
     seen: frozenset[str]  # reservation tokens that listed pods carry
     pods: int  # active pods
     surge_created: tuple[float, ...] = ()  # creation times of the on-demand surge replicas
+    numbers: frozenset[int] = frozenset()  # replica numbers the active pods hold (policy.ranks)
 
 
 @dataclass
@@ -159,15 +187,52 @@ class Local:
     dead: set[str] = field(default_factory=set)  # unseen tokens proven dead (bound, grace, ttl)
     spot: int = 0  # spot admissions of this instance since its count
     refuted: float = -1e18  # when a re-read last showed no newer scale
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held by the leader (and a warm-up)
+    turn: threading.Condition = field(default_factory=threading.Condition)  # guards the queue below
+    queue: list[Waiter] = field(default_factory=list)  # reviews waiting for a decision, oldest first
+    leading: bool = False  # a review of this process is deciding for the queue
+    recount_at: float | None = None  # count again then: a spot answer waits for young reservations
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One review waiting for its ReplicaSet's decision (see :meth:`Reservations.claim`)."""
+
+    floor: int
+    token: str
+    decide: Decide
+    dry_run: bool
+    replicas: int | None
+    refresh: Refresh | None
+    ranks: Ranks | None
+    began: float
+    deadline: deadline.Deadline | None
+    refreshed: bool = False
+    pause: float = 0.02  # the next wait for young reservations (doubling up to 0.2 s)
+    lead: bool = False  # this review decides for the queue
+    done: bool = False
+    gone: bool = False  # left the queue (answered, or gave up)
+    claim: Claim | None = None
+    error: BaseException | None = None
+
+    def remaining(self, default: float = 1e9) -> float:
+        return default if self.deadline is None else self.deadline.remaining()
+
+    def outcome(self) -> Claim:
+        if self.error is not None:
+            raise self.error
+        if self.claim is None:
+            raise deadline.DeadlineExceeded("no decision before the review's deadline")
+        return self.claim
 
 
 @dataclass(frozen=True)
 class Claim:
     decision: Decision
     held: int
-    token: str | None = None  # set when an on-demand slot was recorded under this token
+    token: str | None = None  # set when a slot was recorded under this token
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
+    number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -178,6 +243,20 @@ Decide = Callable[[int, tuple[float, ...], int], Decision]
 # replicas and the decision function for its new floor.
 Refresh = Callable[[], tuple[int, Decide]]
 SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
+# A spot slot's reservation token starts with this: recorded only for its replica number
+# (a percentage floor's spot pods each need their own), it holds no on-demand slot.
+SPOT_TOKEN = "spot:"
+
+
+def _write_reserve(kube: Any) -> float:
+    """The time a Lease write needs left (the API server's current pace, see ``DeadlineKube``)."""
+    reserve = getattr(kube, "write_reserve", None)
+    return float(reserve()) if callable(reserve) else deadline.WRITE_RESERVE
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def lease_name(namespace: str, replicaset: str) -> str:
@@ -271,6 +350,11 @@ class Reservations:
             seen=frozenset(t for p in mine if (t := p.annotations.get(POD_ANNOTATION))),
             pods=sum(1 for p in mine if p.active),
             surge_created=tuple(p.created for p in on_demand if placement.is_surge_replica(p)),
+            numbers=frozenset(
+                n
+                for p in mine
+                if p.active and (n := number_of(p.annotations, config.on_demand_deletion_cost)) is not None
+            ),
         )
 
     def _recount(self, local: Local, name: str, rs: Mapping[str, Any], config: Config) -> None:
@@ -322,9 +406,25 @@ class Reservations:
             local.dead.discard(stale)
 
     def _unseen(self, local: Local, doc: Doc) -> list[str]:
-        """Live reservations whose pods this instance's count does not show, oldest first."""
+        """Live on-demand reservations whose pods this instance's count does not show, oldest first."""
         seen = local.count.seen if local.count is not None else frozenset()
-        return sorted((t for t in doc.pending if t not in seen and t not in local.dead), key=lambda t: doc.pending[t])
+        return sorted(
+            (t for t in doc.pending if t not in seen and t not in local.dead and not t.startswith(SPOT_TOKEN)),
+            key=lambda t: doc.pending[t],
+        )
+
+    def _taken(self, local: Local, doc: Doc) -> set[int]:
+        """The replica numbers held: by the counted pods, and by live reservations of either
+        class whose pods have not appeared yet (a reservation whose pod a count of this
+        instance showed holds nothing once its pod has gone: its replacement reuses the number)."""
+        count = local.count
+        taken = set(count.numbers if count is not None else ())
+        taken.update(
+            n
+            for t, n in doc.nums.items()
+            if t in doc.pending and t not in local.seen_at and t not in local.dead
+        )
+        return taken
 
     def _prunable(self, local: Local, doc: Doc, now: float) -> list[str]:
         gone = [t for t in doc.pending if t in local.dead]
@@ -350,148 +450,279 @@ class Reservations:
         dry_run: bool = False,
         replicas: int | None = None,
         refresh: Refresh | None = None,
+        ranks: Ranks | None = None,
     ) -> Claim:
         """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
 
         ``replicas`` is the workload's ``spec.replicas`` that ``decide`` assumes; when
         this pod would take the ReplicaSet past it, ``refresh()`` gives the fresh
         replicas and decision function (see the module docstring).
+
+        ``ranks``: the pod also gets the lowest free replica number of its class (the
+        numbers the counted pods' deletion costs stand for and those of the unseen
+        reservations are taken). An on-demand number is recorded with the slot; where
+        the floor interleaves the classes (a percentage) a spot number is recorded too,
+        under ``spot:<token>``, so that instances deciding at once never share one.
+
+        Group commit: the reviews of one ReplicaSet in this process queue up; the one at
+        the head (the leader) decides for every review queued, one after the other on what
+        the ones before them took, and writes all their reservations in one Lease write. A
+        burst of N pods waiting on one ReplicaSet costs one round trip, not N.
         """
         rs = resolved.replicaset or {}
         meta = rs.get("metadata") or {}
         rs_uid, rs_name, rs_ns = str(meta.get("uid") or ""), str(meta.get("name")), str(meta.get("namespace"))
         name = lease_name(rs_ns, rs_name)
         local = self._local(rs_uid)
-        began = self.clock()
-        if not local.lock.acquire(timeout=max(0.0, deadline.remaining(30.0))):
-            raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
-        try:
-            return self._claim(
-                local=local,
-                name=name,
-                rs=rs,
-                rs_uid=rs_uid,
-                began=began,
-                floor=floor,
-                token=token,
-                config=config,
-                decide=decide,
-                dry_run=dry_run,
-                replicas=replicas,
-                refresh=refresh,
-            )
-        finally:
-            local.lock.release()
+        waiter = Waiter(
+            floor=floor,
+            token=token,
+            decide=decide,
+            dry_run=dry_run,
+            replicas=replicas,
+            refresh=refresh,
+            ranks=ranks,
+            began=self.clock(),
+            deadline=deadline.current(),
+        )
+        with local.turn:
+            local.queue.append(waiter)
+            if not local.leading:
+                local.leading = waiter.lead = True
+            while not (waiter.done or waiter.lead):
+                left = waiter.remaining()
+                if left <= 0:
+                    self._leave(local, waiter)
+                    raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
+                local.turn.wait(min(left, 30.0))
+        if not waiter.done:
+            try:
+                if not local.lock.acquire(timeout=max(0.0, waiter.remaining(30.0))):
+                    raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
+                try:
+                    rounds = 0
+                    while not waiter.done:
+                        rounds += 1
+                        self._round(local, name=name, rs=rs, rs_uid=rs_uid, config=config, rounds=rounds)
+                finally:
+                    local.lock.release()
+            finally:
+                with local.turn:
+                    self._leave(local, waiter)
+        return waiter.outcome()
 
-    def _claim(
+    def _leave(self, local: Local, waiter: Waiter) -> None:
+        """(Holding ``local.turn``.) Take ``waiter`` off the queue; the next undecided
+        review at its head leads, or no one does."""
+        waiter.gone = True
+        local.queue = [w for w in local.queue if not (w.done or w.gone)]
+        if waiter.lead:
+            waiter.lead = False
+            if local.queue:
+                local.queue[0].lead = True
+            else:
+                local.leading = False
+        local.turn.notify_all()
+
+    def _answer(self, local: Local, waiter: Waiter, claim: Claim | None, error: BaseException | None = None) -> None:
+        with local.turn:
+            waiter.claim, waiter.error, waiter.done = claim, error, True
+            local.turn.notify_all()
+
+    def _round(
+        self, local: Local, *, name: str, rs: Mapping[str, Any], rs_uid: str, config: Config, rounds: int
+    ) -> None:
+        """Decide for the reviews queued (in order, each on what the ones before took), write
+        the on-demand ones' reservations in one Lease write, then answer them. A review whose
+        spot answer waits on young reservations ends the round: it and those behind it are
+        decided in the next round, after one count for all of them."""
+        with local.turn:
+            batch = [w for w in local.queue if not (w.done or w.gone)]
+        for w in batch:
+            if w.remaining() <= 0:
+                self._answer(local, w, None, deadline.DeadlineExceeded("review deadline reached waiting for its turn"))
+        batch = [w for w in batch if not w.done]
+        if not batch:
+            return
+        stale = local.count is None or self.clock() - local.count.started > self.trust_seconds
+        if local.recount_at is not None or stale or not local.lease_read:
+            head = batch[0]
+            if head.lead and head.remaining() <= _write_reserve(self.kube):
+                # Too little time left for a call at the API server's pace: this review is
+                # answered unchanged and the next one in the queue (more time left) reads.
+                self._answer(local, head, None, deadline.DeadlineExceeded("review deadline reached before its count"))
+                return
+        if local.recount_at is not None:  # a spot answer waits for young reservations' pods
+            time.sleep(max(0.0, local.recount_at - self.clock()))
+            local.recount_at = None
+            self._recount(local, name, rs, config)
+        if local.count is None or self.clock() - local.count.started > self.trust_seconds:
+            self._recount(local, name, rs, config)
+        elif not local.lease_read:
+            local.lease, local.lease_read = self._read(name), True
+        added: dict[str, int | None] = {}  # this round's reservations (token -> number), oldest first
+        doc = self._doc(local, rs_uid, added, config)
+        decided: list[tuple[Waiter, Claim]] = []
+        writers: list[tuple[Waiter, str]] = []
+        for w in batch:
+            try:
+                step = self._decide(local, w, name=name, rs=rs, rs_uid=rs_uid, config=config, doc=doc, added=added)
+            except Exception as exc:
+                if not w.lead:
+                    break  # the leader's own time or call: the next leader decides it
+                self._answer(local, w, None, exc)
+                continue
+            if step is None:  # waits for young reservations: this round ends here
+                break
+            claim, doc, new = step
+            if claim is None:
+                continue  # answered already (no time left to write its reservation)
+            decided.append((w, claim))
+            if new and claim.token is not None:
+                writers.append((w, claim.token))
+        if writers:
+            first = min((w.deadline for w, _ in writers if w.deadline is not None), key=lambda d: d.at, default=None)
+            try:
+                with deadline.running(first) if first is not None else _nothing():
+                    self._write(local, name, doc=doc, rs=rs, config=config)
+            except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
+                metrics.CONFLICTS.inc()
+                leader = next((w for w in batch if w.lead), None)
+                if leader is not None and leader.remaining() <= deadline.WRITE_RESERVE:
+                    raise Busy(f"lease {self.namespace}/{name} busy after {rounds} tries") from exc
+                local.lease, local.lease_read = self._read(name), True
+                time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * rounds)))
+                return  # nobody answered: decided again on the Lease as it is now
+            except deadline.DeadlineExceeded as exc:
+                # The earliest writer's time ran out: it is answered unchanged; the others
+                # are decided again next round (on the Lease as it is then).
+                for w, _ in writers:
+                    if w.remaining() <= 0 or (first is not None and w.deadline == first):
+                        self._answer(local, w, None, exc)
+                return
+            for _, token in writers:
+                local.first_seen.setdefault(token, self.clock())
+        for w, claim in decided:
+            if not w.dry_run and claim.decision.placement is Placement.SPOT:
+                local.spot += 1  # a spot admission since the count
+            self._answer(local, w, claim)
+        spot = [c for w, c in decided if not w.dry_run and c.decision.placement is not Placement.ON_DEMAND]
+        if not writers and spot and self._prunable(local, doc, self.clock()):
+            self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
+
+    def _doc(self, local: Local, rs_uid: str, added: Mapping[str, int | None], config: Config) -> Doc:
+        """The Lease's reservations with this round's own (not written yet) on top."""
+        doc = Doc.from_lease(local.lease, rs_uid)
+        self._observe(local, doc, config, self.clock())
+        for t, number in added.items():
+            if t not in doc.pending:
+                doc.seq += 1
+                doc.pending[t] = doc.seq
+                if number is not None:
+                    doc.nums[t] = number
+        return doc
+
+    def _decide(
         self,
-        *,
         local: Local,
+        w: Waiter,
+        *,
         name: str,
         rs: Mapping[str, Any],
         rs_uid: str,
-        began: float,
-        floor: int,
-        token: str,
         config: Config,
-        decide: Decide,
-        dry_run: bool,
-        replicas: int | None,
-        refresh: Refresh | None,
-    ) -> Claim:
-        attempt = 0
-        refreshed = False
-        pause = 0.02
-        while True:
-            attempt += 1
-            now = self.clock()
-            if local.count is None or now - local.count.started > self.trust_seconds:
-                self._recount(local, name, rs, config)
-            elif not local.lease_read:
-                local.lease, local.lease_read = self._read(name), True
-            doc = Doc.from_lease(local.lease, rs_uid)
-            now = self.clock()
-            self._observe(local, doc, config, now)
-            if token in doc.pending:  # our own write landed (an earlier try timed out)
-                return Claim(Decision(Placement.ON_DEMAND, "reserved"), len(doc.pending), token)
-            if SURGE_TOKEN + token in doc.pending:
-                return Claim(
-                    Decision(Placement.ON_DEMAND, "reserved", surge=True), len(doc.pending), SURGE_TOKEN + token
-                )
-            if (
-                replicas is not None
-                and self._known(local, doc) + 1 > replicas
-                and now - local.refuted > self.stale_hold
-            ):
-                if refresh is not None:  # a cached workload: read it again first
-                    replicas, decide = refresh()
-                    refresh = None
-                    refreshed = True
-                if self._known(local, doc) + 1 > replicas:
-                    # The fresh workload does not cover the known pods either: pods deleted
-                    # since the count, or reservations whose pods were never created.
-                    if local.count is None or local.count.started < began:
-                        self._recount(local, name, rs, config)
-                        doc = Doc.from_lease(local.lease, rs_uid)
-                        self._observe(local, doc, config, self.clock())
-                    self._apply_bound(local, doc, replicas)
-                    local.refuted = self.clock()
-            unseen = self._unseen(local, doc)
-            held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
-            decision = decide(
-                held,
-                local.count.surge_created if local.count is not None else (),
-                sum(1 for t in unseen if t.startswith(SURGE_TOKEN)),
-            )
-            if (
-                decision.placement is Placement.SPOT
-                and not dry_run
-                and unseen
-                and held - len(unseen) < floor
-                and self._wait(local, doc, unseen, pause)
-            ):
-                # The floor is met only by reservations whose pods have not appeared yet:
-                # look again (they appear within milliseconds, or they are dead).
-                pause = min(0.2, pause * 2)
-                self._recount(local, name, rs, config)
-                continue
-            if decision.placement is not Placement.ON_DEMAND:
-                if not dry_run:
-                    if decision.placement is Placement.SPOT:
-                        local.spot += 1
-                    if self._prunable(local, doc, self.clock()):
-                        self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
-                return Claim(decision, held, refreshed=refreshed)
-            if dry_run:
-                return Claim(decision, held, refreshed=refreshed)
-            doc.seq += 1
+        doc: Doc,
+        added: dict[str, int | None],
+    ) -> tuple[Claim | None, Doc, bool] | None:
+        """One review's answer on the Lease and count as this round has them: the claim
+        (None when the review was answered already: no time left for its write), the
+        round's ``doc`` (a reservation it takes is added to it and to ``added``), and
+        whether it took a new reservation. None when it waits for young reservations'
+        pods to appear."""
+        token = w.token
+        if token in doc.pending and token not in added:  # our own write landed (an earlier try timed out)
+            reserved = Decision(Placement.ON_DEMAND, "reserved")
+            return Claim(reserved, len(doc.pending), token, number=doc.nums.get(token)), doc, False
+        if SURGE_TOKEN + token in doc.pending and SURGE_TOKEN + token not in added:
+            surge = Decision(Placement.ON_DEMAND, "reserved", surge=True)
+            return Claim(surge, len(doc.pending), SURGE_TOKEN + token), doc, False
+        if (spot := SPOT_TOKEN + token) in doc.pending and spot not in added:
+            reserved = Decision(Placement.SPOT, "reserved")
+            return Claim(reserved, len(doc.pending), spot, number=doc.nums.get(spot)), doc, False
+        now = self.clock()
+        if (
+            w.replicas is not None
+            and self._known(local, doc) + 1 > w.replicas
+            and now - local.refuted > self.stale_hold
+        ):
+            if w.refresh is not None:  # a cached workload: read it again first
+                w.replicas, w.decide = w.refresh()
+                w.refresh = None
+                w.refreshed = True
+            if self._known(local, doc) + 1 > w.replicas:
+                # The fresh workload does not cover the known pods either: pods deleted
+                # since the count, or reservations whose pods were never created.
+                if local.count is None or local.count.started < w.began:
+                    self._recount(local, name, rs, config)
+                    doc = self._doc(local, rs_uid, added, config)
+                self._apply_bound(local, doc, w.replicas)
+                local.refuted = self.clock()
+        unseen = self._unseen(local, doc)
+        held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
+        decision = w.decide(
+            held,
+            local.count.surge_created if local.count is not None else (),
+            sum(1 for t in unseen if t.startswith(SURGE_TOKEN)),
+        )
+        if (
+            decision.placement is Placement.SPOT
+            and not w.dry_run
+            and unseen
+            and held - len(unseen) < w.floor
+            and self._wait(local, w, unseen)
+        ):
+            # The floor is met only by reservations whose pods have not appeared yet:
+            # look again (they appear within milliseconds, or they are dead).
+            return None
+        number = None
+        if w.ranks is not None and decision.placement is not None and not decision.surge:
+            number = w.ranks.number(decision.placement, self._taken(local, doc))
+        # a percentage floor's spot pod records its number (instances deciding at once)
+        ordered_spot = decision.placement is Placement.SPOT and w.ranks is not None and w.ranks.ordered
+        if (decision.placement is not Placement.ON_DEMAND and not ordered_spot) or w.dry_run:
+            return Claim(decision, held, refreshed=w.refreshed, number=number), doc, False
+        if w.remaining() <= _write_reserve(self.kube):
+            # No time left to write this one's reservation: answered unchanged, and the
+            # slot stays free for the reviews behind it.
+            self._answer(local, w, None, deadline.DeadlineExceeded("review deadline reached before its Lease write"))
+            return None, doc, False
+        if decision.placement is Placement.SPOT:
+            mine = SPOT_TOKEN + token
+        else:
             mine = SURGE_TOKEN + token if decision.surge else token
-            doc.pending[mine] = doc.seq
-            try:
-                self._write(local, name, doc=doc, rs=rs, config=config)
-                local.first_seen.setdefault(mine, self.clock())
-                return Claim(decision, held, mine, refreshed)
-            except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
-                metrics.CONFLICTS.inc()
-                if deadline.remaining() <= deadline.WRITE_RESERVE:
-                    raise Busy(f"lease {self.namespace}/{name} busy after {attempt} tries") from exc
-                local.lease, local.lease_read = self._read(name), True
-                time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * attempt)))
+        added[mine] = number
+        doc.seq += 1
+        doc.pending[mine] = doc.seq
+        if number is not None:
+            doc.nums[mine] = number
+        return Claim(decision, held, mine, w.refreshed, number), doc, True
 
-    def _wait(self, local: Local, doc: Doc, unseen: list[str], pause: float) -> bool:
-        """Sleep until the young reservations may have appeared; False when there is no time left."""
+    def _wait(self, local: Local, w: Waiter, unseen: list[str]) -> bool:
+        """Whether ``w`` can wait for the young reservations' pods; if so the next round
+        counts again after a pause (``local.recount_at``)."""
         count = local.count
         assert count is not None
         due = min(local.first_seen.get(t, count.started) for t in unseen) + self.pending_grace
-        sleep = max(0.0, min(pause, due - self.clock()))
-        if deadline.remaining() - sleep <= LIST_RESERVE:
+        sleep = max(0.0, min(w.pause, due - self.clock()))
+        # the count after the pause takes a call at the API server's current pace
+        if w.remaining() - sleep - _write_reserve(self.kube) <= LIST_RESERVE:
             log.info(
                 "no time left to wait for reserved pods to appear; counting them as placed",
                 extra={"reservations": len(unseen)},
             )
             return False
-        if sleep:
-            time.sleep(sleep)
+        w.pause = min(0.2, w.pause * 2)
+        local.recount_at = self.clock() + sleep
         return True
 
     def _apply_bound(self, local: Local, doc: Doc, replicas: int) -> None:
@@ -520,6 +751,7 @@ class Reservations:
     ) -> None:
         for t in self._prunable(local, doc, self.clock()):
             doc.pending.pop(t, None)
+            doc.nums.pop(t, None)
         meta = rs.get("metadata") or {}
         rs_uid = str(meta.get("uid") or "")
         annotations = {

@@ -82,6 +82,8 @@ MUTATINGWEBHOOKCONFIGURATIONS = Resource(
     "MutatingWebhookConfiguration",
     False,
 )
+# Karpenter's NodePools (a CRD: absent where Karpenter is not installed, answered 404)
+NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", False)
 
 ALL: tuple[Resource, ...] = (
     PODS,

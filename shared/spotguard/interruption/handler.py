@@ -52,7 +52,7 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, lifecycle, metrics, records
-from spotguard.policy import evictions, floors, interruption, surgecopy, surges
+from spotguard.policy import evictions, floors, interruption, patches, surgecopy, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -1098,6 +1098,8 @@ class Handler:
                 and not self._rank_first_to_go(wl, fin.record, snap, wl.replicas - fin.replicas, batch.marks)
             ):
                 return  # the next reconcile scales back
+            if not self._unprotect_surge_replicas(wl, snap):
+                return  # the next reconcile finishes again
             if fin.hpa_min is not None or fin.hpa_max is not None:
                 hpa = next(
                     (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
@@ -1187,6 +1189,32 @@ class Handler:
                 best_effort=True,
             )
 
+    def _unprotect_surge_replicas(self, wl: Workload, snap: Snapshot) -> bool:
+        """The surge is over: its replicas that stay are ordinary replicas again, which the
+        node autoscalers may move (admission protected them from consolidation and
+        scale-down while the surge was needed: ``patches.surge_protection``). The replicas
+        the scale back removes go with their pods. False where a pod could not be patched
+        (the next reconcile finishes again)."""
+        mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
+        undo = [(p, patches.surge_unprotection(p.annotations)) for p in mine]
+        return self._annotate_pods(wl, [(p, a) for p, a in undo if a], "could not end a surge replica's protection")
+
+    def _annotate_pods(
+        self, wl: Workload, changes: Sequence[tuple[PodView, Mapping[str, str | None]]], failed: str
+    ) -> bool:
+        """Merge-patch each pod's annotations (None removes one); a pod gone is skipped. False
+        (logged as ``failed``) where one could not be patched: the next reconcile tries again."""
+        for p, notes in changes:
+            try:
+                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": dict(notes)}}, p.namespace)
+            except NotFound:
+                continue
+            except ApiError as exc:
+                metrics.ERRORS.labels("finish").inc()
+                log.warning(failed, extra={"workload": wl.key, "error": str(exc)})
+                return False
+        return True
+
     def _rank_first_to_go(
         self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int, marks: Mapping[str, NodeNotice]
     ) -> bool:
@@ -1236,18 +1264,8 @@ class Handler:
             reverse=True,
         )[: max(0, remove - len(dead))]
         ranks = [(p, str(DOOMED_FIRST)) for p in dead] + [(p, str(SURGE_FIRST)) for p in extras]
-        for p, cost in ranks:
-            if p.annotations.get(DELETION_COST) == cost:
-                continue
-            try:
-                self.kube.patch(r.PODS, p.name, {"metadata": {"annotations": {DELETION_COST: cost}}}, p.namespace)
-            except NotFound:
-                continue
-            except ApiError as exc:
-                metrics.ERRORS.labels("finish").inc()
-                log.warning("could not rank a pod first to go", extra={"workload": wl.key, "error": str(exc)})
-                return False
-        return True
+        changes = [(p, {DELETION_COST: cost}) for p, cost in ranks if p.annotations.get(DELETION_COST) != cost]
+        return self._annotate_pods(wl, changes, "could not rank a pod first to go")
 
     def _sweep_budgets(self, snap: Snapshot, pool: ThreadPoolExecutor) -> None:
         """Delete our budgets whose workload has no surge in progress (left by a crash)."""

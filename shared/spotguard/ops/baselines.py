@@ -80,7 +80,9 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
     lost = {k: c.before - c.lowest for k, c in counts.items() if c.lowest < c.before}
     return {"placed": placed, "spot_nodes_reclaimed": len(spot), "money": bill,
             "workloads_below_before": len(lost), "serving_lost_at_worst": sum(lost.values()),
-            "seconds_below_desired": round(sum(c.below_seconds for c in counts.values()), 1)}
+            "seconds_below_desired": round(sum(c.below_seconds for c in counts.values()), 1),
+            # every workload's serving replicas together, [seconds since the notice, count] at each change
+            "serving_over_time": [list(p) for p in serving.totals_over_time(tracker.series, t0)]}
 
 
 

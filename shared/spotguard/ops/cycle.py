@@ -188,6 +188,32 @@ def provisioned(objects: list[Obj]) -> bool:
     return False
 
 
+def fastest_replacement(options: Options) -> tuple[float, str]:
+    """The least time after the notice in which any cluster of this scenario could have a
+    replacement pod Ready, and what it is made of, in words.
+
+    With an on-demand node in the scenario, a pod start (assuming the node has room: the
+    best case). With on-demand capacity only launched (a NodePool or a Cluster Autoscaler
+    node group), the launch too: Karpenter's batch idle window (the autoscaler may scan at
+    once), then the shortest launch to a Ready node the scenario allows, then the start.
+    """
+    objects = options.objects
+    start = options.pod_startup
+    cfg = config_mod.Config()
+    nodes = [o for o in split(objects)[0] if o.get("kind") == "Node"]
+    if any(cfg.node_capacity(_labels(n)).value == serving.ON_DEMAND for n in nodes):
+        return start, f"a pod start of {start:g}s"
+    capacity = settings_of(objects).capacity
+    karpenter = any(o.get("kind") == "NodePool" for o in objects)
+    if not karpenter and not capacity.cluster_autoscaler.node_groups:
+        return start, f"a pod start of {start:g}s"
+    wait = capacity.batch_idle if karpenter else 0.0
+    launch = capacity.launch_to_ready[0]
+    total = wait + launch + start
+    batch = f"a {wait:g}s batch window, " if wait else ""
+    return total, f"{batch}a launch of at least {launch:g}s to a Ready node and a pod start of {start:g}s"
+
+
 def notice_scale(options: Options, pods: int) -> float:
     """The time scale from the notice to the end of the surges: ``time_scale``, or slower
     where a real control plane replacing ``pods`` lost pods would create more pods a

@@ -17,6 +17,7 @@ import base64
 import html
 import io
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class Row:
     spot_share_after: float
     cost_vs_on_demand: float
     risk: str  # why it lost service or came close, in words ("" when safe)
+    # why the promise broke: "physics" (no cluster of this scenario could have had a
+    # replacement Ready within the notice), "spotguard" (one could); "" when it held
+    cause: str = ""
 
     @property
     def key(self) -> str:
@@ -65,6 +69,7 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
         required = b.total if w.kind is Kind.DEPLOYMENT else floor
         lost = a.lowest < required
         risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost)
+        cause = ("physics" if _physics(outcome, w.kind) else "spotguard") if lost else ""
         during_total = r.pod_seconds[SPOT] + r.pod_seconds[OD]
         cost_base = w.replicas * outcome.duration
         cost = (a.pod_seconds[OD] + spot_price * a.pod_seconds[SPOT]) / cost_base if cost_base else 0.0
@@ -76,10 +81,26 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
                 spot_share_before=_share(b.serving[SPOT], b.total),
                 spot_share_during=_share(r.pod_seconds[SPOT], during_total),
                 spot_share_after=_share(a.serving[SPOT], a.total),
-                cost_vs_on_demand=round(cost, 4), risk=risk,
+                cost_vs_on_demand=round(cost, 4), risk=risk, cause=cause,
             )
         )  # fmt: skip
     return out
+
+
+def _physics(outcome: cycle.Outcome, kind: Kind) -> str:
+    """Why no cluster of this scenario could have kept a Deployment serving ("" when one could):
+    the fastest replacement is not Ready within the notice, or the control plane cannot make
+    enough replacements in time. A StatefulSet keeps its floor by placement, never by a race."""
+    o = outcome.options
+    if kind is not Kind.DEPLOYMENT:
+        return ""
+    fastest, how = cycle.fastest_replacement(o)
+    if fastest >= o.reclaim_after:
+        return f"a replacement needs at least {fastest:g}s ({how}), not less than the {o.reclaim_after:g}s notice"
+    r = outcome.replacements
+    if r is not None and r.possible is not None and r.possible < r.needed:
+        return f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time"
+    return ""
 
 
 def _risk(
@@ -94,6 +115,8 @@ def _risk(
             why.append("the drainer evicted its pods before replacements were Ready")
         if o.pod_startup >= o.reclaim_after:
             why.append(f"its pods take {o.pod_startup:g}s to start, longer than the {o.reclaim_after:g}s notice")
+        elif kind is Kind.DEPLOYMENT and cycle.fastest_replacement(o)[0] >= o.reclaim_after:
+            why.append(_physics(outcome, kind))  # the launch is what does not fit
         if kind is Kind.STATEFULSET:
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
@@ -165,6 +188,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
                 "spot_share_after": r.spot_share_after,
                 "cost_vs_on_demand": r.cost_vs_on_demand,
                 "risk": r.risk,
+                "cause": r.cause,
             }
             for r in table
         ],
@@ -192,7 +216,7 @@ def rich_table(table: list[Row], limit: int = 40) -> Any:
         t.add_row(
             _label(r), str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
-            f"{r.cost_vs_on_demand:.0%}", "[red]broken[/red]" if r.lost_service else "[green]kept[/green]",
+            f"{r.cost_vs_on_demand:.0%}", f"[red]broken ({r.cause})[/red]" if r.lost_service else "[green]kept[/green]",
         )  # fmt: skip
     if len(table) > len(shown):
         t.caption = f"{len(table) - len(shown)} more workloads not shown (all of them are in --json)"
@@ -219,9 +243,12 @@ def verdict(data: dict[str, Any]) -> str:
             head + "\nthe promise held: no Deployment served fewer replicas than before the notice, "
             "no StatefulSet fell below its floor"
         )
-    names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']})"
-                      for w in lost[:10])  # fmt: skip
-    return head + f"\nthe promise broke for {len(lost)} workload(s): {names}"
+    names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']}, "
+                      f"{w.get('cause') or 'cause unknown'})" for w in lost[:10])  # fmt: skip
+    physics = sum(1 for w in lost if w.get("cause") == "physics")
+    because = (f"; {physics} of them beyond what any cluster could do in the notice (physics), "
+               f"{len(lost) - physics} by spotguard") if physics else "; every one by spotguard"  # fmt: skip
+    return head + f"\nthe promise broke for {len(lost)} workload(s): {names}{because}"
 
 
 # -- the plot ----------------------------------------------------------------------------------
@@ -267,7 +294,8 @@ def _margin(outcome: cycle.Outcome, key: str) -> int:
 
 
 COLORS = {"on-demand": "#4c72b0", "spot": "#55a868", "before": "black", "floor": "#8172b2",
-          "reclaim": "#c44e52", "returned": "#dd8452"}  # fmt: skip
+          "reclaim": "#c44e52", "returned": "#dd8452", "all-on-demand": "#333333",
+          "spot-drainer": "#da8bc3"}  # fmt: skip
 
 
 def title(outcome: cycle.Outcome, data: dict[str, Any]) -> str:
@@ -279,11 +307,15 @@ def title(outcome: cycle.Outcome, data: dict[str, Any]) -> str:
     return f"{o.scenario or 'scenario'}: {what}\n{verdict(data)}"
 
 
-def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
+def figure(
+    outcome: cycle.Outcome, per_workload_limit: int = 12, baselines: Mapping[str, Mapping[str, Any]] | None = None
+) -> Any:
     """The matplotlib figure: serving replicas on spot and on-demand over time, in total and per workload (the
     12 that came closest to breaking the promise, where there are more). Every panel has whole replicas on its
     y axis and the same markers, each in its legend: what served before the notice (the promise for a
-    Deployment; a StatefulSet's is its floor, also drawn), the reclaim, and the new spot nodes joining."""
+    Deployment; a StatefulSet's is its floor, also drawn), the reclaim, and the new spot nodes joining.
+    With ``baselines`` (``spotguard.ops.baselines.run``), the total panel draws what each served over the
+    same window, and every legend entry of the total panel says what it cost an hour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -316,8 +348,19 @@ def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
     grid = fig.add_gridspec(rows_n, 3)
     ax = fig.add_subplot(grid[0, :])
     total_before = sum(outcome.before.get(k, serving.Counts()).total for k in outcome.workloads)
+    for name, run in (baselines or {}).items():
+        points = run.get("serving_over_time") or []
+        if points:
+            ts = [float(t) for t, _ in points] + [outcome.duration]
+            ns = [int(n) for _, n in points] + [int(points[-1][1])]
+            usd = run["money"]["cycle"]["usd_per_hour"]
+            ax.step(ts, ns, where="post", color=COLORS[name], linewidth=1.4,
+                    label=f"{name} without spotguard (${usd:.3f}/h)")  # fmt: skip
     panel(ax, times, od, spot, before=total_before, floor=None, size=8, columns=5)
-    ax.set_title("serving replicas, all workloads", fontsize=9)
+    title_ = "serving replicas, all workloads"
+    if baselines and outcome.money:
+        title_ += f" (spotguard: ${outcome.money['cycle']['usd_per_hour']:.3f}/h)"
+    ax.set_title(title_, fontsize=9)
     ax.set_xlabel("simulated seconds since the notice")
     for i, key in enumerate(keys):
         sub = fig.add_subplot(grid[1 + i // 3, i % 3])
@@ -333,11 +376,16 @@ def figure(outcome: cycle.Outcome, per_workload_limit: int = 12) -> Any:
     return fig
 
 
-def plot(outcome: cycle.Outcome, path: Path | io.BytesIO, per_workload_limit: int = 12) -> None:
+def plot(
+    outcome: cycle.Outcome,
+    path: Path | io.BytesIO,
+    per_workload_limit: int = 12,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
     """:func:`figure` as a PNG."""
     import matplotlib.pyplot as plt
 
-    fig = figure(outcome, per_workload_limit)
+    fig = figure(outcome, per_workload_limit, baselines)
     fig.savefig(path, format="png", dpi=80)
     plt.close(fig)
 
@@ -350,7 +398,7 @@ def write_html(outcome: cycle.Outcome, table: list[Row], data: dict[str, Any], p
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             r.key, r.desired, r.floor, r.ready_before, r.min_ready, f"{r.seconds_below_desired:.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
-            f"{r.cost_vs_on_demand:.0%}", "broken" if r.lost_service else "kept", r.risk,
+            f"{r.cost_vs_on_demand:.0%}", f"broken ({r.cause})" if r.lost_service else "kept", r.risk,
         )) + "</tr>"
         for r in table
     )  # fmt: skip

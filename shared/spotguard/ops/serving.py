@@ -266,3 +266,22 @@ def _unschedulable(obj: Obj) -> bool:
 
 def _has_ready_condition(obj: Obj) -> bool:
     return any(c.get("type") == "Ready" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def totals_over_time(series: Iterable[tuple[float, str, int, int]], t0: float) -> list[tuple[float, int]]:
+    """All workloads' serving replicas from ``t0`` on, at each change: (seconds since ``t0``, total),
+    starting with the total at ``t0``."""
+    latest: dict[str, int] = {}
+    out: list[tuple[float, int]] = []
+    for t, key, spot, od in sorted(series, key=lambda e: e[0]):
+        if t >= t0 and not out:
+            out.append((0.0, sum(latest.values())))
+        latest[key] = spot + od
+        if t < t0:
+            continue
+        total, at = sum(latest.values()), round(t - t0, 1)
+        if out[-1][0] == at:
+            out[-1] = (at, total)
+        elif out[-1][1] != total:
+            out.append((at, total))
+    return out or [(0.0, sum(latest.values()))]

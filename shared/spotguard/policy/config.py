@@ -30,6 +30,15 @@ class RebalanceAction(enum.StrEnum):
     SURGE = "surge"
 
 
+class Launchable(enum.StrEnum):
+    """Whether on-demand capacity can be launched when no on-demand node exists (an
+    on-demand floor then waits for the node autoscaler instead of going to spot)."""
+
+    AUTO = "auto"  # Karpenter NodePools decide where they can be read; else the existing nodes
+    TRUE = "true"  # a node autoscaler (a Cluster Autoscaler on-demand group) can launch it
+    FALSE = "false"  # only the existing nodes decide
+
+
 @dataclass(frozen=True)
 class Config:
     label_schemes: tuple[LabelScheme, ...] = capacity.DEFAULT_SCHEMES
@@ -58,7 +67,8 @@ class Config:
         "topology.kubernetes.io/zone",
     )
     spot_preference_weight: int = 100
-    on_demand_deletion_cost: int = 1000
+    # The deletion cost of replica number 0 (policy.ranks): replica n costs this minus n.
+    on_demand_deletion_cost: int = 1_000_000
     reservation_ttl_seconds: int = 30
     rebalance_max_workloads_per_step: int = 10
     rebalance_max_pods_per_workload: int = 1
@@ -81,6 +91,8 @@ class Config:
     # that handles interruptions (spot-interruption, node-added) must agree; admission
     # reads the record's own "copy" mark.
     surge_copy: bool = False
+    # admission: whether an on-demand floor may wait for a node to be launched
+    on_demand_launchable: Launchable = Launchable.AUTO
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -106,6 +118,16 @@ def _boolean(text: str) -> bool:
     if value in ("false", "no", "0", "off", ""):
         return False
     raise ValueError("must be true or false")
+
+
+def _launchable(text: str) -> Launchable:
+    value = text.strip().lower()
+    if value in ("auto", ""):
+        return Launchable.AUTO
+    try:
+        return Launchable.TRUE if _boolean(value) else Launchable.FALSE
+    except ValueError:
+        raise ValueError("must be auto, true or false") from None
 
 
 def _floor_spec(text: str) -> floors.FloorSpec:
@@ -144,6 +166,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "rebalance_surge_seconds": _positive_int,
     "drain": _boolean,
     "surge_copy": _boolean,
+    "on_demand_launchable": _launchable,
 }
 
 

@@ -155,6 +155,41 @@ def _counts(record: SurgeRecord) -> tuple[int, int, int]:
     return max(record.surge, 0), max(record.replicas, 0), max(record.last_written, 0)
 
 
+def base_spec(
+    workload: Workload, config: Config, namespace_annotations: Mapping[str, str] | None = None
+) -> FloorSpec | None:
+    """A Deployment's base floor as a function of its replica count (no surge); None for
+    a StatefulSet's default floor (not of that form) and for a workload left alone."""
+    source, spec, _ = _spec(workload, config, namespace_annotations)
+    if source == "disabled":
+        return None
+    if spec is None and workload.kind is Kind.DEPLOYMENT:
+        return Count(1)  # the default: 1 at every count
+    return spec
+
+
+def _spec(
+    workload: Workload, config: Config, namespace_annotations: Mapping[str, str] | None
+) -> tuple[str, FloorSpec | None, tuple[Problem, ...]]:
+    """(source, spec, problems): the spec None for "disabled" and "default"."""
+    problems: list[Problem] = []
+    ns_enabled, ns_problem = parse_enabled(namespace_annotations or {}, "namespace " + ENABLED)
+    wl_enabled, wl_problem = parse_enabled(workload.annotations)
+    problems += [p for p in (ns_problem, wl_problem) if p is not None]
+    if workload.namespace in config.excluded_namespaces or not ns_enabled or not wl_enabled:
+        return "disabled", None, tuple(problems)
+    raw = workload.annotations.get(MIN_ON_DEMAND)
+    if raw is not None:
+        spec = parse_min_on_demand(raw)
+        if isinstance(spec, Problem):
+            problems.append(spec)
+        else:
+            return "annotation", spec, tuple(problems)
+    if config.default_min_on_demand is not None:
+        return "config", config.default_min_on_demand, tuple(problems)
+    return "default", None, tuple(problems)
+
+
 def _base_floor(
     workload: Workload,
     config: Config,
@@ -162,21 +197,9 @@ def _base_floor(
     replicas: int | None,
 ) -> Floor:
     n = workload.replicas if replicas is None else replicas
-    problems: list[Problem] = []
-    ns_enabled, ns_problem = parse_enabled(namespace_annotations or {}, "namespace " + ENABLED)
-    wl_enabled, wl_problem = parse_enabled(workload.annotations)
-    problems += [p for p in (ns_problem, wl_problem) if p is not None]
-    if workload.namespace in config.excluded_namespaces or not ns_enabled or not wl_enabled:
-        return Floor(False, 0, "disabled", tuple(problems))
-    raw = workload.annotations.get(MIN_ON_DEMAND)
-    if raw is not None:
-        spec = parse_min_on_demand(raw)
-        if isinstance(spec, Problem):
-            problems.append(spec)
-        else:
-            return Floor(True, spec.resolve(max(n, 0)), "annotation", tuple(problems))
-    if config.default_min_on_demand is not None:
-        return Floor(
-            True, config.default_min_on_demand.resolve(max(n, 0)), "config", tuple(problems)
-        )
-    return Floor(True, default_floor(workload.kind, n), "default", tuple(problems))
+    source, spec, problems = _spec(workload, config, namespace_annotations)
+    if source == "disabled":
+        return Floor(False, 0, "disabled", problems)
+    if spec is not None:
+        return Floor(True, spec.resolve(max(n, 0)), source, problems)
+    return Floor(True, default_floor(workload.kind, n), "default", problems)

@@ -16,7 +16,13 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
 from spotguard.policy.tolerations import Toleration
-from spotguard.policy.workloads import DELETION_COST, PLACEMENT_LABEL, SURGE_REPLICA
+from spotguard.policy.workloads import (
+    DELETION_COST,
+    PLACEMENT_LABEL,
+    SURGE_PROTECTED,
+    SURGE_PROTECTION,
+    SURGE_REPLICA,
+)
 
 Op = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -275,15 +281,49 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, s
     return ops
 
 
+def surge_protection(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The annotations that keep a surge replica where it is while the surge is needed:
+    ``karpenter.sh/do-not-disrupt: "true"`` (Karpenter does not consolidate its node) and
+    ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`` (the Cluster Autoscaler does
+    not scale its node down), each where the pod does not say otherwise already, and
+    ``spotguard.io/surge-protected`` naming the keys set (the surge's finish removes them:
+    :func:`surge_unprotection`). Empty when the pod carries them all (a reinvocation)."""
+    mine = [k for k in SURGE_PROTECTION if k not in annotations]
+    listed = [k for k in (annotations.get(SURGE_PROTECTED) or "").split(",") if k]
+    if not mine:
+        return {}
+    out = {k: SURGE_PROTECTION[k] for k in mine}
+    out[SURGE_PROTECTED] = ",".join(sorted({*listed, *mine}))
+    return out
+
+
+def surge_unprotection(annotations: Mapping[str, str]) -> dict[str, None]:
+    """A merge patch of ``metadata.annotations`` that removes what :func:`surge_protection`
+    set (empty when nothing is left to remove)."""
+    listed = [k for k in (annotations.get(SURGE_PROTECTED) or "").split(",") if k in SURGE_PROTECTION]
+    if SURGE_PROTECTED not in annotations:
+        return {}
+    return {**{k: None for k in listed if k in annotations}, SURGE_PROTECTED: None}
+
+
 def build(
-    pod: Mapping[str, Any], placement: Placement, config: Config, surge: bool = False, spot_key: str | None = None
+    pod: Mapping[str, Any],
+    placement: Placement,
+    config: Config,
+    surge: bool = False,
+    spot_key: str | None = None,
+    *,
+    cost: int | None = None,
 ) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
     ``surge``: an on-demand slot of a surge in progress: marked ``spotguard.io/surge-replica``
-    and given no deletion cost (an extra replica, the first to go after the dead pods).
+    and given no deletion cost (an extra replica, the first to go after the dead pods), and
+    protected from the node autoscalers while the surge is needed (:func:`surge_protection`).
     ``spot_key``: the cluster's spot-only label key (:func:`spot_only_key`), spread over
-    by a spot slot."""
+    by a spot slot. ``cost``: the pod's ranked deletion cost (:mod:`spotguard.policy.ranks`);
+    without one an on-demand pod gets ``on_demand_deletion_cost`` (above every ranked pod)
+    and a spot pod none. A deletion cost the pod already has (its template's) is kept."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
@@ -293,8 +333,19 @@ def build(
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if placement is Placement.ON_DEMAND and surge:
-        ops += _set_in_map(pod, ("metadata", "annotations"), SURGE_REPLICA, "true")
-    elif placement is Placement.ON_DEMAND and config.on_demand_deletion_cost and DELETION_COST not in annotations:
-        # Scale-down removes spot replicas before the on-demand floor.
+        wanted = {SURGE_REPLICA: "true", **surge_protection(annotations)}
+        current = (pod.get("metadata") or {}).get("annotations")
+        if not isinstance(current, Mapping):
+            ops.append({"op": "add", "path": pointer("metadata", "annotations"), "value": wanted})
+        else:
+            for key, value in wanted.items():
+                ops += _set_in_map(pod, ("metadata", "annotations"), key, value)
+    elif DELETION_COST in annotations:
+        pass
+    elif cost is not None:
+        # Scale-down keeps the lowest replica numbers: exactly the floor's on-demand pods.
+        ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(cost))
+    elif placement is Placement.ON_DEMAND and config.on_demand_deletion_cost:
+        # Scale-down removes spot replicas before this on-demand pod.
         ops += _set_in_map(pod, ("metadata", "annotations"), DELETION_COST, str(config.on_demand_deletion_cost))
     return ops

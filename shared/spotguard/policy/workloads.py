@@ -15,6 +15,14 @@ SURGE = "spotguard.io/surge"
 # On a pod: admitted as one of a surge's extra on-demand replicas (no deletion cost; the
 # scale back removes these first after the dead pods).
 SURGE_REPLICA = "spotguard.io/surge-replica"
+# On a surge replica while its surge is needed: the node autoscalers must not move it
+# (Karpenter's consolidation; the Cluster Autoscaler's scale-down). Set by admission where
+# the pod does not carry the key already; SURGE_PROTECTED lists the keys spotguard set, which
+# the surge's finish removes from the replicas that stay.
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SURGE_PROTECTION = {DO_NOT_DISRUPT: "true", SAFE_TO_EVICT: "false"}
+SURGE_PROTECTED = "spotguard.io/surge-protected"
 INTERRUPTION_TAINT = "spotguard.io/interruption"
 # On a surge copy (spotguard.policy.surgecopy), in its selector and on its pods: the name of
 # the Deployment it surges; the copy is named SURGE_COPY_PREFIX + that name.

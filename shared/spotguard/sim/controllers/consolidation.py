@@ -13,8 +13,15 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
 - ``disruption.budgets`` (default ``nodes: 10%``, rounded up) bound how many of a
   NodePool's nodes are disrupted at once; budgets with a ``schedule`` are taken as
   always active (harsher), ``reasons`` are honoured (Empty, Underutilized);
-- a node or pod annotated ``karpenter.sh/do-not-disrupt: "true"`` is not consolidated,
-  and a node whose pods' PodDisruptionBudgets allow too few disruptions is not either;
+- a node annotated ``karpenter.sh/do-not-disrupt: "true"`` is not consolidated
+  (``pkg/controllers/state/statenode.go`` ValidateNodeDisruptable), nor is a node with an
+  active pod so annotated: any pod on it, DaemonSet and mirror pods included, that is
+  neither terminal nor terminating, with the value ``"true"`` or a duration (``"5m"``) not
+  yet elapsed since the pod started (``ValidatePodsDisruptable``,
+  ``pkg/utils/pod/scheduling.go`` IsDisruptable and IsDoNotDisruptActive; an invalid
+  value counts as absent); a node whose pods' PodDisruptionBudgets allow too few
+  disruptions is not consolidated either; and the termination never evicts such a pod
+  (``IsEvictable``): it waits for it to be gone (``IsDrainable``);
 - termination taints the node ``karpenter.sh/disrupted:NoSchedule``, evicts its pods
   through the Eviction API (PodDisruptionBudgets answer 429: retried), waits for them to
   be gone, then terminates the instance and deletes the NodeClaim and the Node
@@ -45,6 +52,7 @@ DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 RETRY_SECONDS = 5.0
 _DURATION = re.compile(r"(\d+)(h|m|s)")
+_WHOLE_DURATION = re.compile(r"(?:\d+(?:h|m|s))+")
 
 
 def parse_duration(raw: Any) -> float | None:
@@ -71,6 +79,27 @@ def allowed_disruptions(pool: dict[str, Any], reason: str, total: int) -> int:
 
 def _annotated(obj: dict[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
+
+
+def do_not_disrupt(pod: dict[str, Any], now: float) -> bool:
+    """``IsDoNotDisruptActive`` for an active pod: ``"true"``, or a duration not yet elapsed
+    since the pod's ``status.startTime`` (no start time: active)."""
+    if pods.is_terminating(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(DO_NOT_DISRUPT)
+    if value is None:
+        return False
+    if value == "true":
+        return True
+    if not _WHOLE_DURATION.fullmatch(str(value)):
+        return False  # invalid: as if absent
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return True
+    try:
+        return now - simclock.parse_iso(str(started)) < (parse_duration(value) or 0.0)
+    except ValueError:
+        return True
 
 
 class Disruption(base.Controller):
@@ -159,6 +188,8 @@ class Disruption(base.Controller):
                 node_name = node["metadata"]["name"]
                 if node_name in self._disrupting or _annotated(node) or not scheduler.node_ready(node):
                     continue
+                if any(do_not_disrupt(p, now) for p in self.informer.pods_on_node(node_name)):
+                    continue
                 if ((node.get("metadata") or {}).get("labels") or {}).get(provisioner.INITIALIZED) != "true":
                     continue
                 since = max(self._last_pod_event.get(node_name, 0.0), _ready_since(node))
@@ -215,7 +246,9 @@ class Disruption(base.Controller):
                 self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
 
     def _can_move(self, node_name: str) -> bool:
-        return can_move(self.store, self.informer, node_name, set(self._disrupting), blocks=_annotated)
+        now = self.clock.now()
+        return can_move(self.store, self.informer, node_name, set(self._disrupting),
+                        blocks=lambda p: do_not_disrupt(p, now))
 
     # ---- termination -------------------------------------------------------------
 
@@ -241,7 +274,9 @@ class Disruption(base.Controller):
         node = self.informer.get("nodes", ("", name))
         if node is None or name not in self._disrupting:
             return
-        left, refused = termination.drain(self.store, self.informer, name, provisioner.USER)
+        now = self.clock.now()
+        left, refused = termination.drain(self.store, self.informer, name, provisioner.USER,
+                                          keep=lambda p: do_not_disrupt(p, now))
         if left:
             # evicted pods are waited for until they are gone; a refused eviction is tried again
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotguard.sim import catalogue, disruption, errors, nodestatus
@@ -25,8 +25,10 @@ NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false re
                      "message:Network plugin returns error: cni plugin not initialized")
 
 
-def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any]) -> tuple[int, int]:
-    """Evict what runs on ``node``; (pods left, evictions refused)."""
+def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any],
+          keep: Callable[[dict[str, Any]], bool] | None = None) -> tuple[int, int]:
+    """Evict what runs on ``node``; (pods left, evictions refused). A pod ``keep`` is true of
+    is not evicted but waited for (Karpenter's do-not-disrupt pods: IsEvictable, IsDrainable)."""
     left = refused = 0
     for pod in informer.pods_on_node(node):
         ref = base.controller_ref(pod) or {}
@@ -36,7 +38,7 @@ def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         left += 1
-        if pods.is_terminating(pod):
+        if pods.is_terminating(pod) or (keep is not None and keep(pod)):
             continue
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
