@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config, surgecopy
-from spotguard.policy.workloads import SURGE_OF
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
 from spotguard.sim import readiness
 
 from tests.interruption import e2e_harness as h
@@ -136,3 +136,76 @@ def test_spotguard_drains_once_the_copy_serves_for_the_doomed_pods() -> None:
 
         h.wait_until(over, 90, "the copy's removal", step=0.2)
         assert watcher.lowest[KEY] >= 6, watcher.lowest[KEY]
+
+
+def test_the_deployments_own_replacements_are_placed_by_its_usual_floor_while_a_copy_surges(
+    tmp_path: Any,
+) -> None:
+    """GIVEN web (6, floor 1, some pods on on-demand already) placed by the shipped
+    webhook, and a copy surge for one spot node, WHEN a drainer deletes web's pods on that
+    node, THEN the Deployment's replacements are decided by its usual floor (met: spot
+    preferred, no surge replica), not by a floor raised by the record's ``surge``: the
+    copy's own pods are the surge's on-demand replicas, pinned by its template."""
+    with running(make=copy_mode) as (sim, handler, spot), h.admission_webhook(sim, tmp_path):
+        store = sim.store
+        doomed = spot[0]
+        warning(handler, sim, [doomed])
+        rec = record(store)
+        assert rec is not None and rec["surge"] >= 1 and rec.get("copy") is True
+        h.wait_until(lambda: (reconcile(handler), copy_ready(store))[1], 30, "the copy's pods Ready")
+        old = {p["metadata"]["uid"] for p in store.list("pods", "shop")[0]}
+        for p in store.list("pods", "shop")[0]:
+            if p["spec"].get("nodeName") == doomed and SURGE_OF not in p["metadata"]["labels"]:
+                store.delete("pods", p["metadata"]["name"], "shop")
+
+        def replacements() -> list[dict[str, Any]]:
+            return [
+                p
+                for p in store.list("pods", "shop")[0]
+                if p["metadata"]["uid"] not in old and SURGE_OF not in p["metadata"]["labels"]
+            ]
+
+        h.wait_until(lambda: len(replacements()) >= rec["surge"], 30, "the Deployment's own replacements")
+        placed = [
+            (p["metadata"]["labels"].get(PLACEMENT_LABEL), p["metadata"].get("annotations", {}).get(SURGE_REPLICA))
+            for p in replacements()
+        ]
+        assert placed and all(where == "spot" and surge is None for where, surge in placed), placed
+
+
+def copy_ready(store: Any) -> bool:
+    rs = copy_of_web(store)
+    if rs is None:
+        return False
+    pods = [p for p in store.list("pods", "shop")[0] if SURGE_OF in p["metadata"]["labels"]]
+    return len(pods) == rs["spec"]["replicas"] and all(readiness.is_ready(p) for p in pods)
+
+
+def test_node_added_leaves_a_deployment_its_copy_serves_alone_though_a_replace_took_its_record() -> None:
+    """GIVEN a copy surge for one spot node of web (6, some pods on on-demand above its
+    floor of 1, room on the other spot node), WHEN ``kubectl replace`` takes web's record
+    (the ledger keeps it) and node-added passes in copy mode, THEN node-added reads the copy
+    with its snapshot and leaves web to the surge: no move to spot, no repair, the copy
+    kept; its pass skips web as a surge in progress."""
+    from spotguard.gateway import kube
+    from spotguard.nodeadded import reconciler
+    from spotguard.policy.rebalance import SkipReason
+
+    with running(make=copy_mode) as (sim, handler, spot):
+        store = sim.store
+        git = manifest(store)
+        warning(handler, sim, [spot[0]])
+        h.wait_until(lambda: (reconcile(handler), copy_ready(store))[1], 30, "the copy's pods Ready")
+        replace(store, git)
+        assert record(store) is None
+        sim.clock.sleep(40)  # past node-added's settle time for web's newest pod
+        cfg = dataclasses.replace(config.Config(), surge_copy=True)
+        node_added = reconciler.Reconciler(kube.Kube(sim.api_client()), cfg, clock=sim.clock.now)
+        report = node_added.reconcile()
+        skipped = {s.workload.key: s.reason for s in report.plan.skipped}
+        assert not [m for m in report.plan.moves + report.plan.repairs if m.workload.key == KEY], report.plan
+        assert skipped.get(KEY) is SkipReason.SURGE_IN_PROGRESS, skipped
+        assert not report.started
+        web = store.get("deployments", "web", "shop")
+        assert web["spec"]["replicas"] == 6 and "spotguard.io/rebalance" not in web["metadata"].get("annotations", {})
+        assert copy_of_web(store) is not None

@@ -125,3 +125,15 @@ def test_a_percentage_floor_does_not_rise_with_the_surge_itself() -> None:
     assert floors.floor_for(dataclasses.replace(wl, replicas=10), config.Config()).on_demand == 6
     # a GitOps revert to 4: the owner wants 4; 2 + the surge, capped at the replicas
     assert floors.floor_for(dataclasses.replace(wl, replicas=4), config.Config()).on_demand == 4
+
+
+def test_a_copys_surge_does_not_raise_the_deployments_floor() -> None:
+    """A surge by a copy (``"copy": true``) leaves the owner's floor as without a surge: the
+    copy's own pods (pinned on-demand by its template) are the surge's replicas, and the
+    Deployment's replacements fill its usual floor, spot preferred."""
+    record = '{"replicas":6,"surge":2,"written":6,"events":["e"],"nodes":["spot-1"],"started":1,"copy":true}'
+    wl = Workload(Kind.DEPLOYMENT, "shop", "cart", 6, {MIN_ON_DEMAND: "50%", SURGE: record})
+    floor = floors.floor_for(wl, config.Config())
+    assert (floor.on_demand, floor.surge) == (3, 0)
+    # lowered by a GitOps revert or a replace during the surge: the floor of the owner's count
+    assert floors.floor_for(dataclasses.replace(wl, replicas=4), config.Config()).on_demand == 2

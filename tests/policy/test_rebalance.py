@@ -168,6 +168,20 @@ def test_surge_in_progress_is_left_alone() -> None:
     assert plan.surplus[0].excess == 2
 
 
+def test_a_workload_its_surge_copy_serves_is_left_alone() -> None:
+    """A live surge copy means a surge in progress, though the Deployment lost its record
+    (a replace): neither a move of its on-demand pods nor a repair of its floor."""
+    nodes = [node("od", "on-demand"), node("spot-1", "spot")]
+
+    def copied(where: str) -> Any:
+        return dataclasses.replace(state("web", [wpod("web", i, where) for i in range(3)]), surge_copy=True)
+
+    surplus, short = run(nodes, [copied("od")]), run(nodes, [copied("spot-1")])
+    for plan in (surplus, short):
+        assert (plan.moves, plan.repairs) == ((), ())
+        assert skip_of(plan, "web") is SkipReason.SURGE_IN_PROGRESS
+
+
 def test_no_room_on_spot() -> None:
     nodes = [node("od", "on-demand"), node("spot-1", "spot", cpu="1")]
     pods = [wpod("web", i, "od", cpu="2") for i in range(3)]

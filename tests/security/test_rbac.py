@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spotguard.admission import registration
 from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
-from spotguard.policy.workloads import SURGE
+from spotguard.policy.workloads import SURGE, SURGE_OF
 from spotguard.sim import objects, testing
 
 from tests.fuzz import processes
@@ -90,6 +90,9 @@ INTERRUPTION_RECONCILE = set().union(
     needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete"),  # handler.py: the temporary budget
     needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "get patch"),  # minReplicas raised (re-read on conflict)
     needs(CLUSTER, "", "events", "create"),  # handler.py: what it did, on the objects
+    # handler.py: the surge copies (surge_copy), spotguard's own ReplicaSets: listed with the
+    # snapshot (and by the reconcile's first look), created, resized, deleted.
+    needs(CLUSTER, "apps", "replicasets", "list create patch delete"),
     LEDGER,
     CONFIG,
 )
@@ -123,6 +126,24 @@ NEEDS: dict[str, set[Grant]] = {
 CONFLICT_REREADS = needs(CLUSTER, "apps", "deployments", "get") | needs(
     CLUSTER, "autoscaling", "horizontalpodautoscalers", "get"
 )
+# The run surges one way: ``spec.replicas`` (the autoscaler's minimum raised with it) or a
+# copy (SPOTGUARD_SURGE_COPY: a ReplicaSet of spotguard's; the autoscaler left alone).
+COPY_WRITES = needs(CLUSTER, "apps", "replicasets", "create patch delete")
+NOT_IN_MODE: dict[str, dict[str, set[Grant]]] = {
+    "replicas": {
+        "spotguard-spot-interruption": COPY_WRITES | needs(CLUSTER, "apps", "replicasets", "list"),
+        "spotguard-node-added": COPY_WRITES,
+    },
+    "copy": {
+        "spotguard-spot-interruption": needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch")
+        # A resize between the copy's creation and its deletion happens only where the
+        # Deployment's replacements come Ready one pass apart (tests/interruption proves it).
+        | needs(CLUSTER, "apps", "replicasets", "patch"),
+        # Its reconcile's copy writes finish a handling: the spot-interruption server's own
+        # reconcile does here (see below).
+        "spotguard-node-added": COPY_WRITES,
+    },
+}
 NOT_EXERCISED: dict[str, set[Grant]] = {
     # Read only while no on-demand node is in a pod's reach: this run has on-demand nodes
     # (tests/admission/test_autoscaled_floors.py reads them under the shipped roles).
@@ -397,27 +418,36 @@ def evictions_reviewed(metrics_url: str, verify: str | bool) -> dict[str, float]
 @pytest.mark.timeout(1200)
 # Helm is the default install; the kustomize base binds the same grants to the same accounts
 # (test_each_service_account_is_bound_to_exactly_its_functions_needs), so its run proves
-# nothing more and is in the full end-to-end run only (SPOTGUARD_E2E=full).
-@pytest.mark.parametrize("source", [pytest.param("kubernetes/base", marks=pytest.mark.e2e_full), "helm"])
-def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source: str) -> None:
+# nothing more and is in the full end-to-end run only (SPOTGUARD_E2E=full). Copy mode
+# (SPOTGUARD_SURGE_COPY) runs beside the replica surge: its writes are other grants.
+@pytest.mark.parametrize(
+    ("source", "mode"),
+    [pytest.param("kubernetes/base", "replicas", marks=pytest.mark.e2e_full), ("helm", "replicas"), ("helm", "copy")],
+)
+def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source: str, mode: str) -> None:
     """GIVEN the three servers on a simulated cluster that authorizes as kube-apiserver,
     each as its service account with the roles ``source`` ships (spot-interruption
     draining doomed nodes itself, and a drainer that evicts at the notice through the
-    eviction guard), WHEN pods are admitted, a notice is handled to the end, and new spot
-    nodes join, THEN the guard decided every eviction (never failed open), every request
-    they made is declared, and every declared permission was used."""
+    eviction guard; the surge in ``spec.replicas`` or, ``copy``, a surge copy), WHEN pods
+    are admitted, a notice is handled to the end, and new spot nodes join, THEN the guard
+    decided every eviction (never failed open), every request they made is declared, and
+    every declared permission was used."""
+    copy = {"SPOTGUARD_SURGE_COPY": "true"} if mode == "copy" else {}
     with testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2, drainer=True) as sim:
         kubeconfigs = install_rbac(sim, source, tmp_path)
         with (
             processes.admission(tmp_path, kubeconfigs["admission"]) as webhook,
             processes.spot_interruption(
-                tmp_path, kubeconfigs["spot-interruption"], reconcile_interval=0.5, env={"SPOTGUARD_DRAIN": "true"}
+                tmp_path,
+                kubeconfigs["spot-interruption"],
+                reconcile_interval=0.5,
+                env={"SPOTGUARD_DRAIN": "true", **copy},
             ) as interruption,
             processes.node_added(
-                tmp_path, kubeconfigs["node-added"], env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1"}
+                tmp_path, kubeconfigs["node-added"], env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1", **copy}
             ) as node_added,
         ):
-            seen = interrupt(sim, webhook, interruption, node_added)
+            seen = interrupt(sim, webhook, interruption, node_added, copy=bool(copy))
     admission_used, interruption_used, node_added_used, guard = seen
 
     assert sum(guard.values()) > 0, "the drainer's evictions never reached the eviction guard"
@@ -430,15 +460,20 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source
     )
     for name, seen in runs:
         undeclared = sorted(seen - NEEDS[name])
-        unused = sorted(NEEDS[name] - seen - NOT_EXERCISED.get(name, set()))
+        unused = sorted(NEEDS[name] - seen - NOT_EXERCISED.get(name, set()) - NOT_IN_MODE[mode].get(name, set()))
         assert not undeclared, f"{name} sent requests its roles do not allow: {undeclared}"
         assert not unused, f"{name} is granted what it never used: {unused}"
 
 
 def interrupt(
-    sim: testing.SimCluster, webhook: processes.Served, interruption: processes.Served, node_added: processes.Served
+    sim: testing.SimCluster,
+    webhook: processes.Served,
+    interruption: processes.Served,
+    node_added: processes.Served,
+    copy: bool = False,
 ) -> tuple[set[Grant], set[Grant], set[Grant], dict[str, float]]:
-    """A whole interruption, then spot's return; what each server used and the guard's answers."""
+    """A whole interruption, then spot's return; what each server used and the guard's answers.
+    ``copy``: the surge is a copy (seen made, then gone with the surge), web's count untouched."""
     k = kube.Kube(sim.api_client())
     ca = base64.b64encode(Path(str(webhook.verify)).read_bytes()).decode()
     registration.register(sim.store, webhook.url, ca)  # the pod webhook and the eviction guard, as shipped
@@ -482,7 +517,10 @@ def interrupt(
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.content)["data"]["result"] == "done", answer.text
     surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
+    copies = lambda: k.list(r.REPLICASETS, "shop", label_selector=SURGE_OF)  # noqa: E731
     assert surged()
+    assert bool(copies()) == copy
+    assert not copy or k.get(r.DEPLOYMENTS, "web", "shop")["spec"]["replicas"] == 4  # the copy surges
     # The reclaim two minutes after the notice; the drainer (as aws-node-termination-handler)
     # cordons and evicts at once, each eviction reviewed by the guard. spotguard also
     # evicts web's doomed pods itself once their replacements are Ready.
@@ -491,7 +529,8 @@ def interrupt(
         p for p in k.list(r.PODS, "shop", label_selector="app=web") if p["spec"].get("nodeName") == node
     ]
     wait_for(lambda: not doomed_web(), 240, "the drain of web's pods on the doomed node")
-    wait_for(lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop"), 300, "the scale-back")
+    over = lambda: not surged() and not k.list(r.PODDISRUPTIONBUDGETS, "shop") and not copies()  # noqa: E731
+    wait_for(over, 300, "the scale-back")
 
     # node-added: an orphaned reservation Lease is cleaned up, and once new spot nodes
     # join, passes move replicas back to spot (StatefulSets through the Eviction API).

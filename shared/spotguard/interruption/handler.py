@@ -199,6 +199,18 @@ def read_before_workloads(
     return budgets, autoscalers, kept, found[0] if found else [], workloads
 
 
+def copies_by_key(items: list[Obj]) -> dict[str, Obj]:
+    """Deployment key -> its surge copy, among ReplicaSets labelled ``spotguard.io/surge-of``
+    (one named otherwise is not spotguard's copy of it)."""
+    out: dict[str, Obj] = {}
+    for rs in items:
+        meta = rs.get("metadata") or {}
+        of = str((meta.get("labels") or {}).get(SURGE_OF) or "")
+        if of and meta.get("name") == surgecopy.name_for(of):
+            out[f"{Kind.DEPLOYMENT}/{meta.get('namespace')}/{of}"] = rs
+    return out
+
+
 def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
     """namespace -> its annotations (where a namespace opts out)."""
     return {
@@ -563,11 +575,7 @@ class Handler:
             r.PODS, r.NODES, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
         snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
-        for rs in copies:
-            meta = rs.get("metadata") or {}
-            of = str((meta.get("labels") or {}).get(SURGE_OF) or "")
-            if of and meta.get("name") == surgecopy.name_for(of):
-                snap.copies[f"{Kind.DEPLOYMENT}/{meta.get('namespace')}/{of}"] = rs
+        snap.copies = copies_by_key(copies)
         return snap
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:

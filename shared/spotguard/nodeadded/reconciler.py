@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -245,7 +246,7 @@ class Reconciler:
         config = self.config
         started = time.perf_counter()
         with kube_mod.gc_paused():
-            snap = self.snapshot()
+            snap = self.snapshot(config)
             read = time.perf_counter()
             now = self.clock()
             states, records, budgets = self._states(snap, config)
@@ -325,7 +326,7 @@ class Reconciler:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, config: Config | None = None) -> Snapshot:
         """One read for both reconciles: the big lists side by side with two chains of small
         ones, each in the order its reader needs (Leases before ReplicaSets: see
         :mod:`spotguard.nodeadded.cleanup`; budgets, autoscalers and the surge ledger before
@@ -344,19 +345,25 @@ class Reconciler:
                 log.warning("may not list NodePools: moves wait for spot room", extra={"error": str(exc)})
                 return []
 
-        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, _copies, workloads), pools = (
+        # The surge copies (surge_copy) among the lists read before the workloads, as the
+        # spot-interruption function reads them: its reconcile, run on this snapshot, sweeps
+        # copies and carries out each surge's copy step.
+        copies = (config or self.config).surge_copy
+        before_workloads = functools.partial(interruption_handler.read_before_workloads, copies=copies)
+        pods, nodes, namespace_list, (leases, replicasets), (budgets, autoscalers, kept, found, workloads), pools = (
             self.kube.read_concurrently(
                 r.PODS,
                 r.NODES,
                 r.NAMESPACES,
                 leases_then_replicasets,
-                interruption_handler.read_before_workloads,
+                before_workloads,
                 read_nodepools,
                 page_limit=LIST_PAGE,
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
         shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
+        shared.copies = interruption_handler.copies_by_key(found)
         return Snapshot(shared, replicasets, leases, [nodepools.NodePool.from_json(p) for p in pools])
 
     def _states(
@@ -391,7 +398,7 @@ class Reconciler:
             replicas = record.replicas if record is not None and not record.held else None
             floor = floors.floor_for(wl, config, snap.namespaces.get(wl.namespace), replicas)
             wl_pods = tuple(pods_by_key.get(key, ()))
-            states[key] = WorkloadState(wl, floor, wl_pods)
+            states[key] = WorkloadState(wl, floor, wl_pods, surge_copy=key in snap.shared.copies)
             if record is not None:
                 records[key] = record
             elif MOVE in wl.annotations:

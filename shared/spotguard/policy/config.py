@@ -91,9 +91,10 @@ class Config:
     # spotguard drains the doomed nodes itself: it evicts a doomed pod once its
     # replacement is Ready elsewhere (create before evict), before the reclaim time.
     drain: bool = False
-    # Work in progress (issue 24): surge with a spotguard-owned copy of the Deployment
-    # (policy.surgecopy) instead of its spec.replicas, which other writers own. Every
-    # process that handles interruptions (spot-interruption, node-added) must agree.
+    # Surge with a spotguard-owned copy of the Deployment (policy.surgecopy) instead of its
+    # spec.replicas, which other writers own (issue 24; not the default yet). Every process
+    # that handles interruptions (spot-interruption, node-added) must agree; admission
+    # reads the record's own "copy" mark.
     surge_copy: bool = False
     # admission: whether an on-demand floor may wait for a node to be launched
     on_demand_launchable: Launchable = Launchable.AUTO

@@ -114,10 +114,15 @@ def floor_for(
     wants (not of the surged count: a percentage floor would rise with the surge and
     give an extra an on-demand slot with a deletion cost, and the scale back would
     then remove a spot pod of a node that lives on) plus the surge.
+
+    A surge by a copy (``record.copy``, :mod:`spotguard.policy.surgecopy`) leaves the floor
+    as it is: the copy's own pods are its on-demand replicas, pinned by its template, and
+    the Deployment's own pods (the replacements of its doomed ones among them) fill its
+    usual floor, spot preferred, as without a surge.
     """
     n = max(workload.replicas if replicas is None else replicas, 0)
     record = SurgeRecord.of(workload)
-    if record is None:
+    if record is None or record.copy:
         return _base_floor(workload, config, namespace_annotations, n)
     extra, before, written = _counts(record)
     base = _base_floor(workload, config, namespace_annotations, min(n, owner_count(before, written, n)))

@@ -756,6 +756,7 @@ def _surge_step(
         ready=serving,
         counts=tuple(sorted(counts.items())),
         rebalance=tuple(sorted(soft)),
+        copy=copy,
     )
     changed = (
         existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added

@@ -32,7 +32,8 @@ Deployment's goes by create before evict (scale up by the batch, then back with
 its pods ranked first), a StatefulSet's by eviction, one pod at a time, only while
 every replica is Ready and the quorum (the floor) holds without it, and not
 where a budget allows no disruption now. A workload with a move recorded
-(``spotguard.io/rebalance``), an interruption surge in progress, a rollout in
+(``spotguard.io/rebalance``), an interruption surge in progress (its record, or a
+surge copy serving it), a rollout in
 progress (pods of two ReplicaSets), or fewer pods than replicas is left alone.
 
 Pure: no I/O; the adapter carries the plan out.
@@ -262,6 +263,10 @@ def _blocked(
         return Skip(wl, SkipReason.MOVE_IN_PROGRESS, f"{what} is recorded ({MOVE})")
     if moves.surge_in_progress(wl):
         return Skip(wl, SkipReason.SURGE_IN_PROGRESS, "an interruption surge is in progress")
+    if state.surge_copy:
+        # Its copy's pods are the surge's, not strays or spill; its own may be short on
+        # on-demand for now (the copy holds it): the spot-interruption reconcile owns it.
+        return Skip(wl, SkipReason.SURGE_IN_PROGRESS, "a surge copy serves it (spotguard.io/surge-of)")
     if wl.kind is Kind.DEPLOYMENT and len({p.owner.name for p in active if p.owner}) > 1:
         return Skip(wl, SkipReason.ROLLOUT, "pods of more than one ReplicaSet")
     pending = [p for p in active if not p.node_name]

@@ -21,6 +21,9 @@ class WorkloadState:
     workload: Workload
     floor: Floor
     pods: tuple[PodView, ...] = ()
+    # A surge copy of spotguard's serves it (spotguard.policy.surgecopy): its surge is in
+    # progress, whatever its own annotations say (a replace may have taken the record).
+    surge_copy: bool = False
 
     @property
     def key(self) -> str:

@@ -70,6 +70,10 @@ class SurgeRecord:
     # Read from the ledger because the workload lost its annotation (kubectl replace,
     # Argo CD Replace=true): never written on the workload again.
     lost: bool = False
+    # The surge is a spotguard-owned copy of the Deployment (policy.surgecopy): its replicas
+    # are the copy's pods, not the Deployment's, so ``surge`` raises neither its
+    # spec.replicas nor its on-demand floor.
+    copy: bool = False
 
     def min_is_ours(self, hpa: AutoscalerLimits) -> bool:
         """The autoscaler's minReplicas holds a value spotguard set: the record's, or the one
@@ -118,6 +122,8 @@ class SurgeRecord:
             out["budget"] = self.budget
         if self.done:
             out["done"] = True
+        if self.copy:
+            out["copy"] = True
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -153,6 +159,7 @@ class SurgeRecord:
                 ready=_int(raw.get("ready") or 0),
                 counts=tuple(sorted((str(n), _int(c)) for n, c in counts.items())) if isinstance(counts, dict) else (),
                 rebalance=tuple(str(n) for n in raw["rebalance"]) if isinstance(raw.get("rebalance"), list) else None,
+                copy=raw.get("copy") is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
