@@ -319,3 +319,25 @@ def test_a_move_to_spot_under_way_asks_new_replicas_to_require_spot() -> None:
                       {moves.MOVE: record(direction=Direction.TO_ON_DEMAND).to_json()})  # fmt: skip
     assert not moves.launching(held) and not moves.launching(repair)
     assert not moves.launching(Workload(Kind.DEPLOYMENT, "shop", "web", 4, {}))
+
+
+def test_a_move_whose_count_has_not_followed_its_record_yet_is_starting_not_someone_elses_change() -> None:
+    """A pass writes the record, waits for the admission webhook's cache, then scales: a second
+    reconcile reading in between (the spec untouched: the record's generation) waits instead of
+    ending the move with a hold (two reconcilers at once then never moved anything)."""
+    r = record(generation=7)
+    pods = [wpod(0, "od-1"), wpod(1, "od-2")]
+
+    def at(generation: int, now: float) -> moves.Progress:
+        wl = Workload(Kind.DEPLOYMENT, "shop", "web", 2, {moves.MOVE: r.to_json()}, generation=generation)
+        s = WorkloadState(wl, floors.floor_for(wl, CFG), tuple(pods))
+        return moves.progress(s, r, CAPACITY, now, timeout=300, hold_seconds=600)
+
+    assert at(7, NOW + 5).action is Action.WAIT
+    # the count put back after the "+1" (the spec written twice since): theirs wins, as before
+    assert at(9, NOW + 5).action is Action.HOLD
+    # a pass cut off after its record: ended with a hold once the start is overdue
+    assert at(7, NOW + moves.START_SECONDS + 1).action is Action.HOLD
+    # a record without a generation (written before it was kept): as before
+    assert progress(pods, record(), replicas=2).action is Action.HOLD
+    assert MoveRecord.parse(r.to_json()) == r

@@ -458,6 +458,7 @@ class Reconciler:
             cost=move.pod.annotations.get(DELETION_COST),
             reason=move.reason,
             more=more,
+            generation=int((raw.get("metadata") or {}).get("generation") or 0),
         )
         hpa = snap.autoscaler_of(wl) if move.method is Method.SCALE else None
         if hpa is not None and hpa.min_replicas < record.scaled_to <= hpa.max_replicas:
@@ -513,7 +514,7 @@ class Reconciler:
             if begun.hpa is not None:
                 self._raise_autoscaler(wl, record, begun.hpa)
             self._rank(wl.namespace, record.marked)
-            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to)
+            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to, record=record.to_json())
         except NotFound:
             return None
         except ApiError as exc:
@@ -641,14 +642,17 @@ class Reconciler:
 
     # -- the autoscaler -------------------------------------------------------------------------
 
-    def _scale_if(self, raw: Obj, was: int, to: int) -> Obj:
+    def _scale_if(self, raw: Obj, was: int, to: int, *, record: str | None = None) -> Obj:
         """spec.replicas ``was`` -> ``to``, only if it is still ``was`` (a JSON patch's test): the
-        autoscaler, whose minimum is ``to`` now, may have scaled it already."""
+        autoscaler, whose minimum is ``to`` now, may have scaled it already. With ``record``, only
+        while the move record is still that one: another reconcile may have ended the move since
+        it was written (the "+k" then would outlive its record and become the owner's count)."""
         meta = raw.get("metadata") or {}
-        ops = [
-            {"op": "test", "path": "/spec/replicas", "value": was},
-            {"op": "replace", "path": "/spec/replicas", "value": to},
-        ]
+        ops = [{"op": "test", "path": "/spec/replicas", "value": was}]
+        if record is not None:
+            ops.append({"op": "test", "path": "/metadata/annotations/" + MOVE.replace("~", "~0").replace("/", "~1"),
+                        "value": record})  # fmt: skip
+        ops.append({"op": "replace", "path": "/spec/replicas", "value": to})
         try:
             written = self.kube.patch(r.DEPLOYMENTS, str(meta.get("name")), ops, str(meta.get("namespace")), "json")
         except Invalid:

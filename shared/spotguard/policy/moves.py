@@ -57,6 +57,11 @@ from spotguard.policy.views import PodView
 from spotguard.policy.workloads import SURGE, Workload
 
 MOVE = "spotguard.io/rebalance"
+# A scale move's pass writes its record, waits for the admission webhook's cached copy of the
+# workload to be older (nodeadded.reconciler), then scales: a record whose count is still the
+# owner's and whose spec is unchanged since (the record's generation) is a move starting for
+# this long, then a pass cut off (ended with a hold).
+START_SECONDS = 30.0
 # The deletion cost given to the pod a scale move removes: below every replica's
 # (spot pods carry none, 0; the admission webhook gives on-demand pods 1000).
 FIRST_TO_GO = -1_000_000
@@ -133,6 +138,9 @@ class MoveRecord:
     hpa_set: int | None = None
     # A batch: the other pods this move removes (scale moves; ``scaled_to`` is replicas + 1 + len).
     more: tuple[Marked, ...] = ()
+    # The workload's metadata.generation when the record was written (a record is an annotation:
+    # it leaves the generation as it was); 0: not known (an older record).
+    generation: int = 0
 
     @property
     def held(self) -> bool:
@@ -168,6 +176,8 @@ class MoveRecord:
             out["hpa"] = {"name": self.hpa, "minReplicas": self.hpa_min, "setMin": self.hpa_set}
         if self.more:
             out["more"] = [m.to_json() for m in self.more]
+        if self.generation:
+            out["generation"] = self.generation
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -201,6 +211,7 @@ class MoveRecord:
                 hpa_min=None if hpa.get("minReplicas") is None else _int(hpa["minReplicas"]),
                 hpa_set=None if hpa.get("setMin") is None else _int(hpa["setMin"]),
                 more=tuple(Marked.from_json(m) for m in more),
+                generation=_int(raw.get("generation", 0)),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -323,6 +334,17 @@ def progress(
         return _evict_progress(
             record, wl, active, marked=first, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
         )
+    if (
+        wl.replicas == record.replicas != record.scaled_to
+        and record.generation
+        and wl.generation == record.generation
+        and age < START_SECONDS
+    ):
+        # Its pass writes the record first and the "+k" after the admission webhook's cache has
+        # caught up (seconds): another reconcile reading in between (the spec untouched since the
+        # record: the same generation) is not "someone else". A count put back after the "+k"
+        # comes with a newer generation: theirs wins, below.
+        return Progress(wl, record, Action.WAIT, "starting: the count follows the record")
     if wl.replicas != record.scaled_to and not _our_minimum(record, wl.replicas, autoscaler_min):
         # Someone else set the count meanwhile (an autoscaler, GitOps, a person): theirs wins.
         # Holding keeps an autoscaler that scales it straight back from a loop of moves.

@@ -45,6 +45,7 @@ class Workload:
     annotations: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
     selector: Mapping[str, str] = field(default_factory=dict)
+    generation: int = 0  # metadata.generation: goes up with every change of the spec
 
     @property
     def key(self) -> str:
@@ -64,4 +65,5 @@ class Workload:
             annotations=dict(meta.get("annotations") or {}),
             uid=str(meta.get("uid", "")),
             selector=dict((spec.get("selector") or {}).get("matchLabels") or {}),
+            generation=int(meta.get("generation") or 0),
         )
