@@ -415,14 +415,20 @@ def evictions_reviewed(metrics_url: str, verify: str | bool) -> dict[str, float]
 
 # A whole interruption and return to spot at x10 takes about 260 s on an idle 2-core machine;
 # each phase has a bound of its own (wait_for), so the test's is their sum, not 300 s.
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1500)
 # Helm is the default install; the kustomize base binds the same grants to the same accounts
 # (test_each_service_account_is_bound_to_exactly_its_functions_needs), so its run proves
 # nothing more and is in the full end-to-end run only (SPOTGUARD_E2E=full). Copy mode
-# (SPOTGUARD_SURGE_COPY) runs beside the replica surge: its writes are other grants.
+# (SPOTGUARD_SURGE_COPY, off by default) runs beside the replica surge in the full run: its
+# writes are other grants.
 @pytest.mark.parametrize(
     ("source", "mode"),
-    [pytest.param("kubernetes/base", "replicas", marks=pytest.mark.e2e_full), ("helm", "replicas"), ("helm", "copy")],
+    [
+        pytest.param("kubernetes/base", "replicas", marks=pytest.mark.e2e_full),
+        ("helm", "replicas"),
+        # copy surges are off by default; their grants are declared and checked statically above
+        pytest.param("helm", "copy", marks=pytest.mark.e2e_full),
+    ],
 )
 def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source: str, mode: str) -> None:
     """GIVEN the three servers on a simulated cluster that authorizes as kube-apiserver,
@@ -552,7 +558,10 @@ def interrupt(
         cloudevent(node_added, "cloudevent-ping.binary.json")
         return on_spot(k, "web") > before
 
-    wait_for(moved_back, 300, "node-added to move a web replica back to spot")
+    # node-added (a process on the real clock) judges the newest pod's age against the simulated
+    # cluster's creationTimestamps, which run ahead at x10: it skips web as "settling" for minutes
+    # (the clock-skew defect noted on issue 23); 480 s covers it, measured at 150-240 s
+    wait_for(moved_back, 480, "node-added to move a web replica back to spot")
     return (
         used(webhook.url + "/metrics", webhook.verify),
         used(interruption.url + "/metrics", False),
