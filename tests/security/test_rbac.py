@@ -558,9 +558,10 @@ def interrupt(
         cloudevent(node_added, "cloudevent-ping.binary.json")
         return on_spot(k, "web") > before
 
-    # node-added (a process on the real clock) judges the newest pod's age against the simulated
-    # cluster's creationTimestamps, which run ahead at x10: it skips web as "settling" for minutes
-    # (the clock-skew defect noted on issue 23); 480 s covers it, measured at 150-240 s
+    # (before node-added judged pods' ages on the API server's clock, it skipped web as
+    # "settling" here for 150-240 s: the simulated cluster's timestamps run ahead of its own
+    # clock at x10, as a control plane's may run ahead of a skewed instance's; the bound
+    # keeps that slack for a loaded machine)
     wait_for(moved_back, 480, "node-added to move a web replica back to spot")
     return (
         used(webhook.url + "/metrics", webhook.verify),

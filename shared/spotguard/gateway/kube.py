@@ -38,7 +38,7 @@ import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from spotguard.gateway import errors, resources, retry, stats
+from spotguard.gateway import errors, resources, retry, serverclock, stats
 from spotguard.gateway.errors import (
     AlreadyExists,
     ApiError,
@@ -158,16 +158,24 @@ class Kube:
         policy: retry.Policy | None = None,
         counter: stats.Stats | None = None,
         page_limit: int = PAGE_LIMIT,
+        server_clock: serverclock.ServerClock | None = None,
     ) -> None:
         self.api_client = api_client
         self.policy = policy or retry.DEFAULT
         self.stats = counter or stats.Stats()
         self.page_limit = page_limit
+        # the API server's time, from its answers' Date headers (its timestamps are on it)
+        self.server_clock = server_clock or serverclock.ServerClock()
         _tune_pool(api_client)
 
     def with_policy(self, policy: retry.Policy) -> Kube:
         """The same connection and counters under another retry policy (a tighter deadline)."""
-        return Kube(self.api_client, policy=policy, counter=self.stats, page_limit=self.page_limit)
+        return Kube(self.api_client, policy=policy, counter=self.stats, page_limit=self.page_limit,
+                    server_clock=self.server_clock)  # fmt: skip
+
+    def server_now(self) -> float:
+        """The API server's epoch seconds now (its clock, not this process's: see serverclock)."""
+        return self.server_clock.now()
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -219,7 +227,8 @@ class Kube:
         A :class:`Resource` is listed in every namespace; a callable gets the big-page
         client and does its reads in its own order (for reads that must come before
         others, as a budget before its workload)."""
-        k = Kube(self.api_client, policy=self.policy, counter=self.stats, page_limit=max(self.page_limit, page_limit))
+        k = Kube(self.api_client, policy=self.policy, counter=self.stats, page_limit=max(self.page_limit, page_limit),
+                 server_clock=self.server_clock)  # fmt: skip
 
         def run(read: Resource | Callable[[Kube], Any]) -> Any:
             return k.list(read) if isinstance(read, Resource) else read(k)
@@ -493,6 +502,7 @@ class Kube:
             try:
                 raw = response.data
                 code = response.status
+                self.server_clock.observe(response.headers.get("Date"))
             finally:
                 response.release_conn()
         except ApiException as exc:

@@ -180,7 +180,7 @@ class Reconciler:
         config: Config | Callable[[], Config],
         *,
         namespace: str = "spotguard",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         workers: int = WORKERS,
         interruption_reconcile: Callable[[interruption_handler.Snapshot], None] | None = None,
         admission_cache_seconds: float = ADMISSION_CACHE_SECONDS,
@@ -189,7 +189,10 @@ class Reconciler:
         self.admission_cache_seconds = admission_cache_seconds
         self._config = config
         self.namespace = namespace
-        self.clock = clock
+        # The API server's clock by default: a move's times and a pod's age are judged against
+        # timestamps it wrote, whatever this process's own clock says (a skewed instance).
+        server_now = getattr(kube, "server_now", None)
+        self.clock: Callable[[], float] = clock or (server_now if callable(server_now) else time.time)
         self.workers = workers
         self.last_timings: dict[str, float] = {}  # seconds of the last pass's read and plan
         # Scales back surges that are over and sweeps left-over temporary budgets, on the

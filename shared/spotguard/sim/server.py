@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http.server
 import logging
 import select
@@ -40,6 +41,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api " + format, *args)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header on the simulated cluster's clock, the one its timestamps are on
+        (kube-apiserver's net/http writes it from the control plane's clock)."""
+        return email.utils.formatdate(self.server.api.store.clock.now() if timestamp is None else timestamp,
+                                      usegmt=True)  # fmt: skip
 
     def _serve(self) -> None:
         path, _, raw_query = self.path.partition("?")
