@@ -206,3 +206,25 @@ class Refuser:
             },
         )
         return server.shutdown
+
+
+@contextlib.contextmanager
+def spilled_cluster(tmp_path: Path, replicas: int, spot_nodes: int, time_scale: float) -> Iterator[Any]:
+    """A simulated cluster with the served admission webhook where Deployment ``web`` of
+    ``replicas`` spilled to on-demand node od-0 while its ``spot_nodes`` spot nodes were full
+    (cordoned), every replica Ready; the spot nodes open again."""
+    key = "Deployment/shop/web"
+    nodes = [sim_scenario.namespace("shop"), sim_scenario.node("od-0", "on-demand")]
+    nodes += [sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(spot_nodes)]
+    with (
+        testing.running_cluster(nodes, time_scale=time_scale, ready_delay_seconds=10) as sim,
+        admission_webhook(sim, tmp_path),
+    ):
+        k = kube.Kube(sim.api_client())
+        spot = nodes_named(sim.store, "spot")
+        cordon(k, spot)
+        sim.store.apply_objects([sim_scenario.deployment("web", replicas)])
+        wait_until(lambda: placement(sim.store).get(key) == (replicas, 0, 0), 30, f"{replicas} on on-demand")
+        wait_until(lambda: ready_pods(sim.store) == replicas, 30, f"{replicas} Ready")
+        cordon(k, spot, on=False)
+        yield sim

@@ -15,9 +15,7 @@ import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config, moves
-from spotguard.sim import testing
 
-from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h
 
 TIME_SCALE = 20.0
@@ -33,19 +31,7 @@ KEY = "Deployment/shop/web"
 
 @pytest.fixture
 def spilled(tmp_path: Any) -> Iterator[Any]:
-    nodes = [sim_scenario.namespace("shop"), sim_scenario.node("od-0", "on-demand")]
-    nodes += [sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(2)]
-    with (
-        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=10) as sim,
-        h.admission_webhook(sim, tmp_path),
-    ):
-        k = kube.Kube(sim.api_client())
-        spot = h.nodes_named(sim.store, "spot")
-        h.cordon(k, spot)
-        sim.store.apply_objects([sim_scenario.deployment("web", 4)])
-        h.wait_until(lambda: h.placement(sim.store).get(KEY) == (4, 0, 0), 30, "4 on on-demand")
-        h.wait_until(lambda: h.ready_pods(sim.store) == 4, 30, "4 Ready")
-        h.cordon(k, spot, on=False)
+    with h.spilled_cluster(tmp_path, replicas=4, spot_nodes=2, time_scale=TIME_SCALE) as sim:
         yield sim
 
 

@@ -15,9 +15,7 @@ import pytest
 from spotguard.gateway import kube
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config
-from spotguard.sim import testing
 
-from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h
 
 KEY = "Deployment/shop/web"
@@ -25,19 +23,7 @@ KEY = "Deployment/shop/web"
 
 @pytest.fixture
 def spilled(tmp_path: Any) -> Iterator[Any]:
-    nodes = [sim_scenario.namespace("shop"), sim_scenario.node("od-0", "on-demand")]
-    nodes += [sim_scenario.node("spot-0", "spot", cpu="8")]
-    with (
-        testing.running_cluster(nodes, time_scale=20.0, ready_delay_seconds=10) as sim,
-        h.admission_webhook(sim, tmp_path),
-    ):
-        k = kube.Kube(sim.api_client())
-        spot = h.nodes_named(sim.store, "spot")
-        h.cordon(k, spot)
-        sim.store.apply_objects([sim_scenario.deployment("web", 3)])
-        h.wait_until(lambda: h.placement(sim.store).get(KEY) == (3, 0, 0), 30, "3 on on-demand")
-        h.wait_until(lambda: h.ready_pods(sim.store) == 3, 30, "3 Ready")
-        h.cordon(k, spot, on=False)
+    with h.spilled_cluster(tmp_path, replicas=3, spot_nodes=1, time_scale=20.0) as sim:
         yield sim
 
 
