@@ -449,8 +449,13 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source
                 reconcile_interval=0.5,
                 env={"SPOTGUARD_DRAIN": "true", **copy},
             ) as interruption,
+            # One pod a move: a batch of web's beside its autoscaler was seen to finish at once
+            # (its marked pods not found, the new ones removed by the scale back): a defect
+            # left open on issue 23; this run is about permissions.
             processes.node_added(
-                tmp_path, kubeconfigs["node-added"], env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1", **copy}
+                tmp_path,
+                kubeconfigs["node-added"],
+                env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1", "SPOTGUARD_REBALANCE_MAX_PODS_PER_WORKLOAD": "1", **copy},
             ) as node_added,
         ):
             seen = interrupt(sim, webhook, interruption, node_added, copy=bool(copy))
