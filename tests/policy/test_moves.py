@@ -167,6 +167,16 @@ def test_finish_once_the_new_replica_is_ready_on_spot() -> None:
     assert p.action is Action.FINISH and p.replicas == 2 and p.hold is None
 
 
+def test_a_finish_whose_record_removal_lost_to_a_status_write_finishes_again() -> None:
+    """A pass scaled back (record kept, scaled_to 2: the ranked pod went first) and lost the
+    record's removal to a status write (409). The next pass finds the marked pod gone and the
+    count at the move's: it finishes (removes the record) at that count, no hold, and says so."""
+    r = record(scaled_to=2)
+    p = progress([wpod(1, "od-2"), wpod(2, "spot-1")], r, replicas=2)
+    assert p.action is Action.FINISH and p.replicas == 2 and p.hold is None
+    assert p.reason == "2 replicas Ready; the 1 it replaces already gone"
+
+
 def test_finish_with_a_hold_when_the_new_replica_landed_on_on_demand() -> None:
     p = progress([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "od-1")], record())
     assert p.action is Action.FINISH and p.hold is not None and p.hold.held

@@ -355,11 +355,18 @@ def progress(
     if ready_others >= record.replicas:
         moved = _progressed(record, others, capacity_of)
         hold = None if moved else held(record, now, "the new replica did not land on " + str(record.direction.target))
+        why = (
+            f"{ready_others} replicas Ready without the {len(marked)} it replaces"
+            if marked
+            # A pass that scaled back (the ranked pods went first) and lost the record's removal
+            # to a status write: this one removes the record.
+            else f"{ready_others} replicas Ready; the {record.size} it replaces already gone"
+        )
         return Progress(
             wl,
             record,
             Action.FINISH,
-            f"{ready_others} replicas Ready without the {len(marked)} it replaces",
+            why,
             replicas=record.replicas,
             hold=hold,
             rank=still,
