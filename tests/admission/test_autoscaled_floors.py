@@ -33,10 +33,7 @@ from tests.security import test_rbac
 
 NS = harness.NS
 SCALE = 10.0
-NODE_CLASS = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole-sim",
-                       "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}],
-                       "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}]}}  # fmt: skip
+NODE_CLASS = objects.node_class()
 
 
 def settings(**capacity: Any) -> dict[str, Any]:
@@ -45,14 +42,7 @@ def settings(**capacity: Any) -> dict[str, Any]:
 
 
 def nodepool(capacity_types: tuple[str, ...]) -> dict[str, Any]:
-    requirements = [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]
-    if capacity_types:
-        requirements.append({"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(capacity_types)})
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
-                                                            "name": "default"},
-                                           "requirements": requirements}},
-                     "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}}}  # fmt: skip
+    return objects.nodepool(capacity_types=capacity_types, after="Never")
 
 
 def spot_node() -> dict[str, Any]:

@@ -389,26 +389,8 @@ def aborted_drain(c: Chaos) -> None:
 
 # -- beside Karpenter (issue 23, item 4) -------------------------------------------------------
 
-NODE_CLASS = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole-chaos",
-                       "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "chaos"}}],
-                       "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "chaos"}}]}}  # fmt: skip
-CAPACITY_TYPES = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
-FAMILY = {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}
-NODEPOOL = {
-    "apiVersion": "karpenter.sh/v1",
-    "kind": "NodePool",
-    "metadata": {"name": "default"},
-    "spec": {
-        "template": {
-            "spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": [CAPACITY_TYPES, FAMILY],
-            }
-        },
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
-    },
-}
+NODE_CLASS = objects.node_class(discovery="chaos")
+NODEPOOL = objects.nodepool(policy="WhenEmptyOrUnderutilized", after="0s")
 FILLER = "filler"
 
 

@@ -79,11 +79,19 @@ def test_two_reconcilers_at_once_never_move_one_workload_twice(spilled: Any) -> 
     sim = spilled
     highest = {"replicas": 0}
     lock = threading.Lock()
+    # web's count and move record at every write: what a failure here is to be read from
+    history: list[tuple[int, str | None]] = []
+
+    def annotations() -> dict[str, str]:
+        return sim.store.get("deployments", "web", "shop")["metadata"].get("annotations") or {}
 
     def watch(event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "deployments" and obj["metadata"]["name"] == "web":
             with lock:
                 highest["replicas"] = max(highest["replicas"], obj["spec"]["replicas"])
+                step = (obj["spec"]["replicas"], (obj["metadata"].get("annotations") or {}).get(moves.MOVE))
+                if not history or history[-1] != step:
+                    history.append(step)
 
     sim.store.subscribe(watch)
     watcher = h.Watcher()
@@ -104,19 +112,21 @@ def test_two_reconcilers_at_once_never_move_one_workload_twice(spilled: Any) -> 
     for t in threads:
         t.start()
     try:
-        h.wait_until(
-            lambda: h.at_optimum(sim.store, [KEY])
-            and moves.MOVE not in (sim.store.get("deployments", "web", "shop")["metadata"].get("annotations") or {}),
-            90,
-            "web at its optimum",
-            step=0.2,
-        )
+        try:
+            h.wait_until(
+                lambda: h.at_optimum(sim.store, [KEY]) and moves.MOVE not in annotations(),
+                90,
+                "web at its optimum",
+                step=0.2,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; web's count and move record at each write: {history}") from exc
     finally:
         stop.set()
         for t in threads:
             t.join(60)
     assert not errors
-    assert highest["replicas"] == 5  # one move at a time: never 4 + 2
+    assert highest["replicas"] == 5, history  # one move at a time: never 4 + 2
     assert watcher.lowest[KEY] >= 4
     assert h.floors_of(sim.store)[KEY] == (4, 1)
 

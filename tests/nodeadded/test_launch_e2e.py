@@ -24,7 +24,7 @@ import kubernetes
 from spotguard.ops import serving
 from spotguard.policy import config
 from spotguard.policy.moves import MOVE, MoveRecord
-from spotguard.sim import capacity, testing
+from spotguard.sim import capacity, objects, testing
 from spotguard.sim import settings as settings_mod
 
 from tests.interruption import sim_scenario
@@ -34,48 +34,19 @@ SCALE = 20.0
 READY_DELAY = 10.0
 NS = "shop"
 CFG = config.Config(rebalance_move_timeout_seconds=200, rebalance_hold_seconds=3000, rebalance_settle_seconds=30)
-NODE_CLASS = {
-    "apiVersion": "karpenter.k8s.aws/v1",
-    "kind": "EC2NodeClass",
-    "metadata": {"name": "default"},
-    "spec": {
-        "amiSelectorTerms": [{"alias": "al2023@latest"}],
-        "role": "KarpenterNodeRole-sim",
-        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}],
-        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}],
-    },
-}
+NODE_CLASS = objects.node_class()
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 
 
-def requirements(*capacity_types: str) -> list[dict[str, Any]]:
-    return [
-        {"key": CAPACITY_TYPE, "operator": "In", "values": list(capacity_types)},
-        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
-    ]
-
-
 def nodepool(*capacity_types: str, policy: str = "WhenEmptyOrUnderutilized") -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": "default"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                    "requirements": requirements(*capacity_types),
-                }
-            },
-            "disruption": {"consolidationPolicy": policy, "consolidateAfter": "30s"},
-        },
-    }
+    return objects.nodepool(capacity_types=capacity_types, policy=policy)
 
 
 def spot_returns(sim: Any) -> None:
     """Spot capacity is back: the NodePool may launch spot again (a user's patch, as kubectl sends it)."""
     api = kubernetes.client.CustomObjectsApi(sim.api_client())
-    body = {"spec": {"template": {"spec": {"requirements": requirements("spot", "on-demand")}}}}
+    requirements = objects.nodepool(capacity_types=("spot", "on-demand"))["spec"]["template"]["spec"]["requirements"]
+    body = {"spec": {"template": {"spec": {"requirements": requirements}}}}
     api.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", "default", body)
 
 

@@ -17,38 +17,15 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from spotguard.sim import billing, capacity, scenario, testing
+from spotguard.sim import billing, capacity, objects, scenario, testing
 from spotguard.sim import clock as simclock
 from spotguard.sim import settings as settings_mod
 
 from tests.sim import controller_helpers as h
 
 SCALE = 20.0
-NODE_CLASS = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole-sim",
-                       "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}],
-                       "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "sim"}}]}}
-
-
-def nodepool(name: str = "default", *, capacity_types: tuple[str, ...] = ("spot", "on-demand"),
-             families: tuple[str, ...] = ("m5",), policy: str = "WhenEmpty", after: str = "30s",
-             weight: int | None = None, limits: dict[str, str] | None = None,
-             budgets: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(capacity_types)},
-                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": list(families)}]}},
-        "disruption": {"consolidationPolicy": policy, "consolidateAfter": after},
-    }
-    if weight is not None:
-        spec["weight"] = weight
-    if limits is not None:
-        spec["limits"] = limits
-    if budgets is not None:
-        spec["disruption"]["budgets"] = budgets
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
+NODE_CLASS = objects.node_class()
+nodepool = objects.nodepool
 
 
 def deployment(name: str, replicas: int, cpu: str = "1", **spec: Any) -> dict[str, Any]:

@@ -208,3 +208,56 @@ def hpa(
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
+
+
+def node_class(name: str = "default", *, discovery: str = "sim") -> Obj:
+    """A ``karpenter.k8s.aws/v1`` EC2NodeClass as Karpenter's getting-started guide writes one
+    (the NodePools below reference it by name)."""
+    tags = [{"tags": {"karpenter.sh/discovery": discovery}}]
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": name},
+        "spec": {
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "role": f"KarpenterNodeRole-{discovery}",
+            "subnetSelectorTerms": tags,
+            "securityGroupSelectorTerms": tags,
+        },
+    }
+
+
+def nodepool(
+    name: str = "default",
+    *,
+    capacity_types: tuple[str, ...] = ("spot", "on-demand"),
+    families: tuple[str, ...] = ("m5",),
+    policy: str = "WhenEmpty",
+    after: str = "30s",
+    weight: int | None = None,
+    limits: dict[str, str] | None = None,
+    budgets: list[Obj] | None = None,
+) -> Obj:
+    """A ``karpenter.sh/v1`` NodePool of the EC2NodeClass ``default``: instance ``families``,
+    ``capacity_types`` (empty: no capacity-type requirement, the label left undefined: see
+    :func:`spotguard.policy.nodepools.spot_for`), consolidation ``policy`` after ``after``."""
+    requirements: list[Obj] = []
+    if capacity_types:
+        requirements.append({"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(capacity_types)})
+    requirements.append({"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": list(families)})
+    spec: Obj = {
+        "template": {
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": requirements,
+            }
+        },
+        "disruption": {"consolidationPolicy": policy, "consolidateAfter": after},
+    }
+    if weight is not None:
+        spec["weight"] = weight
+    if limits is not None:
+        spec["limits"] = limits
+    if budgets is not None:
+        spec["disruption"]["budgets"] = budgets
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
