@@ -113,6 +113,22 @@ def test_no_spot_room_but_a_nodepool_that_launches_spot_plans_the_move() -> None
     assert len(plan.moves) == 3 and all(m.launch == "bare" for m in plan.moves)
 
 
+def test_a_statefulset_is_never_evicted_to_wait_for_a_launch() -> None:
+    """A StatefulSet's move evicts its pod first: with no spot node that has room, a NodePool
+    that could launch one is no target (the pod would be down for the launch, or for as long as
+    EC2 refuses spot: tests/chaos spot-refused-after-reclaim, db and queue one short)."""
+    nodes = [node("od", "on-demand")]
+    pods = [wpod("db", i, "od", owner=("StatefulSet", "db")) for i in range(3)]
+    db = state("db", pods, kind=Kind.STATEFULSET)
+    plan = rebalance.plan(CFG, nodes, pods, [db], pools=[SPOT_POOL])
+    assert plan.moves == () and skip_of(plan, "db") is SkipReason.NO_SPOT_ROOM
+    [skip] = plan.skipped
+    assert "a StatefulSet's pod is moved only to room that exists" in skip.detail
+    # a spot node with room: the eviction is planned, to it
+    plan = rebalance.plan(CFG, [*nodes, node("spot-1", "spot")], pods, [db], pools=[SPOT_POOL])
+    assert [(m.to_node, m.launch) for m in plan.moves] == [("spot-1", "")]
+
+
 def test_a_pool_tainted_for_others_launches_nothing_for_the_pod() -> None:
     nodes = [node("od", "on-demand")]
     pods = [wpod("web", i, "od") for i in range(2)]

@@ -487,10 +487,15 @@ def plan(
             for n in targets
         ]
         room = [(usage.get(f.node, fit.EMPTY).pods, f.node) for f in fits if f.ok]
-        pool = None if room else nodepools.spot_for(pod, pools, config.spot_tolerations, ours)
+        # A StatefulSet's move evicts its pod first: it is down until it runs again, so only
+        # where a spot node has room now, never for a launch (30-40 s at best; for as long as
+        # EC2 refuses spot at worst). A Deployment's new replicas come first and may wait.
+        evicts = method_for(cand.state.workload) is Method.EVICT
+        pool = None if room or evicts else nodepools.spot_for(pod, pools, config.spot_tolerations, ours)
         if not room and pool is None:
             # Pods of one workload share a template: one failure speaks for all.
-            failed[key] = _summarise(fits) + ("; no NodePool can launch spot for it" if pools else "")
+            why = "; a StatefulSet's pod is moved only to room that exists" if evicts and pools else ""
+            failed[key] = _summarise(fits) + (why or ("; no NodePool can launch spot for it" if pools else ""))
             continue
         target = ""
         if room:
