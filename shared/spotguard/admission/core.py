@@ -16,14 +16,13 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from spotguard.admission import deadline, errors, health, launches, metrics, reviews
+from spotguard.admission import deadline, errors, health, launches, metrics, reviews, throttle
 from spotguard.admission import resolve as resolve_mod
 from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
@@ -43,7 +42,6 @@ T = TypeVar("T")
 DEFAULT_NAMESPACE = "spotguard"
 # Admission runs under a three-second webhook timeout: short API deadlines, few retries.
 API_POLICY = retry.Policy(attempts=2, deadline=1.5, timeout=1.0, connect_timeout=0.5, base_delay=0.05)
-EVENT_INTERVAL = 600.0  # seconds between two identical Events about one workload
 # With no spot node in the cached list, the list is read again when older than this (seconds):
 # spot nodes joining after a reclaim are seen at once, not after the node cache's minute.
 NO_SPOT_NODES_MAX_AGE = 1.0
@@ -81,26 +79,17 @@ class Outcome:
 class EventReporter:
     """Warning Events for invalid annotations, deduplicated in-process."""
 
-    def __init__(self, kube: Any | None, interval: float = EVENT_INTERVAL) -> None:
+    def __init__(self, kube: Any | None, interval: float = throttle.EVENT_INTERVAL) -> None:
         self.kube = kube
-        self.interval = interval
-        self._sent: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
+        self.throttle = throttle.Throttle(interval)
 
     def report(self, resolved: Resolved, problems: Sequence[Problem]) -> None:
         if not problems:
             return
         message = "; ".join(str(p) for p in problems)
         w = resolved.workload
-        key = (w.uid or w.key, message)
-        now = time.monotonic()
-        with self._lock:
-            last = self._sent.get(key)
-            if last is not None and now - last < self.interval:
-                return
-            if len(self._sent) > 10_000:
-                self._sent.clear()
-            self._sent[key] = now
+        if not self.throttle.due((w.uid or w.key, message)):
+            return
         log.warning("invalid spotguard annotation", extra={"workload": w.key, "problems": message})
         if self.kube is not None:
             self.kube.create_event(

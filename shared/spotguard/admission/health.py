@@ -44,7 +44,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from spotguard.admission import launches, metrics
+from spotguard.admission import launches, metrics, throttle
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.placement import Placement
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 5.0  # how long one readiness verdict is reused
-EVENT_INTERVAL = 600.0
 CONDITIONS = metrics.CONDITIONS
 
 
@@ -68,7 +67,7 @@ class Health:
         self._reached = False
         self._problem: str | None = None
         self._conditions: dict[str, str] = {}  # condition -> what it is, in words
-        self._events: dict[str, float] = {}
+        self._events = throttle.Throttle()
         self._launch: str | None = None  # what launches on-demand capacity while no node is on-demand
         metrics.READY.set(0)
         for condition in CONDITIONS:
@@ -182,15 +181,8 @@ class Health:
         """A slot of ``wanted`` capacity that no node the pod can run on offers."""
         metrics.UNPLACEABLE.labels(wanted.value).inc()
         w = resolved.workload
-        key = f"{w.uid or w.key}/{wanted.value}"
-        now = time.monotonic()
-        with self._lock:
-            last = self._events.get(key)
-            if last is not None and now - last < EVENT_INTERVAL:
-                return
-            if len(self._events) > 10_000:
-                self._events.clear()
-            self._events[key] = now
+        if not self._events.due(f"{w.uid or w.key}/{wanted.value}"):
+            return
         message = (
             f"no node this pod can run on is {wanted.value} under the configured label schemes, "
             f"and none can be launched for it; "
