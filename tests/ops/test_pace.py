@@ -78,6 +78,11 @@ def test_a_paced_notice_is_reported_and_keeps_simulated_time_continuous(tmp_path
     assert scales["placing"] == 100 and scales["notice"] < 100, scales
     assert any("ran at x" in n for n in data["notes"]), data["notes"]
     assert data["interruption_free"] is True, data["workloads"]
+    # AND the Deployments that lost pods say how long before the reclaim their replacements
+    # served on nodes that stay (their margin, inside the 40 s); the StatefulSet has none
+    margins = {w["name"]: w["margin_seconds"] for w in data["workloads"]}
+    assert margins["db"] is None and margins["web"] is not None, margins
+    assert all(0 < m <= 40 for m in margins.values() if m is not None), margins
     # AND simulated time ran on from the notice: the reclaim came and the cycle settled
     assert data["simulated_seconds"] >= 40 and data["settled"] is True
     # AND --pace fixed runs the same notice at x100

@@ -135,3 +135,30 @@ def test_the_serving_total_over_time_starts_at_the_notice_and_changes_only_on_a_
               (130.0, "b", 0, 2), (140.0, "b", 0, 2), (150.0, "a", 1, 1)]  # fmt: skip
     assert serving.totals_over_time(series, 100.0) == [(0.0, 5), (30.0, 3), (50.0, 4)]
     assert serving.totals_over_time(series[:2], 100.0) == [(0.0, 5)]
+
+
+def test_each_deployment_at_risk_has_its_margin_in_the_table_and_the_json() -> None:
+    """Issue 23 item 2: the margin (the replacements serving on nodes that stay vs the reclaim)
+    per workload. web had a pod on the doomed node and was covered 40 s after the notice: 80 s
+    before the reclaim at 120 s; a StatefulSet (its pod's identity is replaced only after the
+    old one is gone) and a Deployment with nothing on the doomed nodes have none."""
+    import io
+
+    from rich.console import Console
+
+    o = outcome()
+    o.options = cycle.Options(objects=[], reclaim_after=120.0)
+    o.after[WEB].covered = o.t0 + 40
+    o.at_risk = {WEB: 1, DB: 1}
+    rows = {r.key: r for r in report.rows(o)}
+    assert rows[WEB].margin == 80.0 and rows[DB].margin is None
+    data = report.summary(o, list(rows.values()))
+    assert {w["name"]: w["margin_seconds"] for w in data["workloads"]} == {"web": 80.0, "db": None}
+    out = io.StringIO()
+    Console(file=out, width=200).print(report.rich_table(list(rows.values())))
+    assert "+80s" in out.getvalue() and "margin" in out.getvalue()
+    # covered after the reclaim: a negative margin; nothing at risk: none
+    o.after[WEB].covered = o.t0 + 150
+    assert next(r for r in report.rows(o) if r.key == WEB).margin == -30.0
+    o.at_risk = {}
+    assert next(r for r in report.rows(o) if r.key == WEB).margin is None

@@ -118,3 +118,33 @@ def test_the_schedulers_lag_is_measured_from_creation_to_binding_since_the_notic
     t.on_change("DELETED", "pods", pod("gone", "", ready=False))
     clock.t += 100
     assert t.bind_lag()[0] == 2  # a pod deleted unbound was never bound: no wait recorded
+
+
+def test_a_workload_is_covered_once_its_count_serves_on_nodes_that_stay() -> None:
+    """The margin's measure: at the notice web serves 4, two of them on spot-1 (going at +120 s);
+    it is covered when 4 serve on nodes that stay, counting the replacements' readiness, never
+    the doomed pods, and never before the notice says which nodes go."""
+    clock = Clock()
+    t = tracker(clock)
+    for uid, where in (("a", "od-1"), ("b", "spot-1"), ("c", "spot-1"), ("d", "spot-2")):
+        t.on_change("ADDED", "pods", pod(uid, where))
+    t.on_change("ADDED", "pods", pod("other", "spot-2", app="api"))
+    t.arm({KEY: 4, "Deployment/shop/api": 1})
+    t.will_die(["spot-1"], clock.t + 120)
+    notice = clock.t
+    assert t.snapshot()[KEY].safe == 2 and t.snapshot()[KEY].covered is None
+    assert t.snapshot()["Deployment/shop/api"].covered == notice  # nothing on spot-1: covered at once
+    # the surge: one replacement Ready at +20 s, a second created at +30 s, Ready at +50 s
+    clock.t += 20
+    t.on_change("ADDED", "pods", pod("e", "od-1"))
+    clock.t += 10
+    t.on_change("ADDED", "pods", pod("f", "od-1", ready=False))
+    assert t.snapshot()[KEY].covered is None  # 3 on nodes that stay, the 4th not Ready
+    clock.t += 20
+    t.on_change("MODIFIED", "pods", pod("f", "od-1"))
+    assert t.snapshot()[KEY].covered == notice + 50
+    # the reclaim takes spot-1's pods: covered stays when it was
+    clock.t += 70
+    t.tick()
+    c = t.snapshot()[KEY]
+    assert c.total == 4 and c.safe == 4 and c.covered == notice + 50

@@ -41,6 +41,8 @@ def test_pods_slower_than_the_notice_break_the_promise_and_say_why() -> None:
     assert web["lost_service"] is True and web["min_ready"] < web["ready_before"]
     assert "take 200s to start" in web["risk"]
     assert web["cause"] == "physics"  # no cluster starts a 200 s pod within a 120 s notice
+    # its replacements served only after the reclaim: a negative margin (or never)
+    assert web["margin_seconds"] is None or web["margin_seconds"] < 0
 
 
 def test_a_control_plane_too_slow_to_replace_the_pods_is_named_as_the_cause(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ class Outcome:
     scheduler_lag: dict[str, float] = field(default_factory=dict)  # pods bound since the notice, p99 and max waits
     spot_returned: float | None = None  # simulated seconds from the notice to new spot nodes joining
     money: dict[str, Any] = field(default_factory=dict)  # the instances' cost (spotguard.ops.money)
+    at_risk: dict[str, int] = field(default_factory=dict)  # serving pods on the doomed nodes at the notice
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -427,7 +428,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
-            time_scales=scales, scheduler_lag=lag, money=cost,
+            time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover

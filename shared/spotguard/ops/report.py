@@ -47,6 +47,9 @@ class Row:
     # why the promise broke: "physics" (no cluster of this scenario could have had a
     # replacement Ready within the notice), "spotguard" (one could); "" when it held
     cause: str = ""
+    # A Deployment with pods on the doomed nodes: seconds before the reclaim at which as many
+    # pods served on nodes that stay as before the notice (negative: after it; None: never)
+    margin: float | None = None
 
     @property
     def key(self) -> str:
@@ -82,9 +85,19 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
                 spot_share_during=_share(r.pod_seconds[SPOT], during_total),
                 spot_share_after=_share(a.serving[SPOT], a.total),
                 cost_vs_on_demand=round(cost, 4), risk=risk, cause=cause,
+                margin=margin(outcome, key) if w.kind is Kind.DEPLOYMENT else None,
             )
         )  # fmt: skip
     return out
+
+
+def margin(outcome: cycle.Outcome, key: str) -> float | None:
+    """How long before the reclaim a Deployment's replacements were serving (its count before the
+    notice on nodes that stay); None for one with nothing on the doomed nodes, or never covered."""
+    covered = outcome.after.get(key, serving.Counts()).covered
+    if not outcome.at_risk.get(key) or covered is None:
+        return None
+    return round(outcome.t0 + outcome.options.reclaim_after - covered, 1)
 
 
 def _physics(outcome: cycle.Outcome, kind: Kind) -> str:
@@ -189,6 +202,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
                 "cost_vs_on_demand": r.cost_vs_on_demand,
                 "risk": r.risk,
                 "cause": r.cause,
+                "margin_seconds": r.margin,
             }
             for r in table
         ],
@@ -200,21 +214,22 @@ def rich_table(table: list[Row], limit: int = 40) -> Any:
     from rich.table import Table
 
     t = Table(
-        title="serving replicas before the notice, lowest since, time below desired; "
-        "spot share before, during, after; cost vs all on-demand",
+        title="serving replicas before the notice, lowest since, time below desired; margin: the "
+        "replacements serving this long before the reclaim; spot share before, during, after; cost vs all on-demand",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 0, 0, 1),
         pad_edge=False,
     )
     t.add_column("workload", no_wrap=True)
-    for col in ("floor", "before", "lowest", "below", "spot", "during", "after", "cost"):
+    for col in ("floor", "before", "lowest", "below", "margin", "spot", "during", "after", "cost"):
         t.add_column(col, justify="right")
     t.add_column("promise")
     shown = sorted(table, key=lambda r: (not r.lost_service, r.key))[:limit]
     for r in shown:
         t.add_row(
             _label(r), str(r.floor), str(r.ready_before), str(r.min_ready), f"{r.seconds_below_desired:.0f}s",
+            "" if r.margin is None else f"{r.margin:+.0f}s",
             f"{r.spot_share_before:.0%}", f"{r.spot_share_during:.0%}", f"{r.spot_share_after:.0%}",
             f"{r.cost_vs_on_demand:.0%}", f"[red]broken ({r.cause})[/red]" if r.lost_service else "[green]kept[/green]",
         )  # fmt: skip

@@ -46,6 +46,8 @@ class Counts:
     below_seconds: float = 0.0  # simulated seconds serving < desired
     pod_seconds: dict[str, float] = field(default_factory=lambda: {SPOT: 0.0, ON_DEMAND: 0.0})
     since: float = 0.0  # when the integrals were last brought up to date
+    safe: int = 0  # serving on nodes with no reclaim ahead
+    covered: float | None = None  # since the notice: when ``safe`` first reached ``before``
 
     @property
     def total(self) -> int:
@@ -97,10 +99,20 @@ class Serving:
                 self._node(event_type, obj)
 
     def will_die(self, nodes: Iterable[str], when: float) -> None:
-        """The instances behind ``nodes`` go at simulated time ``when`` (their pods stop serving then)."""
+        """The instances behind ``nodes`` go at simulated time ``when`` (their pods stop serving then):
+        from now on a workload is covered (:attr:`Counts.covered`) once as many pods serve on
+        nodes that stay as served before the notice."""
+        now = self.clock()
         with self.lock:
             for n in nodes:
+                if n in self.deaths:
+                    continue
                 self.deaths[n] = when
+                for p in self.pods.values():
+                    if p.node == n and self._weight(p)[1]:
+                        self.counts[p.key].safe -= 1
+            for c in self.counts.values():
+                self._cover(c, now)
 
     def tick(self) -> None:
         """Kill the nodes whose reclaim time has come."""
@@ -134,7 +146,10 @@ class Serving:
     def snapshot(self) -> dict[str, Counts]:
         with self.lock:
             return {
-                k: Counts(dict(c.serving), dict(c.placed), c.before, c.lowest, c.below_seconds, dict(c.pod_seconds))
+                k: Counts(
+                    dict(c.serving), dict(c.placed), c.before, c.lowest, c.below_seconds, dict(c.pod_seconds),
+                    safe=c.safe, covered=c.covered,
+                )
                 for k, c in self.counts.items()
             }
 
@@ -239,10 +254,17 @@ class Serving:
             c.placed[cap] = c.placed.get(cap, 0) + sign
             if serving:
                 c.serving[cap] = c.serving.get(cap, 0) + sign
+                if pod is not None and pod.node not in self.deaths:
+                    c.safe += sign
         if self.armed_at is not None:
             c.lowest = min(c.lowest, c.total)
+            self._cover(c, now)
         if (c.serving[SPOT], c.serving[ON_DEMAND]) != before:
             self.series.append((now, key, c.serving[SPOT], c.serving[ON_DEMAND]))
+
+    def _cover(self, c: Counts, now: float) -> None:
+        if self.deaths and c.covered is None and c.safe >= c.before:
+            c.covered = now
 
     def _advance(self, key: str, now: float) -> None:
         if self.armed_at is None:
