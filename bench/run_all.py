@@ -100,11 +100,18 @@ def _admission_large(r: Result) -> str:
 def _chaos(r: Result) -> str:
     runs = r.get("runs") or []
     each = "; ".join(
-        f"{x.get('faults')}: worst margin {_num(x.get('worst_margin'))}, back after "
-        f"{_num(x.get('recovered_after_s'), 0)} simulated s" for x in runs
+        f"{x.get('faults')}: worst margin {_num(x.get('worst_margin'))}, smallest margin in time "
+        f"{_seconds_margin(x)}, back after {_num(x.get('recovered_after_s'), 0)} simulated s" for x in runs
     )
     held = r.get("promise_held")
     return f"every spot node at once, x{_num(r.get('time_scale'), 0)}: **promise held: {held}** ({each})"
+
+
+def _seconds_margin(run: Result) -> str:
+    """The smallest of a run's per-Deployment margins (its replacements serving that long before
+    the reclaim), or "n/a" (a run from before the margins were measured)."""
+    values = [m for m in (run.get("margin_seconds") or {}).values() if m is not None]
+    return f"{min(values):.0f} s before the reclaim" if values else "n/a"
 
 
 def _drainer_race(r: Result) -> str:

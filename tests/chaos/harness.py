@@ -252,6 +252,7 @@ class Chaos:
     cfg: config_mod.Config
     workdir: Path
     tracker: readiness.Tracker = field(default_factory=readiness.Tracker)
+    reclaims: list[float] = field(default_factory=list)  # simulated times of the reclaims asked for
     owner: dict[str, int] = field(default_factory=dict)  # key -> the count its owner wants
     floor: dict[str, int] = field(default_factory=dict)
     autoscalers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (min, max)
@@ -404,6 +405,7 @@ class Chaos:
         if self.t0 is not None:
             return
         self.tracker.start(self.sim.store)
+        self.tracker.clock = self.sim.clock.now
         self.tracker.arm(self.spot())
         self.before = self.tracker.counts()
         self.t0 = self.sim.clock.now()
@@ -457,6 +459,7 @@ class Chaos:
         """EC2's interruption warning for ``names`` now, the instances terminated two minutes later."""
         self.notify(names)
         self.doomed.update(names)
+        self.reclaims.append(self.sim.clock.now() + reclaim_after)
         self.sim.reclaim(names, after_seconds=reclaim_after)
 
     def sleep(self, sim_seconds: float) -> None:
@@ -595,7 +598,21 @@ class Chaos:
             "before": dict(sorted(self.before.items())),
             "floors": {k: self.floor[k] for k in sorted(self.before)},
             "recovered_after_s": round(self.recovered_at - self.t0, 1),
+            "margin_seconds": self.margins(),
         }
+
+    def margins(self) -> dict[str, float | None]:
+        """Per Deployment with pods on the spot nodes at the first notice: simulated seconds
+        before the first reclaim at which its count from before the notice served on other
+        nodes (negative: only after it; None: never). Issue 23 item 2's margin."""
+        reclaim = min(self.reclaims) if self.reclaims else None
+        out: dict[str, float | None] = {}
+        for key in sorted(self.tracker.at_risk):
+            if not key.startswith("Deployment/") or reclaim is None:
+                continue
+            covered = self.tracker.covered.get(key)
+            out[key] = None if covered is None else round(reclaim - covered, 1)
+        return out
 
 
 def _capacity(n: Obj) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,12 @@ class Tracker:
     armed: bool = False
     created: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # key -> placement labels
     cloud: cloud_mod.Cloud = field(default_factory=cloud_mod.Cloud)
+    # Once armed: the time (``clock``) each workload first had its count at arming serving on
+    # nodes that are not doomed (a workload with nothing on them: at arming)
+    clock: Callable[[], float] | None = None
+    covered: dict[str, float] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)  # serving at arming
+    at_risk: dict[str, int] = field(default_factory=dict)  # serving on the doomed nodes at arming
 
     def start(self, store: Any) -> None:
         self.cloud = cloud_mod.of(store)
@@ -123,7 +129,18 @@ class Tracker:
         with self.lock:
             self.doomed = set(doomed)
             self.lowest = {k: len(v) for k, v in self.ready.items()}
+            self.counted = dict(self.lowest)
+            on_doomed = {k: sum(1 for node in v.values() if node in self.doomed) for k, v in self.ready.items()}
+            self.at_risk = {k: n for k, n in on_doomed.items() if n}
             self.armed = True
+            for key in self.ready:
+                self._cover(key)
+
+    def _cover(self, key: str) -> None:
+        if self.clock is None or key in self.covered or key not in self.counted:
+            return
+        if sum(1 for n in self.ready[key].values() if n not in self.doomed) >= self.counted[key]:
+            self.covered[key] = self.clock()
 
     def on_change(self, event_type: str, resource: str, obj: Obj) -> None:
         with self.lock:
@@ -148,6 +165,7 @@ class Tracker:
             self.ready[key].pop(uid, None)
         if self.armed:
             self.lowest[key] = min(self.lowest.get(key, 10**9), len(self.ready[key]))
+            self._cover(key)
 
     def count(self, key: str) -> int:
         with self.lock:
