@@ -100,11 +100,17 @@ def _admission_large(r: Result) -> str:
 def _chaos(r: Result) -> str:
     runs = r.get("runs") or []
     each = "; ".join(
-        f"{x.get('faults')}: worst margin {_num(x.get('worst_margin'))}, smallest margin in time "
+        f"{x.get('faults')}{_scale_of(x, r)}: worst margin {_num(x.get('worst_margin'))}, smallest margin in time "
         f"{_seconds_margin(x)}, back after {_num(x.get('recovered_after_s'), 0)} simulated s" for x in runs
     )
     held = r.get("promise_held")
     return f"every spot node at once, x{_num(r.get('time_scale'), 0)}: **promise held: {held}** ({each})"
+
+
+def _scale_of(run: Result, whole: Result) -> str:
+    """" (at x4)" for a run at another time scale than the benchmark's."""
+    scale = run.get("time_scale")
+    return "" if scale is None or scale == whole.get("time_scale") else f" (at x{_num(scale, 0)})"
 
 
 def _seconds_margin(run: Result) -> str:

@@ -29,7 +29,9 @@ def test_the_table_goes_between_the_markers_and_nothing_else_changes(tmp_path: P
         "promise_held": True, "time_scale": 20.0, "runs": [{"faults": "none", "worst_margin": 0,
                                                            "margin_seconds": {"Deployment/shop/web": 78.8,
                                                                               "Deployment/shop/api": 81.5},
-                                                           "recovered_after_s": 239.0}]},
+                                                           "recovered_after_s": 239.0},
+                                                          {"faults": "mixed", "time_scale": 4.0, "worst_margin": 0,
+                                                           "recovered_after_s": 300.0}]},
         load_before="0.50/0.40/0.30", load_after="1.00/0.50/0.30", date="2026-11-26 12:00")
     broken = ra.Run("sim", [sys.executable, "bench/sim.py"], error="exit 1", load_before="1", load_after="1",
                     date="2026-11-26 12:05")
@@ -40,6 +42,7 @@ def test_the_table_goes_between_the_markers_and_nothing_else_changes(tmp_path: P
     section = text.split(ra.README_START)[1].split(ra.README_END)[0]
     assert "| `bench/chaos.py` |" in section and "**promise held: True**" in section and "| met |" in section
     assert "smallest margin in time 79 s before the reclaim" in section
+    assert "mixed (at x4): worst margin 0, smallest margin in time n/a" in section
     assert "| `bench/sim.py` |" in section and "| failed |" in section
     assert "2026-11-26 12:00 UTC" in section
     # written twice, the section is replaced, not repeated

@@ -61,6 +61,15 @@ VISIBILITY = 2
 RETRY_DELAY = 1
 MAX_RECEIVES = 20  # the dead-letter queue's redrive policy (infra/aws: 5 receives over minutes)
 SETTLE_TIMEOUT = 150.0  # real seconds at TIME_SCALE (see Chaos.window)
+# Runs whose API requests hang (timeouts) go at x4, not x20. A hung request costs real time (the
+# client's timeout, the webhook's 3 s), and at x20 every real second is 20 of the cluster's: a pod
+# created through a webhook whose read hangs waited 60 simulated seconds (3 in production), so a
+# surge's slow-start batches (1, 2, 4) took three minutes and no surge was Ready at the reclaim,
+# whatever spotguard did (10 of 12 scenarios broke so on 2026-11-26). At x4 the functions' client
+# times out after 10 simulated seconds (production's), the webhook's 3 s costs 12 (4x
+# production's), the guard's grace and error hold are production's, and every cluster timing is
+# unchanged: still harsher than a real cluster, and no kinder.
+DELAY_TIME_SCALE = 4.0
 TAINT_KEY = "spotguard.io/interruption"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

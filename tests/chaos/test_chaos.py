@@ -557,15 +557,9 @@ BROKEN: dict[str, str] = {
 # time compression below; under 429s the same delay came from Retry-After honoured in real
 # seconds, fixed in functions.SimulatedTimePolicy.)
 DELAY_FAULTS = ("faults-20pct-timeout", "faults-20pct-mixed")
-# Those columns run at x4, not x20. A hung request costs real time (the client's timeout, the
-# webhook's 3 s), and at x20 every real second is 20 of the cluster's: a pod created through a
-# webhook whose read hangs waited 60 simulated seconds (3 in production), so a surge's slow-start
-# batches (1, 2, 4) took three minutes and no surge was Ready at the reclaim, whatever spotguard
-# did (10 of 12 scenarios broke so on 2026-11-26). At x4 the functions' client times out after
-# 10 simulated seconds (production's), the webhook's 3 s costs 12 (4x production's), the guard's
-# grace and error hold are production's, and every cluster timing is unchanged: still harsher
-# than a real cluster, and no kinder. SPOTGUARD_CHAOS_TIME_SCALE overrides it for any column.
-DELAY_TIME_SCALE = 4.0
+# Those columns run at x4, not x20 (harness.DELAY_TIME_SCALE says why); SPOTGUARD_CHAOS_TIME_SCALE
+# overrides it for any column.
+DELAY_TIME_SCALE = h.DELAY_TIME_SCALE
 
 
 # SPOTGUARD_CHAOS_SURGE=copy: every scenario surges with a copy (``surge_copy``).
