@@ -41,7 +41,7 @@ CREATED = "2026-01-01T00:00:00Z"
 
 def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
     """The scenario's objects plus, at the optimum, every pod, ReplicaSet and reservation Lease."""
-    from spotguard.policy import config, floors
+    from spotguard.policy import config, floors, patches
     from spotguard.policy.workloads import Workload
     from spotguard.sim import objects, settings
     from spotguard.sim import scenario as scenario_mod
@@ -52,6 +52,11 @@ def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
     capacity = objects.CAPACITY
     on_demand = [n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(capacity) == "on-demand"]
     spot = [n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(capacity) == "spot"]
+    # node-added's first pass labels every spot node (patches.SPOT_NODE_LABEL): in the steady
+    # state they carry it, and a pass has nothing to label
+    for n in nodes:
+        if n["metadata"]["name"] in spot:
+            n["metadata"]["labels"][patches.SPOT_NODE_LABEL] = patches.SPOT_NODE_VALUE
     cfg = config.Config()
     cursor = {"on-demand": 0, "spot": 0}
     pods: list[Obj] = []
