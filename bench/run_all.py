@@ -108,7 +108,7 @@ def _chaos(r: Result) -> str:
 
 
 def _scale_of(run: Result, whole: Result) -> str:
-    """" (at x4)" for a run at another time scale than the benchmark's."""
+    """The run's scale, as " (at x4)", where it differs from the benchmark's; "" otherwise."""
     scale = run.get("time_scale")
     return "" if scale is None or scale == whole.get("time_scale") else f" (at x{_num(scale, 0)})"
 

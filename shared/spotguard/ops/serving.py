@@ -104,13 +104,11 @@ class Serving:
         nodes that stay as served before the notice."""
         now = self.clock()
         with self.lock:
-            for n in nodes:
-                if n in self.deaths:
-                    continue
-                self.deaths[n] = when
-                for p in self.pods.values():
-                    if p.node == n and self._weight(p)[1]:
-                        self.counts[p.key].safe -= 1
+            new = {n for n in nodes if n not in self.deaths}
+            for p in self.pods.values():  # one pass over the pods, however many nodes go
+                if p.node in new and self._weight(p)[1]:
+                    self.counts[p.key].safe -= 1
+            self.deaths.update(dict.fromkeys(new, when))
             for c in self.counts.values():
                 self._cover(c, now)
 
