@@ -232,14 +232,17 @@ def test_a_slow_api_server_still_gets_its_first_pods_placed(tmp_path: Path) -> N
         assert harness.metric(s.servers[0], "spotguard_admission_requests_total", outcome="failed_open") == 0
 
 
-def test_an_api_too_slow_for_the_deadline_gets_an_unchanged_answer_and_nothing_written(tmp_path: Path) -> None:
-    # The default 2 s deadline: a cold start's three round trips at 1.1 s each cannot fit.
+def test_an_api_too_slow_for_the_lease_write_gets_the_pod_placed_and_nothing_written(tmp_path: Path) -> None:
+    # A 2 s deadline: a cold start's reads at 1.1 s each leave no time for the Lease write.
     with harness.served(_small(), tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": "2"}) as s:
         s.sim.faults.set(latency_seconds=1.1)
         s.k.create(r.DEPLOYMENTS, harness.deployment("crawl", 1), NS)
         pods = harness.running(s.k, "crawl", 1, timeout=120)
         s.sim.faults.clear()
-        assert "spotguard.io/placement" not in pods[0]["metadata"].get("labels", {})  # allowed unchanged
+        # placed on on-demand from what the review knew (its floor slot), without a reservation
+        assert pods[0]["metadata"]["labels"].get("spotguard.io/placement") == "on-demand"
+        assert "spotguard.io/reservation" not in (pods[0]["metadata"].get("annotations") or {})
+        assert harness.metric(s.servers[0], "spotguard_admission_degraded_total", how="unreserved") == 1
         assert _reservations_without_pods(s) == []  # nothing written after the deadline
         time.sleep(2.5)  # past every review's deadline: still nothing
         assert _reservations_without_pods(s) == []

@@ -76,7 +76,12 @@ def test_a_burst_of_on_demand_pods_of_one_replicaset_on_a_slow_api_server_all_pl
         # WHEN the API server slows to 0.65 s a call and the Deployment is scaled to 16:
         # slow-start batches of 1, 2, 4 and 8 pods, 11 more on-demand slots among them
         pods = _scaled_slowly(s, "web", 16, BURST_LATENCY)
-        # THEN every pod was placed (none admitted unpatched or shed) and the floor is exact
+        # THEN every pod was placed (none admitted unpatched or shed) and the floor is exact:
+        # an on-demand replica past it only where a review had no time for its Lease write
+        # and was placed on on-demand all the same (a loaded machine; see test_degraded)
         for outcome in ("failed_open", "shed"):
             assert harness.metric(s.servers[0], "spotguard_admission_requests_total", outcome=outcome) == 0
-        assert harness.on_demand(s.k, pods) == (12, 12)
+        degraded = harness.metric(s.servers[0], "spotguard_admission_degraded_total")
+        by_node, by_label = harness.on_demand(s.k, pods)
+        assert by_node == by_label
+        assert 12 <= by_label <= 12 + degraded

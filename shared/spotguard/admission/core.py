@@ -74,6 +74,9 @@ class Outcome:
     placement: Placement | None = None
     patch: Sequence[Mapping[str, Any]] = ()
     warnings: Sequence[str] = ()
+    # placed from what the review knew when the API server did not answer in time (see
+    # metrics.DEGRADED): "" for a decision on a full read
+    degraded: str = ""
 
 
 class EventReporter:
@@ -346,8 +349,21 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
     try:
         with deadline.running(d):
             outcome = _admit(request, ctx)
-            if outcome.outcome == "patched" and d.remaining() <= 0:
+            if outcome.outcome == "patched" and d.remaining() <= 0 and not outcome.degraded:
+                # (a degraded answer wrote nothing that needs the pod to carry it: sent even
+                # this late, it is either applied or thrown away with nothing left behind)
                 raise deadline.DeadlineExceeded("review deadline passed while deciding")
+            if outcome.degraded:
+                metrics.DEGRADED.labels(outcome.degraded).inc()
+                log.warning(
+                    "the API server did not answer in time; pod placed from what the review knew",
+                    extra={
+                        "uid": request.get("uid"),
+                        "how": outcome.degraded,
+                        "placement": outcome.placement.value if outcome.placement else None,
+                        "reason": outcome.reason,
+                    },
+                )
             return outcome
     except errors.WebhookError:
         raise
@@ -447,9 +463,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
 
     token: str | None = None
     cost: int | None = None
+    degraded = ""
     if workload.kind is Kind.STATEFULSET:
         # Its controller removes the highest ordinals first, whatever their cost.
-        decision, latest[0] = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
+        decision, latest[0], degraded = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
     elif floor.on_demand == 0:
         decision = decide(0, (), 0)  # nothing to reserve
     else:
@@ -467,7 +484,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             refresh=None if resolved.fresh else refresh,
             ranks=numbering,
         )
-        decision, token = claim.decision, claim.token
+        decision, token, degraded = claim.decision, claim.token, claim.degraded
         if numbering is not None and claim.number is not None:
             cost = numbering.cost(claim.number)
     if decision.placement is None:
@@ -488,7 +505,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         require_spot=require_spot,
         node_keys=keys,
     )
-    return Outcome("patched", decision.reason, decision.placement, ops)
+    return Outcome("patched", decision.reason, decision.placement, ops, degraded=degraded)
 
 
 def _deciding(pod: PodView, workload: Workload, floor: floors.Floor) -> Decide:
@@ -597,13 +614,17 @@ def _forced(
 
 def _statefulset_decision(
     view: PodView, resolved: Resolved, config: Config, ns_annotations: Mapping[str, str], ctx: Context
-) -> tuple[placement.Decision, Workload]:
+) -> tuple[placement.Decision, Workload, str]:
     """By the pods actually placed: the set's live pods and the set itself, both read now
-    (the decision, and the set as read).
+    (the decision, the set as read, and "by_ordinal" when the pods could not be read in time).
 
     The set is read again even when cached: a scale-down right before a scale-up
     leaves a cached copy with more replicas (a higher floor) than the set has.
     The GET rides along with the LIST, so it costs no extra round trip.
+
+    When the API server does not answer the LIST within the review's time, the pod is
+    placed by its ordinal on the set as known (the lowest ordinals hold the floor, as
+    they do once the set has settled) rather than let through with no placement.
     """
     assert ctx.kube is not None
     fresh: futures.Future[Resolved] | None = None
@@ -613,9 +634,17 @@ def _statefulset_decision(
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
     selector = resolve_mod.label_selector(match)
-    raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
+    degraded = ""
+    try:
+        raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
+    except (deadline.DeadlineExceeded, kube_mod.Transient):
+        raw, degraded = [], "by_ordinal"
     if fresh is not None:
-        resolved = fresh.result()
+        if degraded:
+            if fresh.done() and fresh.exception() is None:
+                resolved = fresh.result()
+        else:
+            resolved = fresh.result()
     workload = resolved.workload
     floor = floors.floor_for(workload, config, ns_annotations, replicas=max(workload.replicas, 1))
     spec = resolved.obj.get("spec") or {}
@@ -637,7 +666,7 @@ def _statefulset_decision(
         node_capacity=capacity,
         ordinal_start=start,
     )
-    return decision, workload
+    return decision, workload, degraded
 
 
 def _beyond_ordinals(resolved: Resolved, pod: PodView) -> bool:

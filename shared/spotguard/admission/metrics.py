@@ -57,6 +57,15 @@ SHED = prometheus_client.Counter(
     "spotguard_admission_shed",
     "Reviews answered allowed and unchanged without deciding: they waited past their deadline before being served",
 )
+DEGRADED = prometheus_client.Counter(
+    "spotguard_admission_degraded",
+    "Pods placed from what the review already knew because the API server did not answer in time: "
+    "'unreserved' (an on-demand slot whose Lease write there was no time for), 'unconfirmed' (the write "
+    "did not come back in time), 'uncounted' (no time for the count: decided on the last one), "
+    "'by_ordinal' (a StatefulSet pod placed by its ordinal, its set's pods "
+    "not listed in time). Such a slot can put a workload a replica over its floor until node-added's next pass",
+    ["how"],
+)
 CONFLICTS = prometheus_client.Counter(
     "spotguard_admission_reservation_conflicts",
     "Reservation Lease writes that lost to another instance and were recomputed",

@@ -87,6 +87,7 @@ never writes or waits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -118,6 +119,9 @@ POD_ANNOTATION = "spotguard.io/reservation"
 HOLDER = "spotguard-admission"
 MAX_NAME = 253
 SEEN_MARGIN = 1.0  # seconds beyond the trust window before a seen reservation is removed
+# seconds past its deadline a review waits for the round ahead of it (of the 15 % of the
+# caller's timeout kept for the answer, deadline.CALLER_SHARE)
+LATE_GRACE = 0.25
 LIST_RESERVE = 0.3  # seconds a review keeps for its answer when it stops waiting on young reservations
 Obj = dict[str, Any]
 
@@ -186,6 +190,10 @@ class Local:
     seen_at: dict[str, float] = field(default_factory=dict)  # token -> when a count of ours first showed its pod
     dead: set[str] = field(default_factory=set)  # unseen tokens proven dead (bound, grace, ttl)
     spot: int = 0  # spot admissions of this instance since its count
+    # on-demand admissions of this instance since its count answered without a reservation
+    # (no time was left for the Lease write), and how many of them were surge slots
+    unreserved: int = 0
+    unreserved_surge: int = 0
     refuted: float = -1e18  # when a re-read last showed no newer scale
     lock: threading.Lock = field(default_factory=threading.Lock)  # held by the leader (and a warm-up)
     turn: threading.Condition = field(default_factory=threading.Condition)  # guards the queue below
@@ -233,6 +241,9 @@ class Claim:
     token: str | None = None  # set when a slot was recorded under this token
     refreshed: bool = False  # the workload was read again (the cached one was older than this pod)
     number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
+    # why the answer was given without its reservation confirmed ("" when it was written):
+    # "unreserved" (no time left to write it), "unconfirmed" (the write did not come back in time)
+    degraded: str = ""
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -367,7 +378,7 @@ class Reservations:
             lease = self._read(name)
             count = self._count(rs, config)
         local.lease, local.lease_read, local.count = lease, True, count
-        local.spot = 0
+        local.spot = local.unreserved = local.unreserved_surge = 0
         for t in count.seen:
             local.seen_at.setdefault(t, count.started)
 
@@ -437,7 +448,7 @@ class Reservations:
 
     def _known(self, local: Local, doc: Doc) -> int:
         pods = local.count.pods if local.count is not None else 0
-        return pods + len(self._unseen(local, doc)) + local.spot
+        return pods + len(self._unseen(local, doc)) + local.spot + local.unreserved
 
     def claim(
         self,
@@ -490,14 +501,17 @@ class Reservations:
             if not local.leading:
                 local.leading = waiter.lead = True
             while not (waiter.done or waiter.lead):
-                left = waiter.remaining()
+                # past its deadline a review still waits a moment: the round ahead of it ends
+                # by then (its write runs under an earlier review's deadline) and the next one
+                # answers it on what is known (``_from_known``) rather than not at all
+                left = waiter.remaining() + LATE_GRACE
                 if left <= 0:
                     self._leave(local, waiter)
                     raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
                 local.turn.wait(min(left, 30.0))
         if not waiter.done:
             try:
-                if not local.lock.acquire(timeout=max(0.0, waiter.remaining(30.0))):
+                if not local.lock.acquire(timeout=max(0.0, waiter.remaining(30.0) + LATE_GRACE)):
                     raise deadline.DeadlineExceeded(f"waiting for lease {name} in this process")
                 try:
                     rounds = 0
@@ -539,8 +553,8 @@ class Reservations:
         with local.turn:
             batch = [w for w in local.queue if not (w.done or w.gone)]
         for w in batch:
-            if w.remaining() <= 0:
-                self._answer(local, w, None, deadline.DeadlineExceeded("review deadline reached waiting for its turn"))
+            if w.remaining() <= 0:  # waited for its turn until its deadline
+                self._from_known(local, w, rs_uid, config)
         batch = [w for w in batch if not w.done]
         if not batch:
             return
@@ -549,8 +563,8 @@ class Reservations:
             head = batch[0]
             if head.lead and head.remaining() <= _write_reserve(self.kube):
                 # Too little time left for a call at the API server's pace: this review is
-                # answered unchanged and the next one in the queue (more time left) reads.
-                self._answer(local, head, None, deadline.DeadlineExceeded("review deadline reached before its count"))
+                # answered on what is known and the next one in the queue (more time left) reads.
+                self._from_known(local, head, rs_uid, config)
                 return
         if local.recount_at is not None:  # a spot answer waits for young reservations' pods
             time.sleep(max(0.0, local.recount_at - self.clock()))
@@ -585,21 +599,20 @@ class Reservations:
             try:
                 with deadline.running(first) if first is not None else _nothing():
                     self._write(local, name, doc=doc, rs=rs, config=config)
-            except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient) as exc:
-                metrics.CONFLICTS.inc()
-                leader = next((w for w in batch if w.lead), None)
+            except (kube_mod.Conflict, kube_mod.AlreadyExists, kube_mod.Transient, deadline.DeadlineExceeded) as exc:
+                lost = isinstance(exc, (kube_mod.Conflict, kube_mod.AlreadyExists))
+                if lost:
+                    metrics.CONFLICTS.inc()
+                # (a deadline reached: the earliest writer's, whose time the write ran under)
+                ran_out = first if isinstance(exc, deadline.DeadlineExceeded) else None
+                self._out_of_time(local, writers, decided, ran_out, landed=not lost)
+                leader = next((w for w in batch if w.lead and not w.done), None)
                 if leader is not None and leader.remaining() <= deadline.WRITE_RESERVE:
                     raise Busy(f"lease {self.namespace}/{name} busy after {rounds} tries") from exc
-                local.lease, local.lease_read = self._read(name), True
-                time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * rounds)))
-                return  # nobody answered: decided again on the Lease as it is now
-            except deadline.DeadlineExceeded as exc:
-                # The earliest writer's time ran out: it is answered unchanged; the others
-                # are decided again next round (on the Lease as it is then).
-                for w, _ in writers:
-                    if w.remaining() <= 0 or (first is not None and w.deadline == first):
-                        self._answer(local, w, None, exc)
-                return
+                if any(not w.done for w in batch):
+                    local.lease, local.lease_read = self._read(name), True
+                    time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * rounds)))
+                return  # the others are decided again on the Lease as it is now
             for _, token in writers:
                 local.first_seen.setdefault(token, self.clock())
         for w, claim in decided:
@@ -609,6 +622,66 @@ class Reservations:
         spot = [c for w, c in decided if not w.dry_run and c.decision.placement is not Placement.ON_DEMAND]
         if not writers and spot and self._prunable(local, doc, self.clock()):
             self._write(local, name, doc=doc, rs=rs, config=config, best_effort=True)
+
+    def _out_of_time(
+        self,
+        local: Local,
+        writers: list[tuple[Waiter, str]],
+        decided: list[tuple[Waiter, Claim]],
+        ran_out: deadline.Deadline | None,
+        *,
+        landed: bool,
+    ) -> None:
+        """After a round's Lease write failed: the writers with no time left for another are
+        answered as decided all the same (an on-demand slot is the safe side), the others
+        are decided again in the next round.
+
+        ``landed``: the write may have landed (it timed out, or the API server failed it
+        after it arrived). The pod then carries its token: a write that landed is its
+        reservation, one that did not leaves an on-demand pod the next count shows, never a
+        slot counted twice. A write that lost a race (409) did not land: the pod goes
+        without a token and this instance counts it until its next count."""
+        reserve = _write_reserve(self.kube)
+        late = {id(w) for w, _ in writers if w.remaining() <= reserve or (ran_out and w.deadline == ran_out)}
+        for w, claim in decided:
+            if id(w) not in late:
+                continue
+            if landed:
+                self._answer(local, w, dataclasses.replace(claim, degraded="unconfirmed"))
+                continue
+            self._unreserved(local, w, dataclasses.replace(claim, token=None, degraded="unreserved"))
+
+    def _unreserved(self, local: Local, w: Waiter, claim: Claim) -> None:
+        """Answer ``w`` with ``claim``, which holds no reservation: this instance counts it
+        until its next count shows the pod (an on-demand slot here; a percentage floor's
+        spot pod, its replica number not recorded, as a spot admission). Another instance
+        does not know it until its own count: at worst a replica over the floor, which
+        node-added moves back to spot; never one under it."""
+        if w.dry_run:
+            pass
+        elif claim.decision.placement is Placement.ON_DEMAND:
+            local.unreserved += 1
+            local.unreserved_surge += int(claim.decision.surge)
+        elif claim.decision.placement is Placement.SPOT:
+            local.spot += 1
+        self._answer(local, w, claim)
+
+    def _from_known(self, local: Local, w: Waiter, rs_uid: str, config: Config) -> None:
+        """Answer ``w``, which has no time left for the call its decision needs (a count or
+        the Lease), on what this instance knows: its last count however old (none: no pod
+        counted), the Lease as last read and its own answers since. An on-demand answer is
+        the safe side; a spot one needs a count that shows the floor held (an on-demand pod
+        deleted since the count is the one way it errs, and node-added repairs it)."""
+        doc = Doc.from_lease(local.lease, rs_uid)
+        self._observe(local, doc, config, self.clock())
+        unseen = self._unseen(local, doc)
+        held = len(local.count.on_demand if local.count is not None else ()) + len(unseen) + local.unreserved
+        decision = w.decide(
+            held,
+            local.count.surge_created if local.count is not None else (),
+            sum(1 for t in unseen if t.startswith(SURGE_TOKEN)) + local.unreserved_surge,
+        )
+        self._unreserved(local, w, Claim(decision, held, None, w.refreshed, degraded="uncounted"))
 
     def _doc(self, local: Local, rs_uid: str, added: Mapping[str, int | None], config: Config) -> Doc:
         """The Lease's reservations with this round's own (not written yet) on top."""
@@ -668,17 +741,17 @@ class Reservations:
                 self._apply_bound(local, doc, w.replicas)
                 local.refuted = self.clock()
         unseen = self._unseen(local, doc)
-        held = len(local.count.on_demand if local.count is not None else ()) + len(unseen)
+        held = len(local.count.on_demand if local.count is not None else ()) + len(unseen) + local.unreserved
         decision = w.decide(
             held,
             local.count.surge_created if local.count is not None else (),
-            sum(1 for t in unseen if t.startswith(SURGE_TOKEN)),
+            sum(1 for t in unseen if t.startswith(SURGE_TOKEN)) + local.unreserved_surge,
         )
         if (
             decision.placement is Placement.SPOT
             and not w.dry_run
             and unseen
-            and held - len(unseen) < w.floor
+            and held - len(unseen) - local.unreserved < w.floor
             and self._wait(local, w, unseen)
         ):
             # The floor is met only by reservations whose pods have not appeared yet:
@@ -692,9 +765,12 @@ class Reservations:
         if (decision.placement is not Placement.ON_DEMAND and not ordered_spot) or w.dry_run:
             return Claim(decision, held, refreshed=w.refreshed, number=number), doc, False
         if w.remaining() <= _write_reserve(self.kube):
-            # No time left to write this one's reservation: answered unchanged, and the
-            # slot stays free for the reviews behind it.
-            self._answer(local, w, None, deadline.DeadlineExceeded("review deadline reached before its Lease write"))
+            # No time left to write this one's reservation: answered as decided all the same
+            # (an on-demand slot is the safe side: the floor never waits on a write), and
+            # counted by this instance until its next count shows the pod. Another instance
+            # does not know it until its own count: at worst a replica over the floor, which
+            # node-added moves back to spot; never one under it.
+            self._unreserved(local, w, Claim(decision, held, None, w.refreshed, number, degraded="unreserved"))
             return None, doc, False
         if decision.placement is Placement.SPOT:
             mine = SPOT_TOKEN + token

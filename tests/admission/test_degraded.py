@@ -1,0 +1,115 @@
+"""End to end: a review the API server leaves no time to finish is placed from what it knows.
+
+GIVEN ``spotguard serve admission`` with default settings behind the shipped webhook
+configuration (3 s timeout) on a cluster labelled as EKS labels it, WHEN the API
+server answers some calls too late for the review to finish its reads and its Lease
+write (a busy control plane: slow, never failing), THEN the pod is still placed rather
+than let through with no placement (issue 27, item 4):
+
+* a Deployment's on-demand slot whose Lease write there is no time for, or whose write
+  does not come back in time, is placed on on-demand all the same (the safe side: the
+  floor never waits on a write); an extra on-demand replica is the worst it costs, and
+  every such answer is counted in ``spotguard_admission_degraded_total``;
+* a StatefulSet pod whose set's pods cannot be listed in time is placed by its ordinal
+  (the lowest ordinals hold the floor).
+
+Each fails on the code before (the pods were admitted unpatched: ``failed_open``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spotguard.gateway import resources as r
+from spotguard.sim import objects
+
+from tests.admission import harness
+
+DEGRADED = "spotguard_admission_degraded_total"
+REQUESTS = "spotguard_admission_requests_total"
+
+
+def _node(name: str, capacity: str, zone: str) -> dict[str, Any]:
+    return harness.node(name, {"eks.amazonaws.com/capacityType": capacity}, zone=zone)
+
+
+@contextlib.contextmanager
+def _served(tmp_path: Path) -> Iterator[harness.Served]:
+    nodes = [_node(f"{c.lower().replace('_', '-')}-{z}", c, f"us-east-1{z}") for c in ("ON_DEMAND", "SPOT") for z in "ab"]
+    scenario = [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
+    with harness.served(scenario, tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": ""}, timeout_seconds=3) as s:
+        yield s
+
+
+def _count(s: harness.Served, name: str, **labels: str) -> float:
+    return sum(harness.metric(server, name, **labels) for server in s.servers)
+
+
+def _statefulset_ordinals(pods: list[dict[str, Any]]) -> dict[int, str]:
+    return {
+        int(p["metadata"]["name"].rsplit("-", 1)[1]): p["metadata"]["labels"][harness.PLACEMENT] for p in pods
+    }
+
+
+def test_a_lease_write_with_no_time_left_still_places_the_pod_on_demand(tmp_path: Path) -> None:
+    with _served(tmp_path) as s:
+        # GIVEN the API server answering every read in 2 s: a cold Deployment's review reads
+        # its ReplicaSet, then counts its pods, and then has less time left than a call takes
+        s.sim.faults.set(verb="get", latency_seconds=2.0)
+        s.sim.faults.set(verb="list", latency_seconds=2.0)
+        try:
+            # WHEN a Deployment with a floor of 2 is created with 4 replicas
+            annotations = {"spotguard.io/min-on-demand": "2"}
+            s.k.create(r.DEPLOYMENTS, harness.deployment("web", 4, annotations), harness.NS)
+            pods = harness.running(s.k, "web", 4, timeout=180)
+        finally:
+            s.sim.faults.clear()
+        # THEN every pod was placed (none let through unpatched) ...
+        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        by_node, by_label = harness.on_demand(s.k, pods)
+        # ... the floor holds, and every on-demand replica past it is a degraded answer's
+        degraded = _count(s, DEGRADED)
+        assert degraded >= 1, "the reads left time for every Lease write: the test did not slow them enough"
+        assert by_node == by_label
+        assert 2 <= by_label <= 2 + degraded
+
+
+def test_a_lease_write_that_does_not_come_back_in_time_still_places_the_pod_on_demand(tmp_path: Path) -> None:
+    with _served(tmp_path) as s:
+        # GIVEN a running Deployment with a floor of 3, placed while the API was fast
+        annotations = {"spotguard.io/min-on-demand": "3"}
+        s.k.create(r.DEPLOYMENTS, harness.deployment("web", 1, annotations), harness.NS)
+        assert harness.on_demand(s.k, harness.running(s.k, "web", 1)) == (1, 1)
+        # WHEN every Lease write takes 4 s (past the webhook's 3 s) and it is scaled to 3
+        s.sim.faults.set(verb="update", resource="leases", latency_seconds=4.0)
+        s.sim.faults.set(verb="create", resource="leases", latency_seconds=4.0)
+        try:
+            s.k.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 3}}, harness.NS)
+            pods = harness.running(s.k, "web", 3, timeout=180)
+        finally:
+            s.sim.faults.clear()
+        # THEN both new pods were placed on on-demand, their writes unconfirmed
+        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert harness.on_demand(s.k, pods) == (3, 3)
+        assert _count(s, DEGRADED, how="unconfirmed") >= 1
+
+
+def test_a_statefulset_pod_whose_set_cannot_be_listed_in_time_is_placed_by_its_ordinal(tmp_path: Path) -> None:
+    with _served(tmp_path) as s:
+        # GIVEN listing pods takes 3.5 s (past the webhook's time)
+        s.sim.faults.set(verb="list", resource="pods", latency_seconds=3.5)
+        try:
+            # WHEN a StatefulSet with a floor of 2 is created with 4 replicas
+            annotations = {"spotguard.io/min-on-demand": "2"}
+            s.k.create(r.STATEFULSETS, harness.statefulset("db", 4, annotations), harness.NS)
+            pods = harness.running(s.k, "db", 4, timeout=180)
+        finally:
+            s.sim.faults.clear()
+        # THEN every pod was placed, the two lowest ordinals on on-demand
+        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert _statefulset_ordinals(pods) == {0: "on-demand", 1: "on-demand", 2: "spot", 3: "spot"}
+        assert harness.on_demand(s.k, pods) == (2, 2)
+        assert _count(s, DEGRADED, how="by_ordinal") == 4
