@@ -81,18 +81,22 @@ def tally(store: Any) -> tuple[dict[str, dict[str, int]], int]:
 
 
 def log_problems(path: Path, examples: int = 3) -> tuple[dict[str, int], list[str]]:
-    """The webhook's log (JSON lines at WARNING and above): count by message, a few lines."""
+    """The webhook's log (JSON lines at WARNING and above): count by message (and by the
+    error of a failed review), and the first line of each of the first ``examples`` kinds."""
     counted: dict[str, int] = {}
     kept: list[str] = []
     if not path.exists():
         return counted, kept
     for line in path.read_text(errors="replace").splitlines():
         try:
-            msg = str(json.loads(line).get("msg", ""))
-        except ValueError:
+            record = json.loads(line)
+            msg = str(record.get("msg", ""))
+            if record.get("error"):
+                msg += f" ({str(record['error'])[:80]})"
+        except (ValueError, AttributeError):
             msg = line[:120]
         counted[msg] = counted.get(msg, 0) + 1
-        if len(kept) < examples:
+        if counted[msg] == 1 and len(kept) < examples:
             kept.append(line[:600])
     return counted, kept
 

@@ -38,7 +38,8 @@ def _node(name: str, capacity: str, zone: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _served(tmp_path: Path) -> Iterator[harness.Served]:
-    nodes = [_node(f"{c.lower().replace('_', '-')}-{z}", c, f"us-east-1{z}") for c in ("ON_DEMAND", "SPOT") for z in "ab"]
+    nodes = [_node(f"{c.lower().replace('_', '-')}-{z}", c, f"us-east-1{z}") for c in ("ON_DEMAND", "SPOT")
+             for z in "ab"]  # fmt: skip
     scenario = [objects.namespace(n) for n in (harness.NS, "spotguard")] + nodes
     with harness.served(scenario, tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": ""}, timeout_seconds=3) as s:
         yield s
@@ -113,3 +114,23 @@ def test_a_statefulset_pod_whose_set_cannot_be_listed_in_time_is_placed_by_its_o
         assert _statefulset_ordinals(pods) == {0: "on-demand", 1: "on-demand", 2: "spot", 3: "spot"}
         assert harness.on_demand(s.k, pods) == (2, 2)
         assert _count(s, DEGRADED, how="by_ordinal") == 4
+
+
+def test_a_workload_read_not_answered_in_time_is_decided_on_the_copy_last_read(tmp_path: Path) -> None:
+    with _served(tmp_path) as s:
+        # GIVEN a running Deployment with a floor of 2, placed while the API was fast
+        annotations = {"spotguard.io/min-on-demand": "2"}
+        s.k.create(r.DEPLOYMENTS, harness.deployment("web", 1, annotations), harness.NS)
+        assert harness.on_demand(s.k, harness.running(s.k, "web", 1)) == (1, 1)
+        # WHEN reading a Deployment takes 3.5 s (past the webhook's time; the webhook's
+        # cached copy has expired) and it is scaled to 4
+        s.sim.faults.set(verb="get", resource="deployments", latency_seconds=3.5)
+        try:
+            s.k.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 4}}, harness.NS)
+            pods = harness.running(s.k, "web", 4, timeout=180)
+        finally:
+            s.sim.faults.clear()
+        # THEN every pod was placed on the Deployment as last read, the floor exact
+        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert harness.on_demand(s.k, pods) == (2, 2)
+        assert _count(s, DEGRADED, how="stale_read") >= 1

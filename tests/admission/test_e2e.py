@@ -270,15 +270,21 @@ def test_the_servers_stayed_up(env: Env) -> None:
 @pytest.mark.parametrize(
     "fault", [{"status": 500, "error_rate": 1.0}, {"timeout": True, "hold_seconds": 4.0, "error_rate": 1.0}]
 )
-def test_an_unreachable_api_lets_pods_in_unchanged_within_the_webhook_timeout(env: Env, fault: dict[str, Any]) -> None:
+def test_an_unreachable_lease_api_still_places_pods_within_the_webhook_timeout(env: Env, fault: dict[str, Any]) -> None:
+    # The Lease API failing (500s, or holding every call past the webhook's 3 s): no review can
+    # read or write a reservation; each is placed from what it knows (degraded), never blocked.
     name = f"outage-{len(fault)}"
     env.sim.faults.set(verb="*", resource="leases", **fault)
     try:
         started = time.monotonic()
         env.k.create(r.DEPLOYMENTS, deployment(name, 3), NS)
-        wait_for(lambda: len(live_pods(env, name)) == 3, what="pods admitted unchanged")
+        wait_for(lambda: len(live_pods(env, name)) == 3, what="pods admitted")
         assert time.monotonic() - started < 3 * 3  # each admission answered within its 3 s timeout
-        assert all("spotguard.io/placement" not in p["metadata"].get("labels", {}) for p in live_pods(env, name))
+        placements = [(p["metadata"].get("labels") or {}).get("spotguard.io/placement") for p in live_pods(env, name)]
+        assert None not in placements, placements  # every pod placed
+        assert placements.count("on-demand") >= 1  # the floor (1) on on-demand: the safe side
+        annotations = [p["metadata"].get("annotations") or {} for p in live_pods(env, name)]
+        assert not any("spotguard.io/reservation" in a for a in annotations)  # none written
     finally:
         env.sim.faults.clear()
     # the API is back: the next workload is placed again

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, launches, metrics, reviews, throttle
 from spotguard.admission import resolve as resolve_mod
-from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, Busy, Decide, Reservations
+from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, UNANSWERED, Busy, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
@@ -347,14 +347,18 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
         )
         return Outcome("shed", "waited past its deadline before it was served")
     try:
-        with deadline.running(d):
+        with deadline.running(d), deadline.noting() as notes:
             outcome = _admit(request, ctx)
             if outcome.outcome == "patched" and d.remaining() <= 0 and not outcome.degraded:
                 # (a degraded answer wrote nothing that needs the pod to carry it: sent even
                 # this late, it is either applied or thrown away with nothing left behind)
                 raise deadline.DeadlineExceeded("review deadline passed while deciding")
+            if notes and outcome.outcome == "patched":
+                hows = [h for h in (outcome.degraded, *notes) if h]
+                outcome = dataclasses.replace(outcome, degraded=",".join(dict.fromkeys(hows)))
             if outcome.degraded:
-                metrics.DEGRADED.labels(outcome.degraded).inc()
+                for how in outcome.degraded.split(","):
+                    metrics.DEGRADED.labels(how).inc()
                 log.warning(
                     "the API server did not answer in time; pod placed from what the review knew",
                     extra={
@@ -451,6 +455,8 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         """The Deployment read again (bypassing the cache) and the decision on its floor."""
         metrics.STALE.inc()
         again = ctx.resolver.refresh_workload(resolved)
+        if not again.fresh:  # the read was not answered in time (the copy last read came back)
+            raise deadline.DeadlineExceeded(f"{resolved.workload.key} not read again in time")
         w = again.workload
         latest[0] = w
         f = floors.floor_for(w, config, ns_annotations, replicas=max(w.replicas, 1))
@@ -460,6 +466,12 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             extra={"uid": request.get("uid"), "workload": w.key, "replicas": w.replicas, "floor": f.on_demand},
         )
         return w.replicas, _deciding(view, w, f)
+
+    def grow(replicas: int) -> Decide:
+        """The decision on the workload as last read, grown to ``replicas`` (the pods known
+        prove at least that many, and its read again was not answered in time)."""
+        w = dataclasses.replace(latest[0], replicas=replicas)
+        return _deciding(view, w, floors.floor_for(w, config, ns_annotations, replicas=max(replicas, 1)))
 
     token: str | None = None
     cost: int | None = None
@@ -471,7 +483,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         decision = decide(0, (), 0)  # nothing to reserve
     else:
         if warm is not None:
-            warm.result()
+            try:
+                warm.result()
+            except UNANSWERED:  # the count is tried again (or the pod decided on what is known)
+                log.info("counting ahead was not answered in time", extra={"uid": request.get("uid")})
         numbering = ranks.ranks_for(floors.base_spec(workload, config, ns_annotations), config.on_demand_deletion_cost)
         claim = ctx.reservations.claim(
             resolved=resolved,
@@ -482,6 +497,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
             dry_run=bool(request.get("dryRun")),
             replicas=workload.replicas,
             refresh=None if resolved.fresh else refresh,
+            grow=grow,
             ranks=numbering,
         )
         decision, token, degraded = claim.decision, claim.token, claim.degraded

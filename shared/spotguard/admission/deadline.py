@@ -40,6 +40,9 @@ CALLER_SHARE = 0.85
 CALLER_TIMEOUT = 3.0  # seconds, when the caller does not say (the shipped webhook's timeoutSeconds)
 _current: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("spotguard_deadline", default=None)
 _arrival: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("spotguard_arrival", default=None)
+# what the review being served decided on without a fresh answer from the API server (see
+# ``noting``); a list shared by the threads the review hands work to (``submit``)
+_notes: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("spotguard_degraded", default=None)
 
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)(h|ms|us|\u00b5s|ns|m|s)")
@@ -137,6 +140,29 @@ def running(d: Deadline) -> Iterator[Deadline]:
         yield d
     finally:
         _current.reset(token)
+
+
+@contextlib.contextmanager
+def noting() -> Iterator[list[str]]:
+    """Collect, for the review being served, what it used in place of an API answer that did
+    not come in time (``note``): the review's answer is then a degraded one."""
+    notes: list[str] = []
+    token = _notes.set(notes)
+    try:
+        yield notes
+    finally:
+        _notes.reset(token)
+
+
+def note(how: str) -> bool:
+    """The review being served decides on something other than a fresh API answer: noted,
+    and True, where the review takes such answers (inside ``noting``); else False."""
+    notes = _notes.get()
+    if notes is None:
+        return False
+    if how not in notes:
+        notes.append(how)
+    return True
 
 
 def submit(pool: futures.Executor, fn: Callable[..., T], *args: Any) -> futures.Future[T]:

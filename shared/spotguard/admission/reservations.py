@@ -126,6 +126,10 @@ LIST_RESERVE = 0.3  # seconds a review keeps for its answer when it stops waitin
 Obj = dict[str, Any]
 
 
+# what the API server not answering in time looks like to a call
+UNANSWERED: tuple[type[BaseException], ...] = (deadline.DeadlineExceeded, kube_mod.Transient, kube_mod.TooManyRequests)
+
+
 class Busy(Exception):
     """The Lease kept changing under us until the review's deadline."""
 
@@ -215,6 +219,7 @@ class Waiter:
     ranks: Ranks | None
     began: float
     deadline: deadline.Deadline | None
+    grow: Grow | None = None
     refreshed: bool = False
     pause: float = 0.02  # the next wait for young reservations (doubling up to 0.2 s)
     lead: bool = False  # this review decides for the queue
@@ -253,6 +258,9 @@ Decide = Callable[[int, tuple[float, ...], int], Decision]
 # ``refresh()`` reads the workload again, bypassing the cache, and returns its
 # replicas and the decision function for its new floor.
 Refresh = Callable[[], tuple[int, Decide]]
+# ``grow(replicas)``: the decision function on the workload as known, grown to ``replicas``
+# (the pods known prove at least that many and the workload could not be read in time).
+Grow = Callable[[int], Decide]
 SURGE_TOKEN = "surge:"  # a surge slot's reservation token starts with this
 # A spot slot's reservation token starts with this: recorded only for its replica number
 # (a percentage floor's spot pods each need their own), it holds no on-demand slot.
@@ -462,6 +470,7 @@ class Reservations:
         replicas: int | None = None,
         refresh: Refresh | None = None,
         ranks: Ranks | None = None,
+        grow: Grow | None = None,
     ) -> Claim:
         """Decide with ``decide(held)`` and, for an on-demand answer, record the slot under ``token``.
 
@@ -493,6 +502,7 @@ class Reservations:
             replicas=replicas,
             refresh=refresh,
             ranks=ranks,
+            grow=grow,
             began=self.clock(),
             deadline=deadline.current(),
         )
@@ -566,14 +576,21 @@ class Reservations:
                 # answered on what is known and the next one in the queue (more time left) reads.
                 self._from_known(local, head, rs_uid, config)
                 return
-        if local.recount_at is not None:  # a spot answer waits for young reservations' pods
-            time.sleep(max(0.0, local.recount_at - self.clock()))
-            local.recount_at = None
-            self._recount(local, name, rs, config)
-        if local.count is None or self.clock() - local.count.started > self.trust_seconds:
-            self._recount(local, name, rs, config)
-        elif not local.lease_read:
-            local.lease, local.lease_read = self._read(name), True
+        try:
+            if local.recount_at is not None:  # a spot answer waits for young reservations' pods
+                time.sleep(max(0.0, local.recount_at - self.clock()))
+                local.recount_at = None
+                self._recount(local, name, rs, config)
+            if local.count is None or self.clock() - local.count.started > self.trust_seconds:
+                self._recount(local, name, rs, config)
+            elif not local.lease_read:
+                local.lease, local.lease_read = self._read(name), True
+        except UNANSWERED:
+            # The count or the Lease not answered in time: every review waiting is answered
+            # on what is known rather than not at all (the next review counts afresh).
+            for w in batch:
+                self._from_known(local, w, rs_uid, config)
+            return
         added: dict[str, int | None] = {}  # this round's reservations (token -> number), oldest first
         doc = self._doc(local, rs_uid, added, config)
         decided: list[tuple[Waiter, Claim]] = []
@@ -584,7 +601,10 @@ class Reservations:
             except Exception as exc:
                 if not w.lead:
                     break  # the leader's own time or call: the next leader decides it
-                self._answer(local, w, None, exc)
+                if isinstance(exc, UNANSWERED):
+                    self._from_known(local, w, rs_uid, config)
+                else:
+                    self._answer(local, w, None, exc)
                 continue
             if step is None:  # waits for young reservations: this round ends here
                 break
@@ -666,6 +686,15 @@ class Reservations:
             local.spot += 1
         self._answer(local, w, claim)
 
+    def _grow(self, w: Waiter, replicas: int) -> None:
+        """``w`` decides on its workload grown to ``replicas``: the pods known prove that many
+        and the workload could not be read in time (a cached copy from before a scale-up
+        would give a percentage or capped floor too low)."""
+        if w.grow is None or w.replicas is None:
+            return
+        deadline.note("stale_read")
+        w.replicas, w.decide = replicas, w.grow(replicas)
+
     def _from_known(self, local: Local, w: Waiter, rs_uid: str, config: Config) -> None:
         """Answer ``w``, which has no time left for the call its decision needs (a count or
         the Lease), on what this instance knows: its last count however old (none: no pod
@@ -674,6 +703,8 @@ class Reservations:
         deleted since the count is the one way it errs, and node-added repairs it)."""
         doc = Doc.from_lease(local.lease, rs_uid)
         self._observe(local, doc, config, self.clock())
+        if w.replicas is not None and self._known(local, doc) + 1 > w.replicas:
+            self._grow(w, self._known(local, doc) + 1)  # a scale-up the cached copy does not show
         unseen = self._unseen(local, doc)
         held = len(local.count.on_demand if local.count is not None else ()) + len(unseen) + local.unreserved
         decision = w.decide(
@@ -729,9 +760,12 @@ class Reservations:
             and now - local.refuted > self.stale_hold
         ):
             if w.refresh is not None:  # a cached workload: read it again first
-                w.replicas, w.decide = w.refresh()
+                try:
+                    w.replicas, w.decide = w.refresh()
+                    w.refreshed = True
+                except UNANSWERED:
+                    self._grow(w, self._known(local, doc) + 1)
                 w.refresh = None
-                w.refreshed = True
             if self._known(local, doc) + 1 > w.replicas:
                 # The fresh workload does not cover the known pods either: pods deleted
                 # since the count, or reservations whose pods were never created.

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotguard.admission import deadline
+from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -50,6 +51,10 @@ from spotguard.policy.workloads import Workload
 
 Obj = dict[str, Any]
 _MISSING = object()
+# A read the API server did not answer in time (the review's deadline, a timeout, a 5xx, a
+# 429) falls back to the object as last read, when it was read at most this long ago
+LAST_KNOWN_SECONDS = 60.0
+UNANSWERED: tuple[type[BaseException], ...] = (deadline.DeadlineExceeded, *gateway_errors.RETRY_LATER)
 POD_TEMPLATE_HASH = "pod-template-hash"
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ class TTLCache:
         self._clock = clock
         self._max = max_entries
         self._data: dict[Any, tuple[float, Any]] = {}
+        self._last: dict[Any, tuple[float, Any]] = {}  # key -> (when put, value): what was last read
         self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
@@ -83,14 +89,28 @@ class TTLCache:
                 if len(self._data) >= self._max:
                     self._data.clear()
             self._data[key] = (self._clock() + ttl, value)
+            if value is not None:
+                if len(self._last) >= self._max:
+                    self._last.clear()
+                self._last[key] = (self._clock(), value)
+
+    def last(self, key: Any, max_age: float) -> Any:
+        """The value last put under ``key`` (expired or not) if put at most ``max_age`` ago."""
+        with self._lock:
+            hit = self._last.get(key)
+            if hit is None or self._clock() - hit[0] > max_age:
+                return _MISSING
+            return hit[1]
 
     def pop(self, key: Any) -> None:
+        """Forget the entry (``last`` still has it: a read to replace it may not be answered)."""
         with self._lock:
             self._data.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._last.clear()
 
 
 @dataclass(frozen=True)
@@ -167,9 +187,15 @@ class Resolver:
             try:
                 return flight.result(timeout=max(0.0, deadline.remaining(30.0))), False
             except futures.TimeoutError:
-                raise deadline.DeadlineExceeded(f"waiting for a shared read of {res.plural} {name}") from None
+                late = deadline.DeadlineExceeded(f"waiting for a shared read of {res.plural} {name}")
+                return self._last_known(key, late)
+            except UNANSWERED as exc:
+                return self._last_known(key, exc)
         try:
             obj = self.kube.find(res, name, namespace)
+        except UNANSWERED as exc:
+            mine.set_exception(exc)
+            return self._last_known(key, exc)
         except BaseException as exc:
             mine.set_exception(exc)
             raise
@@ -181,6 +207,17 @@ class Resolver:
                 if self._flights.get(key) is mine:
                     del self._flights[key]
         return obj, True
+
+    def _last_known(self, key: Any, exc: BaseException) -> tuple[Obj | None, bool]:
+        """A read the API server did not answer in time: the object as last read, if it was
+        read at most ``LAST_KNOWN_SECONDS`` ago and the caller takes such answers (a pod's
+        placement review, whose answer is then a degraded one: ``deadline.note``; never the
+        eviction guard), else the error."""
+        last = self.cache.last(key, LAST_KNOWN_SECONDS)
+        if last is _MISSING or not deadline.note("stale_read"):
+            raise exc
+        log.info("read not answered in time; using the copy last read", extra={"object": "/".join(map(str, key))})
+        return last, False
 
     def has_namespace(self, namespace: str) -> bool:
         """Whether the namespace's annotations are cached (no API call needed)."""
@@ -275,10 +312,11 @@ class Resolver:
         w = resolved.workload
         res = r.DEPLOYMENTS if w.kind.value == "Deployment" else r.STATEFULSETS
         self.forget(res, w.name, w.namespace)
-        obj = self._get(res, w.name, w.namespace, self.workload_ttl, join=False)
+        obj, fresh = self._lookup(res, w.name, w.namespace, self.workload_ttl, join=False)
         if obj is None or not _uid_matches(obj, w.uid or ""):
             return resolved
-        return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset, True)
+        # (not fresh: the read was not answered in time and the copy last read came back)
+        return Resolved(Workload.from_json(_typed(obj, w.kind.value)), obj, resolved.replicaset, fresh)
 
     # -- nodes -----------------------------------------------------------------------
 
