@@ -6,9 +6,10 @@ import concurrent.futures
 import copy
 import dataclasses
 import time
+from typing import Any
 
 import pytest
-from spotguard.admission import core, errors, metrics
+from spotguard.admission import core, deadline, errors, metrics
 from spotguard.admission.reservations import ANNOTATION, POD_ANNOTATION, lease_name
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
@@ -480,3 +481,37 @@ def test_a_review_past_its_deadline_is_allowed_unchanged_and_writes_nothing(k: F
     assert answer["response"]["auditAnnotations"]["spotguard.io/decision"].startswith("shed:")
     assert metrics.SHED._value.get() == shed + 1
     assert k.stats.writes == 0 and k.stats.requests == 0
+
+
+# -- a review taken up past its deadline ------------------------------------------------
+
+
+def _placement_of(answer: Any) -> str | None:
+    placed = answer["response"].get("auditAnnotations", {}).get("spotguard.io/placement")
+    return str(placed) if placed else None
+
+
+def test_a_review_taken_up_past_its_deadline_is_placed_from_what_is_known_while_its_caller_waits(
+    k: FakeKube,
+) -> None:
+    # GIVEN a process that placed a Deployment's first pod (its ReplicaSet, Deployment, count known)
+    _, rs = cluster.deployment(k, "web", 3)
+    ctx = make_ctx(k)
+    first = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
+    assert _placement_of(first) == "on-demand"
+    shed = metrics.SHED._value.get()
+    late = metrics.DEGRADED.labels("late")._value.get()
+    # WHEN its next pod's review is taken up 2.7 s after it arrived (its deadline, 2.55 s of the
+    # caller's 3 s, passed; the caller still waits 0.3 s)
+    with deadline.arrived(time.monotonic() - 2.7, timeout=3.0):
+        answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
+    # THEN it is placed (on spot: the floor is held) from what the process knows, not shed
+    assert _placement_of(answer) == "spot"
+    assert "patch" in answer["response"]
+    assert metrics.SHED._value.get() == shed
+    assert metrics.DEGRADED.labels("late")._value.get() == late + 1
+    # AND one whose caller gave up already is shed, as before
+    with deadline.arrived(time.monotonic() - 3.0, timeout=3.0):
+        gone = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
+    assert "patch" not in gone["response"]
+    assert metrics.SHED._value.get() == shed + 1

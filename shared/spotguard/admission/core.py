@@ -65,6 +65,9 @@ def api_policy(review_seconds: float) -> retry.Policy:
     )
 
 SHED_BELOW = 0.05  # seconds: a review with less left than this when a thread takes it is answered at once
+# seconds of the caller's timeout a review taken up past its deadline needs left to be
+# answered from what the process knows (``_late``) rather than shed
+LATE_ANSWER_MIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -340,6 +343,9 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
     """
     d = deadline.for_review(ctx.review_seconds)
     if d.remaining() < SHED_BELOW and _is_pod_create(request) is None:
+        late = _late(request, ctx, d)
+        if late is not None:
+            return late
         metrics.SHED.inc()
         log.warning(
             "review shed: it waited past its deadline before it was served; allowing the pod unchanged",
@@ -353,22 +359,7 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
                 # (a degraded answer wrote nothing that needs the pod to carry it: sent even
                 # this late, it is either applied or thrown away with nothing left behind)
                 raise deadline.DeadlineExceeded("review deadline passed while deciding")
-            if notes and outcome.outcome == "patched":
-                hows = [h for h in (outcome.degraded, *notes) if h]
-                outcome = dataclasses.replace(outcome, degraded=",".join(dict.fromkeys(hows)))
-            if outcome.degraded:
-                for how in outcome.degraded.split(","):
-                    metrics.DEGRADED.labels(how).inc()
-                log.warning(
-                    "the API server did not answer in time; pod placed from what the review knew",
-                    extra={
-                        "uid": request.get("uid"),
-                        "how": outcome.degraded,
-                        "placement": outcome.placement.value if outcome.placement else None,
-                        "reason": outcome.reason,
-                    },
-                )
-            return outcome
+            return _degraded(request, outcome, notes)
     except errors.WebhookError:
         raise
     except Exception as exc:
@@ -380,6 +371,50 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
             exc_info=not isinstance(exc, (kube_mod.ApiError, deadline.DeadlineExceeded, Busy)),
         )
         return Outcome("failed_open", f"internal error: {kind}")
+
+
+def _degraded(request: reviews.Request, outcome: Outcome, notes: Sequence[str]) -> Outcome:
+    """``outcome`` marked with what it was decided on in place of API answers (``notes``),
+    counted and logged when it is a degraded placement."""
+    if notes and outcome.outcome == "patched":
+        hows = [h for h in (outcome.degraded, *notes) if h]
+        outcome = dataclasses.replace(outcome, degraded=",".join(dict.fromkeys(hows)))
+    if outcome.degraded:
+        for how in outcome.degraded.split(","):
+            metrics.DEGRADED.labels(how).inc()
+        log.warning(
+            "the API server did not answer in time; pod placed from what the review knew",
+            extra={
+                "uid": request.get("uid"),
+                "how": outcome.degraded,
+                "placement": outcome.placement.value if outcome.placement else None,
+                "reason": outcome.reason,
+            },
+        )
+    return outcome
+
+
+def _late(request: reviews.Request, ctx: Context, d: deadline.Deadline) -> Outcome | None:
+    """A review that waited for a thread past its deadline, answered from what this process
+    knows while its caller still waits (at least ``LATE_ANSWER_MIN`` of the caller's timeout
+    left): no API call is made (each would start past the deadline), so nothing is written
+    and an answer the caller no longer takes leaves nothing behind. None: shed it."""
+    arrival = deadline.arrival()
+    if arrival is None:
+        return None
+    timeout = arrival.timeout if arrival.timeout is not None else deadline.CALLER_TIMEOUT
+    if arrival.at + timeout - time.monotonic() < LATE_ANSWER_MIN:
+        return None
+    try:
+        with deadline.running(d), deadline.noting() as notes:
+            outcome = _admit(request, ctx)
+    except Exception:  # a decision that needed the API server: shed as before
+        return None
+    if outcome.outcome in ("skipped", "unchanged"):
+        return outcome
+    if outcome.outcome != "patched":
+        return None
+    return _degraded(request, outcome, [*notes, "late"])
 
 
 def _admit(request: reviews.Request, ctx: Context) -> Outcome:
