@@ -134,3 +134,21 @@ def test_a_workload_read_not_answered_in_time_is_decided_on_the_copy_last_read(t
         assert _count(s, REQUESTS, outcome="failed_open") == 0
         assert harness.on_demand(s.k, pods) == (2, 2)
         assert _count(s, DEGRADED, how="stale_read") >= 1
+
+
+def test_a_replicaset_not_read_in_time_is_known_by_its_deployments_name(tmp_path: Path) -> None:
+    with _served(tmp_path) as s:
+        # GIVEN reading a ReplicaSet takes 3.5 s (past the webhook's time), nothing cached
+        s.sim.faults.set(verb="get", resource="replicasets", latency_seconds=3.5)
+        try:
+            # WHEN a Deployment with a floor of 1 is created with 3 replicas
+            s.k.create(r.DEPLOYMENTS, harness.deployment("web", 3), harness.NS)
+            pods = harness.running(s.k, "web", 3, timeout=180)
+        finally:
+            s.sim.faults.clear()
+        # THEN every pod was placed on the Deployment its ReplicaSet's name gives, the floor held
+        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        by_node, by_label = harness.on_demand(s.k, pods)
+        assert by_node == by_label
+        assert 1 <= by_label <= 1 + _count(s, DEGRADED, how="unreserved")
+        assert _count(s, DEGRADED, how="by_name") == 3

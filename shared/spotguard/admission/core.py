@@ -450,7 +450,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         # A ReplicaSet not cached (its first pods): its Deployment (named after it), the
         # Lease and the pod count are read while the ReplicaSet is, not after it.
         ctx.resolver.prefetch_deployment(view, ctx.pool)
-        owner_rs = _replicaset_hint(view)
+        owner_rs = ctx.resolver.replicaset_hint(view)
     warm: futures.Future[None] | None = None
     if owner_rs is not None and ctx.reservations.needs_count(owner_rs):
         # The Lease and the pod count while the workload is read.
@@ -573,20 +573,6 @@ def _deciding(pod: PodView, workload: Workload, floor: floors.Floor) -> Decide:
         )
 
     return decide
-
-
-def _replicaset_hint(pod: PodView) -> dict[str, Any] | None:
-    """What counting a Deployment pod's siblings needs of its ReplicaSet, from the pod alone:
-    the owner reference's name and uid, and a selector on the pod's ``pod-template-hash``
-    (every pod of the ReplicaSet carries it; the count keeps only pods owned by that uid)."""
-    owner = pod.owner
-    digest = pod.labels.get(resolve_mod.POD_TEMPLATE_HASH)
-    if owner is None or owner.kind != "ReplicaSet" or not owner.uid or not digest:
-        return None
-    return {
-        "metadata": {"name": owner.name, "namespace": pod.namespace, "uid": owner.uid},
-        "spec": {"selector": {"matchLabels": {resolve_mod.POD_TEMPLATE_HASH: digest}}},
-    }
 
 
 def _spot_key(nodes: Sequence[NodeView], config: Config) -> str | None:

@@ -154,6 +154,11 @@ def noting() -> Iterator[list[str]]:
         _notes.reset(token)
 
 
+def collecting() -> bool:
+    """Whether the review being served takes answers other than fresh API ones (``noting``)."""
+    return _notes.get() is not None
+
+
 def note(how: str) -> bool:
     """The review being served decides on something other than a fresh API answer: noted,
     and True, where the review takes such answers (inside ``noting``); else False."""

@@ -62,7 +62,8 @@ DEGRADED = prometheus_client.Counter(
     "Pods placed from what the review already knew because the API server did not answer in time: "
     "'unreserved' (an on-demand slot whose Lease write there was no time for), 'unconfirmed' (the write "
     "did not come back in time), 'uncounted' (no time for the count: decided on the last one), "
-    "'stale_read' (a workload or namespace as last read), 'late' (taken up past its deadline), "
+    "'stale_read' (a workload or namespace as last read), 'by_name' (a Deployment known by its "
+    "ReplicaSet's name), 'late' (taken up past its deadline), "
     "'by_ordinal' (a StatefulSet pod placed by its ordinal, its set's pods "
     "not listed in time). Such a slot can put a workload a replica over its floor until node-added's next pass",
     ["how"],

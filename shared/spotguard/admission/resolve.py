@@ -46,6 +46,7 @@ from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
+from spotguard.policy.interruption import selector_matches
 from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import Workload
 
@@ -263,6 +264,37 @@ class Resolver:
                 return
         deadline.submit(pool, self._quiet_get, r.DEPLOYMENTS, key[2], pod.namespace, self.workload_ttl)
 
+    def replicaset_hint(self, pod: PodView) -> Obj | None:
+        """What counting a Deployment pod's siblings needs of its ReplicaSet, from the pod alone:
+        the owner reference's name and uid, and a selector on the pod's ``pod-template-hash``
+        (every pod of the ReplicaSet carries it; the count keeps only pods owned by that uid)."""
+        owner = pod.owner
+        digest = pod.labels.get(POD_TEMPLATE_HASH)
+        if owner is None or owner.kind != "ReplicaSet" or not owner.uid or not digest:
+            return None
+        return {
+            "metadata": {"name": owner.name, "namespace": pod.namespace, "uid": owner.uid},
+            "spec": {"selector": {"matchLabels": {POD_TEMPLATE_HASH: digest}}},
+        }
+
+    def _by_name(self, pod: PodView) -> Resolved | None:
+        """A placement review whose pod's ReplicaSet could not be read in time: its Deployment
+        by the name the ReplicaSet controller gives a ReplicaSet (``<deployment>-<pod-template-
+        hash>``), when that Deployment's selector takes the pod (a degraded answer,
+        ``deadline.note``). None: no such Deployment known, or the eviction guard asking."""
+        owner, hint = pod.owner, self.replicaset_hint(pod)
+        suffix = "-" + pod.labels.get(POD_TEMPLATE_HASH, "")
+        if owner is None or hint is None or not owner.name.endswith(suffix) or not deadline.collecting():
+            return None
+        try:
+            dep = self._get(r.DEPLOYMENTS, owner.name[: -len(suffix)], pod.namespace, self.workload_ttl)
+        except UNANSWERED:
+            return None
+        if dep is None or not selector_matches((dep.get("spec") or {}).get("selector"), pod.labels):
+            return None
+        deadline.note("by_name")
+        return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, hint)
+
     def _quiet_get(self, res: r.Resource, name: str, namespace: str, ttl: float) -> None:
         try:
             self._get(res, name, namespace, ttl)
@@ -290,7 +322,13 @@ class Resolver:
             return Resolved(Workload.from_json(_typed(sts, "StatefulSet")), sts, fresh=fresh)
         if owner.kind != "ReplicaSet":
             return Unresolved(f"owned by a {owner.kind}")
-        rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
+        try:
+            rs = self._get(r.REPLICASETS, owner.name, pod.namespace, self.owner_ttl)
+        except UNANSWERED:
+            by_name = self._by_name(pod)
+            if by_name is None:
+                raise
+            return by_name
         if rs is not None and not _uid_matches(rs, owner.uid):
             # A ReplicaSet deleted and re-created under the same name: read it again.
             self.forget(r.REPLICASETS, owner.name, pod.namespace)
