@@ -355,10 +355,13 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
     try:
         with deadline.running(d), deadline.noting() as notes:
             outcome = _admit(request, ctx)
-            if outcome.outcome == "patched" and d.remaining() <= 0 and not outcome.degraded:
-                # (a degraded answer wrote nothing that needs the pod to carry it: sent even
-                # this late, it is either applied or thrown away with nothing left behind)
-                raise deadline.DeadlineExceeded("review deadline passed while deciding")
+            if outcome.outcome == "patched" and d.remaining() <= 0:
+                # Decided past the deadline: sent while the caller still waits (a reservation
+                # written for it holds only if the pod carries it; withholding the answer
+                # would not unwrite it), else it is thrown away whatever is sent.
+                if not _caller_waits():
+                    raise deadline.DeadlineExceeded("review deadline passed while deciding")
+                notes.append("late")
             return _degraded(request, outcome, notes)
     except errors.WebhookError:
         raise
@@ -394,16 +397,22 @@ def _degraded(request: reviews.Request, outcome: Outcome, notes: Sequence[str]) 
     return outcome
 
 
+def _caller_waits() -> bool:
+    """Whether the caller of the request being served still waits ``LATE_ANSWER_MIN`` for it
+    (its timeout counted from the request's arrival; False when the arrival is unknown)."""
+    arrival = deadline.arrival()
+    if arrival is None:
+        return False
+    timeout = arrival.timeout if arrival.timeout is not None else deadline.CALLER_TIMEOUT
+    return arrival.at + timeout - time.monotonic() >= LATE_ANSWER_MIN
+
+
 def _late(request: reviews.Request, ctx: Context, d: deadline.Deadline) -> Outcome | None:
     """A review that waited for a thread past its deadline, answered from what this process
     knows while its caller still waits (at least ``LATE_ANSWER_MIN`` of the caller's timeout
     left): no API call is made (each would start past the deadline), so nothing is written
     and an answer the caller no longer takes leaves nothing behind. None: shed it."""
-    arrival = deadline.arrival()
-    if arrival is None:
-        return None
-    timeout = arrival.timeout if arrival.timeout is not None else deadline.CALLER_TIMEOUT
-    if arrival.at + timeout - time.monotonic() < LATE_ANSWER_MIN:
+    if not _caller_waits():
         return None
     try:
         with deadline.running(d), deadline.noting() as notes:
