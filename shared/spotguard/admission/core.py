@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from spotguard.admission import deadline, errors, health, launches, metrics, reviews, throttle
 from spotguard.admission import resolve as resolve_mod
-from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, UNANSWERED, Busy, Decide, Reservations
+from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, UNANSWERED, Decide, Reservations
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
@@ -371,7 +371,7 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
         log.error(
             "admission failed; allowing the pod unchanged",
             extra={"uid": request.get("uid"), "error": str(exc), "kind": kind},
-            exc_info=not isinstance(exc, (kube_mod.ApiError, deadline.DeadlineExceeded, Busy)),
+            exc_info=not isinstance(exc, (kube_mod.ApiError, deadline.DeadlineExceeded)),
         )
         return Outcome("failed_open", f"internal error: {kind}")
 

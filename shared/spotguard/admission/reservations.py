@@ -77,6 +77,13 @@ lost race: the round is decided again). A burst of N on-demand pods costs one
 round trip, not N one after the other (on a slow API server the later ones ran
 out of time).
 
+Out of time: a review the API server leaves no time to finish (its write, its count,
+its turn) is answered on what this instance knows rather than let through with no
+placement (``_from_known``, ``_out_of_time``; ``Claim.degraded`` says how). On-demand
+is the safe side: such a slot goes without a reservation, counted here (``Local.unreserved``)
+until the next count shows its pod, so another instance may put one replica too many on
+on-demand, never one too few.
+
 API cost, warm: 0 requests for a spot pod while the count is trusted and no
 young reservation decides it, 1 write for the on-demand pods of one round
 (plus a GET after a lost race), a LIST + GET per ReplicaSet per trust window per instance, and a
@@ -128,10 +135,6 @@ Obj = dict[str, Any]
 
 # what the API server not answering in time looks like to a call
 UNANSWERED: tuple[type[BaseException], ...] = (deadline.DeadlineExceeded, kube_mod.Transient, kube_mod.TooManyRequests)
-
-
-class Busy(Exception):
-    """The Lease kept changing under us until the review's deadline."""
 
 
 @dataclass
@@ -220,6 +223,7 @@ class Waiter:
     began: float
     deadline: deadline.Deadline | None
     grow: Grow | None = None
+    grown: bool = False  # decided on its workload grown to the pods known (``_grow``)
     refreshed: bool = False
     pause: float = 0.02  # the next wait for young reservations (doubling up to 0.2 s)
     lead: bool = False  # this review decides for the queue
@@ -549,6 +553,8 @@ class Reservations:
         local.turn.notify_all()
 
     def _answer(self, local: Local, waiter: Waiter, claim: Claim | None, error: BaseException | None = None) -> None:
+        if claim is not None and waiter.grown and "stale_read" not in claim.degraded:
+            claim = dataclasses.replace(claim, degraded=",".join(h for h in (claim.degraded, "stale_read") if h))
         with local.turn:
             waiter.claim, waiter.error, waiter.done = claim, error, True
             local.turn.notify_all()
@@ -628,7 +634,10 @@ class Reservations:
                 self._out_of_time(local, writers, decided, ran_out, landed=not lost)
                 leader = next((w for w in batch if w.lead and not w.done), None)
                 if leader is not None and leader.remaining() <= deadline.WRITE_RESERVE:
-                    raise Busy(f"lease {self.namespace}/{name} busy after {rounds} tries") from exc
+                    # the Lease kept changing under it until its time ran out: on what is known
+                    log.info("lease busy until the review's deadline", extra={"lease": name, "tries": rounds})
+                    self._from_known(local, leader, rs_uid, config)
+                    return
                 if any(not w.done for w in batch):
                     local.lease, local.lease_read = self._read(name), True
                     time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * rounds)))
@@ -692,8 +701,7 @@ class Reservations:
         would give a percentage or capped floor too low)."""
         if w.grow is None or w.replicas is None:
             return
-        deadline.note("stale_read")
-        w.replicas, w.decide = replicas, w.grow(replicas)
+        w.replicas, w.decide, w.grown = replicas, w.grow(replicas), True
 
     def _from_known(self, local: Local, w: Waiter, rs_uid: str, config: Config) -> None:
         """Answer ``w``, which has no time left for the call its decision needs (a count or
