@@ -108,3 +108,15 @@ def test_a_real_control_planes_share_is_counted_from_its_first_pod() -> None:
     assert cycle._replacement_notes(options(LARGE), r)[1:] == []  # 1,609 of 1,930: not the machine lagging
     slow = cycle._replacements(options(LARGE), 17_640, created=900, creating=95)
     assert "harsher than a real cluster's" in cycle._replacement_notes(options(LARGE), slow)[-1]
+
+
+def test_a_busier_machine_paces_the_notice_slower() -> None:
+    # GIVEN a machine whose 1-minute load is three times its cores (three runs side by side)
+    share = cycle.machine_share(load=6.0, cores=2)
+    assert share == pytest.approx(1 / 3)
+    assert cycle.machine_share(load=1.5, cores=2) == 1.0
+    # THEN the notice is paced to a third of the speed an idle machine gets
+    o = options(LARGE)
+    idle, busy = cycle.notice_scale(o, 17_640), cycle.notice_scale(o, 17_640, share)
+    assert busy == pytest.approx(idle / 3, abs=0.01)
+    assert cycle.return_scale(o, 560, 30, share) < cycle.return_scale(o, 560, 30)

@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import copy
 import math
+import os
 import random
 import tempfile
 import threading
@@ -215,28 +216,47 @@ def fastest_replacement(options: Options) -> tuple[float, str]:
     return total, f"{batch}a launch of at least {launch:g}s to a Ready node and a pod start of {start:g}s"
 
 
-def notice_scale(options: Options, pods: int) -> float:
+def notice_scale(options: Options, pods: int, share: float = 1.0) -> float:
     """The time scale from the notice to the end of the surges: ``time_scale``, or slower
     where a real control plane replacing ``pods`` lost pods would create more pods a
     simulated second (at most its ``--kube-api-qps``) than this machine simulates
-    faithfully at that speed."""
+    faithfully at that speed (``share``: the part of the machine this run has, see
+    :func:`machine_share`)."""
     rate = pods / max(1.0, options.reclaim_after - options.pod_startup)
     qps = settings_of(options.objects).controller_manager.kube_api_qps
-    return _paced(options, min(rate, qps) if qps > 0 else rate)
+    return _paced(options, min(rate, qps) if qps > 0 else rate, share)
 
 
-def return_scale(options: Options, moving: int, settle: float) -> float:
+def return_scale(options: Options, moving: int, settle: float, share: float = 1.0) -> float:
     """The time scale of the return to spot: node-added moves one replica of each of
     ``moving`` workloads at a time, each a pod start and ``settle`` seconds."""
-    return _paced(options, moving / (options.pod_startup + settle + PING_SECONDS))
+    return _paced(options, moving / (options.pod_startup + settle + PING_SECONDS), share)
 
 
-def _paced(options: Options, pods_per_second: float) -> float:
-    """``time_scale``, or slower where ``pods_per_second`` simulated would outrun the machine."""
+def machine_share(load: float | None = None, cores: int | None = None) -> float:
+    """The part of the machine a run has now: 1 while the 1-minute load average is within
+    the cores, else cores / load (three runs side by side on 2 cores: about a third).
+    :data:`FAITHFUL_PODS_PER_SECOND` was measured on a machine running one run; on a
+    busier one the same simulated speed would leave the simulated control plane behind a
+    real one (harsher than a real cluster, and a verdict that depends on the load)."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not on this platform
+            return 1.0
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1.0 if load <= cores else cores / load
+
+
+def _paced(options: Options, pods_per_second: float, share: float = 1.0) -> float:
+    """``time_scale``, or slower where ``pods_per_second`` simulated would outrun the machine
+    (its faithful rate times ``share``)."""
     scale = options.time_scale
     if options.pace == "fixed" or pods_per_second <= 0:
         return scale
-    return min(scale, math.floor(100 * FAITHFUL_PODS_PER_SECOND / pods_per_second) / 100 or 0.01)
+    faithful = FAITHFUL_PODS_PER_SECOND * max(0.05, min(1.0, share))
+    return min(scale, math.floor(100 * faithful / pods_per_second) / 100 or 0.01)
 
 
 def doomed(options: Options, spot_nodes: list[Obj]) -> list[str]:
@@ -363,10 +383,11 @@ def run(options: Options, view: View | None = None) -> Outcome:
         delays = {n: round(rng.uniform(0.0, DRAINER_MAX_DELAY), 3) if options.drainer else 0.0 for n in names}
         losing = tracker.serving_on(names)
         needed = sum(n for k, n in losing.items() if k in wls and wls[k].kind is Kind.DEPLOYMENT)
-        scales = {"placing": scale, "notice": notice_scale(options, sum(losing.values()))}
+        share = machine_share()
+        scales = {"placing": scale, "notice": notice_scale(options, sum(losing.values()), share)}
         if scales["notice"] < scale:
             sim.clock.set_scale(scales["notice"])
-            watch.phase.notes.append(_slowed_note("the notice and the surges", scales["notice"], options))
+            watch.phase.notes.append(_slowed_note("the notice and the surges", scales["notice"], options, share))
         t0 = watch.t0 = sim.clock.now()
         tracker.arm(desired)
         before = tracker.snapshot()
@@ -477,10 +498,12 @@ def _lag_notes(when: str, lag: tuple[int, float, float]) -> list[str]:
     ]
 
 
-def _slowed_note(what: str, scale: float, options: Options) -> str:
+def _slowed_note(what: str, scale: float, options: Options, share: float = 1.0) -> str:
+    busy = f", {share:.0%} of it free now (load average)" if share < 1.0 else ""
+    rate = FAITHFUL_PODS_PER_SECOND * max(0.05, min(1.0, share))
     return (
         f"{what} ran at x{scale:g}, not x{options.time_scale:g}: at full speed the simulated control plane would "
-        f"fall behind a real one on this machine (about {FAITHFUL_PODS_PER_SECOND:g} pods a real second), which "
+        f"fall behind a real one on this machine (about {rate:g} pods a real second{busy}), which "
         "would make the result harsher than a real cluster's (--pace fixed keeps one speed)"
     )
 
@@ -562,10 +585,12 @@ def _return_to_spot(
         return f"skipped: {node_added.why}"
     moves = {k: w.replicas - watch.floor.get(k, w.replicas) for k, w in watch.wls.items()}
     one_move = options.pod_startup + cfg.rebalance_settle_seconds + PING_SECONDS
-    scales["return"] = return_scale(options, sum(1 for n in moves.values() if n > 0), cfg.rebalance_settle_seconds)
+    share = machine_share()
+    moving = sum(1 for n in moves.values() if n > 0)
+    scales["return"] = return_scale(options, moving, cfg.rebalance_settle_seconds, share)
     sim.clock.set_scale(scales["return"])
     if scales["return"] < options.time_scale:
-        watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options))
+        watch.phase.notes.append(_slowed_note("the return to spot", scales["return"], options, share))
     watch.phase.name = "new spot nodes joined; node-added moves workloads back"
     # a provisioned cluster launches the spot nodes the moved pods ask for: none is added by hand
     fresh = [] if provisioned(options.objects) else [replacement(n) for n in gone]
