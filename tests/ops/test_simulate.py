@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,10 @@ FAST = ("--time-scale", "40", "--no-return")
 
 def test_one_node_goes_and_the_promise_holds(tmp_path: Path) -> None:
     # GIVEN the small scenario WHEN only spot-1 gets the notice
-    report = tmp_path / "whatif.html"
+    report, logs = tmp_path / "whatif.html", tmp_path / "logs"
     proc = spotguard(
         "simulate", "--scenario", str(SCENARIOS / "small.yaml"), "--interrupt", "spot-1", "--output", "json",
-        "--report", str(report), *FAST,
+        "--report", str(report), "--keep-logs", str(logs), *FAST,
     )  # fmt: skip
     # THEN every workload kept its promise and the report embeds the plot
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -25,6 +26,13 @@ def test_one_node_goes_and_the_promise_holds(tmp_path: Path) -> None:
     assert {w["name"] for w in data["workloads"]} == {"web", "api", "worker", "db"}
     text = report.read_text()
     assert "data:image/png;base64," in text and "Deployment/shop/web" in text
+    # AND the logs were kept: the webhook's (at INFO: its eviction reviews; none here, no
+    # drainer), and the in-process functions' and controllers' as JSON lines on the
+    # simulated clock, the notice's handling among them
+    assert (logs / "admission.log").is_file()
+    lines = [json.loads(line) for line in (logs / "spotguard.log").read_text().splitlines()]
+    assert all(isinstance(line["sim_time"], float) for line in lines)
+    assert any(line["logger"].startswith("spotguard.interruption") and line.get("node") == "spot-1" for line in lines)
 
 
 def test_pods_slower_than_the_notice_break_the_promise_and_say_why() -> None:
@@ -118,6 +126,12 @@ def test_bad_arguments(args: list[str], words: list[str]) -> None:
 
 
 def test_missing_arguments_and_bad_files(tmp_path: Path) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "spotguard.log").write_text("an earlier run\n")
+    for keep, words in ((used, ["not empty"]), (used / "spotguard.log", ["not a folder"])):
+        args = ("--scenario", str(SCENARIOS / "small.yaml"), "--interrupt", "1", "--keep-logs", str(keep))
+        plain_error(spotguard("simulate", *args, timeout=60), "--keep-logs", *words)
     plain_error(spotguard("simulate", "--interrupt", "all-spot", timeout=60), "--scenario")
     plain_error(spotguard("simulate", "--scenario", str(tmp_path / "none.yaml"), "--interrupt", "1"), "not found")
     bad = tmp_path / "bad.yaml"

@@ -75,6 +75,7 @@ class Options:
     settle_seconds: float = 300.0  # simulated seconds after the reclaim to wait for the surges to end
     pace: str = "auto"  # "auto": slower than time_scale where the machine would lag (notice_scale); "fixed"
     scenario: str = ""  # where the objects came from (the report's title)
+    keep_logs: Path | None = None  # a folder to keep the functions' logs in (default: none kept)
 
 
 @dataclass
@@ -312,13 +313,55 @@ class Watch:
         return False
 
 
+def _workdir(stack: contextlib.ExitStack, keep: Path | None) -> Path:
+    """Where the functions write their files: ``keep`` (kept) or a temporary folder (removed)."""
+    if keep is None:
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep
+
+
+@contextlib.contextmanager
+def _logging_to(path: Path, now: Callable[[], float]) -> Iterator[None]:
+    """Every in-process log line (the interruption handler, node-added, the simulated cluster's
+    controllers) at INFO into ``path`` as JSON, each with ``sim_time``: the simulated clock's
+    reading, to line events up with the report. The console keeps its own level."""
+    import logging
+
+    from spotguard.logs import JsonFormatter
+
+    class SimTime(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.sim_time = round(now(), 3)
+            return True
+
+    root = logging.getLogger()
+    before = root.level
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(SimTime())
+    quiet = [(h, h.level) for h in root.handlers]
+    for h, level in quiet:
+        h.setLevel(max(level, before))
+    root.addHandler(handler)
+    root.setLevel(min(before, logging.INFO))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(before)
+        for h, level in quiet:
+            h.setLevel(level)
+
+
 def run(options: Options, view: View | None = None) -> Outcome:
     check(options)
     infra, apps = split(options.objects)
     cfg = config_mod.Config()
     scale = options.time_scale
     with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
+        workdir = _workdir(stack, options.keep_logs)
         # moto takes seconds to start: beside the cluster and the webhook, not before them.
         bus_cm = aws.running_bus()
         starting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="moto-start")
@@ -334,6 +377,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
                     settings=settings_of(options.objects),
                 )
             )
+        if options.keep_logs is not None:
+            stack.enter_context(_logging_to(workdir / "spotguard.log", sim.clock.now))
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
         tracker.start(sim.store)
@@ -349,7 +394,13 @@ def run(options: Options, view: View | None = None) -> Outcome:
         workers = 2 if pods > 1000 else 1
         # The guard's grace runs on the webhook's own real clock: sized for the slowest the notice may run.
         admission = stack.enter_context(
-            functions.admission_server(sim, workdir, workers, time_scale=notice_scale(options, pods))
+            functions.admission_server(
+                sim,
+                workdir,
+                workers,
+                time_scale=notice_scale(options, pods),
+                log_level="WARNING" if options.keep_logs is None else "INFO",
+            )
         )
         bus = bus_future.result()
         stack.enter_context(

@@ -94,23 +94,26 @@ class Admission:
 
 
 @contextlib.contextmanager
-def admission_server(sim: Any, workdir: Path, workers: int = 1, time_scale: float = 1.0) -> Iterator[Admission]:
+def admission_server(
+    sim: Any, workdir: Path, workers: int = 1, time_scale: float = 1.0, log_level: str = "WARNING"
+) -> Iterator[Admission]:
     """``spotguard serve admission`` over HTTPS, registered as the cluster's webhooks: the
     pod-create webhook and the eviction guard (``pods/eviction``).
 
-    The private keys are written under ``workdir``, which the caller removes.
+    The private keys are written under ``workdir``, which the caller removes; its log
+    (at ``log_level``) is ``workdir/admission.log``.
     """
     paths = certs.make(workdir / "certs", ["localhost"], ["127.0.0.1"])
     port = free_port()
     cmd = [
-        sys.executable, "-m", "spotguard.cli", "--log-level", "WARNING", "serve", "admission",
+        sys.executable, "-m", "spotguard.cli", "--log-level", log_level, "serve", "admission",
         "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(paths.cert), "--tls-key", str(paths.key),
         "--kubeconfig", sim.kubeconfig, "--workers", str(workers),
     ]  # fmt: skip
     # SIGINT: gunicorn's quick shutdown (SIGTERM waits for the cluster's pooled keep-alive connections).
-    # The child measures the eviction guard's no-notice grace on its own (real) clock.
-    env = {"SPOTGUARD_EVICTION_GRACE_SECONDS": os.environ.get(
-        "SPOTGUARD_EVICTION_GRACE_SECONDS", f"{8.0 / max(time_scale, 1.0):.3f}")}  # fmt: skip
+    # The child measures the eviction guard's no-notice grace and floor hold on its own (real) clock.
+    env = {name: os.environ.get(name, f"{seconds / max(time_scale, 1.0):.3f}") for name, seconds in (
+        ("SPOTGUARD_EVICTION_GRACE_SECONDS", 8.0), ("SPOTGUARD_EVICTION_FLOOR_HOLD_SECONDS", 300.0))}  # fmt: skip
     with child(cmd, workdir / "admission.log", signal.SIGINT, env=env) as proc:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         health = f"https://localhost:{port}/healthz"

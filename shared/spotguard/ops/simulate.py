@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", type=float, default=20.0, help="simulated seconds per real second (20)")
     add_pace(parser)
     parser.add_argument("--no-return", action="store_true", help="stop after the reclaim (no return to spot)")
+    parser.add_argument("--keep-logs", metavar="DIR",
+                        help="keep the functions' and the simulated cluster's logs in DIR")  # fmt: skip
     parser.add_argument("--report", metavar="FILE.html|FILE.png", help="write the report (HTML with the plot, or PNG)")
     parser.add_argument("--output", choices=("text", "json"), default="text", help="text for a person, json (text)")
 
@@ -69,6 +71,18 @@ def interrupt_of(values: list[str]) -> str | int | list[str]:
     if "all-spot" in values:
         raise UserError("--interrupt all-spot stands alone: give all-spot, a number, or node names")
     return list(values)
+
+
+def keep_logs_of(args: argparse.Namespace) -> Path | None:
+    keep = getattr(args, "keep_logs", None)
+    if keep is None:
+        return None
+    path = Path(keep)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--keep-logs {path}: not a folder")
+    if path.is_dir() and any(path.iterdir()):
+        raise UserError(f"--keep-logs {path}: the folder is not empty (give a new or empty one)")
+    return path
 
 
 def options_from(args: argparse.Namespace) -> tuple[Any, Path | None]:
@@ -88,6 +102,7 @@ def options_from(args: argparse.Namespace) -> tuple[Any, Path | None]:
         objects=scenario_mod.load(path), scenario=str(path), interrupt=interrupt_of(args.interrupt),
         time_scale=args.time_scale, pod_startup=args.pod_startup, reclaim_after=args.reclaim_after,
         drainer=args.drainer, seed=args.seed, return_to_spot=not args.no_return, pace=args.pace,
+        keep_logs=keep_logs_of(args),
     )  # fmt: skip
     cycle.check(options)
     return options, report
