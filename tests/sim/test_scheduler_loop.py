@@ -38,6 +38,31 @@ def test_unschedulable_pod_waits_and_is_retried_when_a_node_joins() -> None:
                    what="PodScheduled=True")
 
 
+def test_higher_priority_pods_bind_first_when_room_appears() -> None:
+    """activeQ is ordered by priority, then by queueing time (PrioritySort): when a node joins
+    with room for one pod, a system-node-critical pod queued after a Pending default-priority
+    pod binds first, and nothing is preempted. (A FIFO queue bound the older pod, and the
+    critical one then preempted it: a new Karpenter node's DaemonSet pods evicting the
+    workload pods that had just landed there.)"""
+    with testing.running_cluster(time_scale=SCALE) as sim:
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+
+        def pod(name: str, **spec: Any) -> dict[str, Any]:
+            return {"metadata": {"name": name}, "spec": {"containers": [
+                {"name": "c", "image": "nginx:1.27", "resources": {"requests": {"cpu": "600m"}}}], **spec}}
+
+        core.create_namespaced_pod("default", pod("app"))
+        h.wait_for(lambda: scheduled_condition(sim, "app"), what="app Unschedulable")
+        core.create_namespaced_pod("default", pod("zz-agent", priorityClassName="system-node-critical"))
+        h.wait_for(lambda: scheduled_condition(sim, "zz-agent"), what="agent Unschedulable")
+        sim.store.create("nodes", h.node("new", cpu="1"))
+        h.wait_for(lambda: sim.store.get("pods", "zz-agent", "default")["spec"].get("nodeName") == "new",
+                   what="the critical pod bound")
+        app = sim.store.get("pods", "app", "default")
+        assert app["spec"].get("nodeName") is None and "deletionTimestamp" not in app["metadata"]
+        assert (scheduled_condition(sim, "app") or {}).get("reason") == "Unschedulable"
+
+
 def test_cordon_taints_and_affinity_in_the_running_cluster() -> None:
     with testing.running_cluster(time_scale=SCALE) as sim:
         sim.store.create("nodes", h.node("spot", labels={"node.kubernetes.io/capacity": "spot"},

@@ -1,5 +1,7 @@
 """The scheduling loop (kube-scheduler): binds Pending pods without a node to the
-best node (``spotguard.sim.scheduler``), one pod at a time in queue order; an
+best node (``spotguard.sim.scheduler``), one pod at a time in queue order (the
+PrioritySort plugin's: higher ``spec.priority`` first, then the earlier queued, so a
+new node's DaemonSet pods bind before the Pending pods of lower priority); an
 unschedulable pod gets ``PodScheduled=False`` (reason Unschedulable) and waits
 until the cluster changes (a node added or changed, a bound pod gone) or a
 periodic flush, as the scheduling queue's unschedulable pods do.
@@ -17,8 +19,9 @@ victims terminate.
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import heapq
+import itertools
 import logging
 import random
 import threading
@@ -46,7 +49,11 @@ class SchedulerLoop:
         self.percentage = percentage
         self._lock = threading.Lock()  # guards the cache
         self._cond = threading.Condition()
-        self._active: collections.deque[base.Key] = collections.deque()
+        # activeQ: a heap in the PrioritySort plugin's order (higher spec.priority first, then
+        # the earlier (re)queued; pkg/scheduler/framework/plugins/queuesort/priority_sort.go)
+        self._active: list[tuple[int, int, base.Key]] = []
+        self._order = itertools.count()
+        self._priority: dict[base.Key, int] = {}
         self._queued: set[base.Key] = set()
         self._unschedulable: set[base.Key] = set()
         self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
@@ -90,6 +97,7 @@ class SchedulerLoop:
             with self._cond:
                 self._queued.discard(key)
                 self._unschedulable.discard(key)
+                self._priority.pop(key, None)
             if was_bound:
                 self._flush_unschedulable()
             return
@@ -103,10 +111,10 @@ class SchedulerLoop:
         if (obj.get("status") or {}).get("phase") not in (None, "Pending"):
             return
         with self._cond:
+            self._priority[key] = int(spec.get("priority") or 0)
             if key in self._queued or key in self._unschedulable:
                 return
-            self._queued.add(key)
-            self._active.append(key)
+            self._enqueue(key)
             self._cond.notify()
 
     def _flush_unschedulable(self) -> None:
@@ -115,10 +123,14 @@ class SchedulerLoop:
                 return
             for key in sorted(self._unschedulable):
                 if key not in self._queued:
-                    self._queued.add(key)
-                    self._active.append(key)
+                    self._enqueue(key)
             self._unschedulable.clear()
             self._cond.notify()
+
+    def _enqueue(self, key: base.Key) -> None:
+        """Into activeQ (the caller holds ``_cond``)."""
+        self._queued.add(key)
+        heapq.heappush(self._active, (-self._priority.get(key, 0), next(self._order), key))
 
     def prime(self) -> None:
         for ns in self.store.list("namespaces")[0]:
@@ -160,7 +172,7 @@ class SchedulerLoop:
                 self._cond.wait(0.5)
             if self._stop.is_set():
                 return None
-            key = self._active.popleft()
+            _, _, key = heapq.heappop(self._active)
             self._queued.discard(key)
             return key
 
