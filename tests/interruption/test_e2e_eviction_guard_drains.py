@@ -248,3 +248,30 @@ def test_a_slow_api_server_gets_answers_not_refusals_then_a_fail_open(tmp_path: 
                 answers.append(json.loads(answer.body)["message"])
             assert "has 0 Ready pods on nodes that stay" in answers[-1], answers
             assert exists(sim, solo)
+
+
+def test_a_consolidated_on_demand_node_keeps_a_statefulsets_floor_for_the_hold(overlapping: Any, tmp_path: Any) -> None:
+    """Karpenter consolidates od-0 (its taint karpenter.sh/disrupted, then evictions): db-ro
+    (2, both on od-0, its floor 2) keeps its pods for the floor hold, then they may go; the
+    Deployment web-canary, whose surge is not running, is the user's budget's business: its
+    pod goes at once. (medium-karpenter.yaml: at a reclaim the doomed pods still looked Ready,
+    the StatefulSets' budgets allowed one disruption, and a consolidation took a floor pod.)"""
+    sim = overlapping
+    timing = evictions.Timing(floor_hold=60)
+    with h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timing=timing, timeout_seconds=None):
+        def consolidate(n: dict[str, Any]) -> None:
+            n["spec"]["taints"] = [*(n["spec"].get("taints") or []), {"key": "karpenter.sh/disrupted",
+                                                                    "effect": "NoSchedule"}]
+
+        sim.store.mutate("nodes", "od-0", None, consolidate)
+        db = sorted(p["metadata"]["name"] for p in sim.store.list("pods", namespace="shop")[0]
+                    if p["metadata"]["name"].startswith("db-ro-"))[0]
+        refused = evict(sim, db)
+        assert refused is not None and refused.status == 429, refused
+        assert "od-0 is being drained" in refused.body and "keeps 2" in refused.body, refused.body
+        canary = sorted(p["metadata"]["name"] for p in sim.store.list("pods", namespace="shop")[0]
+                        if p["metadata"]["name"].startswith("web-canary-"))[0]
+        assert evict(sim, canary) is None
+        wait_sim(sim, timing.floor_hold, "the floor hold to pass")
+        assert evict(sim, db) is None
+        assert not exists(sim, db)

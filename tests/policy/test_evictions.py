@@ -217,3 +217,43 @@ def test_the_pod_and_its_node_decide_first() -> None:
     assert evictions.without_workload(node=dataclasses.replace(cordoned, spot=False)) == evictions.Decision(
         True, "not-spot")
     assert evictions.without_workload(node=dataclasses.replace(cordoned, spot=False, notice=NOTICE)) is None
+
+
+def statefulset(replicas: int) -> Workload:
+    return Workload(Kind.STATEFULSET, "data", "db", replicas, {})
+
+
+def test_a_statefulset_floor_holds_against_a_drained_on_demand_node() -> None:
+    # GIVEN db (10, floor 6): 6 on on-demand, 4 on spot nodes reclaimed a moment ago (their
+    # pods still look Ready: the node controller has not marked the nodes yet, so the
+    # budget allows one disruption) WHEN Karpenter consolidates od-2, one of the floor nodes
+    consolidated = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}))
+    facts = {**nodes(), "od-2": consolidated}
+    pods = ([pod(f"db-{i}", "od-1") for i in range(5)] + [pod("db-5", "od-2")]
+            + [pod(f"db-{i}", "spot-1") for i in range(6, 10)])
+    timing = evictions.Timing(floor_hold=300)
+    d = decide(statefulset(10), pods[5], pods, floor_on_demand=6, nodes=facts, timing=timing)
+    # THEN the floor pod stays (5 on nodes that stay, 6 kept), the drainer retrying
+    assert not d.allowed and d.reason == "protected"
+    assert "od-2 is being drained" in d.message and "keeps 6" in d.message
+    # AND not past the hold: a drain is never wedged
+    late = decide(statefulset(10), pods[5], pods, floor_on_demand=6, nodes=facts, timing=timing,
+                  now=NOW + 300, first_seen=NOW)
+    assert late.allowed and late.reason == "floor-hold-over"
+    # AND above its floor the StatefulSet's pod goes at once
+    more = [*pods, pod("db-extra", "od-1")]
+    assert decide(statefulset(10), pods[5], more, floor_on_demand=6, nodes=facts, timing=timing).allowed
+
+
+def test_a_deployment_is_guarded_off_spot_only_while_its_surge_runs() -> None:
+    consolidated = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}))
+    facts = {**nodes(), "od-2": consolidated}
+    pods = [pod(f"o-{i}", "od-1") for i in range(3)] + [pod(f"n-{i}", "od-2") for i in range(3)]
+    running = {"replicas": 6, "surge": 4, "events": ["itn-1"], "nodes": ["spot-1"], "started": NOW, "ready": 6}
+    # its surge runs: the count before the notice is kept on every node
+    d = decide(deployment(10, running), pods[-1], pods, nodes=facts)
+    assert not d.allowed and "surge for a spot notice is still running" in d.message
+    # no surge, or a finished one: an on-demand node's pods are the user's budget's business
+    assert decide(deployment(6), pods[-1], pods, nodes=facts).reason == "not-spot"
+    finished = {**running, "surge": 0, "done": True}
+    assert decide(deployment(6, finished), pods[-1], pods, nodes=facts).reason == "not-spot"

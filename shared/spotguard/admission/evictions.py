@@ -68,6 +68,7 @@ def timing_from_env(env: Mapping[str, str] | None = None) -> evictions.Timing:
         release=_seconds(env, "SPOTGUARD_EVICTION_RELEASE_SECONDS", default.release),
         rebalance_hold=_seconds(env, "SPOTGUARD_EVICTION_REBALANCE_HOLD_SECONDS", default.rebalance_hold),
         error_hold=_seconds(env, "SPOTGUARD_EVICTION_ERROR_HOLD_SECONDS", default.error_hold),
+        floor_hold=_seconds(env, "SPOTGUARD_EVICTION_FLOOR_HOLD_SECONDS", default.floor_hold),
     )
 
 
@@ -135,9 +136,6 @@ class Guard:
     def first_seen(self, ctx: core.Context, node: evictions.NodeFacts, now: float) -> float:
         """When this process first saw ``node``'s drain signals (``now`` the first time), and
         its sighted nodes are read again until none is left."""
-        if not node.spot and node.notice is None:  # never guarded by a grace
-            self.sightings.forget([node.name])
-            return now
         seen = self.sightings.observe(node, now)
         if seen is None:
             return now

@@ -6,7 +6,13 @@ the moment the node is marked, often before spotguard has handled the notice.
 The guard answers the ``pods/eviction`` admission review: it refuses (429, the
 drainer retries) the eviction of a Ready pod of a managed Deployment or
 StatefulSet on a spot node that is going away while the workload has fewer Ready
-pods on nodes that stay than it wants, and allows everything else.
+pods on nodes that stay than it wants. Off spot (an on-demand node an autoscaler
+consolidates or scales down, a ``kubectl drain``) it guards the same count only
+where spotguard's promise is at stake: a StatefulSet's floor, and a Deployment whose
+surge for a notice still runs (at a reclaim, the doomed pods still look Ready until
+the node controller marks their node, so a PodDisruptionBudget lets a consolidation
+take an on-demand floor pod then); for ``floor_hold`` seconds at most. It allows
+everything else.
 
 Why "Ready pods on nodes that stay": evicting a pod of a node that is going away
 never changes that count, so concurrent evictions (a drainer evicts a node's pods
@@ -65,6 +71,10 @@ class Timing:
     # a node with a rebalance recommendation only (no reclaim time yet; a drainer that drains
     # at rebalance recommendations): guarded this long after the notice at most
     rebalance_hold: float = 120.0
+    # a node that is not spot, or spot without a notice past its grace, drained (an autoscaler's
+    # consolidation or scale-down, kubectl drain) while a StatefulSet is at its floor or a
+    # Deployment's surge runs: guarded this long after this process first saw the drain
+    floor_hold: float = 300.0
     # the guard could not read the cluster (a 5xx, a 429, a timeout): the eviction is refused
     # with a short retry for this long after the pod's first such failure, then allowed
     error_hold: float = 20.0
@@ -119,6 +129,18 @@ def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord 
         keep = record.ready or record.replicas
         return max(0, min(keep, interruption.owner_replicas(record, workload.replicas)))
     return max(0, workload.replicas)
+
+
+def guarded_off_spot(workload: Workload, record: surges.SurgeRecord | None) -> str | None:
+    """Why ``workload`` is guarded on a node that is not spot and has no notice (None: it is
+    not). A StatefulSet always (its floor is the promise, whatever drains the node; it
+    cannot be replaced before its pod is gone); a Deployment while its surge runs (the count
+    before the notice is the promise until its replacements are Ready)."""
+    if workload.kind is Kind.STATEFULSET:
+        return "its pods cannot be replaced before they are gone"
+    if record is not None and not record.done:
+        return "the workload's surge for a spot notice is still running"
+    return None
 
 
 def surge_cover(record: surges.SurgeRecord | None, node: str) -> tuple[float, bool, float] | None:
@@ -225,8 +247,14 @@ def decide(
     record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
     noticed = _notices(node, record)
     if not noticed and not node.spot:
-        return Decision(True, "not-spot")
-    if noticed:
+        guarded = guarded_off_spot(workload, record)
+        if guarded is None:
+            return Decision(True, "not-spot")
+        release_at = first_seen + timing.floor_hold
+        if now >= release_at:
+            return Decision(True, "floor-hold-over")
+        why = f"node {node.name} is being drained and {guarded}"
+    elif noticed:
         n = noticed[0]
         release_at = n.until - timing.release
         if not n.rebalance and now >= release_at:
