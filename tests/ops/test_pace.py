@@ -120,3 +120,46 @@ def test_a_busier_machine_paces_the_notice_slower() -> None:
     idle, busy = cycle.notice_scale(o, 17_640), cycle.notice_scale(o, 17_640, share)
     assert busy == pytest.approx(idle / 3, abs=0.01)
     assert cycle.return_scale(o, 560, 30, share) < cycle.return_scale(o, 560, 30)
+
+
+MEDIUM_KARPENTER = scenario_mod.load(SCENARIOS / "medium-karpenter.yaml")
+
+
+def test_on_autoscaled_capacity_replacements_beyond_the_room_wait_for_a_launch() -> None:
+    # GIVEN medium-karpenter.yaml (no node given: Karpenter launches them 30-40 s after a 1 s
+    # batch window) and 1,733 lost Deployment pods at a controller-manager of 20 QPS (burst 30)
+    o = options(MEDIUM_KARPENTER)
+    fastest, how = cycle.fastest_replacement(o)
+    assert fastest == 1 + 30 + 30 and "launch of at least 30s" in how
+    # WHEN the on-demand nodes had room for 100 of them at the notice
+    r = cycle._replacements(o, 1_733, created=1_733, creating=118, room=100)
+    # THEN the rest must be created in time for a launch too: 20 * (120 - 61) + 30, not 20 * 90 + 30
+    assert r.possible == 20 * 59 + 30
+    (note,) = cycle._replacement_notes(o, r)[:1]
+    assert "at most 1210 replacements" in note and "room for 100 of them" in note
+    # AND where the room was larger than what can be launched for in time, the room counts
+    # (as far as the pods can be created in time to start there)
+    assert cycle._replacements(o, 1_733, created=1_733, creating=118, room=1_500).possible == 1_500
+    assert cycle._replacements(o, 1_733, created=1_733, creating=118, room=5_000).possible == 1_733
+
+
+def test_on_demand_room_counts_free_slots_on_ready_on_demand_nodes_that_stay() -> None:
+    from spotguard.policy import config
+
+    def node(name: str, capacity: str, *, ready: bool = True, cpu: str = "2", pods: str = "110") -> dict:
+        return {"metadata": {"name": name, "labels": {"karpenter.sh/capacity-type": capacity}},
+                "spec": {}, "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": pods},
+                                       "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+    def pod(node_name: str, cpu: str, owner: str = "ReplicaSet") -> dict:
+        return {"metadata": {"ownerReferences": [{"kind": owner}]}, "status": {"phase": "Running"},
+                "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"cpu": cpu}}}]}}
+
+    nodes = [node("od-1", "on-demand"), node("od-2", "on-demand", ready=False), node("od-3", "on-demand", pods="3"),
+             node("spot-1", "spot"), node("spot-2", "spot")]
+    pods = [pod("od-1", "1500m"), pod("od-3", "100m"), pod("spot-1", "250m"), pod("spot-1", "500m"),
+            pod("spot-1", "100m", owner="StatefulSet"), pod("spot-2", "250m")]
+    # 250m each (the smallest doomed Deployment pod): 2 on od-1 (500m free), 2 on od-3 (its pod limit);
+    # not on od-2 (NotReady), nor on spot-2 (spot)
+    assert cycle.on_demand_room(nodes, pods, ["spot-1"], config.Config()) == 4
+    assert cycle.on_demand_room(nodes, pods, ["spot-9"], config.Config()) == 0  # nothing doomed

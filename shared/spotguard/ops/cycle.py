@@ -36,7 +36,7 @@ from spotguard.logs import UserError
 from spotguard.ops import aws, functions, money, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
-from spotguard.policy import floors, surges
+from spotguard.policy import floors, quantities, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import billing, nodepools, scheduler, testing
@@ -109,6 +109,7 @@ class Replacements:
     expected: int
     qps: float
     burst: int
+    room: int | None = None  # replacements the on-demand nodes that stay had room for at the notice
 
 
 @dataclass
@@ -433,6 +434,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         rng = random.Random(options.seed)
         delays = {n: round(rng.uniform(0.0, DRAINER_MAX_DELAY), 3) if options.drainer else 0.0 for n in names}
         losing = tracker.serving_on(names)
+        room = on_demand_room(sim.store.list("nodes")[0], sim.store.list("pods")[0], names, cfg)
         needed = sum(n for k, n in losing.items() if k in wls and wls[k].kind is Kind.DEPLOYMENT)
         share = machine_share()
         scales = {"placing": scale, "notice": notice_scale(options, sum(losing.values()), share)}
@@ -470,7 +472,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
 
         reclaim = t0 + options.reclaim_after
         created, first = tracker.creations(t0, reclaim)
-        replacements = _replacements(options, needed, created, reclaim - first if first is not None else 0.0)
+        replacements = _replacements(options, needed, created, reclaim - first if first is not None else 0.0, room)
         watch.phase.notes.extend(_replacement_notes(options, replacements))
         watch.phase.notes.extend(_lag_notes("after the notice", tracker.bind_lag()))
 
@@ -506,16 +508,68 @@ def run(options: Options, view: View | None = None) -> Outcome:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _replacements(options: Options, needed: int, created: int, creating: float) -> Replacements:
+def _replacements(
+    options: Options, needed: int, created: int, creating: float, room: int | None = None
+) -> Replacements:
     """``creating``: simulated seconds from the first workload pod created after the notice
     (once spotguard's surges were written) to the reclaim, in which a real controller-manager
-    would have created pods at its QPS."""
+    would have created pods at its QPS. ``room``: replacements the on-demand nodes that stay
+    had room for at the notice (:func:`on_demand_room`; None: as many as needed).
+
+    The pods are created one after another at the QPS: the first ``room`` of them can start
+    where they are (a pod start), the rest only on a node launched for them (the batch
+    window and the launch before the start, :func:`fastest_replacement`). So at most
+    ``max(min(room, in time to start), in time to be launched for)`` are Ready by the reclaim."""
     limits = settings_of(options.objects).controller_manager
     qps, burst = limits.kube_api_qps, limits.kube_api_burst
-    window = max(0.0, options.reclaim_after - options.pod_startup)
-    possible = None if qps <= 0 else min(needed, int(qps * window) + burst)
+    possible = None
+    if qps > 0:
+        started = int(qps * max(0.0, options.reclaim_after - options.pod_startup)) + burst
+        fastest, _ = fastest_replacement(options)
+        launched = int(qps * (options.reclaim_after - fastest)) + burst if fastest < options.reclaim_after else 0
+        possible = min(needed, max(min(needed if room is None else room, started), launched))
     expected = needed if qps <= 0 else min(needed, int(qps * max(0.0, creating)) + burst)
-    return Replacements(needed=needed, possible=possible, created=created, expected=expected, qps=qps, burst=burst)
+    return Replacements(
+        needed=needed, possible=possible, created=created, expected=expected, qps=qps, burst=burst, room=room
+    )
+
+
+def on_demand_room(nodes: Sequence[Obj], pods: Sequence[Obj], doomed: Sequence[str], cfg: Any) -> int:
+    """How many of the doomed nodes' Deployment pods the schedulable, Ready on-demand nodes
+    that stay have room for (CPU, memory, pod count), each as small as the smallest of them:
+    the most replacements that could start without a node launched for them."""
+    gone = set(doomed)
+    used: dict[str, dict[str, int]] = {}
+    smallest: dict[str, int] | None = None
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        requests = quantities.pod_requests(p.get("spec") or {})
+        used[node] = quantities.add(quantities.add(used.get(node, {}), requests), {"pods": 1})
+        owners = (p.get("metadata") or {}).get("ownerReferences") or []
+        if node in gone and any(o.get("kind") == "ReplicaSet" for o in owners):
+            smallest = requests if smallest is None else {
+                k: min(smallest.get(k, 0), requests.get(k, 0)) for k in ("cpu", "memory")}  # fmt: skip
+    if smallest is None:
+        return 0
+    room = 0
+    for n in nodes:
+        name = n["metadata"]["name"]
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (n.get("status") or {}).get("conditions") or [])  # fmt: skip
+        if name in gone or not ready or (n.get("spec") or {}).get("unschedulable"):
+            continue
+        if cfg.node_capacity(_labels(n)).value != serving.ON_DEMAND:
+            continue
+        free = quantities.parse_resources((n.get("status") or {}).get("allocatable"))
+        taken = used.get(name, {})
+        fits = [max(0, free.get("pods", 110) - taken.get("pods", 0))]
+        for k in ("cpu", "memory"):
+            if smallest.get(k, 0) > 0:
+                fits.append(max(0, free.get(k, 0) - taken.get(k, 0)) // smallest[k])
+        room += min(fits)
+    return room
 
 
 def _replacement_notes(options: Options, r: Replacements) -> list[str]:
@@ -524,9 +578,9 @@ def _replacement_notes(options: Options, r: Replacements) -> list[str]:
         notes.append(
             f"the interruption took {r.needed} serving Deployment pods; a kube-controller-manager at "
             f"--kube-api-qps {r.qps:g} (burst {r.burst}) creates at most {r.qps:g} pods a second, so at most "
-            f"{r.possible} replacements can be Ready ({options.pod_startup:g}s to start) before the reclaim at "
-            f"{options.reclaim_after:g}s: no cluster with these settings keeps the promise here, "
-            "whatever spotguard does"
+            f"{r.possible} replacements can be Ready ({options.pod_startup:g}s to start{_launch_words(options, r)}) "
+            f"before the reclaim at {options.reclaim_after:g}s: no cluster with these settings keeps the promise "
+            "here, whatever spotguard does"
         )
     if r.expected and r.created < 0.8 * r.expected:
         notes.append(
@@ -535,6 +589,14 @@ def _replacement_notes(options: Options, r: Replacements) -> list[str]:
             "result is harsher than a real cluster's; run it again with a lower --time-scale"
         )
     return notes
+
+
+def _launch_words(options: Options, r: Replacements) -> str:
+    fastest, how = fastest_replacement(options)
+    if fastest <= options.pod_startup:
+        return ""
+    room = "" if r.room is None else f"; the on-demand nodes had room for {r.room} of them at the notice"
+    return f"; the others on a node launched for them: {how}{room}"
 
 
 def _lag_notes(when: str, lag: tuple[int, float, float]) -> list[str]:
