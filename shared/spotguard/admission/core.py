@@ -79,7 +79,7 @@ class Outcome:
     warnings: Sequence[str] = ()
     # placed from what the review knew when the API server did not answer in time (see
     # metrics.DEGRADED): "" for a decision on a full read
-    degraded: str = ""
+    degraded: tuple[str, ...] = ()  # how it was placed without API answers (spotguard_admission_degraded_total)
 
 
 class EventReporter:
@@ -380,16 +380,15 @@ def _degraded(request: reviews.Request, outcome: Outcome, notes: Sequence[str]) 
     """``outcome`` marked with what it was decided on in place of API answers (``notes``),
     counted and logged when it is a degraded placement."""
     if notes and outcome.outcome == "patched":
-        hows = [h for h in (outcome.degraded, *notes) if h]
-        outcome = dataclasses.replace(outcome, degraded=",".join(dict.fromkeys(hows)))
+        outcome = dataclasses.replace(outcome, degraded=tuple(dict.fromkeys((*outcome.degraded, *notes))))
     if outcome.degraded:
-        for how in outcome.degraded.split(","):
+        for how in outcome.degraded:
             metrics.DEGRADED.labels(how).inc()
         log.warning(
             "the API server did not answer in time; pod placed from what the review knew",
             extra={
                 "uid": request.get("uid"),
-                "how": outcome.degraded,
+                "how": ",".join(outcome.degraded),
                 "placement": outcome.placement.value if outcome.placement else None,
                 "reason": outcome.reason,
             },
@@ -519,7 +518,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
 
     token: str | None = None
     cost: int | None = None
-    degraded = ""
+    degraded: tuple[str, ...] = ()
     if workload.kind is Kind.STATEFULSET:
         # Its controller removes the highest ordinals first, whatever their cost.
         decision, latest[0], degraded = _statefulset_decision(view, resolved, config, ns_annotations, ctx)
@@ -660,7 +659,7 @@ def _forced(
 
 def _statefulset_decision(
     view: PodView, resolved: Resolved, config: Config, ns_annotations: Mapping[str, str], ctx: Context
-) -> tuple[placement.Decision, Workload, str]:
+) -> tuple[placement.Decision, Workload, tuple[str, ...]]:
     """By the pods actually placed: the set's live pods and the set itself, both read now
     (the decision, the set as read, and "by_ordinal" when the pods could not be read in time).
 
@@ -680,11 +679,11 @@ def _statefulset_decision(
     spec = obj.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") or resolved.workload.selector
     selector = resolve_mod.label_selector(match)
-    degraded = ""
+    degraded: tuple[str, ...] = ()
     try:
         raw = ctx.kube.list(resources.PODS, resolved.workload.namespace, label_selector=selector)
     except (deadline.DeadlineExceeded, kube_mod.Transient):
-        raw, degraded = [], "by_ordinal"
+        raw, degraded = [], ("by_ordinal",)
     if fresh is not None:
         if degraded:
             if fresh.done() and fresh.exception() is None:

@@ -252,7 +252,7 @@ class Claim:
     number: int | None = None  # the pod's replica number (policy.ranks); None: not ranked
     # why the answer was given without its reservation confirmed ("" when it was written):
     # "unreserved" (no time left to write it), "unconfirmed" (the write did not come back in time)
-    degraded: str = ""
+    degraded: tuple[str, ...] = ()
 
 
 # ``decide(held, surge_created, reserved_surge)``: the decision given the on-demand slots
@@ -554,7 +554,7 @@ class Reservations:
 
     def _answer(self, local: Local, waiter: Waiter, claim: Claim | None, error: BaseException | None = None) -> None:
         if claim is not None and waiter.grown and "stale_read" not in claim.degraded:
-            claim = dataclasses.replace(claim, degraded=",".join(h for h in (claim.degraded, "stale_read") if h))
+            claim = dataclasses.replace(claim, degraded=(*claim.degraded, "stale_read"))
         with local.turn:
             waiter.claim, waiter.error, waiter.done = claim, error, True
             local.turn.notify_all()
@@ -676,9 +676,9 @@ class Reservations:
             if id(w) not in late:
                 continue
             if landed:
-                self._answer(local, w, dataclasses.replace(claim, degraded="unconfirmed"))
+                self._answer(local, w, dataclasses.replace(claim, degraded=("unconfirmed",)))
                 continue
-            self._unreserved(local, w, dataclasses.replace(claim, token=None, degraded="unreserved"))
+            self._unreserved(local, w, dataclasses.replace(claim, token=None, degraded=("unreserved",)))
 
     def _unreserved(self, local: Local, w: Waiter, claim: Claim) -> None:
         """Answer ``w`` with ``claim``, which holds no reservation: this instance counts it
@@ -713,6 +713,13 @@ class Reservations:
         self._observe(local, doc, config, self.clock())
         if w.replicas is not None and self._known(local, doc) + 1 > w.replicas:
             self._grow(w, self._known(local, doc) + 1)  # a scale-up the cached copy does not show
+        _, held, decision = self._held_and_decided(local, w, doc)
+        self._unreserved(local, w, Claim(decision, held, None, w.refreshed, degraded=("uncounted",)))
+
+    def _held_and_decided(self, local: Local, w: Waiter, doc: Doc) -> tuple[list[str], int, Decision]:
+        """The reservations whose pods the count does not show, the on-demand slots held
+        (pods counted, those reservations and this instance's unreserved answers), and
+        ``w``'s decision on them."""
         unseen = self._unseen(local, doc)
         held = len(local.count.on_demand if local.count is not None else ()) + len(unseen) + local.unreserved
         decision = w.decide(
@@ -720,7 +727,7 @@ class Reservations:
             local.count.surge_created if local.count is not None else (),
             sum(1 for t in unseen if t.startswith(SURGE_TOKEN)) + local.unreserved_surge,
         )
-        self._unreserved(local, w, Claim(decision, held, None, w.refreshed, degraded="uncounted"))
+        return unseen, held, decision
 
     def _doc(self, local: Local, rs_uid: str, added: Mapping[str, int | None], config: Config) -> Doc:
         """The Lease's reservations with this round's own (not written yet) on top."""
@@ -782,13 +789,7 @@ class Reservations:
                     doc = self._doc(local, rs_uid, added, config)
                 self._apply_bound(local, doc, w.replicas)
                 local.refuted = self.clock()
-        unseen = self._unseen(local, doc)
-        held = len(local.count.on_demand if local.count is not None else ()) + len(unseen) + local.unreserved
-        decision = w.decide(
-            held,
-            local.count.surge_created if local.count is not None else (),
-            sum(1 for t in unseen if t.startswith(SURGE_TOKEN)) + local.unreserved_surge,
-        )
+        unseen, held, decision = self._held_and_decided(local, w, doc)
         if (
             decision.placement is Placement.SPOT
             and not w.dry_run
@@ -812,7 +813,7 @@ class Reservations:
             # counted by this instance until its next count shows the pod. Another instance
             # does not know it until its own count: at worst a replica over the floor, which
             # node-added moves back to spot; never one under it.
-            self._unreserved(local, w, Claim(decision, held, None, w.refreshed, number, degraded="unreserved"))
+            self._unreserved(local, w, Claim(decision, held, None, w.refreshed, number, degraded=("unreserved",)))
             return None, doc, False
         if decision.placement is Placement.SPOT:
             mine = SPOT_TOKEN + token

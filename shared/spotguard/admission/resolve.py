@@ -133,6 +133,17 @@ class Unresolved:
     reason: str
 
 
+def deployment_name(pod: PodView) -> str | None:
+    """The Deployment a pod's ReplicaSet most likely belongs to, by the name the ReplicaSet
+    controller gives a ReplicaSet (``<deployment>-<pod-template-hash>``); None where the pod
+    is not owned by a ReplicaSet so named. A guess: the caller checks the Deployment."""
+    owner = pod.owner
+    suffix = "-" + pod.labels.get(POD_TEMPLATE_HASH, "")
+    if owner is None or owner.kind != "ReplicaSet" or suffix == "-" or not owner.name.endswith(suffix):
+        return None
+    return owner.name[: -len(suffix)] or None
+
+
 class Resolver:
     def __init__(
         self,
@@ -252,11 +263,10 @@ class Resolver:
         template-hash>``, so a cold review's two sequential reads (ReplicaSet, then its
         Deployment) overlap. :meth:`resolve` joins the read (or finds it cached) and checks
         it against the ReplicaSet's owner reference as always; a wrong guess costs one GET."""
-        owner = pod.owner
-        suffix = "-" + pod.labels.get(POD_TEMPLATE_HASH, "")
-        if owner is None or owner.kind != "ReplicaSet" or suffix == "-" or not owner.name.endswith(suffix):
+        name = deployment_name(pod)
+        if name is None:
             return
-        key = (r.DEPLOYMENTS.plural, pod.namespace, owner.name[: -len(suffix)])
+        key = (r.DEPLOYMENTS.plural, pod.namespace, name)
         if self.cache.get(key) is not _MISSING:
             return
         with self._flights_lock:
@@ -282,12 +292,11 @@ class Resolver:
         by the name the ReplicaSet controller gives a ReplicaSet (``<deployment>-<pod-template-
         hash>``), when that Deployment's selector takes the pod (a degraded answer,
         ``deadline.note``). None: no such Deployment known, or the eviction guard asking."""
-        owner, hint = pod.owner, self.replicaset_hint(pod)
-        suffix = "-" + pod.labels.get(POD_TEMPLATE_HASH, "")
-        if owner is None or hint is None or not owner.name.endswith(suffix) or not deadline.collecting():
+        hint, name = self.replicaset_hint(pod), deployment_name(pod)
+        if hint is None or name is None or not deadline.collecting():
             return None
         try:
-            dep = self._get(r.DEPLOYMENTS, owner.name[: -len(suffix)], pod.namespace, self.workload_ttl)
+            dep = self._get(r.DEPLOYMENTS, name, pod.namespace, self.workload_ttl)
         except UNANSWERED:
             return None
         if dep is None or not selector_matches((dep.get("spec") or {}).get("selector"), pod.labels):
