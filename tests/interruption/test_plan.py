@@ -81,6 +81,22 @@ def test_a_burst_is_one_entry_per_node_and_per_workload() -> None:
     assert len(plan.notices) == len(notices)
 
 
+def test_surges_go_out_most_at_risk_first() -> None:
+    # GIVEN every spot node doomed at once: "alone" (1 replica, on spot: nothing left), "big"
+    # (10 on spot, 1 on on-demand), "small" (2 on spot, 1 on on-demand), "also-small" (2 + 1)
+    nodes = [node("s1"), node("od1", "on-demand")]
+    alone, big, small, also = (deployment("alone", 1), deployment("big", 11), deployment("small", 3),
+                               deployment("also-small", 3))
+    pods = [pod(alone, 0, "s1"), *(pod(big, i, "s1") for i in range(10)), pod(big, 10, "od1")]
+    for wl in (small, also):
+        pods += [pod(wl, 0, "s1"), pod(wl, 1, "s1"), pod(wl, 2, "od1")]
+    plan = make_plan([notice("i-s1")], nodes=nodes, pods=pods, workloads=[big, small, alone, also])
+    # THEN the surges are written in that order: the one with nothing left serving first, then
+    # the smallest (each whole sooner, while the controller-manager creates pods a few tens a
+    # second), then by name
+    assert [s.workload.name for s in plan.surges] == ["alone", "also-small", "small", "big"]
+
+
 def test_a_pod_placed_on_a_covered_doomed_node_after_the_surge_gets_a_replacement_too() -> None:
     """Under API 500s the taint of a doomed node can fail (retried) while its surge is written:
     a surge pod (or any new pod) bound there meanwhile dies with the node. The next plan of the
