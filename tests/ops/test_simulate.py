@@ -72,7 +72,12 @@ def test_a_control_plane_too_slow_to_replace_the_pods_is_named_as_the_cause(tmp_
     assert any("no cluster with these settings keeps the promise" in n for n in data["notes"])
     lost = [w for w in data["workloads"] if w["lost_service"]]
     assert lost and all("--kube-api-qps 0.02" in w["risk"] for w in lost if w["kind"] == "Deployment")
-    assert all(w["cause"] == "physics" for w in lost if w["kind"] == "Deployment")
+    # AND physics is the cause of the fewest Deployments that had to break (the largest
+    # surges take the shortfall), the ones whose replacements came latest; any other is
+    # spotguard's: a better order would have kept it
+    (fewest,) = {int(w["risk"].split("at least ")[1].split()[0]) for w in lost if w["kind"] == "Deployment"}
+    causes = [w["cause"] for w in lost if w["kind"] == "Deployment"]
+    assert fewest >= 1 and causes.count("physics") == fewest and set(causes) <= {"physics", "spotguard"}
     assert not any("Settings" in n for n in data["notes"])  # read, not left out
 
 

@@ -18,7 +18,7 @@ import html
 import io
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,45 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
                 margin=margin(outcome, key) if w.kind is Kind.DEPLOYMENT else None,
             )
         )  # fmt: skip
-    return out
+    return _blame_the_control_plane(outcome, out)
+
+
+def fewest_broken(outcome: cycle.Outcome) -> int:
+    """The fewest Deployments that lose service whatever spotguard does, where the control
+    plane cannot make every replacement Ready in time (0 where it can): the shortfall
+    (needed - possible replacements) falls on as few workloads as it can, the largest first."""
+    r = outcome.replacements
+    if r is None or r.possible is None or r.possible >= r.needed:
+        return 0
+    short = r.needed - r.possible
+    wls = outcome.workloads
+    deployments = (n for k, n in outcome.at_risk.items() if k in wls and wls[k].kind is Kind.DEPLOYMENT)
+    losing = sorted(deployments, reverse=True)
+    broken = 0
+    for n in losing:
+        if short <= 0:
+            break
+        short -= n
+        broken += 1
+    return broken
+
+
+def _blame_the_control_plane(outcome: cycle.Outcome, table: list[Row]) -> list[Row]:
+    """Where the control plane bounds the replacements, "physics" is the cause of the fewest
+    Deployments that had to lose service (:func:`fewest_broken`), those whose replacements
+    came latest; the other lost ones are spotguard's: a better order would have kept them."""
+    o = outcome.options
+    if cycle.fastest_replacement(o)[0] >= o.reclaim_after:
+        return table  # no replacement in time at all: every one is physics (set per row)
+    k = fewest_broken(outcome)
+    lost = [row for row in table if row.cause and row.kind == str(Kind.DEPLOYMENT)]
+    lost.sort(key=lambda row: (row.margin is not None, row.margin if row.margin is not None else 0.0, row.key))
+    physics = {row.key for row in lost[:k]}
+    blamed = {row.key for row in lost}
+    return [
+        replace(row, cause="physics" if row.key in physics else "spotguard") if row.key in blamed else row
+        for row in table
+    ]
 
 
 def margin(outcome: cycle.Outcome, key: str) -> float | None:
@@ -112,7 +150,10 @@ def _physics(outcome: cycle.Outcome, kind: Kind) -> str:
         return f"a replacement needs at least {fastest:g}s ({how}), not less than the {o.reclaim_after:g}s notice"
     r = outcome.replacements
     if r is not None and r.possible is not None and r.possible < r.needed:
-        return f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time"
+        return (
+            f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time: "
+            f"at least {fewest_broken(outcome)} Deployments lose service whatever spotguard does"
+        )
     return ""
 
 
@@ -138,7 +179,8 @@ def _risk(
         if kind is Kind.DEPLOYMENT and r is not None and r.possible is not None and r.possible < r.needed:
             why.append(
                 f"the control plane could make at most {r.possible} of the {r.needed} replacements Ready in time "
-                f"(--kube-api-qps {r.qps:g})"
+                f"(--kube-api-qps {r.qps:g}): at least {fewest_broken(outcome)} Deployments lose service whatever "
+                "spotguard does"
             )
         return f"fell to {a.lowest} serving, below {required} ({what})" + (f": {'; '.join(why)}" if why else "")
     if kind is Kind.STATEFULSET and a.lowest < b.total:
