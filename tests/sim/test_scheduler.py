@@ -331,13 +331,13 @@ def test_a_heartbeat_keeps_unschedulable_pods_waiting() -> None:
 
     loop = scheduling.SchedulerLoop(store_mod.Store())
     loop.handle("ADDED", "nodes", node("a"))
-    loop._unschedulable.add(("default", "big"))
+    loop._unschedulable[("default", "big")] = 0
     heartbeat = node("a")
     heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:10Z"
     loop.handle("MODIFIED", "nodes", heartbeat)
-    assert loop._unschedulable == {("default", "big")} and not loop._active
+    assert set(loop._unschedulable) == {("default", "big")} and not loop._active
     loop.handle("MODIFIED", "nodes", node("a", cpu="8"))  # more room: retried
-    assert not loop._unschedulable and list(loop._active) == [("default", "big")]
+    assert not loop._unschedulable and [key for _, _, key in loop._active] == [("default", "big")]
 
 
 def test_a_pod_pinned_to_a_node_by_name_is_filtered_as_before() -> None:

@@ -63,6 +63,28 @@ def test_higher_priority_pods_bind_first_when_room_appears() -> None:
         assert (scheduled_condition(sim, "app") or {}).get("reason") == "Unschedulable"
 
 
+def test_among_equal_priorities_the_pod_that_failed_first_binds_first() -> None:
+    """A pod moved back from unschedulableQ keeps the timestamp of its last failed attempt
+    (AddUnschedulableIfNotPresent: "Refresh the timestamp since the pod is re-added"): the
+    pod that has waited longest gets the room a new node brings. (A flush in name order gave
+    a new Karpenter node's room to a random mix of every surge's pods, so no surge was
+    whole by the reclaim.)"""
+    with testing.running_cluster(time_scale=SCALE) as sim:
+        core = kubernetes.client.CoreV1Api(sim.api_client())
+
+        def pod(name: str) -> dict[str, Any]:
+            return {"metadata": {"name": name}, "spec": {"containers": [
+                {"name": "c", "image": "nginx:1.27", "resources": {"requests": {"cpu": "600m"}}}]}}
+
+        for name in ("waited-longest", "a-newcomer"):  # the newcomer sorts first by name
+            core.create_namespaced_pod("default", pod(name))
+            h.wait_for(lambda n=name: scheduled_condition(sim, n), what=f"{name} Unschedulable")
+        sim.store.create("nodes", h.node("new", cpu="1"))
+        h.wait_for(lambda: sim.store.get("pods", "waited-longest", "default")["spec"].get("nodeName") == "new",
+                   what="the pod that waited longest bound")
+        assert sim.store.get("pods", "a-newcomer", "default")["spec"].get("nodeName") is None
+
+
 def test_cordon_taints_and_affinity_in_the_running_cluster() -> None:
     with testing.running_cluster(time_scale=SCALE) as sim:
         sim.store.create("nodes", h.node("spot", labels={"node.kubernetes.io/capacity": "spot"},

@@ -55,7 +55,11 @@ class SchedulerLoop:
         self._order = itertools.count()
         self._priority: dict[base.Key, int] = {}
         self._queued: set[base.Key] = set()
-        self._unschedulable: set[base.Key] = set()
+        # unschedulableQ: each pod with when it was put there (its queue timestamp, refreshed
+        # on each failed attempt: "Refresh the timestamp since the pod is re-added",
+        # AddUnschedulableIfNotPresent); moved back to activeQ it keeps it, so among equal
+        # priorities the pods that failed first are tried first on a new node
+        self._unschedulable: dict[base.Key, int] = {}
         self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
         self._start = 0
         self._stop = threading.Event()
@@ -96,7 +100,7 @@ class SchedulerLoop:
                 self.cache.remove_pod(*key)
             with self._cond:
                 self._queued.discard(key)
-                self._unschedulable.discard(key)
+                self._unschedulable.pop(key, None)
                 self._priority.pop(key, None)
             if was_bound:
                 self._flush_unschedulable()
@@ -121,16 +125,17 @@ class SchedulerLoop:
         with self._cond:
             if not self._unschedulable:
                 return
-            for key in sorted(self._unschedulable):
+            for key, order in self._unschedulable.items():
                 if key not in self._queued:
-                    self._enqueue(key)
+                    self._enqueue(key, order)
             self._unschedulable.clear()
             self._cond.notify()
 
-    def _enqueue(self, key: base.Key) -> None:
-        """Into activeQ (the caller holds ``_cond``)."""
+    def _enqueue(self, key: base.Key, order: int | None = None) -> None:
+        """Into activeQ (the caller holds ``_cond``), queued now or at ``order``."""
         self._queued.add(key)
-        heapq.heappush(self._active, (-self._priority.get(key, 0), next(self._order), key))
+        stamp = next(self._order) if order is None else order
+        heapq.heappush(self._active, (-self._priority.get(key, 0), stamp, key))
 
     def prime(self) -> None:
         for ns in self.store.list("namespaces")[0]:
@@ -187,7 +192,7 @@ class SchedulerLoop:
                 if not self._stop.is_set():
                     log.exception("scheduling failed", extra={"pod": "/".join(key)})
                     with self._cond:
-                        self._unschedulable.add(key)
+                        self._unschedulable[key] = next(self._order)
 
     def schedule_one(self, key: base.Key) -> str | None:
         ns, name = key
@@ -328,7 +333,7 @@ class SchedulerLoop:
     def _unschedulable_pod(self, key: base.Key, message: str) -> None:
         now = self.clock.iso()
         with self._cond:
-            self._unschedulable.add(key)
+            self._unschedulable[key] = next(self._order)
 
         def edit(obj: dict[str, Any]) -> None:
             if not obj["spec"].get("nodeName"):
@@ -339,5 +344,5 @@ class SchedulerLoop:
             self.store.mutate("pods", key[1], key[0], edit)
         except errors.NotFound:
             with self._cond:
-                self._unschedulable.discard(key)
+                self._unschedulable.pop(key, None)
         log.debug("pod unschedulable", extra={"pod": "/".join(key), "reason": message})
