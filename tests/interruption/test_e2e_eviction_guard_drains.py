@@ -251,11 +251,13 @@ def test_a_slow_api_server_gets_answers_not_refusals_then_a_fail_open(tmp_path: 
 
 
 def test_a_consolidated_on_demand_node_keeps_a_statefulsets_floor_for_the_hold(overlapping: Any, tmp_path: Any) -> None:
-    """Karpenter consolidates od-0 (its taint karpenter.sh/disrupted, then evictions): db-ro
-    (2, both on od-0, its floor 2) keeps its pods for the floor hold, then they may go; the
-    Deployment web-canary, whose surge is not running, is the user's budget's business: its
-    pod goes at once. (medium-karpenter.yaml: at a reclaim the doomed pods still looked Ready,
-    the StatefulSets' budgets allowed one disruption, and a consolidation took a floor pod.)"""
+    """Karpenter consolidates od-0 (its taint karpenter.sh/disrupted, then evictions) while
+    db-ro is short of a pod (scaled to 3, its third Pending: as a StatefulSet is after a
+    reclaim until its lost pods are made again): db-ro (its floor 2, both serving pods on
+    od-0) keeps its pods for the floor hold, then they may go; the Deployment web-canary,
+    whose surge is not running, is the user's budget's business: its pod goes at once.
+    (medium-karpenter.yaml: at a reclaim the doomed pods still looked Ready, the
+    StatefulSets' budgets allowed one disruption, and a consolidation took a floor pod.)"""
     sim = overlapping
     timing = evictions.Timing(floor_hold=60)
     with h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timing=timing, timeout_seconds=None):
@@ -264,6 +266,9 @@ def test_a_consolidated_on_demand_node_keeps_a_statefulsets_floor_for_the_hold(o
                                                                     "effect": "NoSchedule"}]
 
         sim.store.mutate("nodes", "od-0", None, consolidate)
+        sim.store.mutate("statefulsets", "db-ro", "shop", lambda s: s["spec"].__setitem__("replicas", 3))
+        h.wait_until(lambda: any(p["metadata"]["name"] == "db-ro-2" for p in sim.store.list("pods", "shop")[0]),
+                     30, "db-ro's third pod (Pending: od-0 takes no new pod)")
         db = sorted(p["metadata"]["name"] for p in sim.store.list("pods", namespace="shop")[0]
                     if p["metadata"]["name"].startswith("db-ro-"))[0]
         refused = evict(sim, db)

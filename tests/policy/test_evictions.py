@@ -245,6 +245,19 @@ def test_a_statefulset_floor_holds_against_a_drained_on_demand_node() -> None:
     assert decide(statefulset(10), pods[5], more, floor_on_demand=6, nodes=facts, timing=timing).allowed
 
 
+def test_a_statefulset_with_every_pod_serving_is_drained_at_once_even_at_its_floor() -> None:
+    # GIVEN db (2, floor 2: its quorum) serving on od-1 and od-2, nothing missing WHEN od-2
+    # is drained: its pod cannot be replaced before it goes, so holding the drain would only
+    # delay it: it goes at once
+    consolidated = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}))
+    facts = {**nodes(), "od-2": consolidated}
+    pods = [pod("db-0", "od-1"), pod("db-1", "od-2")]
+    assert decide(statefulset(2), pods[1], pods, floor_on_demand=2, nodes=facts).reason == "not-spot"
+    # one of its pods lost elsewhere (its node reclaimed; the pod Pending again): held
+    short = [pod("db-0", "od-1"), pod("db-1", "od-2"), pod("db-2", "", ready=False)]
+    assert not decide(statefulset(3), short[1], short, floor_on_demand=2, nodes=facts).allowed
+
+
 def test_a_deployment_is_guarded_off_spot_only_while_its_surge_runs() -> None:
     consolidated = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}))
     facts = {**nodes(), "od-2": consolidated}

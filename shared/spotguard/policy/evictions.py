@@ -8,11 +8,11 @@ drainer retries) the eviction of a Ready pod of a managed Deployment or
 StatefulSet on a spot node that is going away while the workload has fewer Ready
 pods on nodes that stay than it wants. Off spot (an on-demand node an autoscaler
 consolidates or scales down, a ``kubectl drain``) it guards the same count only
-where spotguard's promise is at stake: a StatefulSet's floor, and a Deployment whose
-surge for a notice still runs (at a reclaim, the doomed pods still look Ready until
-the node controller marks their node, so a PodDisruptionBudget lets a consolidation
-take an on-demand floor pod then); for ``floor_hold`` seconds at most. It allows
-everything else.
+where spotguard's promise is at stake: the floor of a StatefulSet already short of
+pods elsewhere, and a Deployment whose surge for a notice still runs (at a reclaim,
+the doomed pods still look Ready until the node controller marks their node, so a
+PodDisruptionBudget lets a consolidation take an on-demand floor pod then); for
+``floor_hold`` seconds at most. It allows everything else.
 
 Why "Ready pods on nodes that stay": evicting a pod of a node that is going away
 never changes that count, so concurrent evictions (a drainer evicts a node's pods
@@ -71,8 +71,8 @@ class Timing:
     # a node with a rebalance recommendation only (no reclaim time yet; a drainer that drains
     # at rebalance recommendations): guarded this long after the notice at most
     rebalance_hold: float = 120.0
-    # a node that is not spot, or spot without a notice past its grace, drained (an autoscaler's
-    # consolidation or scale-down, kubectl drain) while a StatefulSet is at its floor or a
+    # a node that is not spot, without a notice, drained (an autoscaler's consolidation or
+    # scale-down, kubectl drain) while a StatefulSet short of pods elsewhere is at its floor or a
     # Deployment's surge runs: guarded this long after this process first saw the drain
     floor_hold: float = 300.0
     # the guard could not read the cluster (a 5xx, a 429, a timeout): the eviction is refused
@@ -131,13 +131,16 @@ def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord 
     return max(0, workload.replicas)
 
 
-def guarded_off_spot(workload: Workload, record: surges.SurgeRecord | None) -> str | None:
+def guarded_off_spot(workload: Workload, record: surges.SurgeRecord | None, *, short: bool) -> str | None:
     """Why ``workload`` is guarded on a node that is not spot and has no notice (None: it is
-    not). A StatefulSet always (its floor is the promise, whatever drains the node; it
-    cannot be replaced before its pod is gone); a Deployment while its surge runs (the count
-    before the notice is the promise until its replacements are Ready)."""
+    not). A StatefulSet that is ``short`` already (fewer Ready pods on nodes that stay and on
+    this one than its replicas: pods lost to a reclaim, or on other nodes going away), whose
+    missing pods come back in time; one with every pod serving is let go at once (it cannot
+    be replaced before its pod is gone: holding the drain would only delay it). A Deployment
+    while its surge runs (the count before the notice is the promise until its replacements
+    are Ready)."""
     if workload.kind is Kind.STATEFULSET:
-        return "its pods cannot be replaced before they are gone"
+        return "the StatefulSet is short of pods elsewhere (they come back first)" if short else None
     if record is not None and not record.done:
         return "the workload's surge for a spot notice is still running"
     return None
@@ -247,7 +250,9 @@ def decide(
     record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
     noticed = _notices(node, record)
     if not noticed and not node.spot:
-        guarded = guarded_off_spot(workload, record)
+        here = sum(1 for p in pods if p.active and p.ready and p.node_name == node.name)
+        short = ready_on_staying_nodes(pods, nodes) + here < workload.replicas
+        guarded = guarded_off_spot(workload, record, short=short)
         if guarded is None:
             return Decision(True, "not-spot")
         release_at = first_seen + timing.floor_hold
