@@ -106,6 +106,25 @@ def test_the_verdict_and_json_say_which_broken_promises_physics_explains() -> No
     assert "(2->1, physics)" in text and "1 of them beyond what any cluster could do in the notice" in text
 
 
+def test_a_dip_by_evictions_after_the_replacements_served_is_named_evicted() -> None:
+    # GIVEN web fell 2 -> 1 (pods start in 30 s: a cluster could have kept it), its
+    # replacements serving 20 s before the reclaim, then one of its pods on a node that
+    # stays taken by the Eviction API (Karpenter's consolidation)
+    o = _lost([NODEPOOL], pod_startup=30)
+    o.at_risk = {WEB: 1}
+    o.after[WEB].covered = o.t0 + 100
+    o.after[WEB].evicted = 1
+    row = next(r for r in report.rows(o) if r.key == WEB)
+    # THEN its cause says so, and the risk what bounds it
+    assert (row.cause, row.margin) == ("evicted", 20.0)
+    assert "the Eviction API took 1 of its serving pods" in row.risk and "PodDisruptionBudget" in row.risk
+    text = report.verdict(report.summary(o, report.rows(o)))
+    assert "1 by evictions after their replacements served (evicted), 0 by spotguard" in text
+    # AND one whose replacements came after the reclaim is spotguard's, evictions or not
+    o.after[WEB].covered = o.t0 + 130
+    assert next(r for r in report.rows(o) if r.key == WEB).cause == "spotguard"
+
+
 def test_the_plot_draws_each_baselines_serving_and_its_cost_beside_spotguards() -> None:
     # GIVEN a cycle with its bill, and both baselines as spotguard.ops.baselines.run gives them
     o = outcome()

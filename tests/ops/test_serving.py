@@ -148,3 +148,27 @@ def test_a_workload_is_covered_once_its_count_serves_on_nodes_that_stay() -> Non
     t.tick()
     c = t.snapshot()[KEY]
     assert c.total == 4 and c.safe == 4 and c.covered == notice + 50
+
+
+def test_evictions_from_nodes_that_stay_are_counted_after_the_notice() -> None:
+    # GIVEN web serving on od-1 (a, b) and spot-1 (c), armed at the notice for spot-1
+    clock = Clock()
+    t = tracker(clock)
+    for uid, where in (("a", "od-1"), ("b", "od-1"), ("c", "spot-1")):
+        t.on_change("ADDED", "pods", pod(uid, where))
+    t.arm({KEY: 3})
+    t.will_die(["spot-1"], clock.t + 120)
+
+    def evicted(uid: str, where: str) -> dict[str, Any]:
+        p = pod(uid, where, deleting=True)
+        p["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"})
+        return p
+
+    # WHEN the Eviction API takes c (on the doomed node: the drainer at the notice) and a (on
+    # a node that stays: a consolidation), and b is deleted some other way
+    t.on_change("MODIFIED", "pods", evicted("c", "spot-1"))
+    t.on_change("MODIFIED", "pods", evicted("a", "od-1"))
+    t.on_change("MODIFIED", "pods", pod("b", "od-1", deleting=True))
+    # THEN only a counts: a serving pod on a node that stays, taken by the Eviction API
+    assert t.snapshot()[KEY].evicted == 1

@@ -97,9 +97,20 @@ def test_eviction_allowed_then_refused_with_429(sim: Any) -> None:
     sim.store.create("poddisruptionbudgets", pdb("budget", "web", minAvailable=2))
     h.wait_for(lambda: status_of(sim, "budget").get("disruptionsAllowed") == 1, what="1 allowed")
     names = sorted(p["metadata"]["name"] for p in h.ready_pods(sim.store, "web"))
+    marked: list[dict[str, Any]] = []
+
+    def seen(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource == "pods" and obj["metadata"]["name"] == names[0]:
+            marked.extend(c for c in (obj.get("status") or {}).get("conditions") or []
+                          if c["type"] == "DisruptionTarget")
+
+    sim.store.subscribe(seen)
     evict(sim, names[0])
     left = [p for p in h.pods_of(sim.store, "web") if p["metadata"]["name"] == names[0]]
     assert not left or left[0]["metadata"].get("deletionTimestamp")  # terminating or gone
+    # marked before its deletion, as addConditionAndDeletePod does (eviction.go)
+    assert marked and (marked[0]["status"], marked[0]["reason"], marked[0]["message"]) == (
+        "True", "EvictionByEvictionAPI", "Eviction API: evicting")
     # the eviction decremented the budget at once (the controller then drops the
     # terminating pod from disruptedPods, as buildDisruptedPodMap does)
     assert status_of(sim, "budget")["disruptionsAllowed"] == 0

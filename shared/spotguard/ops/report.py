@@ -45,7 +45,8 @@ class Row:
     cost_vs_on_demand: float
     risk: str  # why it lost service or came close, in words ("" when safe)
     # why the promise broke: "physics" (no cluster of this scenario could have had a
-    # replacement Ready within the notice), "spotguard" (one could); "" when it held
+    # replacement Ready within the notice), "evicted" (its replacements served in time, then
+    # the Eviction API took serving pods on nodes that stay), "spotguard"; "" when it held
     cause: str = ""
     # A Deployment with pods on the doomed nodes: seconds before the reclaim at which as many
     # pods served on nodes that stay as before the notice (negative: after it; None: never)
@@ -71,8 +72,8 @@ def rows(outcome: cycle.Outcome) -> list[Row]:
         floor = outcome.floors[key]
         required = b.total if w.kind is Kind.DEPLOYMENT else floor
         lost = a.lowest < required
-        risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost)
-        cause = ("physics" if _physics(outcome, w.kind) else "spotguard") if lost else ""
+        risk = _risk(outcome, w.kind, b, a, floor=floor, required=required, lost=lost, key=key)
+        cause = _cause(outcome, key, w.kind, a) if lost else ""
         during_total = r.pod_seconds[SPOT] + r.pod_seconds[OD]
         cost_base = w.replicas * outcome.duration
         cost = (a.pod_seconds[OD] + spot_price * a.pod_seconds[SPOT]) / cost_base if cost_base else 0.0
@@ -119,7 +120,7 @@ def _blame_the_control_plane(outcome: cycle.Outcome, table: list[Row]) -> list[R
     if cycle.fastest_replacement(o)[0] >= o.reclaim_after:
         return table  # no replacement in time at all: every one is physics (set per row)
     k = fewest_broken(outcome)
-    lost = [row for row in table if row.cause and row.kind == str(Kind.DEPLOYMENT)]
+    lost = [row for row in table if row.cause in ("physics", "spotguard") and row.kind == str(Kind.DEPLOYMENT)]
     lost.sort(key=lambda row: (row.margin is not None, row.margin if row.margin is not None else 0.0, row.key))
     physics = {row.key for row in lost[:k]}
     blamed = {row.key for row in lost}
@@ -127,6 +128,17 @@ def _blame_the_control_plane(outcome: cycle.Outcome, table: list[Row]) -> list[R
         replace(row, cause="physics" if row.key in physics else "spotguard") if row.key in blamed else row
         for row in table
     ]
+
+
+def _cause(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> str:
+    """Why a workload's promise broke: "physics", "evicted" (a Deployment whose replacements
+    served before the reclaim, then lost pods on nodes that stay to the Eviction API: an
+    autoscaler's consolidation or a drain, after its surge), or "spotguard"."""
+    if _physics(outcome, kind):
+        return "physics"
+    if kind is Kind.DEPLOYMENT and a.evicted and (m := margin(outcome, key)) is not None and m > 0:
+        return "evicted"
+    return "spotguard"
 
 
 def margin(outcome: cycle.Outcome, key: str) -> float | None:
@@ -158,7 +170,15 @@ def _physics(outcome: cycle.Outcome, kind: Kind) -> str:
 
 
 def _risk(
-    outcome: cycle.Outcome, kind: Kind, b: serving.Counts, a: serving.Counts, *, floor: int, required: int, lost: bool
+    outcome: cycle.Outcome,
+    kind: Kind,
+    b: serving.Counts,
+    a: serving.Counts,
+    *,
+    floor: int,
+    required: int,
+    lost: bool,
+    key: str = "",
 ) -> str:
     """Why a workload lost service, or what brought it close, in words ("" when nothing did)."""
     o = outcome.options
@@ -175,6 +195,12 @@ def _risk(
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
             why.append("none of its replicas ran on on-demand")
+        if kind is Kind.DEPLOYMENT and a.evicted and (m := margin(outcome, key)) is not None and m > 0:
+            why.append(
+                f"its replacements served {m:g}s before the reclaim; then the Eviction API took {a.evicted} of its "
+                "serving pods on nodes that stay (a node autoscaler's consolidation or a drain, after its surge): "
+                "a PodDisruptionBudget bounds how many go at once"
+            )
         r = outcome.replacements
         if kind is Kind.DEPLOYMENT and r is not None and r.possible is not None and r.possible < r.needed:
             why.append(
@@ -303,8 +329,12 @@ def verdict(data: dict[str, Any]) -> str:
     names = ", ".join(f"{w['kind']}/{w['namespace']}/{w['name']} ({w['ready_before']}->{w['min_ready']}, "
                       f"{w.get('cause') or 'cause unknown'})" for w in lost[:10])  # fmt: skip
     physics = sum(1 for w in lost if w.get("cause") == "physics")
-    because = (f"; {physics} of them beyond what any cluster could do in the notice (physics), "
-               f"{len(lost) - physics} by spotguard") if physics else "; every one by spotguard"  # fmt: skip
+    evicted = sum(1 for w in lost if w.get("cause") == "evicted")
+    spotguard = len(lost) - physics - evicted
+    parts = [f"{physics} of them beyond what any cluster could do in the notice (physics)"] if physics else []
+    if evicted:
+        parts.append(f"{evicted} by evictions after their replacements served (evicted)")
+    because = f"; {', '.join(parts)}, {spotguard} by spotguard" if parts else "; every one by spotguard"
     return head + f"\nthe promise broke for {len(lost)} workload(s): {names}{because}"
 
 

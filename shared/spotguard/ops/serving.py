@@ -33,6 +33,7 @@ class Pod:
     key: str
     node: str
     ready: bool  # the API's Ready condition, and not terminating
+    evicted: bool = False  # DisruptionTarget by the Eviction API (a drain, an autoscaler's consolidation)
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Counts:
     since: float = 0.0  # when the integrals were last brought up to date
     safe: int = 0  # serving on nodes with no reclaim ahead
     covered: float | None = None  # since the notice: when ``safe`` first reached ``before``
+    # since the notice: serving pods on nodes that stay taken by the Eviction API (an
+    # autoscaler's consolidation, a drain): what dips the count after the replacements served
+    evicted: int = 0
 
     @property
     def total(self) -> int:
@@ -146,7 +150,7 @@ class Serving:
             return {
                 k: Counts(
                     dict(c.serving), dict(c.placed), c.before, c.lowest, c.below_seconds, dict(c.pod_seconds),
-                    safe=c.safe, covered=c.covered,
+                    safe=c.safe, covered=c.covered, evicted=c.evicted,
                 )
                 for k, c in self.counts.items()
             }
@@ -196,8 +200,12 @@ class Serving:
         new = None
         if event_type != "DELETED":
             node = (obj.get("spec") or {}).get("nodeName") or ""
-            new = Pod(key, node, readiness.is_ready(obj))
+            new = Pod(key, node, readiness.is_ready(obj), _evicted(obj))
             self.pods[uid] = new
+            if new.evicted and old is not None and not old.evicted and self.armed_at is not None:
+                _, serving = self._weight(old)
+                if serving and old.node not in self.deaths:
+                    self.counts[key].evicted += 1
             self._bind_wait(uid, obj, node, old is None)
         else:
             self._unbound.pop(uid, None)
@@ -275,6 +283,13 @@ class Serving:
             for cap in (SPOT, ON_DEMAND):
                 c.pod_seconds[cap] += span * c.placed.get(cap, 0)
         c.since = max(c.since, now)
+
+
+def _evicted(obj: Obj) -> bool:
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == "EvictionByEvictionAPI"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
 
 
 def _unschedulable(obj: Obj) -> bool:

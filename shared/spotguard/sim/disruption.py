@@ -99,6 +99,16 @@ def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any],
             if budgets:
                 _check_and_decrement(store, budgets[0], pod, dry_run)
         log.info("evicting pod", extra={"namespace": namespace, "pod": name, "dry_run": dry_run})
+        # (Where the caller's preconditions name a resourceVersion, left out: the write would move it.)
+        if (not dry_run and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and not (preconditions or {}).get("resourceVersion")):
+            # The DisruptionTarget condition before the delete (addConditionAndDeletePod in
+            # pkg/registry/core/pod/storage/eviction.go): what a controller, or a what-if,
+            # reads to tell an eviction from other deletions.
+            now_iso = store.clock.iso()
+            store.mutate("pods", name, namespace, lambda p: pods.set_condition(
+                p, "DisruptionTarget", "True", now_iso, reason="EvictionByEvictionAPI",
+                message="Eviction API: evicting"))  # fmt: skip
         store.delete("pods", name, namespace, dry_run=dry_run,
                      grace_period_seconds=None if grace is None else int(grace),
                      preconditions=preconditions)
