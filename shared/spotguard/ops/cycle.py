@@ -325,7 +325,8 @@ def _workdir(stack: contextlib.ExitStack, keep: Path | None) -> Path:
 @contextlib.contextmanager
 def _logging_to(path: Path, now: Callable[[], float]) -> Iterator[None]:
     """Every in-process log line (the interruption handler, node-added, the simulated cluster's
-    controllers) at INFO into ``path`` as JSON, each with ``sim_time``: the simulated clock's
+    controllers; the simulated scheduler's binds and failed attempts at DEBUG) at INFO into
+    ``path`` as JSON, each with ``sim_time``: the simulated clock's
     reading, to line events up with the report. The console keeps its own level."""
     import logging
 
@@ -346,9 +347,14 @@ def _logging_to(path: Path, now: Callable[[], float]) -> Iterator[None]:
         h.setLevel(max(level, before))
     root.addHandler(handler)
     root.setLevel(min(before, logging.INFO))
+    # the simulated scheduler's binds and failed attempts too (DEBUG): where each pod went, when
+    scheduler_log = logging.getLogger("spotguard.sim.scheduler")
+    scheduler_level = scheduler_log.level
+    scheduler_log.setLevel(logging.DEBUG)
     try:
         yield
     finally:
+        scheduler_log.setLevel(scheduler_level)
         root.removeHandler(handler)
         handler.close()
         root.setLevel(before)

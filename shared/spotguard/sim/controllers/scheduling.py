@@ -244,6 +244,7 @@ class SchedulerLoop:
                     self.cache.remove_pod(ns, name)
             return None
         self.bound += 1
+        log.debug("bound", extra={"pod": "/".join(key), "node": node})
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}",
                     "Binding")
         return node
