@@ -77,7 +77,11 @@ def test_a_paced_notice_is_reported_and_keeps_simulated_time_continuous(tmp_path
     scales = data["time_scales"]
     assert scales["placing"] == 100 and scales["notice"] < 100, scales
     assert any("ran at x" in n for n in data["notes"]), data["notes"]
-    assert data["interruption_free"] is True, data["workloads"]
+    # (the message names each workload that dipped, how far, and the report's why and cause,
+    # with the run's notes on pace and lag: this assertion failed under two CI runs at once)
+    lost = [(w["name"], w["ready_before"], w["min_ready"], w["cause"], w["risk"], w["margin_seconds"])
+            for w in data["workloads"] if w["lost_service"]]  # fmt: skip
+    assert data["interruption_free"] is True, (lost, data["notes"], data.get("scheduler_lag"))
     # AND the Deployments that lost pods say how long before the reclaim their replacements
     # served on nodes that stay (their margin, inside the 40 s); the StatefulSet has none
     margins = {w["name"]: w["margin_seconds"] for w in data["workloads"]}
