@@ -231,3 +231,19 @@ def test_scale_1000_nodes_20000_pods(sim: testing.SimCluster, tmp_path: Path) ->
     assert codes.count(201) == 400
     assert min(timings) < 2.0, f"listing 20,000 pods took {min(timings):.2f}s"
     assert rate > 100, f"only {rate:.0f} creates a second"
+
+
+def test_a_generated_name_already_taken_is_drawn_again_a_chosen_one_is_a_409() -> None:
+    """RetryGenerateName (KEP-4420, on by default since Kubernetes 1.31): kube-apiserver
+    draws a generated name again when it is taken, where it once returned 409 (a burst of
+    400 pods through the webhook lost one that way, once)."""
+    st = store.Store()
+    state = store._NAMES.getstate()
+    taken = store._generate("cm-")  # the name the next generateName will draw
+    store._NAMES.setstate(state)
+    st.create("configmaps", {"metadata": {"name": taken}}, namespace="default")
+    made = st.create("configmaps", {"metadata": {"generateName": "cm-"}}, namespace="default")
+    assert made["metadata"]["name"].startswith("cm-") and made["metadata"]["name"] != taken
+    with pytest.raises(errors.StatusError) as err:
+        st.create("configmaps", {"metadata": {"name": taken}}, namespace="default")
+    assert err.value.code == 409

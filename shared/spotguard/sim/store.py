@@ -702,7 +702,8 @@ class Store:
             meta = obj.setdefault("metadata", {})
             if rtype.namespaced:
                 meta["namespace"] = ns
-        if not meta.get("name"):
+        generated = not meta.get("name")
+        if generated:
             meta["name"] = _generate(str(meta["generateName"]))
         self._validate(rtype, obj)
         meta["uid"] = str(uuid.uuid4())
@@ -720,6 +721,13 @@ class Store:
                                 lambda plural: [e.obj for e in self._data[plural].get(ns, {}).values()],
                                 self.clock.now())
                 names = self._data[resource].get(ns, {})
+                # A generated name already taken is drawn again, up to 7 more times
+                # (RetryGenerateName, on by default since Kubernetes 1.31, KEP-4420); a
+                # client-chosen one is a 409.
+                for _ in range(7 if generated else 0):
+                    if meta["name"] not in names:
+                        break
+                    meta["name"] = _generate(str(meta["generateName"]))
                 if meta["name"] in names:
                     raise errors.already_exists(resource, meta["name"], rtype.group)
                 if dry_run:
