@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import logging
 import math
 import os
 import random
@@ -32,14 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotguard.logs import UserError
+from spotguard.logs import JsonFormatter, UserError
 from spotguard.ops import aws, functions, money, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, quantities, surges
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
-from spotguard.sim import billing, nodepools, scheduler, testing
+from spotguard.sim import billing, nodepools, readiness, scheduler, testing
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
 
@@ -328,9 +329,6 @@ def _logging_to(path: Path, now: Callable[[], float]) -> Iterator[None]:
     controllers; the simulated scheduler's binds and failed attempts at DEBUG) at INFO into
     ``path`` as JSON, each with ``sim_time``: the simulated clock's
     reading, to line events up with the report. The console keeps its own level."""
-    import logging
-
-    from spotguard.logs import JsonFormatter
 
     class SimTime(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
@@ -562,9 +560,7 @@ def on_demand_room(nodes: Sequence[Obj], pods: Sequence[Obj], doomed: Sequence[s
     room = 0
     for n in nodes:
         name = n["metadata"]["name"]
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (n.get("status") or {}).get("conditions") or [])  # fmt: skip
-        if name in gone or not ready or (n.get("spec") or {}).get("unschedulable"):
+        if name in gone or not readiness.is_ready(n) or (n.get("spec") or {}).get("unschedulable"):
             continue
         if cfg.node_capacity(_labels(n)).value != serving.ON_DEMAND:
             continue
@@ -681,8 +677,6 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         desired = sum(w.replicas for w in _workloads(sim.store).values())
 
         def ready() -> bool:
-            from spotguard.sim import readiness
-
             return sum(1 for p in sim.store.list("pods")[0] if readiness.is_ready(p)) >= desired
 
         functions.wait_until(ready, 60 + desired / 50 + 4 * pod_startup / time_scale, "every pod to be Ready")

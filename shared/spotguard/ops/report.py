@@ -136,9 +136,18 @@ def _cause(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> s
     autoscaler's consolidation or a drain, after its surge), or "spotguard"."""
     if _physics(outcome, kind):
         return "physics"
-    if kind is Kind.DEPLOYMENT and a.evicted and (m := margin(outcome, key)) is not None and m > 0:
+    if _served_then_evicted(outcome, key, kind, a) is not None:
         return "evicted"
     return "spotguard"
+
+
+def _served_then_evicted(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> float | None:
+    """The margin of a Deployment whose replacements served before the reclaim and which then
+    lost serving pods on nodes that stay to the Eviction API (None: not such a one)."""
+    if kind is not Kind.DEPLOYMENT or not a.evicted:
+        return None
+    m = margin(outcome, key)
+    return m if m is not None and m > 0 else None
 
 
 def margin(outcome: cycle.Outcome, key: str) -> float | None:
@@ -195,7 +204,7 @@ def _risk(
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
             why.append("none of its replicas ran on on-demand")
-        if kind is Kind.DEPLOYMENT and a.evicted and (m := margin(outcome, key)) is not None and m > 0:
+        if (m := _served_then_evicted(outcome, key, kind, a)) is not None:
             why.append(
                 f"its replacements served {m:g}s before the reclaim; then the Eviction API took {a.evicted} of its "
                 "serving pods on nodes that stay (a node autoscaler's consolidation or a drain, after its surge): "

@@ -18,10 +18,11 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spotguard.sim import readiness
+from spotguard.sim.controllers import pods as pod_objects
 
 Obj = dict[str, Any]
 SPOT = "spot"
@@ -148,10 +149,7 @@ class Serving:
     def snapshot(self) -> dict[str, Counts]:
         with self.lock:
             return {
-                k: Counts(
-                    dict(c.serving), dict(c.placed), c.before, c.lowest, c.below_seconds, dict(c.pod_seconds),
-                    safe=c.safe, covered=c.covered, evicted=c.evicted,
-                )
+                k: replace(c, serving=dict(c.serving), placed=dict(c.placed), pod_seconds=dict(c.pod_seconds))
                 for k, c in self.counts.items()
             }
 
@@ -286,10 +284,8 @@ class Serving:
 
 
 def _evicted(obj: Obj) -> bool:
-    return any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == "EvictionByEvictionAPI"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
+    cond = pod_objects.condition(obj, "DisruptionTarget") or {}
+    return cond.get("status") == "True" and cond.get("reason") == "EvictionByEvictionAPI"
 
 
 def _unschedulable(obj: Obj) -> bool:
