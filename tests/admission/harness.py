@@ -163,6 +163,26 @@ def on_demand(k: kube.Kube, pods: list[dict[str, Any]]) -> tuple[int, int]:
     return by_node, by_label
 
 
+def failed_open(s: Served) -> str:
+    """Every review the servers let through undecided (``failed_open``/``shed``) with the
+    lines their logs give for it: "" when there is none, so ``assert not failed_open(s), ...``
+    says why a review failed open when one did."""
+    counted = sum(
+        metric(server, "spotguard_admission_requests_total", outcome=outcome)
+        for server in s.servers
+        for outcome in ("failed_open", "shed")
+    )
+    if not counted:
+        return ""
+    lines = [
+        line
+        for server in s.servers
+        for line in server.log.read_text(errors="replace").splitlines()
+        if '"level": "error"' in line or "review shed" in line
+    ]
+    return f"{counted:g} review(s) let through undecided:\n" + "\n".join(lines[-10:])
+
+
 def metric(server: servers.Server, name: str, **labels: str) -> float:
     text = requests.get(server.url + "/metrics", verify=server.ca, timeout=5).text
     total = 0.0

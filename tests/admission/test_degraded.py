@@ -29,7 +29,6 @@ from spotguard.sim import objects
 from tests.admission import harness
 
 DEGRADED = "spotguard_admission_degraded_total"
-REQUESTS = "spotguard_admission_requests_total"
 
 
 def _node(name: str, capacity: str, zone: str) -> dict[str, Any]:
@@ -57,10 +56,14 @@ def _statefulset_ordinals(pods: list[dict[str, Any]]) -> dict[int, str]:
 
 def test_a_lease_write_with_no_time_left_still_places_the_pod_on_demand(tmp_path: Path) -> None:
     with _served(tmp_path) as s:
-        # GIVEN the API server answering every read in 2 s: a cold Deployment's review reads
-        # its ReplicaSet, then counts its pods, and then has less time left than a call takes
-        s.sim.faults.set(verb="get", latency_seconds=2.0)
-        s.sim.faults.set(verb="list", latency_seconds=2.0)
+        # GIVEN the API server answering every read in 1.5 s: a cold Deployment's review reads
+        # its workload and counts its pods (side by side), and then has less time left (about
+        # 1 s of the 2.55 s a 3 s webhook gives) than a call takes. (At 2 s the reads left
+        # 0.55 s for the webhook's own work, TLS handshakes to the API server included: one
+        # fresh-machine CI run failed open one review, most likely that way, as reads of
+        # 2.6 s do every time: a cold review with nothing read in time has nothing to place by.)
+        s.sim.faults.set(verb="get", latency_seconds=1.5)
+        s.sim.faults.set(verb="list", latency_seconds=1.5)
         try:
             # WHEN a Deployment with a floor of 2 is created with 4 replicas
             annotations = {"spotguard.io/min-on-demand": "2"}
@@ -69,7 +72,7 @@ def test_a_lease_write_with_no_time_left_still_places_the_pod_on_demand(tmp_path
         finally:
             s.sim.faults.clear()
         # THEN every pod was placed (none let through unpatched) ...
-        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert not (why := harness.failed_open(s)), why
         by_node, by_label = harness.on_demand(s.k, pods)
         # ... the floor holds, and every on-demand replica past it is a degraded answer's
         degraded = _count(s, DEGRADED)
@@ -93,7 +96,7 @@ def test_a_lease_write_that_does_not_come_back_in_time_still_places_the_pod_on_d
         finally:
             s.sim.faults.clear()
         # THEN both new pods were placed on on-demand, their writes unconfirmed
-        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert not (why := harness.failed_open(s)), why
         assert harness.on_demand(s.k, pods) == (3, 3)
         assert _count(s, DEGRADED, how="unconfirmed") >= 1
 
@@ -110,7 +113,7 @@ def test_a_statefulset_pod_whose_set_cannot_be_listed_in_time_is_placed_by_its_o
         finally:
             s.sim.faults.clear()
         # THEN every pod was placed, the two lowest ordinals on on-demand
-        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert not (why := harness.failed_open(s)), why
         assert _statefulset_ordinals(pods) == {0: "on-demand", 1: "on-demand", 2: "spot", 3: "spot"}
         assert harness.on_demand(s.k, pods) == (2, 2)
         assert _count(s, DEGRADED, how="by_ordinal") == 4
@@ -131,7 +134,7 @@ def test_a_workload_read_not_answered_in_time_is_decided_on_the_copy_last_read(t
         finally:
             s.sim.faults.clear()
         # THEN every pod was placed on the Deployment as last read, the floor exact
-        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert not (why := harness.failed_open(s)), why
         assert harness.on_demand(s.k, pods) == (2, 2)
         assert _count(s, DEGRADED, how="stale_read") >= 1
 
@@ -147,7 +150,7 @@ def test_a_replicaset_not_read_in_time_is_known_by_its_deployments_name(tmp_path
         finally:
             s.sim.faults.clear()
         # THEN every pod was placed on the Deployment its ReplicaSet's name gives, the floor held
-        assert _count(s, REQUESTS, outcome="failed_open") == 0
+        assert not (why := harness.failed_open(s)), why
         by_node, by_label = harness.on_demand(s.k, pods)
         assert by_node == by_label
         assert 1 <= by_label <= 1 + _count(s, DEGRADED, how="unreserved")
