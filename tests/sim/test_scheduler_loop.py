@@ -55,6 +55,9 @@ def test_higher_priority_pods_bind_first_when_room_appears() -> None:
         h.wait_for(lambda: scheduled_condition(sim, "app"), what="app Unschedulable")
         core.create_namespaced_pod("default", pod("zz-agent", priorityClassName="system-node-critical"))
         h.wait_for(lambda: scheduled_condition(sim, "zz-agent"), what="agent Unschedulable")
+        # past both pods' backoff (10 s at most): within it, backoffQ is ordered by when the
+        # backoff ends before priority, and the pod that failed first may be tried first
+        sim.clock.advance(11)
         sim.store.create("nodes", h.node("new", cpu="1"))
         h.wait_for(lambda: sim.store.get("pods", "zz-agent", "default")["spec"].get("nodeName") == "new",
                    what="the critical pod bound")
@@ -79,6 +82,7 @@ def test_among_equal_priorities_the_pod_that_failed_first_binds_first() -> None:
         for name in ("waited-longest", "a-newcomer"):  # the newcomer sorts first by name
             core.create_namespaced_pod("default", pod(name))
             h.wait_for(lambda n=name: scheduled_condition(sim, n), what=f"{name} Unschedulable")
+        sim.clock.advance(11)  # past both pods' backoff
         sim.store.create("nodes", h.node("new", cpu="1"))
         h.wait_for(lambda: sim.store.get("pods", "waited-longest", "default")["spec"].get("nodeName") == "new",
                    what="the pod that waited longest bound")
@@ -125,3 +129,94 @@ def test_stop_ends_every_controller_thread() -> None:
     running.stop()
     alive = [t.name for t in threading.enumerate() if t.name.startswith("sim-") and t.is_alive()]
     assert alive == []
+
+
+# -- backoffQ, driven by hand (the loop's threads not started, simulated time moved by the test) --
+
+
+def _loop() -> Any:
+    from spotguard.sim import clock, store
+    from spotguard.sim.controllers import scheduling
+
+    return scheduling.SchedulerLoop(store.Store(clock.Clock(time_scale=1.0, start=1_000.25)))
+
+
+def _add(loop: Any, resource: str, obj: dict[str, Any]) -> None:
+    if resource == "pods":
+        obj = {"metadata": {"name": obj["name"], "namespace": "default"}, "spec": {"containers": [
+            {"name": "c", "image": "nginx:1.27", "resources": {"requests": {"cpu": obj["cpu"]}}}]}}
+    loop.handle("ADDED", resource, loop.store.create(resource, obj))
+
+
+def _next_within(loop: Any, seconds: float) -> Any:
+    """The key the loop pops next, or None when none comes within ``seconds`` (real)."""
+    import threading
+
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(loop._next()), daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        loop.stop()
+        t.join(2)
+        return None
+    return got[0]
+
+
+def test_a_pod_still_in_its_backoff_waits_behind_the_pods_in_active_queue() -> None:
+    """A cluster change moves an unschedulable pod whose backoff (1 s, doubling per attempt)
+    has not ended to backoffQ, not activeQ (movePodsToActiveOrBackoffQueue): a pod created
+    since binds first, though the backed-off one was queued earlier. (Before, every pod moved
+    straight to activeQ: a pod that kept failing was retried first at every cluster change.)"""
+    loop = _loop()
+    _add(loop, "nodes", h.node("small", cpu="1"))
+    _add(loop, "pods", {"name": "old", "cpu": "2"})
+    for _ in range(2):  # two failed attempts: a backoff of 2 s from the last
+        key = _next_within(loop, 2)
+        assert key == ("default", "old")
+        assert loop.schedule_one(key) is None
+        loop._flush_unschedulable()
+    _add(loop, "pods", {"name": "new", "cpu": "2"})
+    _add(loop, "nodes", h.node("large", cpu="2"))  # room for one of them
+    first = _next_within(loop, 2)
+    assert first == ("default", "new")
+    assert loop.schedule_one(first) == "large"
+
+
+def test_with_active_queue_empty_a_backed_off_pod_is_tried_at_once() -> None:
+    """SchedulerPopFromBackoffQ (beta, on by default since 1.33): when activeQ is empty, the
+    head of backoffQ is popped before its backoff ends."""
+    loop = _loop()
+    _add(loop, "nodes", h.node("small", cpu="1"))
+    _add(loop, "pods", {"name": "big", "cpu": "2"})
+    key = _next_within(loop, 2)
+    assert loop.schedule_one(key) is None
+    _add(loop, "nodes", h.node("large", cpu="2"))  # the cluster change, within its 1 s backoff
+    assert _next_within(loop, 2) == ("default", "big")
+
+
+def test_a_cluster_change_while_a_pod_is_tried_is_not_missed() -> None:
+    """A node that joins while a pod is being scheduled (after the attempt read the cache)
+    sends the pod, when the attempt fails, to backoffQ rather than unschedulableQ
+    (moveRequestCycle): it is tried again without waiting for another change. (Before, it
+    waited in unschedulableQ for the next change or the 30 s flush.)"""
+    loop = _loop()
+    _add(loop, "nodes", h.node("small", cpu="1"))
+    _add(loop, "pods", {"name": "big", "cpu": "2"})
+    key = _next_within(loop, 2)
+    loop._flush_unschedulable()  # a node change while the pod is in flight
+    assert loop.schedule_one(key) is None  # the attempt had read the cluster before it
+    assert _next_within(loop, 2) == ("default", "big")
+
+
+def test_backoff_doubles_per_attempt_up_to_ten_seconds() -> None:
+    """calculateBackoffDuration: 1 s after the first failed attempt, doubling, 10 s at most;
+    the end aligned to the whole second it falls in (alignToWindow)."""
+    loop = _loop()
+    key = ("default", "p")
+    loop._failed_at[key] = 1_000.25
+    ends = []
+    for attempts in range(0, 7):
+        loop._attempts[key] = attempts
+        ends.append(loop._backoff_ends(key))
+    assert ends == [0.0, 1_001.0, 1_002.0, 1_004.0, 1_008.0, 1_010.0, 1_010.0]

@@ -4,7 +4,10 @@ PrioritySort plugin's: higher ``spec.priority`` first, then the earlier queued, 
 new node's DaemonSet pods bind before the Pending pods of lower priority); an
 unschedulable pod gets ``PodScheduled=False`` (reason Unschedulable) and waits
 until the cluster changes (a node added or changed, a bound pod gone) or a
-periodic flush, as the scheduling queue's unschedulable pods do.
+periodic flush, as the scheduling queue's unschedulable pods do. Moved back, a
+pod still in its backoff (1 s after its first failed attempt, doubling to 10 s)
+waits in backoffQ, which is flushed each whole second and popped from when
+activeQ is empty (SchedulerPopFromBackoffQ, on by default since 1.33).
 https://kubernetes.io/docs/concepts/scheduling-eviction/kube-scheduler/
 
 A pod with ``schedulingGates`` waits (``PodScheduled=False``, reason
@@ -35,6 +38,11 @@ SCHEDULER_NAME = "default-scheduler"
 _SELECTING_OWNERS = {"ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
                      "ReplicationController": "replicationcontrollers"}
 FLUSH_UNSCHEDULABLE_SECONDS = 30.0
+# kube-scheduler's defaults (podInitialBackoffSeconds, podMaxBackoffSeconds) and backoffQ's
+# ordering window (backoffQOrderingWindowDuration), all in simulated seconds
+POD_INITIAL_BACKOFF_SECONDS = 1.0
+POD_MAX_BACKOFF_SECONDS = 10.0
+BACKOFF_WINDOW_SECONDS = 1.0
 log = logging.getLogger("spotguard.sim.scheduler")
 
 
@@ -60,6 +68,18 @@ class SchedulerLoop:
         # AddUnschedulableIfNotPresent); moved back to activeQ it keeps it, so among equal
         # priorities the pods that failed first are tried first on a new node
         self._unschedulable: dict[base.Key, int] = {}
+        # backoffQ (pkg/scheduler/backend/queue/backoff_queue.go): pods moved out of
+        # unschedulableQ before their backoff ended, a heap by the window their backoff ends
+        # in, then in activeQ's order
+        self._backoff: list[tuple[float, int, int, base.Key]] = []
+        self._backing: dict[base.Key, int] = {}  # in backoffQ, with its queue order
+        self._attempts: dict[base.Key, int] = {}  # scheduling attempts (QueuedPodInfo.Attempts)
+        self._failed_at: dict[base.Key, float] = {}  # simulated time of the last failed attempt
+        # a move request while a pod is being scheduled sends it, if it fails, to backoffQ
+        # rather than unschedulableQ (moveRequestCycle), so the event is not missed
+        self._cycle = 0
+        self._move_cycle = -1
+        self._in_flight_cycle = 0
         self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
         self._start = 0
         self._stop = threading.Event()
@@ -101,7 +121,10 @@ class SchedulerLoop:
             with self._cond:
                 self._queued.discard(key)
                 self._unschedulable.pop(key, None)
+                self._backing.pop(key, None)
                 self._priority.pop(key, None)
+                self._attempts.pop(key, None)
+                self._failed_at.pop(key, None)
             if was_bound:
                 self._flush_unschedulable()
             return
@@ -116,20 +139,67 @@ class SchedulerLoop:
             return
         with self._cond:
             self._priority[key] = int(spec.get("priority") or 0)
-            if key in self._queued or key in self._unschedulable:
+            if key in self._queued or key in self._unschedulable or key in self._backing:
                 return
             self._enqueue(key)
             self._cond.notify()
 
     def _flush_unschedulable(self) -> None:
+        """A cluster change (or the periodic flush): every unschedulable pod to activeQ, or to
+        backoffQ while its backoff lasts (movePodsToActiveOrBackoffQueue)."""
         with self._cond:
+            self._move_cycle = self._cycle
             if not self._unschedulable:
                 return
+            now = self.clock.now()
             for key, order in self._unschedulable.items():
-                if key not in self._queued:
+                if key in self._queued or key in self._backing:
+                    continue
+                if self._backing_off(key, now):
+                    self._to_backoff(key, order)
+                else:
                     self._enqueue(key, order)
             self._unschedulable.clear()
             self._cond.notify()
+
+    def _backoff_ends(self, key: base.Key) -> float:
+        """The start of the window the pod's backoff ends in (0: none, never tried):
+        its last failed attempt plus 1 s doubled per attempt after the first, 10 s at most."""
+        attempts = self._attempts.get(key, 0)
+        if attempts == 0:
+            return 0.0
+        duration = POD_INITIAL_BACKOFF_SECONDS
+        for _ in range(1, attempts):
+            if duration > POD_MAX_BACKOFF_SECONDS - duration:
+                duration = POD_MAX_BACKOFF_SECONDS
+                break
+            duration += duration
+        return _window(self._failed_at.get(key, 0.0) + duration)
+
+    def _backing_off(self, key: base.Key, now: float) -> bool:
+        """isPodBackingoff: a backoff ending in the current window still runs."""
+        ends = self._backoff_ends(key)
+        return ends > 0 and ends >= _window(now)
+
+    def _to_backoff(self, key: base.Key, order: int) -> None:
+        """Into backoffQ (the caller holds ``_cond``)."""
+        self._backing[key] = order
+        heapq.heappush(self._backoff, (self._backoff_ends(key), -self._priority.get(key, 0), order, key))
+
+    def _flush_backoff(self) -> None:
+        """flushBackoffQCompleted: the pods whose backoff has ended, to activeQ."""
+        with self._cond:
+            window = _window(self.clock.now())
+            moved = False
+            while self._backoff and self._backoff[0][0] < window:
+                _, _, order, key = heapq.heappop(self._backoff)
+                if self._backing.get(key) != order:
+                    continue  # left backoffQ since (deleted, or popped when activeQ was empty)
+                del self._backing[key]
+                self._enqueue(key, order)
+                moved = True
+            if moved:
+                self._cond.notify()
 
     def _enqueue(self, key: base.Key, order: int | None = None) -> None:
         """Into activeQ (the caller holds ``_cond``), queued now or at ``order``."""
@@ -150,7 +220,8 @@ class SchedulerLoop:
     # ---- the loop ------------------------------------------------------------
 
     def start(self) -> None:
-        for target, name in ((self._run, "sim-scheduler"), (self._periodic, "sim-scheduler-flush")):
+        for target, name in ((self._run, "sim-scheduler"), (self._periodic, "sim-scheduler-flush"),
+                             (self._backoff_ticker, "sim-scheduler-backoff")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -169,17 +240,42 @@ class SchedulerLoop:
         while not self._stop.wait(max(self.clock.real(FLUSH_UNSCHEDULABLE_SECONDS), base.MIN_RESYNC_REAL_SECONDS)):
             self._flush_unschedulable()
 
+    def _backoff_ticker(self) -> None:
+        """Flushes backoffQ at each whole simulated second (waitUntilAlignedWithOrderingWindow)."""
+        while True:
+            wait = BACKOFF_WINDOW_SECONDS - (self.clock.now() % BACKOFF_WINDOW_SECONDS)
+            if self._stop.wait(max(self.clock.real(wait), 0.01)):
+                return
+            self._flush_backoff()
+
     def _next(self) -> base.Key | None:
         with self._cond:
-            while not self._active:
+            while not self._active and not self._backoff_waiting():
                 if self._stop.is_set():
                     return None
                 self._cond.wait(0.5)
             if self._stop.is_set():
                 return None
-            _, _, key = heapq.heappop(self._active)
-            self._queued.discard(key)
+            if self._active:
+                _, _, key = heapq.heappop(self._active)
+                self._queued.discard(key)
+            else:
+                # activeQ is empty: the head of backoffQ is tried at once (SchedulerPopFromBackoffQ)
+                _, _, _, key = heapq.heappop(self._backoff)
+                del self._backing[key]
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            self._cycle += 1
+            self._in_flight_cycle = self._cycle
             return key
+
+    def _backoff_waiting(self) -> bool:
+        """Whether backoffQ's head is a pod still in it (the caller holds ``_cond``)."""
+        while self._backoff:
+            _, _, order, key = self._backoff[0]
+            if self._backing.get(key) == order:
+                return True
+            heapq.heappop(self._backoff)
+        return False
 
     def _run(self) -> None:
         while True:
@@ -192,7 +288,9 @@ class SchedulerLoop:
                 if not self._stop.is_set():
                     log.exception("scheduling failed", extra={"pod": "/".join(key)})
                     with self._cond:
-                        self._unschedulable[key] = next(self._order)
+                        self._failed_at[key] = self.clock.now()
+                        self._to_backoff(key, next(self._order))  # podErrorBackoffQ
+                        self._cond.notify()
 
     def schedule_one(self, key: base.Key) -> str | None:
         ns, name = key
@@ -334,7 +432,14 @@ class SchedulerLoop:
     def _unschedulable_pod(self, key: base.Key, message: str) -> None:
         now = self.clock.iso()
         with self._cond:
-            self._unschedulable[key] = next(self._order)
+            # AddUnschedulableIfNotPresent: the attempt's time refreshed; a cluster change
+            # seen while the pod was being scheduled sends it to backoffQ, not unschedulableQ
+            self._failed_at[key] = self.clock.now()
+            if self._move_cycle >= self._in_flight_cycle:
+                self._to_backoff(key, next(self._order))
+                self._cond.notify()
+            else:
+                self._unschedulable[key] = next(self._order)
 
         def edit(obj: dict[str, Any]) -> None:
             if not obj["spec"].get("nodeName"):
@@ -346,4 +451,10 @@ class SchedulerLoop:
         except errors.NotFound:
             with self._cond:
                 self._unschedulable.pop(key, None)
+                self._backing.pop(key, None)
         log.debug("pod unschedulable", extra={"pod": "/".join(key), "reason": message})
+
+
+def _window(t: float) -> float:
+    """The start of the backoff ordering window ``t`` falls in (alignToWindow)."""
+    return t - (t % BACKOFF_WINDOW_SECONDS)
