@@ -639,7 +639,12 @@ class Reservations:
                     self._from_known(local, leader, rs_uid, config)
                     return
                 if any(not w.done for w in batch):
-                    local.lease, local.lease_read = self._read(name), True
+                    try:
+                        local.lease, local.lease_read = self._read(name), True
+                    except UNANSWERED:
+                        # not read again in time: the next round's leader reads it, or answers
+                        # on what is known (an error here let the reviews through unplaced)
+                        local.lease_read = False
                     time.sleep(_JITTER.uniform(0.0, min(0.05, 0.005 * rounds)))
                 return  # the others are decided again on the Lease as it is now
             for _, token in writers:
