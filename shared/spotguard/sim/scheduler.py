@@ -334,13 +334,16 @@ def filter_node_affinity(pod: PodInfo, node: NodeInfo) -> str | None:
     return None if matches_node_affinity(pod, node) else "node(s) didn't match Pod's node affinity/selector"
 
 
-def filter_resources(pod: PodInfo, node: NodeInfo) -> list[str]:
+def filter_resources(pod: PodInfo, node: NodeInfo, held: Mapping[str, int] | None = None) -> list[str]:
+    """NodeResourcesFit's reasons, with ``held`` (pods nominated to the node, ``pods`` their
+    count) counted as requested."""
+    held = held or {}
     reasons = []
     usage = node.usage
-    if usage.pods + 1 > node.allocatable.get("pods", 0):
+    if usage.pods + held.get("pods", 0) + 1 > node.allocatable.get("pods", 0):
         reasons.append("Too many pods")
     for name, want in pod.requests.items():
-        if want > node.allocatable.get(name, 0) - usage.requested.get(name, 0):
+        if want > node.allocatable.get(name, 0) - usage.requested.get(name, 0) - held.get(name, 0):
             reasons.append(f"Insufficient {name}")
     return reasons
 
@@ -1076,8 +1079,15 @@ def schedule(
     start: int = 0,
     rng: random.Random | None = None,
     percentage: int = 0,
+    nominated: Mapping[str, Counter[str]] | None = None,
 ) -> Result:
-    """Pick the best node for ``pod``: filters, then weighted normalised scores."""
+    """Pick the best node for ``pod``: filters, then weighted normalised scores.
+
+    ``nominated``: per node, the requests (and ``pods``, their count) of the pods nominated
+    to it (``status.nominatedNodeName``, a preemptor waiting for its victims to go) whose
+    priority is at least ``pod``'s: the filters count them as if bound
+    (``RunFilterPluginsWithNominatedPods``), so a lower-priority pod does not take the room
+    a preemption freed."""
     total = len(cache.order)
     result = Result(node=None)
     if total == 0:
@@ -1107,6 +1117,12 @@ def schedule(
         ):
             result.reasons.update(filter_resources(pod, node))
             continue
+        held = nominated.get(node.name) if nominated else None
+        if held:
+            reasons = filter_resources(pod, node, held)
+            if reasons:
+                result.reasons.update(reasons)
+                continue
         if hard:
             reason = filter_spread(pod, node, hard)
             if reason:

@@ -29,6 +29,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from spotguard.sim import errors, scheduler
@@ -80,6 +81,8 @@ class SchedulerLoop:
         self._cycle = 0
         self._move_cycle = -1
         self._in_flight_cycle = 0
+        # pods nominated to a node by their preemption (the nominator): node, priority, requests
+        self._nominated: dict[base.Key, tuple[str, int, dict[str, int]]] = {}
         self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
         self._start = 0
         self._stop = threading.Event()
@@ -125,6 +128,7 @@ class SchedulerLoop:
                 self._priority.pop(key, None)
                 self._attempts.pop(key, None)
                 self._failed_at.pop(key, None)
+                self._nominated.pop(key, None)
             if was_bound:
                 self._flush_unschedulable()
             return
@@ -132,6 +136,8 @@ class SchedulerLoop:
         if spec.get("nodeName"):
             with self._lock:
                 self.cache.set_pod(obj)
+            with self._cond:
+                self._nominated.pop(key, None)
             return
         if pods.is_terminating(obj) or spec.get("schedulerName", SCHEDULER_NAME) != SCHEDULER_NAME:
             return
@@ -308,9 +314,11 @@ class SchedulerLoop:
         # lock while it tells this loop (handle() takes the cache lock), so reading the store
         # under the cache lock deadlocks the two.
         budgets = self._budgets() if info.preempts else []
+        nominated = self._held_for(key, info.priority)
+        cleared = False
         with self._lock:
             result = scheduler.schedule(info, self.cache, start=self._start, rng=self.rng,
-                                        percentage=self.percentage)
+                                        percentage=self.percentage, nominated=nominated)
             self._start = result.next_start
             total = len(self.cache.nodes)
             preemption = None
@@ -319,11 +327,18 @@ class SchedulerLoop:
                 self.cache.add_assumed(info, result.node)
             elif self._may_preempt(pod, info):
                 preemption = scheduler.preempt(info, self.cache, budgets)
+                if preemption is None:  # nowhere to preempt: the nomination is cleared
+                    cleared = True
+        if cleared:
+            with self._cond:
+                self._nominated.pop(key, None)
         if result.node is None:
             self._unschedulable_pod(key, result.message(total))
             self._event(pod, "Warning", "FailedScheduling", result.message(total), "Scheduling")
             if preemption is not None:
                 self._preempt(key, preemption)
+                with self._cond:
+                    self._nominated[key] = (preemption.node, info.priority, dict(info.requests))
             return None
         node = result.node
         now = self.clock.iso()
@@ -346,6 +361,19 @@ class SchedulerLoop:
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}",
                     "Binding")
         return node
+
+    def _held_for(self, key: base.Key, priority: int) -> dict[str, Counter[str]]:
+        """Per node, what the pods nominated there with at least ``priority`` request (the
+        pod being scheduled excepted): the room a preemption freed for them."""
+        held: dict[str, Counter[str]] = {}
+        with self._cond:
+            for other, (node, nominee_priority, requests) in self._nominated.items():
+                if other == key or nominee_priority < priority:
+                    continue
+                c = held.setdefault(node, Counter())
+                c.update(requests)
+                c["pods"] += 1
+        return held
 
     def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str,
                action: str) -> None:
