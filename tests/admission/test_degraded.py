@@ -48,6 +48,28 @@ def _count(s: harness.Served, name: str, **labels: str) -> float:
     return sum(harness.metric(server, name, **labels) for server in s.servers)
 
 
+def _created_under_faults(s: harness.Served, *, replicas: int, floor: int) -> list[dict[str, Any]]:
+    """Deployment ``web`` created with ``replicas`` and a floor, its pods once all run; the
+    faults set are cleared either way."""
+    try:
+        annotations = {"spotguard.io/min-on-demand": str(floor)}
+        s.k.create(r.DEPLOYMENTS, harness.deployment("web", replicas, annotations), harness.NS)
+        return harness.running(s.k, "web", replicas, timeout=180)
+    finally:
+        s.sim.faults.clear()
+
+
+def _floor_held(s: harness.Served, pods: list[dict[str, Any]], *, floor: int) -> float:
+    """Asserts no review let a pod through undecided and the floor held, with at most one
+    on-demand replica past it per degraded answer; returns how many answers were degraded."""
+    assert not (why := harness.failed_open(s)), why
+    degraded = _count(s, DEGRADED)
+    by_node, by_label = harness.on_demand(s.k, pods)
+    assert by_node == by_label
+    assert floor <= by_label <= floor + degraded
+    return degraded
+
+
 def _statefulset_ordinals(pods: list[dict[str, Any]]) -> dict[int, str]:
     return {
         int(p["metadata"]["name"].rsplit("-", 1)[1]): p["metadata"]["labels"][harness.PLACEMENT] for p in pods
@@ -64,21 +86,12 @@ def test_a_lease_write_with_no_time_left_still_places_the_pod_on_demand(tmp_path
         # 2.6 s do every time: a cold review with nothing read in time has nothing to place by.)
         s.sim.faults.set(verb="get", latency_seconds=1.5)
         s.sim.faults.set(verb="list", latency_seconds=1.5)
-        try:
-            # WHEN a Deployment with a floor of 2 is created with 4 replicas
-            annotations = {"spotguard.io/min-on-demand": "2"}
-            s.k.create(r.DEPLOYMENTS, harness.deployment("web", 4, annotations), harness.NS)
-            pods = harness.running(s.k, "web", 4, timeout=180)
-        finally:
-            s.sim.faults.clear()
-        # THEN every pod was placed (none let through unpatched) ...
-        assert not (why := harness.failed_open(s)), why
-        by_node, by_label = harness.on_demand(s.k, pods)
-        # ... the floor holds, and every on-demand replica past it is a degraded answer's
-        degraded = _count(s, DEGRADED)
+        # WHEN a Deployment with a floor of 2 is created with 4 replicas
+        pods = _created_under_faults(s, replicas=4, floor=2)
+        # THEN every pod was placed (none let through unpatched), the floor holds, and every
+        # on-demand replica past it is a degraded answer's
+        degraded = _floor_held(s, pods, floor=2)
         assert degraded >= 1, "the reads left time for every Lease write: the test did not slow them enough"
-        assert by_node == by_label
-        assert 2 <= by_label <= 2 + degraded
 
 
 def test_a_lease_write_that_does_not_come_back_in_time_still_places_the_pod_on_demand(tmp_path: Path) -> None:
@@ -114,23 +127,13 @@ def test_a_lease_write_that_loses_a_race_with_no_time_to_read_again_still_places
 
         for verb in ("create", "update"):
             s.sim.faults.set(verb=verb, resource="leases", error_rate=1.0, status=409, before=slow_lease_reads)
-        try:
-            # WHEN a Deployment with a floor of 2 is created with 3 replicas
-            annotations = {"spotguard.io/min-on-demand": "2"}
-            s.k.create(r.DEPLOYMENTS, harness.deployment("web", 3, annotations), harness.NS)
-            pods = harness.running(s.k, "web", 3, timeout=180)
-        finally:
-            s.sim.faults.clear()
+        # WHEN a Deployment with a floor of 2 is created with 3 replicas
+        pods = _created_under_faults(s, replicas=3, floor=2)
         # THEN the review whose write lost and whose read of the Lease again did not come
         # back placed its pod all the same (it was let through unplaced: the read's timeout
         # escaped the round), and the floor holds
         assert slowed, "no Lease write was tried: the test did not reach the race"
-        assert not (why := harness.failed_open(s)), why
-        degraded = _count(s, DEGRADED)
-        assert degraded >= 1
-        by_node, by_label = harness.on_demand(s.k, pods)
-        assert by_node == by_label
-        assert 2 <= by_label <= 2 + degraded
+        assert _floor_held(s, pods, floor=2) >= 1
 
 
 def test_a_statefulset_pod_whose_set_cannot_be_listed_in_time_is_placed_by_its_ordinal(tmp_path: Path) -> None:
