@@ -25,7 +25,7 @@ from spotguard.policy import config
 from spotguard.policy.capacity import Capacity
 from spotguard.sim import objects, testing
 
-from tests.admission import balancer, servers
+from tests.admission import balancer, burst, servers
 
 NS = "shop"
 PLACEMENT = "spotguard.io/placement"
@@ -170,7 +170,7 @@ def failed_open(s: Served) -> str:
     counted = sum(
         metric(server, "spotguard_admission_requests_total", outcome=outcome)
         for server in s.servers
-        for outcome in ("failed_open", "shed")
+        for outcome in burst.UNDECIDED
     )
     if not counted:
         return ""

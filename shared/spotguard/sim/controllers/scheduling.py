@@ -80,7 +80,6 @@ class SchedulerLoop:
         # rather than unschedulableQ (moveRequestCycle), so the event is not missed
         self._cycle = 0
         self._move_cycle = -1
-        self._in_flight_cycle = 0
         # pods nominated to a node by their preemption (the nominator): node, priority, requests
         self._nominated: dict[base.Key, tuple[str, int, dict[str, int]]] = {}
         self._seen: dict[base.Key, int] = {}  # last resourceVersion seen per pod
@@ -197,10 +196,8 @@ class SchedulerLoop:
         with self._cond:
             window = _window(self.clock.now())
             moved = False
-            while self._backoff and self._backoff[0][0] < window:
+            while self._backoff_waiting() and self._backoff[0][0] < window:
                 _, _, order, key = heapq.heappop(self._backoff)
-                if self._backing.get(key) != order:
-                    continue  # left backoffQ since (deleted, or popped when activeQ was empty)
                 del self._backing[key]
                 self._enqueue(key, order)
                 moved = True
@@ -270,12 +267,13 @@ class SchedulerLoop:
                 _, _, _, key = heapq.heappop(self._backoff)
                 del self._backing[key]
             self._attempts[key] = self._attempts.get(key, 0) + 1
-            self._cycle += 1
-            self._in_flight_cycle = self._cycle
+            self._cycle += 1  # the cycle of the pod in flight: one scheduling thread pops
             return key
 
     def _backoff_waiting(self) -> bool:
-        """Whether backoffQ's head is a pod still in it (the caller holds ``_cond``)."""
+        """Whether backoffQ holds a pod, its head then one still in it: entries of pods that
+        left since (deleted, or popped when activeQ was empty) are dropped (the caller holds
+        ``_cond``)."""
         while self._backoff:
             _, _, order, key = self._backoff[0]
             if self._backing.get(key) == order:
@@ -463,7 +461,7 @@ class SchedulerLoop:
             # AddUnschedulableIfNotPresent: the attempt's time refreshed; a cluster change
             # seen while the pod was being scheduled sends it to backoffQ, not unschedulableQ
             self._failed_at[key] = self.clock.now()
-            if self._move_cycle >= self._in_flight_cycle:
+            if self._move_cycle >= self._cycle:
                 self._to_backoff(key, next(self._order))
                 self._cond.notify()
             else:
