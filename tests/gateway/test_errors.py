@@ -114,6 +114,8 @@ def test_a_slow_answer_is_a_timeout(api: FakeApi) -> None:
         k.get(r.NODES, "n")
     assert caught.value.reason == "Timeout"
     assert retry.request_sent(caught.value) is True
+    # AND the error names the call that was not answered (an operator reads which one from the log)
+    assert "GET /api/v1/nodes/n: " in str(caught.value)
 
 
 def test_a_dropped_connection_is_transient(api: FakeApi) -> None:

@@ -515,7 +515,7 @@ class Kube:
                 raise
             raise _from_api_exception(exc.__context__) from exc.__context__
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _from_transport(exc) from exc
+            raise _from_transport(exc, f"{method} {path}") from exc
         finally:
             self.stats.record(verb, counted, code)
         if not raw:
@@ -589,20 +589,22 @@ def _from_api_exception(exc: ApiException) -> ApiError:
     return errors.from_response(status, exc.body, str(exc.reason or ""), retry_after)
 
 
-def _from_transport(exc: BaseException) -> ApiError:
+def _from_transport(exc: BaseException, request: str) -> ApiError:
+    """The error for a request that got no HTTP answer, naming the request (``GET /api/v1/...``):
+    a timeout says which call the API server did not answer in time."""
     cause: BaseException = exc
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         cause = exc.reason
     error: ApiError
     if isinstance(cause, urllib3.exceptions.ConnectTimeoutError):  # NewConnectionError too
-        error = Transient(0, "ConnectionFailed", str(cause))
+        error = Transient(0, "ConnectionFailed", f"{request}: {cause}")
         error.request_sent = False  # type: ignore[attr-defined]
     elif isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
-        error = Transient(0, "Timeout", str(cause))
+        error = Transient(0, "Timeout", f"{request}: {cause}")
     elif isinstance(cause, urllib3.exceptions.SSLError):
-        error = ApiError(0, "TLSError", str(cause))
+        error = ApiError(0, "TLSError", f"{request}: {cause}")
     else:
-        error = Transient(0, "ConnectionError", str(cause))
+        error = Transient(0, "ConnectionError", f"{request}: {cause}")
     return error
 
 
