@@ -174,13 +174,13 @@ def failed_open(s: Served) -> str:
     )
     if not counted:
         return ""
-    lines = [
-        line
-        for server in s.servers
-        for line in server.log.read_text(errors="replace").splitlines()
-        if '"level": "error"' in line or "review shed" in line
-    ]
-    return f"{counted:g} review(s) let through undecided:\n" + "\n".join(lines[-10:])
+    said = []
+    for server in s.servers:
+        lines = server.log.read_text(errors="replace").splitlines()
+        undecided = [line for line in lines if '"level": "error"' in line or "review shed" in line]
+        # and what the server said before (the reads not answered, the degraded answers)
+        said += [*undecided[-10:], "-- the server's last lines:", *lines[-30:]]
+    return f"{counted:g} review(s) let through undecided:\n" + "\n".join(said)
 
 
 def metric(server: servers.Server, name: str, **labels: str) -> float:

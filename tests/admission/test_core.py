@@ -256,6 +256,19 @@ def test_an_unreachable_api_answers_allowed_without_a_patch_and_counts_it(
     assert metrics.REQUESTS.labels("failed_open", "none")._value.get() == before + 1
 
 
+def test_a_review_that_fails_open_logs_where_its_time_went(k: FakeKube, caplog: pytest.LogCaptureFixture) -> None:
+    # GIVEN a review that arrived 0.4 s before a thread took it, and an API that fails
+    _, rs = cluster.deployment(k, "web", 2)
+    k.fail = kube.Transient
+    with deadline.arrived(time.monotonic() - 0.4, 3.0):
+        answer = core.serve(cluster.review(cluster.pod_for(rs), "shop"), make_ctx(k))
+    # THEN it is let through, and its log line says how long it waited and how long it decided
+    assert "patch" not in answer["response"]
+    (line,) = [rec for rec in caplog.records if rec.getMessage() == "admission failed; allowing the pod unchanged"]
+    assert 0.4 <= line.waited < 3.0  # type: ignore[attr-defined]
+    assert 0.0 <= line.seconds < 3.0  # type: ignore[attr-defined]
+
+
 def test_no_cluster_connection_fails_open() -> None:
     ctx = core.Context(Config(), None, connect_error="nothing configured")
     pod = cluster.pod_for(

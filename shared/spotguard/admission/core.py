@@ -342,6 +342,7 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
     unchanged, counted and logged, rather than answered after the API server gave up on it.
     """
     d = deadline.for_review(ctx.review_seconds)
+    begun = time.monotonic()
     if d.remaining() < SHED_BELOW and _is_pod_create(request) is None:
         late = _late(request, ctx, d)
         if late is not None:
@@ -368,9 +369,18 @@ def admit(request: reviews.Request, ctx: Context) -> Outcome:
     except Exception as exc:
         kind = type(exc).__name__
         metrics.ERRORS.labels(kind).inc()
+        arrival = deadline.arrival()
         log.error(
             "admission failed; allowing the pod unchanged",
-            extra={"uid": request.get("uid"), "error": str(exc), "kind": kind},
+            extra={
+                "uid": request.get("uid"),
+                "error": str(exc),
+                "kind": kind,
+                # where the review's time went: waiting for a thread (or a stalled process)
+                # before deciding, and deciding (its API calls)
+                "waited": round(begun - arrival.at, 3) if arrival is not None else None,
+                "seconds": round(time.monotonic() - begun, 3),
+            },
             exc_info=not isinstance(exc, (kube_mod.ApiError, deadline.DeadlineExceeded)),
         )
         return Outcome("failed_open", f"internal error: {kind}")
