@@ -190,12 +190,21 @@ def test_demo_runs_on_launched_capacity_and_bills_it(name: str) -> None:
     summary, proc = run_demo("--scenario", str(ROOT / "infra" / "scenarios" / name), expect=None)
     # THEN the cycle ran to its verdict (whether the promise holds there is the product's own issue)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    # AND spot capacity was launched for the pods that prefer it, and went at the notice
-    assert summary["spot_nodes_reclaimed"] >= 1
-    assert summary["spot_share_before"] > 0
-    # AND the bill counts launched instances, spot and on-demand, in USD
+    # AND spot capacity was launched for the pods that prefer it
+    assert summary["spot_nodes_before"] >= 1
     money = summary["money"]
     assert money["before_per_hour"] > 0
+    if summary["spot_nodes_reclaimed"] == 0:
+        # (a race the demo's pace decides: Karpenter may consolidate a spot node whose pods fit
+        # in the on-demand nodes' room 30 s after they were placed, and on a loaded machine
+        # placing the workloads takes longer than that in simulated time) the demo says why
+        # nothing was reclaimed, and the bill is on-demand alone
+        assert any("no spot node ran at the notice" in n and "were gone by then" in n for n in summary["notes"])
+        assert summary["spot_share_before"] == 0
+        assert set(money["cycle"]["usd_by_capacity"]) == {"on-demand"}
+        return
+    # AND it went at the notice, and the bill counts launched instances, spot and on-demand, in USD
+    assert summary["spot_share_before"] > 0
     assert set(money["cycle"]["usd_by_capacity"]) == {"spot", "on-demand"}
     assert money["cycle"]["usd"] < money["same_nodes_on_demand"]["usd"]
 

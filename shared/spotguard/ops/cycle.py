@@ -135,6 +135,7 @@ class Outcome:
     spot_returned: float | None = None  # simulated seconds from the notice to new spot nodes joining
     money: dict[str, Any] = field(default_factory=dict)  # the instances' cost (spotguard.ops.money)
     at_risk: dict[str, int] = field(default_factory=dict)  # serving pods on the doomed nodes at the notice
+    spot_launched: int = 0  # spot instances that ran before the notice (a scenario's or launched)
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -260,6 +261,17 @@ def _paced(options: Options, pods_per_second: float, share: float = 1.0) -> floa
         return scale
     faithful = FAITHFUL_PODS_PER_SECOND * max(0.05, min(1.0, share))
     return min(scale, math.floor(100 * faithful / pods_per_second) / 100 or 0.01)
+
+
+def no_spot_note(launched: int) -> str:
+    """Why a cycle's notice reclaims nothing: no spot node ran at the notice."""
+    if not launched:
+        return "no spot node ran at the notice: nothing was reclaimed (no pod was placed on spot capacity)"
+    return (
+        f"no spot node ran at the notice: the {launched} spot instance(s) that ran before it were gone by then "
+        "(a provisioner consolidates a spot node whose pods fit in other nodes' room, such as that of the "
+        "on-demand nodes the floors pay for: the cheaper arrangement), so nothing was reclaimed"
+    )
 
 
 def doomed(options: Options, spot_nodes: list[Obj]) -> list[str]:
@@ -434,6 +446,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         # 2. the notice
         spot = [n for n in sim.store.list("nodes")[0] if cfg.node_capacity(_labels(n)).value == serving.SPOT]
         names = doomed(options, spot)
+        launched = sum(1 for s in billing.of(sim.store).spans() if s.capacity_type == "spot")
+        if not names:
+            watch.phase.notes.append(no_spot_note(launched))
         by_name = {n["metadata"]["name"]: n for n in spot}
         rng = random.Random(options.seed)
         delays = {n: round(rng.uniform(0.0, DRAINER_MAX_DELAY), 3) if options.drainer else 0.0 for n in names}
@@ -506,7 +521,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
-            time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing,
+            time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing, spot_launched=launched,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover

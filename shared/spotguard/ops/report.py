@@ -250,6 +250,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "cost_vs_on_demand": round(cost / base, 4) if base else 0.0,
         "money": outcome.money,
         "spot_nodes_reclaimed": len(outcome.doomed),
+        "spot_nodes_before": outcome.spot_launched,
         "drainer": outcome.options.drainer,
         "drainer_delays": outcome.drainer_delays,
         "seed": outcome.options.seed,
