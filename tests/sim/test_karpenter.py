@@ -398,6 +398,48 @@ def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(block
             assert {n["metadata"]["name"] for n in karpenter_nodes(sim)} == {node_of["a"], node_of["b"]}
 
 
+SPOT_PREFERRED = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 100, "preference": {"matchExpressions": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}]}}
+ON_DEMAND_ONLY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}}}
+
+
+@pytest.mark.parametrize("spot_launchable", [True, False])
+def test_a_spot_node_whose_pods_prefer_spot_is_not_consolidated_into_on_demand_room(spot_launchable: bool) -> None:
+    # GIVEN m5.xlarge nodes: "od" (1 CPU, on-demand required) on an on-demand node with 3 CPU
+    # free, and "s" (0.5 CPU, preferring spot as spotguard's spot slots do) on a spot node
+    pool = nodepool(policy="WhenEmptyOrUnderutilized", after="0s")
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]})
+    with testing.running_cluster([NODE_CLASS, pool, deployment("od", 1, affinity=ON_DEMAND_ONLY),
+                                  deployment("s", 1, cpu="500m", affinity=SPOT_PREFERRED)], time_scale=SCALE) as sim:
+        h.wait_for(lambda: ready_pods(sim, "od") == 1 and ready_pods(sim, "s") == 1, timeout=40, what="pods Ready")
+        capacity_of = {n["metadata"]["name"]: n["metadata"]["labels"]["karpenter.sh/capacity-type"]
+                       for n in karpenter_nodes(sim)}
+        spot_node = h.pods_of(sim.store, "s")[0]["spec"]["nodeName"]
+        assert capacity_of[spot_node] == "spot" and sorted(capacity_of.values()) == ["on-demand", "spot"]
+        if not spot_launchable:
+            # (WHEN the NodePool may no longer launch spot: the preference cannot be met by a new
+            # NodeClaim either, so Karpenter relaxes it)
+            custom(sim).patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", "default", {"spec": {
+                "template": {"spec": {"requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    *pool["spec"]["template"]["spec"]["requirements"][1:]]}}}})
+        # WHEN the disruption controller has polled and validated for a while (consolidateAfter 0 s)
+        time.sleep(sim.clock.real(60))
+        nodes = {n["metadata"]["name"] for n in karpenter_nodes(sim)}
+        if spot_launchable:
+            # THEN the spot node stays: Karpenter's simulation places "s" on a new spot NodeClaim
+            # (its preference held as a requirement), which is a spot-to-spot replacement, not a
+            # delete (SpotToSpotConsolidation is off by default)
+            assert spot_node in nodes
+            assert h.pods_of(sim.store, "s")[0]["spec"]["nodeName"] == spot_node
+        else:
+            # THEN the relaxed pod fits beside "od": the spot node is consolidated away
+            assert spot_node not in nodes and len(nodes) == 1
+
+
 def test_a_daemonset_pod_marked_do_not_disrupt_keeps_an_empty_node() -> None:
     # Karpenter checks every pod on the node, DaemonSet and mirror pods included
     # (statenode.go ValidatePodsDisruptable: "we will allow Mirror Pods and DaemonSets to

@@ -279,7 +279,7 @@ class Disruption(base.Controller):
     def _can_move(self, node_name: str) -> bool:
         now = self.clock.now()
         return can_move(self.store, self.informer, node_name, set(self._disrupting),
-                        blocks=lambda p: do_not_disrupt(p, now))
+                        blocks=lambda p: do_not_disrupt(p, now), launchable=self.owner.could_launch)
 
     # ---- termination -------------------------------------------------------------
 
@@ -343,9 +343,20 @@ def workload_pods(informer: base.Informer, node: str) -> list[dict[str, Any]]:
 
 
 def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
-             blocks: Callable[[dict[str, Any]], bool]) -> bool:
+             blocks: Callable[[dict[str, Any]], bool],
+             launchable: Callable[[scheduler.PodInfo], bool] | None = None) -> bool:
     """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
-    on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation)."""
+    on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation).
+
+    ``launchable`` (Karpenter's): a pod is tried as Karpenter's scheduler tries it, its heaviest
+    preferred node affinity term required first (:func:`nodepools.relaxations`; Karpenter's
+    default ``PREFERENCE_POLICY=Respect``). A form of it that no other node takes but a new
+    NodeClaim could (``launchable``) is placed there, not relaxed: removing the node would then
+    need a replacement, which is not a delete (and a spot node is never replaced by a spot one
+    with the default ``SpotToSpotConsolidation=false``: pkg/controllers/disruption/
+    consolidation.go computeConsolidation). So a pod that prefers spot stays on its spot node
+    rather than moving into on-demand room. The Cluster Autoscaler (``launchable`` None)
+    simulates with the scheduler's filters: preferences do not hold a pod anywhere."""
     moving = workload_pods(informer, node_name)
     if any(blocks(p) for p in moving):
         return False
@@ -368,4 +379,19 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
             continue
         others.append(scheduler.loaded(node, (p for p in informer.pods_on_node(name) if not pods.is_terminating(p))))
     infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
-    return all(scheduler.first_fit(info, others) is not None for info in infos)
+    if launchable is None:
+        return all(scheduler.first_fit(info, others) is not None for info in infos)
+    return all(_karpenter_fit(info, others, launchable) for info in infos)
+
+
+def _karpenter_fit(pod: scheduler.PodInfo, others: list[scheduler.NodeInfo],
+                   launchable: Callable[[scheduler.PodInfo], bool]) -> bool:
+    """Karpenter's scheduler (``Scheduler.add`` then ``Preferences.Relax``) on the other nodes:
+    each form of the pod, strictest first, goes to an existing node, else to a new NodeClaim
+    (False: a delete cannot hold it), else is relaxed."""
+    for form in nodepools.relaxations(pod):
+        if scheduler.first_fit(form, others) is not None:
+            return True
+        if launchable(form):
+            return False
+    return False

@@ -201,7 +201,29 @@ class Provisioner(base.Controller):
                 self._nominated[key] = name
         return launched
 
-    def _class_found(self, pool: dict[str, Any]) -> bool:
+    def could_launch(self, pod: scheduler.PodInfo) -> bool:
+        """Whether a new NodeClaim could hold ``pod`` now (a NodePool whose class exists, an
+        offering not marked unavailable, within the pool's limits, room beside its DaemonSets):
+        what Karpenter's scheduling simulation tries before it relaxes a pod's preferences.
+        Reads only (called from the disruption controller's thread)."""
+        now = self.clock.now()
+        unavailable = {k: v for k, v in dict(self._unavailable).items() if v > now}
+        daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
+        for pool in self.informer.list("nodepools"):
+            if not self._class_found(pool, quiet=True):
+                continue
+            committed = self._pool_usage(pool["metadata"]["name"])
+            usable = [o for o in nodepools.offerings(pool, self.capacity.prices, unavailable)
+                      if nodepools.within_limits(pool, committed, o)
+                      and nodepools.admits(pod, nodepools.candidate(pool, o))]
+            if not usable:
+                continue
+            overhead, count = nodepools.daemon_overhead(nodepools.candidate(pool, usable[0]), daemons)
+            if nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count).holding(pod):
+                return True
+        return False
+
+    def _class_found(self, pool: dict[str, Any], *, quiet: bool = False) -> bool:
         """A NodePool whose EC2NodeClass does not exist launches nothing (its NodeClassReady is False)."""
         ref = (nodepools.template(pool).get("spec") or {}).get("nodeClassRef") or {}
         if ref.get("kind", "EC2NodeClass") != "EC2NodeClass":
@@ -209,6 +231,8 @@ class Provisioner(base.Controller):
         try:
             self.store.get("ec2nodeclasses", str(ref.get("name") or ""))
         except errors.NotFound:
+            if quiet:
+                return False
             self.log.info("nodeclass not found: the NodePool launches nothing", extra={
                 "nodepool": pool["metadata"]["name"], "nodeclass": ref.get("name")})
             return False
@@ -263,7 +287,7 @@ class Provisioner(base.Controller):
 
     def _pool_usage(self, pool_name: str) -> Counter[str]:
         used: Counter[str] = Counter()
-        for launch in self._launches.values():
+        for launch in list(self._launches.values()):  # (also read from the disruption thread)
             if launch.pool["metadata"]["name"] == pool_name:
                 used.update(quantities.parse_resources(launch.offering.instance_type.capacity()))
         return used
