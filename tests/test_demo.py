@@ -195,10 +195,9 @@ def test_demo_runs_on_launched_capacity_and_bills_it(name: str) -> None:
     money = summary["money"]
     assert money["before_per_hour"] > 0
     if summary["spot_nodes_reclaimed"] == 0:
-        # (a race the demo's pace decides: Karpenter may consolidate a spot node whose pods fit
-        # in the on-demand nodes' room 30 s after they were placed, and on a loaded machine
-        # placing the workloads takes longer than that in simulated time) the demo says why
-        # nothing was reclaimed, and the bill is on-demand alone
+        # (a race of launch times: the scheduler binds the pods that prefer spot to the on-demand
+        # nodes' room when those are Ready first, and Karpenter removes the empty spot node) the
+        # demo says why nothing was reclaimed, and the bill is on-demand alone
         assert any("no spot node ran at the notice" in n and "were gone by then" in n for n in summary["notes"])
         assert summary["spot_share_before"] == 0
         assert set(money["cycle"]["usd_by_capacity"]) == {"on-demand"}

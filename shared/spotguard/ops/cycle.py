@@ -269,8 +269,8 @@ def no_spot_note(launched: int) -> str:
         return "no spot node ran at the notice: nothing was reclaimed (no pod was placed on spot capacity)"
     return (
         f"no spot node ran at the notice: the {launched} spot instance(s) that ran before it were gone by then "
-        "(a provisioner consolidates a spot node whose pods fit in other nodes' room, such as that of the "
-        "on-demand nodes the floors pay for: the cheaper arrangement), so nothing was reclaimed"
+        "(a provisioner removes a spot node left empty: the scheduler may bind the pods that prefer spot to room "
+        "on the on-demand nodes the floors pay for, when those are Ready first), so nothing was reclaimed"
     )
 
 
