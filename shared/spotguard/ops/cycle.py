@@ -38,6 +38,7 @@ from spotguard.ops import aws, functions, money, serving
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, quantities, surges
+from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import billing, nodepools, readiness, scheduler, testing
@@ -728,6 +729,11 @@ def _return_to_spot(
         node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))
     last_ping = sim.clock.now()
     last_change = [sim.clock.now(), _spot_serving(watch.tracker)]
+    # How long nothing may change before the return counts as over: node-added leaves a workload
+    # alone while its newest pod is younger than the settle time, pings come every PING_SECONDS,
+    # and on a provisioned cluster a move's new pod waits for the spot node launched for it.
+    launch = max(settings_of(options.objects).capacity.launch_to_ready) if provisioned(options.objects) else 0.0
+    quiet = 3 * PING_SECONDS + options.pod_startup + cfg.rebalance_settle_seconds + launch
 
     def back() -> bool:
         nonlocal last_ping
@@ -736,10 +742,10 @@ def _return_to_spot(
             last_ping = now
             node_added.ping()
         spot_now = _spot_serving(watch.tracker)
-        if spot_now != last_change[1]:
+        if spot_now != last_change[1] or _moving(sim.store):
             last_change[:] = [now, spot_now]
         # Every workload at its desired count, and every replica above its floor on spot (the
-        # optimum) or nothing moved for three pings and a pod startup: done.
+        # optimum) or nothing moved for ``quiet``: done.
         counts = watch.tracker.snapshot()
         full = all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in watch.wls.items())
         optimal = all(  # and no move half done (its extra replica still there)
@@ -747,7 +753,7 @@ def _return_to_spot(
             and counts.get(k, serving.Counts()).total == w.replicas
             for k, w in watch.wls.items()
         )
-        return full and (optimal or now - last_change[0] >= 3 * PING_SECONDS + options.pod_startup)
+        return full and (optimal or now - last_change[0] >= quiet)
 
     # One replica of each workload at a time: the longest return is the workload with the most to move.
     most = max(moves.values(), default=0)
@@ -784,6 +790,15 @@ def _surging(w: Workload) -> bool:
         return False
     record = surges.SurgeRecord.of(w)
     return record is None or not record.done
+
+
+def _moving(store: Any) -> bool:
+    """A move under way: a workload carries node-added's move record, or a pod waits to be scheduled."""
+    for res in ("deployments", "statefulsets"):
+        if any(MOVE in ((o.get("metadata") or {}).get("annotations") or {}) for o in store.list(res)[0]):
+            return True
+    return any(not (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") == "Pending"
+               for p in store.list("pods")[0])
 
 
 def _spot_serving(tracker: serving.Serving) -> int:
