@@ -204,6 +204,9 @@ def test_demo_runs_on_launched_capacity_and_bills_it(name: str) -> None:
         return
     # AND it went at the notice, and the bill counts launched instances, spot and on-demand, in USD
     assert summary["spot_share_before"] > 0
+    # AND the return to spot brought replicas back onto launched spot capacity (the demo once
+    # declared the return over before node-added's first moves: 0 on spot after, on Karpenter)
+    assert summary["return_to_spot"] == "done" and summary["spot_share_after"] > 0
     assert set(money["cycle"]["usd_by_capacity"]) == {"spot", "on-demand"}
     assert money["cycle"]["usd"] < money["same_nodes_on_demand"]["usd"]
 
