@@ -9,6 +9,10 @@ instances go 120 s later):
 - ``spot-drainer``: no spotguard, the NodePool as given (Karpenter picks spot), a drainer
   cordoning and evicting at the notice as aws-node-termination-handler does.
 
+Each run also gives its steady state: the bill's rate just before the notice, every pod
+placed (``steady_per_hour_usd``, and ``steady_saving_vs_all_on_demand``): what an hour
+without an interruption costs.
+
 Each run's bill comes from the simulated cloud (instance-seconds x the us-east-1 price
 of each instance; docs/sim.md "Capacity and money"), over the same window: from the
 notice to the end of the spotguard cycle. Serving is judged as the demo judges it
@@ -69,11 +73,16 @@ def main() -> int:
     guarded, window = with_spotguard(objects, args.time_scale)
     runs = {"spotguard": guarded, **baselines.run(objects, scale=args.time_scale, window=window)}
     base = runs["all-on-demand"]["money"]["cycle"]["usd"]
+    steady_base = runs["all-on-demand"]["money"]["before_per_hour"]
     for run in runs.values():
         usd = run["money"]["cycle"]["usd"]
         run["cost_usd"] = usd
         run["cost_per_hour_usd"] = run["money"]["cycle"]["usd_per_hour"]
         run["saving_vs_all_on_demand"] = money.saving(usd, base)
+        # the steady state: the bill's rate just before the notice, every pod placed (what a
+        # day without interruptions costs), beside all on-demand's
+        run["steady_per_hour_usd"] = run["money"]["before_per_hour"]
+        run["steady_saving_vs_all_on_demand"] = money.saving(run["money"]["before_per_hour"], steady_base)
     print(json.dumps({
         "benchmark": "cost", "run_seconds": round(time.monotonic() - started, 1),
         "scenario": os.path.relpath(args.scenario, ROOT), "time_scale": args.time_scale,

@@ -145,12 +145,21 @@ def _return_to_spot(r: Result) -> str:
 def _cost(r: Result) -> str:
     runs = r.get("runs") or {}
 
+    def usd(value: Any) -> str:  # cents on a large bill, a tenth of one on a small one
+        return _num(value, 3 if isinstance(value, float) and value < 1 else 2)
+
+    def versus(saving: Any, name: str) -> str:
+        if not isinstance(saving, (int, float)) or name == "all-on-demand":
+            return ""
+        return f" ({abs(saving):.0%} {'cheaper' if saving >= 0 else 'dearer'} than all on-demand)"
+
     def one(name: str) -> str:
         x = runs.get(name) or {}
-        saving = x.get("saving_vs_all_on_demand")
-        return (f"{name} ${_num(x.get('cost_per_hour_usd'))}/h"
-                + (f" ({abs(saving):.0%} {'cheaper' if saving >= 0 else 'dearer'} than all on-demand)"
-                   if isinstance(saving, (int, float)) and name != "all-on-demand" else "")
+        steady = x.get("steady_per_hour_usd")
+        return (f"{name} ${usd(x.get('cost_per_hour_usd'))}/h over the notice cycle"
+                + versus(x.get("saving_vs_all_on_demand"), name)
+                + (f", ${usd(steady)}/h steady" + versus(x.get("steady_saving_vs_all_on_demand"), name)
+                   if steady is not None else "")
                 + f", {_num(x.get('workloads_below_before'))} workloads below their pre-notice serving")
     return f"{r.get('scenario')}: " + "; ".join(one(n) for n in ("spotguard", "all-on-demand", "spot-drainer"))
 

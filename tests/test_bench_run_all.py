@@ -63,3 +63,19 @@ def test_the_repository_readme_has_the_section() -> None:
     ra = run_all()
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert text.count(ra.README_START) == 1 and text.count(ra.README_END) == 1
+
+
+def test_the_cost_row_gives_the_notice_cycle_and_the_steady_state_beside_all_on_demand() -> None:
+    ra = run_all()
+    figures = ra.KNOWN["cost"].figures({"scenario": "s.yaml", "runs": {
+        "spotguard": {"cost_per_hour_usd": 0.19, "saving_vs_all_on_demand": -0.08, "steady_per_hour_usd": 0.215,
+                      "steady_saving_vs_all_on_demand": -0.25, "workloads_below_before": 0},
+        "all-on-demand": {"cost_per_hour_usd": 0.172, "saving_vs_all_on_demand": 0.0, "steady_per_hour_usd": 0.172,
+                          "steady_saving_vs_all_on_demand": 0.0, "workloads_below_before": 0},
+        "spot-drainer": {"cost_per_hour_usd": 0.11, "saving_vs_all_on_demand": 0.34, "workloads_below_before": 6},
+    }})
+    assert figures.startswith("s.yaml: spotguard $0.190/h over the notice cycle (8% dearer than all on-demand), "
+                              "$0.215/h steady (25% dearer than all on-demand), 0 workloads below")
+    assert "all-on-demand $0.172/h over the notice cycle, $0.172/h steady, 0 workloads" in figures
+    # (a result from before the steady figures: no steady part)
+    assert "spot-drainer $0.110/h over the notice cycle (34% cheaper than all on-demand), 6 workloads" in figures
