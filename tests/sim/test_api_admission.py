@@ -211,7 +211,7 @@ def test_a_denial_rejects_the_pod(core: kubernetes.client.CoreV1Api, webhook: We
 @pytest.mark.parametrize(("policy", "created"), [("Ignore", True), ("Fail", False)])
 def test_failure_policy_when_the_webhook_is_unreachable(
     core: kubernetes.client.CoreV1Api, webhook: Webhook, admission: Any, policy: str,
-    created: bool,
+    created: bool, *, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#failure-policy"""
     broken = hook(webhook, "down.example.com", "/down", failurePolicy=policy)
@@ -220,6 +220,9 @@ def test_failure_policy_when_the_webhook_is_unreachable(
     name = f"down-{policy.lower()}"
     if created:
         assert core.create_namespaced_pod("default", pod_manifest(name)).metadata.name == name
+        # and the API server's log says which webhook failed and why, in its message
+        [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("webhook call failed")]
+        assert "down.example.com: " in line and "127.0.0.1" in line
     else:
         with pytest.raises(ApiException) as info:
             core.create_namespaced_pod("default", pod_manifest(name))

@@ -412,7 +412,9 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None
         return _apply(unchanged, response) if obj is not None and mutating else unchanged
     except CallError as exc:
         if fail_open:
-            log.warning("webhook call failed, ignored (failurePolicy Ignore)",
+            # (in the message too, as kube-apiserver logs it: "Failed calling webhook, failing open
+            # <name>: <error>"; a plain log format drops the extra fields)
+            log.warning("webhook call failed, ignored (failurePolicy Ignore): %s: %s", hook_name, exc,
                         extra={"webhook": hook_name, "error": str(exc)})
             return unchanged
         raise errors.InternalError(
