@@ -4,6 +4,7 @@ each citing the kube-scheduler documentation it follows."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -352,3 +353,21 @@ def test_a_pod_pinned_to_a_node_by_name_is_filtered_as_before() -> None:
     assert result.node is None
     assert result.message(3) == ("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match "
                                  "Pod's node affinity/selector, 1 node(s) were unschedulable.")
+
+
+# SelectVictimsOnNode (pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go)
+# runs the filters with the nominated pods (RunFilterPluginsWithNominatedPods): room a first
+# preemption freed for its preemptor is not counted again by a second preemptor of no higher
+# priority, which preempts elsewhere (or nowhere) instead.
+def test_a_preemption_does_not_count_on_room_nominated_to_another_preemptor() -> None:
+    c = cache_of(node("a", cpu="2"), node("b", cpu="2"),
+                 bound=[(pod("low-a", cpu="1500m", priority=0), "a"), (pod("low-b", cpu="1800m", priority=0), "b")])
+    vip = scheduler.PodInfo.from_pod(pod("vip", cpu="1500m", priority=100))
+    # alone, node a is the cheaper preemption (the same victim count, a's victim asks less)
+    first = scheduler.preempt(vip, c)
+    assert first is not None and first.node == "a"
+    # WHEN another preemptor of equal priority was nominated to a (its victim still going)
+    held = {"a": Counter({"cpu": 1500, "pods": 1})}
+    second = scheduler.preempt(vip, c, nominated=held)
+    # THEN a is full once the nominee counts: b's victim goes instead
+    assert second is not None and second.node == "b"

@@ -984,10 +984,14 @@ def _spread_passes(pod: PodInfo, node: NodeInfo, states: list[_SpreadState],
     return True
 
 
-def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preemption | None:
+def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None,
+            nominated: Mapping[str, Counter[str]] | None = None) -> Preemption | None:
     """DefaultPreemption, simplified: the node where evicting lower-priority pods lets ``pod``
     fit its requests, pod count, host ports, inter-pod (anti-)affinity and hard topology
-    spread constraints. On each node the candidates are reprieved
+    spread constraints, beside the pods already nominated there with at least its priority
+    (``nominated``, as :func:`schedule` takes it: ``SelectVictimsOnNode`` runs the filters
+    with nominated pods, so two preemptors do not count on the same freed room). On each
+    node the candidates are reprieved
     (kept) highest priority first, those protected by a PodDisruptionBudget before the
     others, while the pod still fits; among nodes, the fewest budget violations win, then
     the lowest highest-victim priority, the lowest sum, the fewest victims. A budget is
@@ -1022,8 +1026,10 @@ def preempt(pod: PodInfo, cache: Cache, budgets: Budgets | None = None) -> Preem
                        key=lambda ke: (-ke[1].priority, ke[0]))
         if not lower:
             continue
-        free = Counter({k: node.allocatable.get(k, 0) - node.usage.requested.get(k, 0) for k in pod.requests})
-        free_pods = node.allocatable.get("pods", 0) - node.usage.pods
+        held = (nominated or {}).get(node.name) or Counter()
+        free = Counter({k: node.allocatable.get(k, 0) - node.usage.requested.get(k, 0) - held.get(k, 0)
+                        for k in pod.requests})
+        free_pods = node.allocatable.get("pods", 0) - node.usage.pods - held.get("pods", 0)
         ports = list(cache.ports_used(node.name))
         for _, e in lower:
             for k in pod.requests:

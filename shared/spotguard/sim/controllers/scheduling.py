@@ -324,7 +324,7 @@ class SchedulerLoop:
                 # assume, as kube-scheduler does, before binding (in the same hold of the lock)
                 self.cache.add_assumed(info, result.node)
             elif self._may_preempt(pod, info):
-                preemption = scheduler.preempt(info, self.cache, budgets)
+                preemption = scheduler.preempt(info, self.cache, budgets, nominated)
                 if preemption is None:  # nowhere to preempt: the nomination is cleared
                     cleared = True
         if cleared:
