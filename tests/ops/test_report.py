@@ -119,7 +119,7 @@ def test_a_dip_by_evictions_after_the_replacements_served_is_named_evicted() -> 
     assert (row.cause, row.margin) == ("evicted", 20.0)
     assert "the Eviction API took 1 of its serving pods" in row.risk and "PodDisruptionBudget" in row.risk
     text = report.verdict(report.summary(o, report.rows(o)))
-    assert "1 by evictions after their replacements served (evicted), 0 by spotguard" in text
+    assert "1 by evictions of pods on nodes that stay, not by the notice (evicted), 0 by spotguard" in text
     # AND one whose replacements came after the reclaim is spotguard's, evictions or not
     o.after[WEB].covered = o.t0 + 130
     assert next(r for r in report.rows(o) if r.key == WEB).cause == "spotguard"
@@ -181,3 +181,22 @@ def test_each_deployment_at_risk_has_its_margin_in_the_table_and_the_json() -> N
     assert next(r for r in report.rows(o) if r.key == WEB).margin == -30.0
     o.at_risk = {}
     assert next(r for r in report.rows(o) if r.key == WEB).margin is None
+
+
+def test_a_dip_by_evictions_of_a_workload_the_notice_never_touched_is_named_evicted() -> None:
+    # GIVEN web with nothing on the doomed nodes that fell 2 -> 1 when the Eviction API took one
+    # of its pods (Karpenter consolidating an on-demand node after the surges), and db below its
+    # floor the same way
+    o = _lost([NODEPOOL], pod_startup=30)
+    o.at_risk = {}
+    o.after[WEB].evicted = 1
+    o.after[DB] = _counts(1, 2, 1)
+    o.after[DB].evicted = 1
+    rows = {r.key: r for r in report.rows(o)}
+    # THEN both are the evictions', not spotguard's, and the risk names the Eviction API
+    assert rows[WEB].cause == "evicted" and rows[DB].cause == "evicted"
+    assert rows[WEB].risk.startswith("fell to 1 serving, below 2") and "replacements served" not in rows[WEB].risk
+    assert "the Eviction API took 1 of its serving pods" in rows[DB].risk
+    # AND without an eviction, web's dip is spotguard's
+    o.after[WEB].evicted = 0
+    assert next(r for r in report.rows(o) if r.key == WEB).cause == "spotguard"

@@ -131,23 +131,28 @@ def _blame_the_control_plane(outcome: cycle.Outcome, table: list[Row]) -> list[R
 
 
 def _cause(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> str:
-    """Why a workload's promise broke: "physics", "evicted" (a Deployment whose replacements
-    served before the reclaim, then lost pods on nodes that stay to the Eviction API: an
-    autoscaler's consolidation or a drain, after its surge), or "spotguard"."""
+    """Why a workload's promise broke: "physics", "evicted" (it lost serving pods on nodes that
+    stay to the Eviction API, an autoscaler's consolidation or a drain, and not to the notice:
+    a Deployment whose replacements served before the reclaim or that had nothing on the
+    doomed nodes, a StatefulSet), or "spotguard"."""
     if _physics(outcome, kind):
         return "physics"
-    if _served_then_evicted(outcome, key, kind, a) is not None:
+    if _evicted_after(outcome, key, kind, a) is not None:
         return "evicted"
     return "spotguard"
 
 
-def _served_then_evicted(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> float | None:
-    """The margin of a Deployment whose replacements served before the reclaim and which then
-    lost serving pods on nodes that stay to the Eviction API (None: not such a one)."""
-    if kind is not Kind.DEPLOYMENT or not a.evicted:
+def _evicted_after(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> tuple[float | None] | None:
+    """A workload that lost serving pods on nodes that stay to the Eviction API, and not to the
+    notice: (the margin its replacements served by before the reclaim, or None when it had
+    nothing on the doomed nodes or is a StatefulSet); None when it is not such a one (nothing
+    evicted, or a Deployment whose replacements were not serving in time)."""
+    if not a.evicted:
         return None
+    if kind is not Kind.DEPLOYMENT or not outcome.at_risk.get(key):
+        return (None,)
     m = margin(outcome, key)
-    return m if m is not None and m > 0 else None
+    return (m,) if m is not None and m > 0 else None
 
 
 def margin(outcome: cycle.Outcome, key: str) -> float | None:
@@ -204,11 +209,13 @@ def _risk(
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
             why.append("none of its replicas ran on on-demand")
-        if (m := _served_then_evicted(outcome, key, kind, a)) is not None:
+        if (evicted := _evicted_after(outcome, key, kind, a)) is not None:
+            (m,) = evicted
+            served = f"its replacements served {m:g}s before the reclaim; then " if m is not None else ""
             why.append(
-                f"its replacements served {m:g}s before the reclaim; then the Eviction API took {a.evicted} of its "
-                "serving pods on nodes that stay (a node autoscaler's consolidation or a drain, after its surge): "
-                "a PodDisruptionBudget bounds how many go at once"
+                f"{served}the Eviction API took {a.evicted} of its serving pods on nodes that stay (a node "
+                "autoscaler's consolidation or a drain, after the notice): a PodDisruptionBudget bounds how many "
+                "go at once"
             )
         r = outcome.replacements
         if kind is Kind.DEPLOYMENT and r is not None and r.possible is not None and r.possible < r.needed:
@@ -343,7 +350,7 @@ def verdict(data: dict[str, Any]) -> str:
     spotguard = len(lost) - physics - evicted
     parts = [f"{physics} of them beyond what any cluster could do in the notice (physics)"] if physics else []
     if evicted:
-        parts.append(f"{evicted} by evictions after their replacements served (evicted)")
+        parts.append(f"{evicted} by evictions of pods on nodes that stay, not by the notice (evicted)")
     because = f"; {', '.join(parts)}, {spotguard} by spotguard" if parts else "; every one by spotguard"
     return head + f"\nthe promise broke for {len(lost)} workload(s): {names}{because}"
 
