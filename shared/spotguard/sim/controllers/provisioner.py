@@ -272,7 +272,7 @@ class Provisioner(base.Controller):
 
     def _onto_launching(self, info: scheduler.PodInfo, key: base.Key) -> bool:
         """Room on a NodeClaim still launching (Karpenter counts in-flight capacity)."""
-        for launch in self._launches.values():
+        for launch in list(self._launches.values()):  # (forget() runs in the disruption thread)
             if launch.ready:
                 continue
             node = nodepools.candidate(launch.pool, launch.offering)
@@ -297,7 +297,7 @@ class Provisioner(base.Controller):
         elapsed = now - self.started
         pool_name = claim.pool["metadata"]["name"]
         used = self._pool_usage(pool_name)
-        zones = Counter(launch.offering.zone for launch in self._launches.values()
+        zones = Counter(launch.offering.zone for launch in list(self._launches.values())
                         if launch.pool["metadata"]["name"] == pool_name)
         left = list(claim.offerings)
         while left:
@@ -432,7 +432,7 @@ class Provisioner(base.Controller):
     def forget(self, claim: str) -> None:
         """A NodeClaim is gone (consolidated, interrupted): its room and nominations with it."""
         self._launches.pop(claim, None)
-        for key in [k for k, v in self._nominated.items() if v == claim]:
+        for key in [k for k, v in list(self._nominated.items()) if v == claim]:
             self._nominated.pop(key, None)
 
 
