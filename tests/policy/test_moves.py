@@ -78,6 +78,8 @@ def test_no_on_demand_room_no_repair() -> None:
         ([wpod(0, "spot-1"), wpod(1, None)], SkipReason.PENDING_PODS),
         ([wpod(0, "spot-1"), wpod(1, "spot-2", ready=False)], SkipReason.NOT_READY_PODS),
         ([wpod(0, "spot-1")], SkipReason.PODS_MISSING),  # 1 of 2
+        # 3 for 2: the scale-down after a finished move, its pod ranked first still there
+        ([wpod(0, "od-1"), wpod(1, "od-2"), wpod(2, "spot-1")], SkipReason.PODS_LEAVING),
     ],
 )
 def test_a_workload_in_motion_is_left_alone(pods: list[PodView], reason: SkipReason) -> None:

@@ -307,11 +307,13 @@ def test_statefulset_moves_only_ordinals_at_or_above_the_floor() -> None:
     plan = run(nodes, [state("db", pods, kind=Kind.STATEFULSET)], cfg)
     # one at a time (an eviction each), the lowest ordinal above the floor first
     assert [m.pod.name for m in plan.moves] == ["db-3"]
-    floor_only = [wpod("db", i, "od") for i in range(3)] + [wpod("db", 3, "spot-1")]
-    extra = [*floor_only[:3], floor_only[3]]
-    plan = run(nodes, [state("db", extra, kind=Kind.STATEFULSET, replicas=3)])
+    three = [wpod("db", i, "od") for i in range(3)]
+    plan = run(nodes, [state("db", three, kind=Kind.STATEFULSET, replicas=3)])
     # 3 replicas -> floor 2; db-2 is on on-demand above the floor; db-0, db-1 are floor pods
     assert [m.pod.name for m in plan.moves] == ["db-2"]
+    # (and while a scale-down to 3 has not removed db-3 yet, nothing moves)
+    leaving = run(nodes, [state("db", [*three, wpod("db", 3, "spot-1")], kind=Kind.STATEFULSET, replicas=3)])
+    assert not leaving.moves and [x.reason for x in leaving.skipped] == [SkipReason.PODS_LEAVING]
 
 
 def test_deficits() -> None:

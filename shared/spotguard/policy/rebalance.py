@@ -34,7 +34,7 @@ every replica is Ready and the quorum (the floor) holds without it, and not
 where a budget allows no disruption now. A workload with a move recorded
 (``spotguard.io/rebalance``), an interruption surge in progress (its record, or a
 surge copy serving it), a rollout in
-progress (pods of two ReplicaSets), or fewer pods than replicas is left alone.
+progress (pods of two ReplicaSets), or fewer or more pods than replicas is left alone.
 
 Pure: no I/O; the adapter carries the plan out.
 """
@@ -67,6 +67,7 @@ class SkipReason(enum.StrEnum):
     MOVE_IN_PROGRESS = "move-in-progress"
     ROLLOUT = "rollout-in-progress"
     PODS_MISSING = "pods-missing"
+    PODS_LEAVING = "pods-leaving"
     NO_ON_DEMAND_ROOM = "no-on-demand-room"
     BUDGET = "budget-allows-no-disruption"
     QUORUM = "quorum"
@@ -277,6 +278,12 @@ def _blocked(
         return Skip(wl, SkipReason.NOT_READY_PODS, f"{len(not_ready)} pod(s) not Ready")
     if len(active) < wl.replicas:
         return Skip(wl, SkipReason.PODS_MISSING, f"{len(active)} of {wl.replicas} pods exist")
+    if len(active) > wl.replicas:
+        # A scale-down its controller has not carried out yet (a move just finished: the pod
+        # ranked first to go is still there): that pod, counted as on-demand surplus, would be
+        # moved a second time (two reconcilers at once left a move's "+1" behind that way).
+        leaving = f"{len(active)} pods for {wl.replicas} replicas: a scale-down is under way"
+        return Skip(wl, SkipReason.PODS_LEAVING, leaving)
     if settle is not None:
         now, seconds = settle
         newest = max((p.created for p in active), default=0.0)
