@@ -3,6 +3,7 @@ simulate at full speed run slower, so that the simulated cluster never lags a re
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,22 @@ def test_on_demand_room_counts_free_slots_on_ready_on_demand_nodes_that_stay() -
     # not on od-2 (NotReady), nor on spot-2 (spot)
     assert cycle.on_demand_room(nodes, pods, ["spot-1"], config.Config()) == 4
     assert cycle.on_demand_room(nodes, pods, ["spot-9"], config.Config()) == 0  # nothing doomed
+
+
+def test_a_doomed_node_gone_before_its_mark_does_not_stop_the_others_being_reclaimed() -> None:
+    from spotguard.sim import cluster, objects, testing
+
+    # GIVEN two doomed spot nodes, the first already removed (a provisioner consolidated it
+    # after the notice was planned) by the time the cycle marks it
+    nodes = [objects.node(n, capacity="spot") for n in ("gone", "stays")]
+    with testing.running_cluster(nodes, time_scale=50.0) as sim:
+        sim.store.delete("nodes", "gone")
+        t0 = sim.clock.now()
+        # WHEN the cycle marks them, "gone" first
+        with cycle._reclaiming(sim, ["gone", "stays"], {"gone": 0.0, "stays": 1.0}, t0, 120.0):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and cluster.TERMINATE_AT not in (
+                    sim.store.get("nodes", "stays")["metadata"].get("annotations") or {}):
+                time.sleep(0.05)
+        # THEN the other is still marked for its reclaim (the mark no longer dies on the first)
+        assert cluster.TERMINATE_AT in (sim.store.get("nodes", "stays")["metadata"].get("annotations") or {})

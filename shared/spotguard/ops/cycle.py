@@ -42,6 +42,7 @@ from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import billing, nodepools, readiness, scheduler, testing
+from spotguard.sim import errors as sim_errors
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
 
@@ -859,6 +860,9 @@ def _reclaiming(
                 stop.wait(sim.clock.real(wait))
             if stop.is_set():
                 return
-            sim.reclaim([name], after_seconds=max(0.0, t0 + after - sim.clock.now()))
+            # A node already gone (a provisioner removed it since the notice was planned: its
+            # consolidation or its own interruption handling) has nothing left to reclaim.
+            with contextlib.suppress(sim_errors.NotFound):
+                sim.reclaim([name], after_seconds=max(0.0, t0 + after - sim.clock.now()))
 
     return _in_background("reclaim", mark)
