@@ -96,7 +96,7 @@ class Kubelet(base.Controller):
             self._bound_at.pop(key, None)
             return
         left = self._bound_at.setdefault(key, self.clock.now()) + self.ready_delay - self.clock.now()
-        if left > 0.01:
+        if left > 0:  # never sooner than the delay (a timer that fired early waits the rest)
             self.queue.add_after(key, left)
             return
         node = self.informer.get("nodes", ("", node_name))
