@@ -279,7 +279,7 @@ class Disruption(base.Controller):
     def _can_move(self, node_name: str) -> bool:
         now = self.clock.now()
         return can_move(self.store, self.informer, node_name, set(self._disrupting),
-                        blocks=lambda p: do_not_disrupt(p, now), launchable=self.owner.could_launch)
+                        blocks=lambda p: do_not_disrupt(p, now), launchable=self.owner.launcher())
 
     # ---- termination -------------------------------------------------------------
 

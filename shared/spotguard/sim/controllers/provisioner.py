@@ -36,6 +36,7 @@ import random
 import string
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from spotguard.policy import quantities
@@ -201,27 +202,24 @@ class Provisioner(base.Controller):
                 self._nominated[key] = name
         return launched
 
-    def could_launch(self, pod: scheduler.PodInfo) -> bool:
-        """Whether a new NodeClaim could hold ``pod`` now (a NodePool whose class exists, an
+    def launcher(self) -> Callable[[scheduler.PodInfo], bool]:
+        """Whether a new NodeClaim could hold a pod now (a NodePool whose class exists, an
         offering not marked unavailable, within the pool's limits, room beside its DaemonSets):
         what Karpenter's scheduling simulation tries before it relaxes a pod's preferences.
-        Reads only (called from the disruption controller's thread)."""
+        The pools, offerings and DaemonSets are read once, for every pod asked about (one
+        consolidation check). Reads only (called from the disruption controller's thread)."""
         now = self.clock.now()
         unavailable = {k: v for k, v in dict(self._unavailable).items() if v > now}
         daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
-        for pool in self.informer.list("nodepools"):
-            if not self._class_found(pool, quiet=True):
-                continue
-            committed = self._pool_usage(pool["metadata"]["name"])
-            usable = [o for o in nodepools.offerings(pool, self.capacity.prices, unavailable)
-                      if nodepools.within_limits(pool, committed, o)
-                      and nodepools.admits(pod, nodepools.candidate(pool, o))]
-            if not usable:
-                continue
-            overhead, count = nodepools.daemon_overhead(nodepools.candidate(pool, usable[0]), daemons)
-            if nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count).holding(pod):
-                return True
-        return False
+        pools = [(pool, nodepools.offerings(pool, self.capacity.prices, unavailable),
+                  self._pool_usage(pool["metadata"]["name"]))
+                 for pool in self.informer.list("nodepools") if self._class_found(pool, quiet=True)]
+
+        def could_launch(pod: scheduler.PodInfo) -> bool:
+            return any(_new_claim(pool, pod, offers, committed, daemons) is not None
+                       for pool, offers, committed in pools)
+
+        return could_launch
 
     def _class_found(self, pool: dict[str, Any], *, quiet: bool = False) -> bool:
         """A NodePool whose EC2NodeClass does not exist launches nothing (its NodeClassReady is False)."""
@@ -256,15 +254,9 @@ class Provisioner(base.Controller):
                 if other.pool is pool and other.offerings:
                     committed.update(quantities.parse_resources(
                         max(other.offerings, key=lambda o: o.instance_type.vcpus).instance_type.capacity()))
-            usable = [o for o in offers[pool["metadata"]["name"]]
-                      if nodepools.within_limits(pool, committed, o)
-                      and nodepools.admits(info, nodepools.candidate(pool, o))]
-            if not usable:
-                continue
-            overhead, count = nodepools.daemon_overhead(nodepools.candidate(pool, usable[0]), daemons)
-            claim = nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count)
-            holding = claim.holding(info)
-            if holding:
+            found = _new_claim(pool, info, offers[pool["metadata"]["name"]], committed, daemons)
+            if found is not None:
+                claim, holding = found
                 claim.add(info, holding)
                 claims.append((claim, [key]))
                 return True
@@ -434,6 +426,22 @@ class Provisioner(base.Controller):
         self._launches.pop(claim, None)
         for key in [k for k, v in list(self._nominated.items()) if v == claim]:
             self._nominated.pop(key, None)
+
+
+def _new_claim(pool: dict[str, Any], pod: scheduler.PodInfo, offers: list[nodepools.Offering],
+               committed: Counter[str], daemons: list[scheduler.PodInfo],
+               ) -> tuple[nodepools.Claim, list[nodepools.Offering]] | None:
+    """A new claim of ``pool`` for ``pod`` and the offerings that would hold it (the pool's
+    ``offers`` within its limits beside what is ``committed``, room beside its DaemonSets);
+    None when none would."""
+    usable = [o for o in offers
+              if nodepools.within_limits(pool, committed, o) and nodepools.admits(pod, nodepools.candidate(pool, o))]
+    if not usable:
+        return None
+    overhead, count = nodepools.daemon_overhead(nodepools.candidate(pool, usable[0]), daemons)
+    claim = nodepools.Claim(pool, usable, overhead=overhead, overhead_pods=count)
+    holding = claim.holding(pod)
+    return (claim, holding) if holding else None
 
 
 def _cond(type_: str, status: str, iso: str) -> dict[str, Any]:
