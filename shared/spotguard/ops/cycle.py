@@ -733,7 +733,7 @@ def _return_to_spot(
     # How long nothing may change before the return counts as over: node-added leaves a workload
     # alone while its newest pod is younger than the settle time, pings come every PING_SECONDS,
     # and on a provisioned cluster a move's new pod waits for the spot node launched for it.
-    launch = max(settings_of(options.objects).capacity.launch_to_ready) if provisioned(options.objects) else 0.0
+    launch = max(sim.settings.capacity.launch_to_ready) if provisioned(options.objects) else 0.0
     quiet = 3 * PING_SECONDS + options.pod_startup + cfg.rebalance_settle_seconds + launch
 
     def back() -> bool:
@@ -743,7 +743,7 @@ def _return_to_spot(
             last_ping = now
             node_added.ping()
         spot_now = _spot_serving(watch.tracker)
-        if spot_now != last_change[1] or _moving(sim.store):
+        if spot_now != last_change[1] or _moving(sim.store, watch.tracker):
             last_change[:] = [now, spot_now]
         # Every workload at its desired count, and every replica above its floor on spot (the
         # optimum) or nothing moved for ``quiet``: done.
@@ -793,13 +793,10 @@ def _surging(w: Workload) -> bool:
     return record is None or not record.done
 
 
-def _moving(store: Any) -> bool:
-    """A move under way: a workload carries node-added's move record, or a pod waits to be scheduled."""
-    for res in ("deployments", "statefulsets"):
-        if any(MOVE in ((o.get("metadata") or {}).get("annotations") or {}) for o in store.list(res)[0]):
-            return True
-    return any(not (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") == "Pending"
-               for p in store.list("pods")[0])
+def _moving(store: Any, tracker: serving.Serving) -> bool:
+    """A move under way: a workload carries node-added's move record, or one of its pods waits
+    to be scheduled (the tracker follows them: no list of every pod)."""
+    return tracker.unbound() > 0 or any(MOVE in w.annotations for w in _workloads(store).values())
 
 
 def _spot_serving(tracker: serving.Serving) -> int:

@@ -137,22 +137,21 @@ def _cause(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> s
     doomed nodes, a StatefulSet), or "spotguard"."""
     if _physics(outcome, kind):
         return "physics"
-    if _evicted_after(outcome, key, kind, a) is not None:
+    if _evicted_not_by_the_notice(outcome, key, kind, a):
         return "evicted"
     return "spotguard"
 
 
-def _evicted_after(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> tuple[float | None] | None:
-    """A workload that lost serving pods on nodes that stay to the Eviction API, and not to the
-    notice: (the margin its replacements served by before the reclaim, or None when it had
-    nothing on the doomed nodes or is a StatefulSet); None when it is not such a one (nothing
-    evicted, or a Deployment whose replacements were not serving in time)."""
+def _evicted_not_by_the_notice(outcome: cycle.Outcome, key: str, kind: Kind, a: serving.Counts) -> bool:
+    """The workload lost serving pods on nodes that stay to the Eviction API, and not to the
+    notice: a StatefulSet, a Deployment with nothing on the doomed nodes, or one whose
+    replacements served before the reclaim (a positive :func:`margin`)."""
     if not a.evicted:
-        return None
+        return False
     if kind is not Kind.DEPLOYMENT or not outcome.at_risk.get(key):
-        return (None,)
+        return True
     m = margin(outcome, key)
-    return (m,) if m is not None and m > 0 else None
+    return m is not None and m > 0
 
 
 def margin(outcome: cycle.Outcome, key: str) -> float | None:
@@ -209,8 +208,8 @@ def _risk(
             why.append("a StatefulSet cannot surge: only its floor on on-demand is safe")
         if b.serving[OD] == 0:
             why.append("none of its replicas ran on on-demand")
-        if (evicted := _evicted_after(outcome, key, kind, a)) is not None:
-            (m,) = evicted
+        if _evicted_not_by_the_notice(outcome, key, kind, a):
+            m = margin(outcome, key) if kind is Kind.DEPLOYMENT else None
             served = f"its replacements served {m:g}s before the reclaim; then " if m is not None else ""
             why.append(
                 f"{served}the Eviction API took {a.evicted} of its serving pods on nodes that stay (a node "

@@ -173,6 +173,11 @@ class Serving:
             return 0, 0.0, 0.0
         return len(waits), waits[min(len(waits) - 1, int(0.99 * len(waits)))], waits[-1]
 
+    def unbound(self) -> int:
+        """Workload pods created since it was armed (or found unschedulable) and not yet bound."""
+        with self.lock:
+            return len(self._unbound)
+
     def creations(self, start: float, end: float) -> tuple[int, float | None]:
         """(workload pods created between ``start`` and ``end``, when the first was; None: none was)."""
         with self.lock:
