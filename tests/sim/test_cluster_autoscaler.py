@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spotguard.sim import billing, capacity, catalogue, nodegroups, testing
+from spotguard.sim import billing, capacity, catalogue, nodegroups, objects, testing
 from spotguard.sim import settings as settings_mod
 
 from tests.sim import controller_helpers as h
@@ -105,6 +105,55 @@ def test_a_node_above_the_utilization_threshold_or_with_an_unsafe_pod_stays() ->
         nodes = {n["metadata"]["name"] for n in group_nodes(sim, "od")}
         time.sleep(sim.clock.real(50))
         assert {n["metadata"]["name"] for n in group_nodes(sim, "od")} == nodes
+
+
+def test_a_scale_down_whose_evictions_are_refused_fails_after_the_max_pod_eviction_time() -> None:
+    # GIVEN two od nodes holding one pod of web each (1500m of 3920m: unneeded, each fits the
+    # other), and a budget that allows one disruption (the autoscaler checks it before it
+    # picks a node)
+    cfg = settings(group("od", min_size=1), scale_down=nodegroups.ScaleDown(unneeded_time=20.0, delay_after_add=0.0))
+    with testing.running_cluster([deployment("web", 3, cpu="1500m"), objects.pdb("web", "web", min_available=1)],
+                                 time_scale=SCALE, settings=cfg) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 3, timeout=40, what="pods Ready")
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=2))
+        h.wait_for(lambda: ready_pods(sim, "web") == 2 and len(h.pods_of(sim.store, "web")) == 2, timeout=20,
+                   what="one pod per node")
+        nodes = {n["metadata"]["name"] for n in group_nodes(sim, "od")}
+        assert len(nodes) == 2
+
+        def tainted() -> set[str]:
+            return {n["metadata"]["name"] for n in group_nodes(sim, "od")
+                    if any(t.get("key") == "ToBeDeletedByClusterAutoscaler" for t in n["spec"].get("taints") or [])}
+
+        # WHEN the autoscaler scales one down and its eviction is refused (429) again and again:
+        # the budget tightened the moment the node is picked (in the autoscaler's own write, before
+        # its first eviction), as a webhook or another drain would
+        def tighten(budget: dict[str, Any]) -> None:
+            budget["spec"]["minAvailable"] = 2
+            budget.setdefault("status", {})["disruptionsAllowed"] = 0
+
+        def picked(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if any(t.get("key") == "ToBeDeletedByClusterAutoscaler" for t in obj["spec"].get("taints") or []):
+                sim.store.mutate("poddisruptionbudgets", "web", "default", tighten)
+
+        sim.store.subscribe(picked, ["nodes"])
+        h.wait_for(tainted, timeout=60, what="a scale-down")
+        began = sim.clock.now()
+        # THEN after maxPodEvictionTime (2 min) it gives up: the taint goes, the node stays
+        h.wait_for(lambda: not tainted(), timeout=30, what="the scale-down given up")
+        gave_up = sim.clock.now()
+        assert 120.0 <= gave_up - began <= 120.0 + 10.0 + 2.0, gave_up - began
+        assert {n["metadata"]["name"] for n in group_nodes(sim, "od")} == nodes
+        assert ready_pods(sim, "web") == 2
+        # AND no scale-down is tried for scaleDownDelayAfterFailure (3 min)
+        while sim.clock.now() - gave_up < 170.0:
+            assert not tainted(), f"a scale-down {sim.clock.now() - gave_up:.0f} s after the failure"
+            time.sleep(0.05)
+        # AND after it, with the budget relaxed, the node goes
+        sim.store.unsubscribe(picked)
+        sim.store.mutate("poddisruptionbudgets", "web", "default", lambda b: b["spec"].update(minAvailable=1))
+        h.wait_for(lambda: len(group_nodes(sim, "od")) == 1, timeout=40, what="scaled down after the delay")
+        assert sim.clock.now() - gave_up >= 180.0
 
 
 def test_without_node_groups_the_autoscaler_starts_nothing() -> None:

@@ -52,6 +52,10 @@ EXPANDERS = ("least-waste", "price", "random")  # --expander (least-waste by def
 # --scale-down-delay-after-add, --initial-node-group-backoff-duration
 SCAN_INTERVAL, SCALE_DOWN_UNNEEDED_TIME, SCALE_DOWN_UTILIZATION_THRESHOLD = 10.0, 600.0, 0.5
 SCALE_DOWN_DELAY_AFTER_ADD, NODE_GROUP_BACKOFF = 600.0, 300.0
+# --scale-down-delay-after-failure; MaxPodEvictionTime and EvictionRetryTime
+# (cluster-autoscaler/core/scaledown/actuation: a pod not evicted in 2 minutes fails the
+# node's scale-down, its ToBeDeletedByClusterAutoscaler taint is removed)
+SCALE_DOWN_DELAY_AFTER_FAILURE, MAX_POD_EVICTION_TIME, EVICTION_RETRY_TIME = 180.0, 120.0, 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +93,8 @@ class ScaleDown:
     unneeded_time: float = SCALE_DOWN_UNNEEDED_TIME
     utilization_threshold: float = SCALE_DOWN_UTILIZATION_THRESHOLD
     delay_after_add: float = SCALE_DOWN_DELAY_AFTER_ADD
+    delay_after_failure: float = SCALE_DOWN_DELAY_AFTER_FAILURE
+    max_pod_eviction_time: float = MAX_POD_EVICTION_TIME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +220,10 @@ def from_doc(raw: Any, where: str) -> ClusterAutoscaler:
             unneeded_time=_number(raw, "scaleDownUnneededTimeSeconds", SCALE_DOWN_UNNEEDED_TIME, where),
             utilization_threshold=_number(raw, "scaleDownUtilizationThreshold", SCALE_DOWN_UTILIZATION_THRESHOLD,
                                           where),
-            delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where)),
+            delay_after_add=_number(raw, "scaleDownDelayAfterAddSeconds", SCALE_DOWN_DELAY_AFTER_ADD, where),
+            delay_after_failure=_number(raw, "scaleDownDelayAfterFailureSeconds", SCALE_DOWN_DELAY_AFTER_FAILURE,
+                                        where),
+            max_pod_eviction_time=_number(raw, "maxPodEvictionTimeSeconds", MAX_POD_EVICTION_TIME, where)),
         backoff=_number(raw, "nodeGroupBackoffSeconds", NODE_GROUP_BACKOFF, where),
     )
 

@@ -10,8 +10,11 @@ threshold whose pods can all move elsewhere are unneeded; after
 ``scaleDownUnneededTime`` (10 min) unneeded, and not within
 ``scaleDownDelayAfterAdd`` (10 min) of a scale-up, they are removed (empty ones
 together, at most 10; otherwise one at a time), never below ``minSize``: tainted
-``ToBeDeletedByClusterAutoscaler:NoSchedule``, drained through the Eviction API,
-terminated. Pods annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict:
+``ToBeDeletedByClusterAutoscaler:NoSchedule``, drained through the Eviction API
+(a refused eviction retried every 10 s), terminated. A pod still not evicted after
+``maxPodEvictionTime`` (2 min) fails the scale-down: the taint is removed, the node
+stays, and no scale-down is tried for ``scaleDownDelayAfterFailure`` (3 min).
+Pods annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict:
 "false"``, pods no controller owns, and kube-system pods without a
 PodDisruptionBudget keep their node (FAQ "What types of pods can prevent CA from
 removing a node?"). Sources: :mod:`spotguard.sim.nodegroups`, docs/sim.md.
@@ -33,7 +36,7 @@ LOOP = ("loop",)
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 MAX_EMPTY_BULK_DELETE = 10
-RETRY_SECONDS = 5.0
+RETRY_SECONDS = nodegroups.EVICTION_RETRY_TIME
 USER = {"username": "system:serviceaccount:kube-system:cluster-autoscaler", "groups": [
     "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
@@ -66,7 +69,8 @@ class ClusterAutoscaler(base.Controller):
         self._expected: dict[base.Key, str] = {}
         self._last_scale_up = float("-inf")
         self._unneeded: dict[str, float] = {}
-        self._deleting: set[str] = set()
+        self._deleting: dict[str, float] = {}  # node -> when its drain began
+        self._last_failure = float("-inf")
         self._backoff: dict[str, float] = {}
         self._serial = 0
         self._desired = {g.name: g.min_size for g in self.config.node_groups}  # each ASG's desired capacity
@@ -158,6 +162,8 @@ class ClusterAutoscaler(base.Controller):
         if now - self._last_scale_up < self.config.scale_down.delay_after_add:
             self._unneeded.clear()
             return
+        if now - self._last_failure < self.config.scale_down.delay_after_failure:
+            return
         self._scale_down(members, now)
 
     def _keep_desired(self, members: dict[str, list[dict[str, Any]]], now: float) -> None:
@@ -169,7 +175,7 @@ class ClusterAutoscaler(base.Controller):
                     self._launching.pop(node, None)  # launched, joined, and gone since
             booting = sum(1 for node, (g, ready_at) in self._launching.items()
                           if g.name == name and not ready_at and node not in present)
-            missing = self._desired[name] - len(present - self._deleting) - booting
+            missing = self._desired[name] - len(present - self._deleting.keys()) - booting
             if missing > 0:
                 self.log.info("auto scaling group replaces lost instances", extra={"nodegroup": name,
                                                                                    "nodes": missing})
@@ -267,7 +273,7 @@ class ClusterAutoscaler(base.Controller):
             empty_taken += 1
 
     def _delete(self, name: str) -> None:
-        self._deleting.add(name)
+        self._deleting[name] = self.clock.now()
         self._unneeded.pop(name, None)
         self.log.info("scale-down: removing node", extra={"node": name})
         value = str(int(self.clock.now()))
@@ -281,7 +287,13 @@ class ClusterAutoscaler(base.Controller):
         self.queue.add(("drain", name))
 
     def _drain(self, name: str) -> None:
+        began = self._deleting.get(name)
+        if began is None:
+            return  # given up
         left, refused = termination.drain(self.store, self.informer, name, USER)
+        if left and refused and self.clock.now() - began >= self.config.scale_down.max_pod_eviction_time:
+            self._give_up(name)
+            return
         if left:
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
             return
@@ -290,5 +302,18 @@ class ClusterAutoscaler(base.Controller):
         termination.terminate(self.store, name)
         if group_name in self._desired:
             self._desired[group_name] = max(self.groups[group_name].min_size, self._desired[group_name] - 1)
-        self._deleting.discard(name)
+        self._deleting.pop(name, None)
         self._launching.pop(name, None)
+
+    def _give_up(self, name: str) -> None:
+        """A pod not evicted within maxPodEvictionTime: the scale-down failed; the node stays
+        (its taint removed) and scale-down waits scaleDownDelayAfterFailure."""
+        self.log.info("scale-down failed: pods not evicted in time, node kept", extra={"node": name})
+        self._deleting.pop(name, None)
+        self._last_failure = self.clock.now()
+
+        def untaint(node: dict[str, Any]) -> None:
+            node.setdefault("spec", {})["taints"] = [
+                t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != TO_BE_DELETED]
+
+        self.store.mutate("nodes", name, None, untaint)
