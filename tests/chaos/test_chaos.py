@@ -465,6 +465,42 @@ def consolidation_during_surge(c: Chaos) -> None:
     h.wait_until(lambda: not protected(), c.window(30), lambda: f"surge protection removed: {protected()}")
 
 
+def consolidation_after_reclaim(c: Chaos) -> None:
+    """Every spot node reclaimed; the surges wait for on-demand nodes Karpenter launches, and
+    the replacements serve there once the surges are over. Then the filler goes (its owner
+    scales it to 0): the fixed on-demand nodes have room, and Karpenter's consolidation
+    drains the launched nodes into it (``WhenEmptyOrUnderutilized``), evicting every pod no
+    budget protects at once. The count from before the notice must hold through it: a
+    managed Deployment's pods on a node a node autoscaler drains are replaced before they go
+    (web's own budget is removed, so only spotguard can keep it)."""
+    c.sim.store.delete("poddisruptionbudgets", "web", "shop")
+    c.interrupt(c.spot())
+    h.wait_until(
+        lambda: not {n["metadata"]["name"] for n in c.sim.store.list("nodes")[0]} & c.doomed,
+        c.window(60),
+        "the reclaim",
+    )
+    h.wait_until(
+        lambda: c.everything_serving() and not any(SURGE in w.annotations for w in c.workload_views().values()),
+        c.window(120),
+        "every pod serving and the surges over",
+    )
+    launched = lambda: {  # noqa: E731
+        n["metadata"]["name"]
+        for n in c.sim.store.list("nodes")[0]
+        if "karpenter.sh/nodepool" in (n["metadata"].get("labels") or {})
+        and (n["metadata"].get("labels") or {}).get("karpenter.sh/capacity-type") == "on-demand"
+    }
+    first = launched()
+    assert first, "no on-demand node was launched for the surges"
+    c.sim.store.mutate("deployments", FILLER, "shop", lambda o: o["spec"].update(replicas=0))
+    key = f"Deployment/shop/{FILLER}"
+    c.owner[key] = c.before[key] = 0
+    h.wait_until(
+        lambda: not first & launched(), c.window(300), lambda: f"launched nodes consolidated: {first & launched()}"
+    )
+
+
 # A surge made for a rebalance recommendation alone lasts rebalance_surge_seconds: long enough
 # for a consolidation pass to find the room the filler leaves.
 LONG_SURGE = dataclasses.replace(
@@ -520,6 +556,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drainer-after-rebalance-taint": Scenario(drainer_after_rebalance_taint, drainer=True),
     "aborted-drain": Scenario(aborted_drain, drainer=True),
     "consolidation-during-surge": Scenario(consolidation_during_surge, LONG_SURGE, nodes=filled_on_demand),
+    "consolidation-after-reclaim": Scenario(consolidation_after_reclaim, nodes=filled_on_demand),
     "spot-refused-after-reclaim": Scenario(
         spot_refused_after_reclaim, nodes=lambda: with_karpenter(short_nodes()), settings=SPOT_REFUSED
     ),
@@ -541,6 +578,7 @@ QUICK = {
     ("rebalance-storm-surge", "no-faults"),
     ("drainer-after-rebalance-taint", "no-faults"),
     ("aborted-drain", "no-faults"),
+    ("consolidation-after-reclaim", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.

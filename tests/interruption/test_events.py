@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from spotguard.interruption import events
-from spotguard.policy.notices import Lifecycle, Notice, NoticeKind
+from spotguard.policy.notices import EVENT_KINDS, Lifecycle, Notice, NoticeKind
 
 from tests.interruption.transport_support import sample
 
@@ -176,7 +176,7 @@ _time = st.datetimes(
 
 @st.composite
 def notices(draw: st.DrawFn) -> Notice:
-    kind = draw(st.sampled_from(NoticeKind))
+    kind = draw(st.sampled_from(sorted(EVENT_KINDS)))
     time = draw(_time).astimezone(UTC)
     action = draw(st.sampled_from(sorted(events.INSTANCE_ACTIONS))) if kind is NoticeKind.INTERRUPTION else ""
     until = lifecycle = None
@@ -211,3 +211,9 @@ def test_decode_inverts_encode(notice: Notice) -> None:
     event = events.encode(notice)
     assert events.decode(json.loads(json.dumps(event))) == notice
     assert events.to_json(events.decode(event))["time"].endswith("Z")
+
+
+def test_a_drain_notice_has_no_eventbridge_event() -> None:
+    drain = Notice("drain/od-1/1", NoticeKind.DRAIN, "i-0123456789abcdef0", datetime.now(UTC))
+    with pytest.raises(ValueError, match="spotguard's own"):
+        events.encode(drain)

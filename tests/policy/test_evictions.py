@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 import pytest
-from spotguard.policy import evictions
+from spotguard.policy import drains, evictions
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.views import Owner, PodView
 from spotguard.policy.workloads import SURGE, Kind, Workload
@@ -258,15 +258,40 @@ def test_a_statefulset_with_every_pod_serving_is_drained_at_once_even_at_its_flo
     assert not decide(statefulset(3), short[1], short, floor_on_demand=2, nodes=facts).allowed
 
 
-def test_a_deployment_is_guarded_off_spot_only_while_its_surge_runs() -> None:
-    consolidated = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}))
-    facts = {**nodes(), "od-2": consolidated}
+def test_a_deployment_is_guarded_off_spot_only_while_its_surge_runs_or_an_autoscaler_drains() -> None:
+    cordoned = evictions.NodeFacts("od-2", spot=False, unschedulable=True)
+    facts = {**nodes(), "od-2": cordoned}
     pods = [pod(f"o-{i}", "od-1") for i in range(3)] + [pod(f"n-{i}", "od-2") for i in range(3)]
     running = {"replicas": 6, "surge": 4, "events": ["itn-1"], "nodes": ["spot-1"], "started": NOW, "ready": 6}
     # its surge runs: the count before the notice is kept on every node
     d = decide(deployment(10, running), pods[-1], pods, nodes=facts)
     assert not d.allowed and "surge for a spot notice is still running" in d.message
-    # no surge, or a finished one: an on-demand node's pods are the user's budget's business
+    # no surge, or a finished one, on a node a person drains: the user's budget's business
     assert decide(deployment(6), pods[-1], pods, nodes=facts).reason == "not-spot"
     finished = {**running, "surge": 0, "done": True}
     assert decide(deployment(6, finished), pods[-1], pods, nodes=facts).reason == "not-spot"
+
+
+@pytest.mark.parametrize("taint", sorted(drains.AUTOSCALER_DRAIN_TAINTS))
+def test_a_deployment_on_a_node_an_autoscaler_drains_waits_for_its_replacements(taint: str) -> None:
+    # GIVEN web (6): 3 on od-1, 3 on od-2, which Karpenter consolidates / the Cluster
+    # Autoscaler scales down (their drain taint), no surge yet
+    drained = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({taint}))
+    facts = {**nodes(), "od-2": drained}
+    pods = [pod(f"o-{i}", "od-1") for i in range(3)] + [pod(f"n-{i}", "od-2") for i in range(3)]
+    timing = evictions.Timing(floor_hold=300)
+    # THEN its pods there wait for spotguard's reconcile to surge them (3 on nodes that stay, 6 kept)
+    d = decide(deployment(6), pods[-1], pods, nodes=facts, timing=timing)
+    assert not d.allowed and d.reason == "protected"
+    assert "a node autoscaler drains it" in d.message and "keeps 6" in d.message
+    # AND go once the replacements are Ready elsewhere
+    replaced = [*pods, *(pod(f"r-{i}", "od-1") for i in range(3))]
+    assert decide(deployment(6), pods[-1], replaced, nodes=facts, timing=timing).reason == "replaced"
+    # AND never past the hold: the drain is not wedged when no surge comes
+    late = decide(deployment(6), pods[-1], pods, nodes=facts, timing=timing, now=NOW + 300, first_seen=NOW)
+    assert late.allowed and late.reason == "floor-hold-over"
+    # AND once the node carries the drain's notice, its end bounds the hold (30 s before it)
+    mark = NodeNotice("drain/od-2/1", NoticeKind.DRAIN, NOW, NOW + 300)
+    facts["od-2"] = dataclasses.replace(drained, notice=mark)
+    assert not decide(deployment(6), pods[-1], pods, nodes=facts, timing=timing, now=NOW + 269).allowed
+    assert decide(deployment(6), pods[-1], pods, nodes=facts, timing=timing, now=NOW + 270).reason == "reclaim-near"

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 
-from spotguard.policy.notices import Lifecycle, Notice, NoticeKind
+from spotguard.policy.notices import EVENT_KINDS, Lifecycle, Notice, NoticeKind
 
 SOURCE = "aws.ec2"
 INTERRUPTION_WARNING = "EC2 Spot Instance Interruption Warning"
@@ -445,6 +445,8 @@ def encode(notice: Notice, *, zone: str = "") -> EventBridgeEvent:
     follows AWS: the interruption warning's ARN names the zone (``zone`` or the
     region), the other two name the region and account.
     """
+    if notice.kind not in EVENT_KINDS:
+        raise ValueError(f"a {notice.kind} notice is spotguard's own: AWS sends no event for it")
     region = notice.region or "us-east-1"
     account = notice.account or "123456789012"
     if notice.kind in (NoticeKind.LIFECYCLE, NoticeKind.SCHEDULED):

@@ -52,7 +52,7 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, lifecycle, metrics, records
-from spotguard.policy import evictions, floors, interruption, patches, surgecopy, surges
+from spotguard.policy import drains, evictions, floors, interruption, patches, surgecopy, surges
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
@@ -459,8 +459,11 @@ class Handler:
             return
         now = self.clock()
         pending = self._pending_notices(snap, now)
+        drained = self._drains(snap, now)
+        resolved = drains.resolved(drained, snap.node_views)
+        pending += drained
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            batch = Batch(pending, snap, {}, self._plan(pending, snap, {}, now), Failures())
+            batch = Batch(pending, snap, resolved, self._plan(pending, snap, resolved, now), Failures())
             if pending:
                 self._carry_out(batch, pool)
                 self._tell(batch, pool)
@@ -489,6 +492,26 @@ class Handler:
             )
         return out
 
+    def _drains(self, snap: Snapshot, now: float) -> list[Notice]:
+        """A ``drain`` notice for each node a node autoscaler drains that holds serving pods of
+        managed Deployments (:mod:`spotguard.policy.drains`): their replacements come first."""
+        out = drains.notices(
+            nodes=snap.node_views,
+            pods=snap.pod_views,
+            workloads=snap.workload_views,
+            marks=snap.node_notices,
+            config=self.config,
+            now=now,
+            workload_key_of=interruption.workload_key_of,
+            namespace_annotations=snap.namespaces,
+        )
+        for notice in out:
+            log.info(
+                "a node autoscaler drains a node with serving replicas: surging them before it evicts",
+                extra={"event_id": notice.event_id, "instance_id": notice.instance_id},
+            )
+        return out
+
     def _anything_to_reconcile(self) -> bool:
         """A cheap look before reading every pod: a surge record, a budget of ours, a node
         of ours, a ledger entry, a surge copy."""
@@ -502,7 +525,8 @@ class Handler:
         for n in self.kube.list(r.NODES):
             if notices_mod.NODE_NOTICE in ((n.get("metadata") or {}).get("annotations") or {}):
                 return True
-            if interruption.has_interruption_taint(NodeView.from_json(n)):
+            view = NodeView.from_json(n)
+            if interruption.has_interruption_taint(view) or drains.autoscaler_drained(view):
                 return True
         return bool(ledger.read(self.kube))
 
@@ -1029,6 +1053,8 @@ class Handler:
             mark = marks.get(node.name)
             if mark is None or not node.ready or now < mark.until + interruption.STALE_SECONDS:
                 continue
+            if drains.mark_kept(mark, node):
+                continue
             raw = snap.node(node.name)
             if raw is not None:
                 pool.submit(self._untaint, raw, mark)
@@ -1344,7 +1370,9 @@ def anything_to_reconcile(snap: Snapshot) -> bool:
     """What :meth:`Handler._anything_to_reconcile` looks for, in a snapshot already read."""
     if any(SURGE in w.annotations for w in snap.workload_views) or any(b.ours for b in snap.budget_views):
         return True
-    if snap.node_notices or any(interruption.has_interruption_taint(n) for n in snap.node_views):
+    if snap.node_notices or any(
+        interruption.has_interruption_taint(n) or drains.autoscaler_drained(n) for n in snap.node_views
+    ):
         return True
     return bool(snap.ledger) or bool(snap.copies)
 

@@ -9,10 +9,14 @@ StatefulSet on a spot node that is going away while the workload has fewer Ready
 pods on nodes that stay than it wants. Off spot (an on-demand node an autoscaler
 consolidates or scales down, a ``kubectl drain``) it guards the same count only
 where spotguard's promise is at stake: the floor of a StatefulSet already short of
-pods elsewhere, and a Deployment whose surge for a notice still runs (at a reclaim,
+pods elsewhere, a Deployment whose surge for a notice still runs (at a reclaim,
 the doomed pods still look Ready until the node controller marks their node, so a
-PodDisruptionBudget lets a consolidation take an on-demand floor pod then); for
-``floor_hold`` seconds at most. It allows everything else.
+PodDisruptionBudget lets a consolidation take an on-demand floor pod then), and a
+Deployment on a node a node autoscaler drains (Karpenter's consolidation, the Cluster
+Autoscaler's scale-down evict every pod of the node at once): spotguard's reconcile
+surges its replacements first (:mod:`spotguard.policy.drains`); for ``floor_hold``
+seconds at most, or until the drain's notice ends. It allows everything else (a
+person's ``kubectl drain`` of an on-demand node keeps its own pace).
 
 Why "Ready pods on nodes that stay": evicting a pod of a node that is going away
 never changes that count, so concurrent evictions (a drainer evicts a node's pods
@@ -40,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from spotguard.policy import interruption, surges
+from spotguard.policy import drains, interruption, surges
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.views import PodView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind, Workload
@@ -131,18 +135,24 @@ def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord 
     return max(0, workload.replicas)
 
 
-def guarded_off_spot(workload: Workload, record: surges.SurgeRecord | None, *, short: bool) -> str | None:
+def guarded_off_spot(
+    workload: Workload, record: surges.SurgeRecord | None, *, short: bool, autoscaler: bool = False
+) -> str | None:
     """Why ``workload`` is guarded on a node that is not spot and has no notice (None: it is
     not). A StatefulSet that is ``short`` already (fewer Ready pods on nodes that stay and on
     this one than its replicas: pods lost to a reclaim, or on other nodes going away), whose
     missing pods come back in time; one with every pod serving is let go at once (it cannot
     be replaced before its pod is gone: holding the drain would only delay it). A Deployment
     while its surge runs (the count before the notice is the promise until its replacements
-    are Ready)."""
+    are Ready). A Deployment on a node a node autoscaler drains (``autoscaler``: Karpenter's
+    consolidation, the Cluster Autoscaler's scale-down): spotguard's reconcile surges it
+    before the pods go (:mod:`spotguard.policy.drains`)."""
     if workload.kind is Kind.STATEFULSET:
         return "the StatefulSet is short of pods elsewhere (they come back first)" if short else None
     if record is not None and not record.done:
         return "the workload's surge for a spot notice is still running"
+    if autoscaler:
+        return "a node autoscaler drains it: spotguard surges the replacements first (within its reconcile period)"
     return None
 
 
@@ -201,13 +211,22 @@ class _Notice:
     rebalance: bool
     time: float  # when the notice came (or the surge began)
     source: str
+    drain: bool = False  # a node autoscaler's drain (spotguard.policy.drains), no reclaim
 
 
 def _notices(node: NodeFacts, record: surges.SurgeRecord | None) -> list[_Notice]:
     out = []
     if node.notice is not None:
         n = node.notice
-        out.append(_Notice(n.until, n.kind is NoticeKind.REBALANCE, n.time, f"spotguard notice {n.event_id}"))
+        out.append(
+            _Notice(
+                n.until,
+                n.kind is NoticeKind.REBALANCE,
+                n.time,
+                f"spotguard notice {n.event_id}",
+                n.kind is NoticeKind.DRAIN,
+            )
+        )
     if node.notice is None or node.notice.kind is NoticeKind.REBALANCE:
         covered = surge_cover(record, node.name)
         if covered is not None:
@@ -252,7 +271,9 @@ def decide(
     if not noticed and not node.spot:
         here = sum(1 for p in pods if p.active and p.ready and p.node_name == node.name)
         short = ready_on_staying_nodes(pods, nodes) + here < workload.replicas
-        guarded = guarded_off_spot(workload, record, short=short)
+        guarded = guarded_off_spot(
+            workload, record, short=short, autoscaler=bool(node.taint_keys & drains.AUTOSCALER_DRAIN_TAINTS)
+        )
         if guarded is None:
             return Decision(True, "not-spot")
         release_at = first_seen + timing.floor_hold
@@ -264,7 +285,12 @@ def decide(
         release_at = n.until - timing.release
         if not n.rebalance and now >= release_at:
             return Decision(True, "reclaim-near")
-        why = f"node {node.name} is reclaimed at {_clock(n.until)} ({n.source})"
+        why = (
+            f"a node autoscaler drains node {node.name}; its replacements are awaited until "
+            f"{_clock(n.until)} ({n.source})"
+            if n.drain
+            else f"node {node.name} is reclaimed at {_clock(n.until)} ({n.source})"
+        )
         if n.rebalance:
             hold_end = min(release_at, n.time + timing.rebalance_hold)
             if now >= hold_end:

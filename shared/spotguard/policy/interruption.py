@@ -319,6 +319,13 @@ def match_nodes(
     return out
 
 
+ADVANCE_REASONS = {
+    NoticeKind.LIFECYCLE: "ASG lifecycle hook (instance terminating)",
+    NoticeKind.SCHEDULED: "AWS Health scheduled change",
+    NoticeKind.DRAIN: "a node autoscaler drains the node (consolidation or scale-down)",
+}
+
+
 def verdict_of(notice: Notice, config: Config, now: float) -> tuple[Verdict, str]:
     """What a notice asks for now, and why."""
     if notice.kind is NoticeKind.INTERRUPTION:
@@ -328,11 +335,7 @@ def verdict_of(notice: Notice, config: Config, now: float) -> tuple[Verdict, str
     if notice.kind in notices_mod.ADVANCE_KINDS:
         if now > deadline(notice, config, now) + STALE_SECONDS:
             return Verdict.IGNORED, f"{notice.kind} notice past its reclaim time: the node outlived it"
-        return Verdict.DOOMED, (
-            "ASG lifecycle hook (instance terminating)"
-            if notice.kind is NoticeKind.LIFECYCLE
-            else "AWS Health scheduled change"
-        )
+        return Verdict.DOOMED, ADVANCE_REASONS[notice.kind]
     if notice.kind is NoticeKind.REBALANCE:
         action = config.rebalance_action
         if action is RebalanceAction.SURGE:

@@ -14,10 +14,14 @@ class NoticeKind(enum.StrEnum):
     STATE_CHANGE = "state-change"  # EC2 Instance State-change Notification
     LIFECYCLE = "lifecycle"  # EC2 Instance-terminate Lifecycle Action (an ASG lifecycle hook)
     SCHEDULED = "scheduled-change"  # AWS Health Event: an EC2 scheduled change (retirement, maintenance)
+    # Not EC2's: a node autoscaler drains a node that is not spot (spotguard.policy.drains)
+    DRAIN = "drain"
 
 
+# Kinds AWS sends (EventBridge): a drain is spotguard's own, found in the cluster.
+EVENT_KINDS = frozenset(NoticeKind) - {NoticeKind.DRAIN}
 # Kinds whose reclaim time the notice itself says (Notice.until), not a fixed window.
-ADVANCE_KINDS = frozenset({NoticeKind.LIFECYCLE, NoticeKind.SCHEDULED})
+ADVANCE_KINDS = frozenset({NoticeKind.LIFECYCLE, NoticeKind.SCHEDULED, NoticeKind.DRAIN})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,99 @@
+"""A node autoscaler's drain as a notice (spotguard.policy.drains)."""
+
+from __future__ import annotations
+
+from spotguard.policy import drains, interruption
+from spotguard.policy.config import Config
+from spotguard.policy.notices import NodeNotice, NoticeKind
+from spotguard.policy.workloads import Kind, Workload
+
+from tests.policy.builders import node, pod
+
+NOW = 1_800_000_000.0
+KARPENTER = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+
+
+def notices(nodes, pods, workloads, marks=None, config=None):  # type: ignore[no-untyped-def]
+    return drains.notices(
+        nodes=nodes,
+        pods=pods,
+        workloads=workloads,
+        marks=marks or {},
+        config=config or Config(),
+        now=NOW,
+        workload_key_of=interruption.workload_key_of,
+    )
+
+
+WEB = Workload(Kind.DEPLOYMENT, "shop", "web", 3, {})
+DB = Workload(Kind.STATEFULSET, "shop", "db", 3, {})
+
+
+def web_pod(name: str, node_name: str, **kw):  # type: ignore[no-untyped-def]
+    return pod(name, owner=("ReplicaSet", "web-7d9f"), labels={"app": "web", "pod-template-hash": "7d9f"},
+               node_name=node_name, **kw)
+
+
+def test_an_on_demand_node_an_autoscaler_drains_with_a_managed_deployment_gets_a_drain_notice() -> None:
+    drained = node("od-2", "on-demand", taints=KARPENTER)
+    out = notices([node("od-1", "on-demand"), drained], [web_pod("web-a", "od-2"), web_pod("web-b", "od-1")], [WEB])
+    assert len(out) == 1
+    n = out[0]
+    assert n.kind is NoticeKind.DRAIN and n.instance_id == drained.instance_id
+    assert n.event_id.startswith("drain/od-2/")
+    assert n.until is not None and n.until.timestamp() - NOW == drains.DRAIN_WINDOW
+    # the plan dooms the node and surges web by its pod there
+    plan = interruption.plan(out, nodes=[node("od-1", "on-demand"), drained],
+                             pods=[web_pod("web-a", "od-2"), web_pod("web-b", "od-1")], workloads=[WEB],
+                             config=Config(), now=NOW)
+    assert plan.doomed_nodes == {"od-2"}
+    assert [(s.workload.key, s.added) for s in plan.surges] == [("Deployment/shop/web", 1)]
+    assert [t.kind for t in plan.taints] == [NoticeKind.DRAIN]
+
+
+def test_what_is_not_an_autoscalers_drain_of_serving_managed_replicas_gets_none() -> None:
+    pods = [web_pod("web-a", "n")]
+    # a plain cordon (a person's kubectl drain): its own pace
+    assert not notices([node("n", "on-demand", unschedulable=True)], pods, [WEB])
+    # a spot node: its reclaim notice is what counts
+    assert not notices([node("n", "spot", taints=KARPENTER)], pods, [WEB])
+    # no serving pod of a managed Deployment on it: a pod not Ready, a StatefulSet's, an opted-out one's
+    drained = [node("n", "on-demand", taints=KARPENTER)]
+    assert not notices(drained, [web_pod("web-a", "n", ready=False)], [WEB])
+    db = pod("db-0", owner=("StatefulSet", "db"), labels={"app": "db"}, node_name="n")
+    assert not notices(drained, [db], [DB])
+    off = Workload(Kind.DEPLOYMENT, "shop", "web", 3, {"spotguard.io/enabled": "false"})
+    assert not notices(drained, pods, [off])
+    # the Cluster Autoscaler's soft taint (a candidate, not a drain) is none either
+    soft = [{"key": "DeletionCandidateOfClusterAutoscaler", "effect": "PreferNoSchedule"}]
+    assert not notices([node("n", "on-demand", taints=soft)], pods, [WEB])
+    # the Cluster Autoscaler's drain is one
+    ca = [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]
+    assert notices([node("n", "on-demand", taints=ca)], pods, [WEB])
+
+
+def test_a_drain_is_surged_once_and_a_standing_notice_is_left_alone() -> None:
+    drained = [node("od-2", "on-demand", taints=KARPENTER)]
+    pods = [web_pod("web-a", "od-2")]
+    # the drain's own mark, even past its end (the autoscaler still waits for a pod): not again
+    old = NodeNotice("drain/od-2/1", NoticeKind.DRAIN, NOW - 900, NOW - 600)
+    assert not notices(drained, pods, [WEB], marks={"od-2": old})
+    # another notice of spotguard's that stands (a scheduled change): not replaced
+    scheduled = NodeNotice("h-1", NoticeKind.SCHEDULED, NOW - 10, NOW + 600)
+    assert not notices(drained, pods, [WEB], marks={"od-2": scheduled})
+    # one that is over: the drain is a new one
+    over = NodeNotice("h-1", NoticeKind.SCHEDULED, NOW - 900, NOW - 600)
+    assert notices(drained, pods, [WEB], marks={"od-2": over})
+    # a drain's mark stays while the autoscaler drains; once it gave the node up, it goes
+    assert drains.mark_kept(old, drained[0])
+    assert not drains.mark_kept(old, node("od-2", "on-demand"))
+    assert not drains.mark_kept(over, drained[0])
+
+
+def test_a_node_without_a_provider_id_is_named_by_its_name() -> None:
+    raw = node("od-2", "on-demand", taints=KARPENTER)
+    bare = type(raw)(**{**raw.__dict__, "provider_id": ""})
+    out = notices([bare], [web_pod("web-a", "od-2")], [WEB])
+    assert [n.instance_id for n in out] == ["od-2"]
+    assert drains.resolved(out, [bare]) == {"od-2": "od-2"}
+    assert interruption.match_nodes(out, [bare], drains.resolved(out, [bare])) == {"od-2": "od-2"}
