@@ -32,7 +32,7 @@ from spotguard.policy import moves
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import capacity as sim_capacity
-from spotguard.sim import objects, readiness
+from spotguard.sim import catalogue, nodegroups, objects, readiness
 from spotguard.sim import settings as sim_settings
 from spotguard.sim.controllers import drainer
 
@@ -466,13 +466,15 @@ def consolidation_during_surge(c: Chaos) -> None:
 
 
 def consolidation_after_reclaim(c: Chaos) -> None:
-    """Every spot node reclaimed; the surges wait for on-demand nodes Karpenter launches, and
-    the replacements serve there once the surges are over. Then the filler goes (its owner
-    scales it to 0): the fixed on-demand nodes have room, and Karpenter's consolidation
-    drains the launched nodes into it (``WhenEmptyOrUnderutilized``), evicting every pod no
-    budget protects at once. The count from before the notice must hold through it: a
-    managed Deployment's pods on a node a node autoscaler drains are replaced before they go
-    (web's own budget is removed, so only spotguard can keep it)."""
+    """Every spot node reclaimed; the surges wait for on-demand nodes Karpenter (or the Cluster
+    Autoscaler's on-demand node group) launches, and the replacements serve there once the
+    surges are over. Then the filler goes (its owner scales it to 0): the fixed on-demand
+    nodes have room, and Karpenter's consolidation (``WhenEmptyOrUnderutilized``) or the
+    Cluster Autoscaler's scale-down (10 minutes unneeded, one node at a time) drains the
+    launched nodes into it, evicting every pod no budget protects at once. The count from
+    before the notice must hold through it: a managed Deployment's pods on a node a node
+    autoscaler drains are replaced before they go (web's own budget is removed, so only
+    spotguard can keep it)."""
     c.sim.store.delete("poddisruptionbudgets", "web", "shop")
     c.interrupt(c.spot())
     h.wait_until(
@@ -488,8 +490,7 @@ def consolidation_after_reclaim(c: Chaos) -> None:
     launched = lambda: {  # noqa: E731
         n["metadata"]["name"]
         for n in c.sim.store.list("nodes")[0]
-        if "karpenter.sh/nodepool" in (n["metadata"].get("labels") or {})
-        and (n["metadata"].get("labels") or {}).get("karpenter.sh/capacity-type") == "on-demand"
+        if _launched_on_demand(n["metadata"].get("labels") or {})
     }
     first = launched()
     assert first, "no on-demand node was launched for the surges"
@@ -497,8 +498,29 @@ def consolidation_after_reclaim(c: Chaos) -> None:
     key = f"Deployment/shop/{FILLER}"
     c.owner[key] = c.before[key] = 0
     h.wait_until(
-        lambda: not first & launched(), c.window(300), lambda: f"launched nodes consolidated: {first & launched()}"
+        lambda: not first & launched(), c.window(1800), lambda: f"launched nodes consolidated: {first & launched()}"
     )
+
+
+def _launched_on_demand(labels: dict[str, str]) -> bool:
+    if "karpenter.sh/nodepool" in labels:
+        return labels.get("karpenter.sh/capacity-type") == "on-demand"
+    return labels.get("eks.amazonaws.com/capacityType") == "ON_DEMAND" and nodegroups.NODEGROUP in labels
+
+
+def filled_on_demand_groups() -> list[dict[str, Any]]:
+    """filled_on_demand's fixed nodes and filler, without Karpenter: an on-demand node group of
+    the Cluster Autoscaler (ON_CA_GROUP) launches what they cannot hold."""
+    return [n for n in filled_on_demand() if n.get("kind") not in ("NodePool", "EC2NodeClass")]
+
+
+ON_CA_GROUP = sim_settings.Settings(
+    capacity=sim_capacity.Capacity(
+        cluster_autoscaler=nodegroups.ClusterAutoscaler(
+            node_groups=(nodegroups.NodeGroup("od", catalogue.TYPES["m5.2xlarge"], "on-demand", 0, 10),)
+        )
+    )
+)
 
 
 # A surge made for a rebalance recommendation alone lasts rebalance_surge_seconds: long enough
@@ -557,6 +579,9 @@ SCENARIOS: dict[str, Scenario] = {
     "aborted-drain": Scenario(aborted_drain, drainer=True),
     "consolidation-during-surge": Scenario(consolidation_during_surge, LONG_SURGE, nodes=filled_on_demand),
     "consolidation-after-reclaim": Scenario(consolidation_after_reclaim, nodes=filled_on_demand),
+    "scale-down-after-reclaim": Scenario(
+        consolidation_after_reclaim, nodes=filled_on_demand_groups, settings=ON_CA_GROUP
+    ),
     "spot-refused-after-reclaim": Scenario(
         spot_refused_after_reclaim, nodes=lambda: with_karpenter(short_nodes()), settings=SPOT_REFUSED
     ),
@@ -579,6 +604,7 @@ QUICK = {
     ("drainer-after-rebalance-taint", "no-faults"),
     ("aborted-drain", "no-faults"),
     ("consolidation-after-reclaim", "no-faults"),
+    ("scale-down-after-reclaim", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.
