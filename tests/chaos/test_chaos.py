@@ -500,6 +500,9 @@ def consolidation_after_reclaim(c: Chaos) -> None:
     h.wait_until(
         lambda: not first & launched(), c.window(1800), lambda: f"launched nodes consolidated: {first & launched()}"
     )
+    # spotguard said what it did, on the drained nodes (the promise is checked after the case)
+    told = {e["involvedObject"]["name"] for e in c.sim.store.list("events")[0] if e.get("reason") == "AutoscalerDrain"}
+    assert told and told <= first, (told, first)
 
 
 def _launched_on_demand(labels: dict[str, str]) -> bool:

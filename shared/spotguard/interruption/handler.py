@@ -506,6 +506,7 @@ class Handler:
             namespace_annotations=snap.namespaces,
         )
         for notice in out:
+            metrics.NOTICES.labels(str(notice.kind), "planned").inc()
             log.info(
                 "a node autoscaler drains a node with serving replicas: surging them before it evicts",
                 extra={"event_id": notice.event_id, "instance_id": notice.instance_id},
@@ -680,7 +681,7 @@ class Handler:
         events_out.append(
             (
                 node,
-                "SpotInterruption" if step.kind is not NoticeKind.REBALANCE else "RebalanceRecommendation",
+                NODE_EVENT_REASONS.get(step.kind, "SpotInterruption"),
                 records.taint_message(step, reason),
                 "Warning",
             )
@@ -1364,6 +1365,10 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+# The Event on a tainted node, by the kind of its notice.
+NODE_EVENT_REASONS = {NoticeKind.REBALANCE: "RebalanceRecommendation", NoticeKind.DRAIN: "AutoscalerDrain"}
 
 
 def anything_to_reconcile(snap: Snapshot) -> bool:

@@ -10,7 +10,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 NOTICES = Counter(
     "spotguard_interruption_notices_total",
-    "Notices handled, by kind (interruption, rebalance, state-change) and outcome (done, ignored, retry).",
+    "Notices handled, by kind (interruption, rebalance, state-change, lifecycle, scheduled-change; drain: a node "
+    "autoscaler's drain the reconcile found) and outcome (done, ignored, retry; planned: a drain's).",
     ["kind", "outcome"],
 )
 SURGES = Counter(

@@ -104,7 +104,7 @@ def surge_message(step: interruption.SurgeStep) -> str:
     nodes = ", ".join(step.new_nodes[:10]) + (" ..." if len(step.new_nodes) > 10 else "")
     return (
         f"surged {step.workload.replicas} -> {step.replicas} replicas (+{step.added} on on-demand): "
-        f"{step.added} pods run on nodes being reclaimed ({nodes}); events {', '.join(step.new_events[:5])}"
+        f"{step.added} pods run on nodes going away ({nodes}); events {', '.join(step.new_events[:5])}"
     )
 
 
