@@ -191,3 +191,29 @@ def test_a_forbidden_nodepool_read_falls_back_to_the_existing_nodes(tmp_path: Pa
 def test_a_missing_nodepool_api_falls_back_to_the_existing_nodes(tmp_path: Path) -> None:
     with serving(tmp_path, karpenter_cluster(), no_nodepool_api=True) as s:
         spot_only_outcome(s, "no Karpenter NodePool API (404)")
+
+
+def test_a_statefulset_that_is_all_floor_is_kept_from_consolidation(tmp_path: Path) -> None:
+    """issue 23 item 4: floors expressed so consolidation respects them. A StatefulSet whose
+    every replica is its floor (cache: 1 replica) cannot lose a pod to a drain without going
+    below its floor, nor be replaced before its pod goes: its pod asks both autoscalers to
+    leave its node alone. One with a pod to spare (db: 3, floor 2) does not: the eviction
+    guard keeps its floor, and its node may be consolidated."""
+    # GIVEN Karpenter consolidating at once
+    consolidating = objects.nodepool(policy="WhenEmptyOrUnderutilized", after="0s")
+    with serving(tmp_path, [settings(), NODE_CLASS, consolidating, *namespaces(), spot_node()]) as s:
+        # WHEN the StatefulSets are created
+        s.k.create(r.STATEFULSETS, harness.statefulset("cache", 1), NS)
+        s.k.create(r.STATEFULSETS, harness.statefulset("db", 3), NS)
+        cache = harness.running(s.k, "cache", 1, timeout=180)
+        db = harness.running(s.k, "db", 3, timeout=180)
+        # THEN cache's pod carries the autoscalers' keep-out keys, and says spotguard set them
+        notes = cache[0]["metadata"].get("annotations") or {}
+        assert notes.get("karpenter.sh/do-not-disrupt") == "true", notes
+        assert notes.get("cluster-autoscaler.kubernetes.io/safe-to-evict") == "false", notes
+        assert notes.get("spotguard.io/floor-protected") == (
+            "cluster-autoscaler.kubernetes.io/safe-to-evict,karpenter.sh/do-not-disrupt"
+        )
+        # AND db's do not
+        for pod in db:
+            assert "karpenter.sh/do-not-disrupt" not in (pod["metadata"].get("annotations") or {}), pod["metadata"]

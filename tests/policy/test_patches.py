@@ -317,6 +317,48 @@ def test_a_surge_replica_is_protected_from_the_autoscalers_until_the_surge_ends(
     assert "karpenter.sh/do-not-disrupt" not in spot["metadata"]["annotations"]
 
 
+def test_a_statefulset_pod_that_is_all_floor_is_kept_from_the_autoscalers_for_good() -> None:
+    """A StatefulSet whose every replica is its floor (cache: 1 replica, floor 1): no drain can
+    take its pod without breaking the floor, so neither autoscaler may pick its node; the keys
+    the template already carries are the owner's; the ranked deletion cost still follows."""
+    before = pod_json(annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"})
+    patched = apply(before, patches.build(before, Placement.ON_DEMAND, CFG, keep=True))
+    notes = patched["metadata"]["annotations"]
+    assert notes["karpenter.sh/do-not-disrupt"] == "true"
+    assert notes["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"  # the owner's choice
+    assert notes["spotguard.io/floor-protected"] == "karpenter.sh/do-not-disrupt"
+    assert notes["controller.kubernetes.io/pod-deletion-cost"] == "1000000"
+    assert patches.build(patched, Placement.ON_DEMAND, CFG, keep=True) == []
+    # a pod with no annotations at all gets the map made
+    bare = pod_json()
+    done = apply(bare, patches.build(bare, Placement.ON_DEMAND, CFG, keep=True))
+    assert {k: done["metadata"]["annotations"][k] for k in PROTECTED} == PROTECTED
+    # not kept: nothing of it
+    plain = apply(bare, patches.build(bare, Placement.ON_DEMAND, CFG))
+    assert "karpenter.sh/do-not-disrupt" not in plain["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "replicas", "annotations", "kept"),
+    [
+        ("StatefulSet", 1, {}, True),  # quorum of 1 is 1
+        ("StatefulSet", 2, {}, True),  # quorum of 2 is 2
+        ("StatefulSet", 3, {}, False),  # quorum 2 of 3: one pod may go
+        ("StatefulSet", 3, {"spotguard.io/min-on-demand": "3"}, True),
+        ("StatefulSet", 2, {"spotguard.io/min-on-demand": "1"}, False),
+        ("StatefulSet", 1, {"spotguard.io/enabled": "false"}, False),
+        ("StatefulSet", 0, {}, False),
+        ("Deployment", 1, {}, False),  # replaced before it goes (the drain surge)
+    ],
+)
+def test_every_pod_is_floor(kind: str, replicas: int, annotations: dict[str, str], kept: bool) -> None:
+    from spotguard.policy import floors
+    from spotguard.policy.workloads import Kind, Workload
+
+    w = Workload(Kind(kind), "data", "cache", replicas, annotations)
+    assert floors.every_pod_is_floor(w, floors.floor_for(w, CFG, replicas=max(replicas, 1))) is kept
+
+
 # -- the spread keeps to spot nodes where the cluster has a spot-only key ----------------
 
 GKE_SPOT = {"cloud.google.com/gke-spot": "true", "topology.kubernetes.io/zone": "a"}

@@ -307,11 +307,12 @@ def placement_patch(
     cost: int | None = None,
     require_spot: bool = False,
     node_keys: Iterable[str] | None = None,
+    keep: bool = False,
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for a recorded slot."""
     if token is None:
         return patches.build(
-            pod, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys
+            pod, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys, keep=keep
         )
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
@@ -325,7 +326,7 @@ def placement_patch(
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
     return first + patches.build(
-        with_token, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys
+        with_token, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys, keep=keep
     )
 
 
@@ -563,6 +564,11 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     # node for it where none has room (spotguard.policy.moves.launching).
     require_spot = decision.placement is Placement.SPOT and moves.launching(latest[0])
     keys = {k for n in nodes_future.result() for k in n.labels} if require_spot else None
+    # A StatefulSet whose every replica is its floor: no drain may take its pods (floors.every_pod_is_floor)
+    final = latest[0]
+    keep = floors.every_pod_is_floor(
+        final, floors.floor_for(final, config, ns_annotations, replicas=max(final.replicas, 1))
+    )
     ops = placement_patch(
         pod,
         decision.placement,
@@ -573,6 +579,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         cost=cost,
         require_spot=require_spot,
         node_keys=keys,
+        keep=keep,
     )
     return Outcome("patched", decision.reason, decision.placement, ops, degraded=degraded)
 

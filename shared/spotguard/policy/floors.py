@@ -203,3 +203,12 @@ def _base_floor(
     if spec is not None:
         return Floor(True, spec.resolve(max(n, 0)), source, problems)
     return Floor(True, default_floor(workload.kind, n), "default", problems)
+
+
+def every_pod_is_floor(workload: Workload, floor: Floor) -> bool:
+    """A StatefulSet whose floor is all of its replicas (1 or 2 by default: the quorum of
+    either is all of it). Its pods cannot be replaced before they are gone, so any
+    voluntary disruption (a node autoscaler's consolidation or scale-down) takes it below
+    its floor: admission asks the autoscalers to leave their nodes alone
+    (``patches.floor_protection``)."""
+    return workload.kind is Kind.STATEFULSET and floor.enabled and 0 < workload.replicas <= floor.on_demand

@@ -19,6 +19,7 @@ from spotguard.policy.placement import Placement
 from spotguard.policy.tolerations import Toleration
 from spotguard.policy.workloads import (
     DELETION_COST,
+    FLOOR_PROTECTED,
     PLACEMENT_LABEL,
     SURGE_PROTECTED,
     SURGE_PROTECTION,
@@ -319,6 +320,19 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, s
     return ops
 
 
+def _annotated(pod: Mapping[str, Any], wanted: Mapping[str, str]) -> list[Op]:
+    """Ops that set ``wanted`` in the pod's annotations (creating the map where it is none)."""
+    if not wanted:
+        return []
+    current = (pod.get("metadata") or {}).get("annotations")
+    if not isinstance(current, Mapping):
+        return [{"op": "add", "path": pointer("metadata", "annotations"), "value": dict(wanted)}]
+    ops: list[Op] = []
+    for key, value in wanted.items():
+        ops += _set_in_map(pod, ("metadata", "annotations"), key, value)
+    return ops
+
+
 def surge_protection(annotations: Mapping[str, str]) -> dict[str, str]:
     """The annotations that keep a surge replica where it is while the surge is needed:
     ``karpenter.sh/do-not-disrupt: "true"`` (Karpenter does not consolidate its node) and
@@ -333,6 +347,18 @@ def surge_protection(annotations: Mapping[str, str]) -> dict[str, str]:
     out = {k: SURGE_PROTECTION[k] for k in mine}
     out[SURGE_PROTECTED] = ",".join(sorted({*listed, *mine}))
     return out
+
+
+def floor_protection(annotations: Mapping[str, str]) -> dict[str, str]:
+    """What :func:`surge_protection` sets, for a pod of a StatefulSet whose every replica is its
+    floor (:func:`spotguard.policy.floors.every_pod_is_floor`), for good: no node autoscaler
+    consolidates or scales down its node, since no drain could take it without breaking the
+    floor. ``spotguard.io/floor-protected`` names the keys set (a pod that says otherwise
+    already keeps its own value). Empty when there is nothing to set."""
+    mine = [k for k in SURGE_PROTECTION if k not in annotations]
+    if not mine:
+        return {}
+    return {**{k: SURGE_PROTECTION[k] for k in mine}, FLOOR_PROTECTED: ",".join(sorted(mine))}
 
 
 def surge_unprotection(annotations: Mapping[str, str]) -> dict[str, None]:
@@ -354,6 +380,7 @@ def build(
     cost: int | None = None,
     require_spot: bool = False,
     node_keys: Iterable[str] | None = None,
+    keep: bool = False,
 ) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
@@ -367,7 +394,9 @@ def build(
     ``require_spot``: a spot slot created for a move back to spot
     (:func:`spotguard.policy.moves.launching`) also requires spot, ANDed into the user's
     terms as the on-demand requirement is: where no spot node has room it waits Pending
-    for the provisioner to launch one, rather than filling on-demand room."""
+    for the provisioner to launch one, rather than filling on-demand room. ``keep``: an
+    on-demand pod of a StatefulSet whose every replica is its floor: protected from the node
+    autoscalers for good (:func:`floor_protection`)."""
     spec = pod.get("spec") or {}
     ops: list[Op] = []
     if placement is Placement.ON_DEMAND:
@@ -381,14 +410,13 @@ def build(
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if placement is Placement.ON_DEMAND and surge:
-        wanted = {SURGE_REPLICA: "true", **surge_protection(annotations)}
-        current = (pod.get("metadata") or {}).get("annotations")
-        if not isinstance(current, Mapping):
-            ops.append({"op": "add", "path": pointer("metadata", "annotations"), "value": wanted})
-        else:
-            for key, value in wanted.items():
-                ops += _set_in_map(pod, ("metadata", "annotations"), key, value)
-    elif DELETION_COST in annotations:
+        ops += _annotated(pod, {SURGE_REPLICA: "true", **surge_protection(annotations)})
+        return ops
+    if placement is Placement.ON_DEMAND and keep:
+        ops += _annotated(pod, floor_protection(annotations))
+        annotations = {**annotations, **floor_protection(annotations)}
+        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations}}
+    if DELETION_COST in annotations:
         pass
     elif cost is not None:
         # Scale-down keeps the lowest replica numbers: exactly the floor's on-demand pods.

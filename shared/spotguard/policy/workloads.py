@@ -23,6 +23,10 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 SURGE_PROTECTION = {DO_NOT_DISRUPT: "true", SAFE_TO_EVICT: "false"}
 SURGE_PROTECTED = "spotguard.io/surge-protected"
+# On a StatefulSet's pod when every one of its replicas is its floor (policy.floors.
+# every_pod_is_floor): the same protection, for good (no drain can take such a pod without
+# breaking the floor: it cannot be replaced before it is gone); lists the keys spotguard set.
+FLOOR_PROTECTED = "spotguard.io/floor-protected"
 INTERRUPTION_TAINT = "spotguard.io/interruption"
 # On a surge copy (spotguard.policy.surgecopy), in its selector and on its pods: the name of
 # the Deployment it surges; the copy is named SURGE_COPY_PREFIX + that name.
