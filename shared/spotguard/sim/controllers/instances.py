@@ -21,7 +21,9 @@ when the node is Ready. As cloud-provider-aws answers (pkg/providers/v1/aws.go
 ``terminated`` instance no longer exists, and only a ``stopped`` one (a stopped
 or hibernated instance here) is shut down: a ``shutting-down`` instance's Node
 stays, NotReady and untainted by this controller, until the instance is
-terminated. A NotReady Node is looked at again every period while it stays.
+terminated. MonitorNodes looks at every NotReady Node every period; here a Node is
+looked at, at the next period's tick, whenever it or its instance changes (the
+only times a pass could find something new).
 """
 
 from __future__ import annotations
@@ -129,6 +131,17 @@ class CloudNodeLifecycleController(base.Controller):
         super().__init__(store, informer)
         self.period = node_loss.cloud_node_monitor_period
         self.cloud = cloud_mod.of(store)
+        self.cloud.subscribe(self._instance_changed)
+
+    def stop(self) -> None:
+        self.cloud.unsubscribe(self._instance_changed)
+        super().stop()
+
+    def _instance_changed(self, node: str, state: str, when: float) -> None:
+        """What the next MonitorNodes pass would see: a NotReady node looked at again (its Node's
+        own changes come through ``handle``; between the two, polling every period would find nothing new)."""
+        now = self.clock.now()
+        self.queue.add_after(("", node), next_tick(now, self.period) - now)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource != "nodes" or event_type == "DELETED":
@@ -154,10 +167,6 @@ class CloudNodeLifecycleController(base.Controller):
             return
         if self.cloud.shutdown(name) and not _has_shutdown_taint(node):
             self._taint(name, add=True)
-        # MonitorNodes looks at every NotReady node again at its next period
-        now = self.clock.now()
-        due = next_tick(now, self.period)
-        self.queue.add_after(key, (due if due > now + 1e-6 else due + self.period) - now)
 
     def _taint(self, name: str, *, add: bool) -> None:
         now = self.clock.iso()
