@@ -34,14 +34,16 @@ from pathlib import Path
 from spotguard.logs import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SCENARIO = ROOT / "infra" / "scenarios" / "demo.yaml"
+# Nodes launched by Karpenter, as on the clusters spotguard is for (demo.yaml: fixed nodes).
+DEFAULT_SCENARIO = ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--scenario", default=str(DEFAULT_SCENARIO), metavar="FILE",
-        help="Kubernetes YAML or a `spotguard snapshot` with nodes and workloads (infra/scenarios/demo.yaml)",
+        help="Kubernetes YAML or a `spotguard snapshot` with nodes and workloads (infra/scenarios/demo-karpenter.yaml: "
+        "a Karpenter NodePool launches every node; demo.yaml: fixed nodes)",
     )  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=20.0, help="simulated seconds per real second (20)")
     add_pace(parser)
