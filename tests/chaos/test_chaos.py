@@ -606,8 +606,6 @@ QUICK = {
     ("rebalance-storm-surge", "no-faults"),
     ("drainer-after-rebalance-taint", "no-faults"),
     ("aborted-drain", "no-faults"),
-    ("consolidation-after-reclaim", "no-faults"),
-    ("scale-down-after-reclaim", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.
@@ -644,11 +642,18 @@ def time_scale_for(fault: str) -> float:
     return DELAY_TIME_SCALE if fault in DELAY_FAULTS else h.TIME_SCALE
 
 
+# Cases that wait for a node autoscaler's consolidation or scale-down after the surges (several
+# simulated minutes, more on a loaded machine): full matrix only, with their own time bound.
+SLOW = {"consolidation-after-reclaim", "scale-down-after-reclaim"}
+
+
 def marks_for(name: str, fault: str) -> list[Any]:
     marks: list[Any] = [] if (name, fault) in QUICK else [full]
     if name in BROKEN and not COPY_MODE:
         marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[name]))
-    if fault in DELAY_FAULTS:
+    if name in SLOW:
+        marks.append(pytest.mark.timeout(900 if fault not in DELAY_FAULTS else 2400))
+    elif fault in DELAY_FAULTS:
         # The waits are simulated lengths (Chaos.window): at x4 a case may take five times
         # the real time it takes at x20, and the per-test timeout (300 s) must allow it.
         marks.append(pytest.mark.timeout(int(300 * h.TIME_SCALE / DELAY_TIME_SCALE)))

@@ -175,7 +175,10 @@ def test_one_pod_launches_after_the_idle_batch_window() -> None:
 
 
 def test_pods_arriving_without_pause_are_batched_up_to_the_maximum_window() -> None:
-    with testing.running_cluster([NODE_CLASS, nodepool()], time_scale=SCALE) as sim:
+    # x2, not x20: a pod every 0.4 simulated s is 20 ms of real time at x20, and a create that
+    # takes longer than 50 ms on a loaded machine (1 s of the cluster's: the idle window) closed
+    # the batch early (7.9 s, in a loaded full run on 2026-11-28)
+    with testing.running_cluster([NODE_CLASS, nodepool()], time_scale=2.0) as sim:
         stop = threading.Event()
         core = kubernetes.client.CoreV1Api(sim.api_client())
         first: dict[str, float] = {}
