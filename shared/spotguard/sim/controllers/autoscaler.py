@@ -184,11 +184,7 @@ class ClusterAutoscaler(base.Controller):
                     self._launching.pop(node, None)  # launched, joined, and gone since
             booting = sum(1 for node, (g, ready_at) in self._launching.items()
                           if g.name == name and not ready_at and node not in present)
-            # A node being drained is still the group's running instance (the autoscaler takes it
-            # out of the group only when it terminates it, ShouldDecrementDesiredCapacity): the
-            # group does not replace it. One terminated by the autoscaler whose Node is still
-            # there is gone from the group already.
-            missing = self._desired[name] - len(present - self._terminating) - booting
+            missing = self._desired[name] - len(present - self._deleting.keys() - self._terminating) - booting
             if missing > 0:
                 self.log.info("auto scaling group replaces lost instances", extra={"nodegroup": name,
                                                                                    "nodes": missing})
