@@ -570,54 +570,6 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
         assert db_gone is not None and db_back is not None and db_back >= db_gone
 
 
-@pytest.mark.parametrize("shutting_down", [None, 10.0])  # None: the default, nodeLoss.shuttingDownSeconds 90 s
-def test_a_terminated_instance_shuts_down_first_and_its_node_goes_only_once_it_is_terminated(
-        shutting_down: float | None) -> None:
-    """EC2: running -> shutting-down -> terminated (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-    ec2-instance-lifecycle.html). cloud-provider-aws (pkg/providers/v1/aws.go): a shutting-down instance
-    still exists (InstanceExistsByProviderID is false for terminated only) and is not shut down
-    (InstanceShutdownByProviderID is true for stopped only), so the cloud node lifecycle controller
-    (MonitorNodes) neither deletes nor taints the NotReady Node until the instance is terminated, then
-    deletes it at its next --node-monitor-period (5 s) pass; the kubelet is dead all along."""
-    with lossy_cluster(**({} if shutting_down is None else {"shutting_down": shutting_down})) as sim:
-        _workloads(sim)
-        states: list[tuple[str, str, float]] = []
-        serving_at: dict[str, bool] = {}
-
-        def on_instance(node: str, state: str, when: float) -> None:
-            states.append((node, state, when))
-            serving_at[state] = any(sim.serving(p) for p in sim.store.list("pods")[0]
-                                    if p["spec"].get("nodeName") == "spot-a")
-
-        sim.cloud.subscribe(on_instance)
-        timeline = Timeline(sim)
-        sim.reclaim(["spot-a"], after_seconds=5, action="terminate")
-        _wait(lambda: states, message="the instance to go")
-        # the instance shuts down: not running (nothing on it serves), still there, not "shut down"
-        assert states[0][:2] == ("spot-a", "shutting-down") and serving_at["shutting-down"] is False
-        assert not sim.cloud.running("spot-a") and sim.cloud.exists("spot-a") and not sim.cloud.shutdown("spot-a")
-        _wait(lambda: "spot-a" not in {n["metadata"]["name"] for n in sim.store.list("nodes")[0]},
-              message="the Node deleted")
-        timeline.stop()
-        sim.cloud.unsubscribe(on_instance)
-
-        death = states[0][2]
-        assert [(n, s) for n, s, _ in states] == [("spot-a", "shutting-down"), ("spot-a", "terminated")]
-        terminated = states[1][2]
-        assert terminated == pytest.approx(death + (90.0 if shutting_down is None else shutting_down))
-        unknown = timeline.first(lambda e, r, o: r == "nodes" and o["metadata"]["name"] == "spot-a"
-                                 and _ready(o) == "Unknown")
-        node_gone = timeline.first(lambda e, r, o: r == "nodes" and e == "DELETED"
-                                   and o["metadata"]["name"] == "spot-a")
-        assert unknown is not None and unknown >= death + 50.0
-        assert node_gone is not None and node_gone >= max(terminated, unknown)
-        # the cloud node lifecycle controller's next pass (5 s), and 1 s of observation lag
-        assert node_gone <= max(terminated, unknown) + 5.0 + 1.0
-        shutdown_tainted = timeline.first(lambda e, r, o: r == "nodes" and any(
-            t["key"] == "node.cloudprovider.kubernetes.io/shutdown" for t in o["spec"].get("taints") or []))
-        assert shutdown_tainted is None
-
-
 def test_a_stopped_instance_keeps_its_node_and_taint_based_eviction_leaves_pods_terminating() -> None:
     """Node lifecycle taints (node.kubernetes.io/unreachable NoSchedule and NoExecute), the cloud node
     lifecycle controller's shutdown taint (node.cloudprovider.kubernetes.io/shutdown), taint-based
@@ -740,12 +692,11 @@ def test_toleration_seconds_bound_how_long_a_pod_stays_on_an_unreachable_node() 
 def test_scenario_settings_set_the_timings() -> None:
     """Every timing is a scenario setting (kind: Settings, apiVersion sim.spotguard.io/v1)."""
     doc = {"apiVersion": "sim.spotguard.io/v1", "kind": "Settings", "metadata": {"name": "t"},
-           "nodeLoss": {"instanceAction": "stop", "nodeMonitorGracePeriodSeconds": 40, "shuttingDownSeconds": 30},
+           "nodeLoss": {"instanceAction": "stop", "nodeMonitorGracePeriodSeconds": 40},
            "controllerManager": {"kubeAPIQPS": 50}}
     found, rest = settings_mod.split([doc, objects.namespace("x")])
     assert found.node_loss.instance_action == "stop" and found.node_loss.node_monitor_grace_period == 40.0
     assert found.node_loss.pod_gc_quarantine == 40.0 and found.controller_manager.kube_api_qps == 50.0
-    assert found.node_loss.shutting_down == 30.0 and settings_mod.NodeLoss().shutting_down == 90.0
     assert [o["kind"] for o in rest] == ["Namespace"]
     with pytest.raises(UserError, match="instanceAction"):
         settings_mod.from_doc({**doc, "nodeLoss": {"instanceAction": "explode"}})

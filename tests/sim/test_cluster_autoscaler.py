@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 from spotguard.sim import billing, capacity, catalogue, nodegroups, objects, testing
 from spotguard.sim import settings as settings_mod
 
@@ -92,37 +91,6 @@ def test_unneeded_nodes_go_after_the_unneeded_time_down_to_min_size() -> None:
         assert sim.clock.now() - emptied >= 29.0
         time.sleep(sim.clock.real(45))
         assert len(group_nodes(sim, "od")) == 1  # never below minSize
-
-
-def test_a_scaled_down_node_stays_until_its_instance_is_terminated_and_is_not_replaced() -> None:
-    """The Cluster Autoscaler only asks the node group to delete the node (deleteNodesFromCloudProvider,
-    core/scaledown/actuation/delete_in_batch.go: "No extra pre-deletion actions are executed on the
-    Kubernetes side"; on AWS TerminateInstanceInAutoScalingGroup, desired capacity one less); the
-    Node is deleted by the cloud node lifecycle controller once it is NotReady and its instance is
-    terminated (EC2: shutting-down first)."""
-    cfg = settings(group("od", min_size=1), scale_down=nodegroups.ScaleDown(unneeded_time=20.0, delay_after_add=0.0))
-    with testing.running_cluster([deployment("web", 2, cpu="3")], time_scale=SCALE, settings=cfg) as sim:
-        h.wait_for(lambda: ready_pods(sim, "web") == 2, timeout=40, what="pods Ready")
-        states: list[tuple[str, str, float]] = []
-        sim.cloud.subscribe(lambda n, state, when: states.append((n, state, when)))
-        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
-        h.wait_for(lambda: states, timeout=60, what="a scale-down")
-        name, state, started = states[0]
-        assert state == "shutting-down"
-        # WHILE it shuts down the Node stays, tainted ToBeDeletedByClusterAutoscaler, and goes NotReady
-        h.wait_for(lambda: sim.clock.now() >= started + 60.0, timeout=10, what="60 simulated seconds")
-        still = sim.store.get("nodes", name)
-        assert any(t["key"] == "ToBeDeletedByClusterAutoscaler" for t in still["spec"]["taints"])
-        assert not h.is_ready(still)
-        h.wait_for(lambda: name not in {n["metadata"]["name"] for n in group_nodes(sim, "od")},
-                   timeout=sim.clock.real(settings_mod.SHUTTING_DOWN), what="the Node deleted")
-        gone = sim.clock.now()
-        terminated = next(when for n, s, when in states if n == name and s == "terminated")
-        assert terminated == pytest.approx(started + settings_mod.SHUTTING_DOWN)
-        assert terminated <= gone <= terminated + 5.0 + 1.0  # the cloud node lifecycle controller's period
-        # AND the group, one smaller, does not replace it
-        time.sleep(sim.clock.real(30))
-        assert len(group_nodes(sim, "od")) == 1 and len({n for n, _, _ in states}) == 1
 
 
 def test_a_node_above_the_utilization_threshold_or_with_an_unsafe_pod_stays() -> None:

@@ -9,7 +9,6 @@ seconds (the time scale applies):
     metadata: {name: timings}
     nodeLoss:
       instanceAction: terminate          # terminate | stop | hibernate
-      shuttingDownSeconds: 90            # EC2 shutting-down before terminated
       nodeMonitorGracePeriodSeconds: 50
       nodeMonitorPeriodSeconds: 5
       cloudNodeMonitorPeriodSeconds: 5
@@ -41,10 +40,6 @@ API_VERSION = "sim.spotguard.io/v1"
 KIND = "Settings"
 INSTANCE_ACTIONS = ("terminate", "stop", "hibernate")
 
-# EC2 shutting-down -> terminated: "from seconds to some minutes" (kubernetes-sigs/karpenter#2467, where
-# the Node routinely turns unreachable, 50 s, before the instance is terminated); AWS calls a stay of
-# "longer than a few minutes" delayed (EC2 user guide, TroubleshootingInstancesShuttingDown)
-SHUTTING_DOWN = 90.0
 # kube-controller-manager --node-monitor-grace-period (50s since v1.32, kubernetes#126287)
 NODE_MONITOR_GRACE_PERIOD = 50.0
 # kube-controller-manager --node-monitor-period
@@ -74,7 +69,6 @@ class NodeLoss:
     """What happens after a node's instance goes away, and when."""
 
     instance_action: str = "terminate"
-    shutting_down: float = SHUTTING_DOWN
     node_monitor_grace_period: float = NODE_MONITOR_GRACE_PERIOD
     node_monitor_period: float = NODE_MONITOR_PERIOD
     cloud_node_monitor_period: float = CLOUD_NODE_MONITOR_PERIOD
@@ -112,7 +106,6 @@ class Settings:
 
 _NODE_LOSS_FIELDS = {
     "instanceAction": "instance_action",
-    "shuttingDownSeconds": "shutting_down",
     "nodeMonitorGracePeriodSeconds": "node_monitor_grace_period",
     "nodeMonitorPeriodSeconds": "node_monitor_period",
     "cloudNodeMonitorPeriodSeconds": "cloud_node_monitor_period",

@@ -11,16 +11,10 @@ threshold whose pods can all move elsewhere are unneeded; after
 ``scaleDownDelayAfterAdd`` (10 min) of a scale-up, they are removed (empty ones
 together, at most 10; otherwise one at a time), never below ``minSize``: tainted
 ``ToBeDeletedByClusterAutoscaler:NoSchedule``, drained through the Eviction API
-(a refused eviction retried every 10 s), terminated (TerminateInstanceInAutoScalingGroup,
-the group's desired capacity one less). A pod still not evicted after
+(a refused eviction retried every 10 s), terminated. A pod still not evicted after
 ``maxPodEvictionTime`` (2 min) fails the scale-down: the taint is removed, the node
 stays, and no scale-down is tried for ``scaleDownDelayAfterFailure`` (3 min).
-The Cluster Autoscaler does not delete the Node ("No extra pre-deletion
-actions are executed on the Kubernetes side", deleteNodesFromCloudProvider in
-core/scaledown/actuation/delete_in_batch.go): it stays, tainted, while the instance
-shuts down, and cloud-controller-manager's node lifecycle controller deletes it once
-the instance is terminated; meanwhile it counts neither in its group's size nor as a
-drain in progress. Pods annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict:
+Pods annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict:
 "false"``, pods no controller owns, and kube-system pods without a
 PodDisruptionBudget keep their node (FAQ "What types of pods can prevent CA from
 removing a node?"). Sources: :mod:`spotguard.sim.nodegroups`, docs/sim.md.
@@ -75,9 +69,8 @@ class ClusterAutoscaler(base.Controller):
         self._expected: dict[base.Key, str] = {}
         self._last_scale_up = float("-inf")
         self._unneeded: dict[str, float] = {}
-        self._deleting: dict[str, float] = {}  # tainted and draining: node -> when its drain began
+        self._deleting: dict[str, float] = {}  # node -> when its drain began
         self._last_failure = float("-inf")
-        self._terminating: set[str] = set()  # instance terminated by us, Node not yet deleted
         self._backoff: dict[str, float] = {}
         self._serial = 0
         self._desired = {g.name: g.min_size for g in self.config.node_groups}  # each ASG's desired capacity
@@ -158,8 +151,6 @@ class ClusterAutoscaler(base.Controller):
     def run_once(self) -> None:
         now = self.clock.now()
         members = self._members()
-        present = {n["metadata"]["name"] for nodes in members.values() for n in nodes}
-        self._terminating &= present  # their Nodes deleted since (the cloud node lifecycle controller)
         self._keep_desired(members, now)
         pending = [p for p in self.informer.list("pods")
                    if provisioner.unschedulable(p) and not self._still_expected(base.key_of(p))]
@@ -184,7 +175,7 @@ class ClusterAutoscaler(base.Controller):
                     self._launching.pop(node, None)  # launched, joined, and gone since
             booting = sum(1 for node, (g, ready_at) in self._launching.items()
                           if g.name == name and not ready_at and node not in present)
-            missing = self._desired[name] - len(present - self._deleting.keys() - self._terminating) - booting
+            missing = self._desired[name] - len(present - self._deleting.keys()) - booting
             if missing > 0:
                 self.log.info("auto scaling group replaces lost instances", extra={"nodegroup": name,
                                                                                    "nodes": missing})
@@ -240,14 +231,14 @@ class ClusterAutoscaler(base.Controller):
         return True
 
     def _scale_down(self, members: dict[str, list[dict[str, Any]]], now: float) -> None:
-        leaving = set(self._deleting) | self._terminating
+        leaving = set(self._deleting)
         seen = set()
         for nodes in members.values():
             for node in nodes:
                 name = node["metadata"]["name"]
                 seen.add(name)
                 starting = name in self._launching and not self._launching[name][1]
-                if name in leaving or starting or not scheduler.node_ready(node):
+                if name in self._deleting or starting or not scheduler.node_ready(node):
                     continue
                 info = scheduler.loaded(node, self.informer.pods_on_node(name))
                 if (nodegroups.utilization(info) < self.config.scale_down.utilization_threshold
@@ -259,7 +250,7 @@ class ClusterAutoscaler(base.Controller):
         for name in [n for n in self._unneeded if n not in seen]:
             self._unneeded.pop(name, None)
         ripe = sorted(n for n, since in self._unneeded.items() if now - since >= self.config.scale_down.unneeded_time)
-        sizes = {g: len(nodes) - sum(1 for n in nodes if n["metadata"]["name"] in leaving)
+        sizes = {g: len(nodes) - sum(1 for n in nodes if n["metadata"]["name"] in self._deleting)
                  for g, nodes in members.items()}
         empty_taken = 0
         for name in ripe:
@@ -312,7 +303,6 @@ class ClusterAutoscaler(base.Controller):
         if group_name in self._desired:
             self._desired[group_name] = max(self.groups[group_name].min_size, self._desired[group_name] - 1)
         self._deleting.pop(name, None)
-        self._terminating.add(name)
         self._launching.pop(name, None)
 
     def _give_up(self, name: str) -> None:

@@ -29,12 +29,8 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   (``IsEvictable``): it waits for it to be gone (``IsDrainable``);
 - termination taints the node ``karpenter.sh/disrupted:NoSchedule``, evicts its pods
   through the Eviction API (PodDisruptionBudgets answer 429: retried), waits for them to
-  be gone, then terminates the instance and asks the cloud every 5 s until the instance
-  is ``terminated`` (a ``shutting-down`` one is still found: karpenter-provider-aws
-  ``instanceStateFilter``), and only then deletes the Node, then the NodeClaim
-  (pkg/controllers/node/termination ``awaitInstanceTermination``, RequeueAfter 5 s;
-  pkg/controllers/nodeclaim/lifecycle ``finalize``, which waits for the Node). The node
-  counts against its budget until it is gone;
+  be gone, then terminates the instance and deletes the NodeClaim and the Node
+  (pkg/controllers/node/termination);
 - with ``capacity.interruptionHandling`` (Karpenter's interruption queue configured),
   a spot interruption notice starts that termination at once
   (pkg/controllers/interruption: "cordon and drain ... before the node is reclaimed").
@@ -60,7 +56,6 @@ POLL = ("poll",)
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 RETRY_SECONDS = 5.0
-INSTANCE_TERMINATION_POLL = 5.0  # awaitInstanceTermination's RequeueAfter (pkg/controllers/node/termination)
 VALIDATION_SECONDS = 15.0  # commandValidationDelay (pkg/controllers/disruption/consolidation.go)
 _DURATION = re.compile(r"(\d+)(h|m|s)")
 _WHOLE_DURATION = re.compile(r"(?:\d+(?:h|m|s))+")
@@ -168,8 +163,6 @@ class Disruption(base.Controller):
             self._validate(key[1], key[2])
         elif key[0] == "drain":
             self._drain(key[1])
-        elif key[0] == "terminate":
-            self._await_instance_termination(key[1])
         elif key[0] == "gone":
             self._disrupting.pop(key[1], None)
             self._validating.pop(key[1], None)
@@ -320,20 +313,12 @@ class Disruption(base.Controller):
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
             return
         self.log.info("node drained: terminating its instance", extra={"node": name})
+        claim = _claim_of(node)
+        if claim:
+            with contextlib.suppress(errors.NotFound):
+                self.store.delete("nodeclaims", claim)
+            self.owner.forget(claim)
         termination.terminate(self.store, name)
-        self._await_instance_termination(name)
-
-    def _await_instance_termination(self, name: str) -> None:
-        """Until the cloud no longer finds the instance (terminated), ask again every 5 s; then the
-        Node goes, and with it (the "gone" key) the NodeClaim."""
-        if name not in self._disrupting:
-            return
-        if self.cloud.exists(name):
-            self.queue.add_after(("terminate", name), INSTANCE_TERMINATION_POLL)
-            return
-        self.log.info("instance terminated: deleting the node", extra={"node": name})
-        with contextlib.suppress(errors.NotFound):
-            self.store.delete("nodes", name)
 
 
 def _claim_of(node: dict[str, Any]) -> str:

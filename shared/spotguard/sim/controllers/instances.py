@@ -4,26 +4,15 @@
 ``sim.spotguard.io/terminate-at: <RFC3339>`` loses its instance at that
 simulated time, by the action in ``sim.spotguard.io/instance-action``
 (terminate, stop or hibernate; the scenario's ``nodeLoss.instanceAction`` when
-absent). Nothing changes in the API then: the kubelet just stops. It also ends
-every termination, whoever asked for it (a reclaim, Karpenter, the Cluster
-Autoscaler): an instance ``shutting-down`` is ``terminated``
-``nodeLoss.shuttingDownSeconds`` after it began to shut down (EC2:
-``running -> shutting-down -> terminated``).
+absent). Nothing changes in the API then: the kubelet just stops.
 
 ``CloudNodeLifecycleController`` is cloud-controller-manager's node lifecycle
 controller (k8s.io/cloud-provider controllers/nodelifecycle
 node_lifecycle_controller.go, ``MonitorNodes`` every ``--node-monitor-period``):
 for every Node whose Ready condition is not True, a Node whose instance no
-longer exists is deleted; one whose instance is shut down gets the
-``node.cloudprovider.kubernetes.io/shutdown:NoSchedule`` taint, removed again
-when the node is Ready. As cloud-provider-aws answers (pkg/providers/v1/aws.go
-``InstanceExistsByProviderID``, ``InstanceShutdownByProviderID``), only a
-``terminated`` instance no longer exists, and only a ``stopped`` one (a stopped
-or hibernated instance here) is shut down: a ``shutting-down`` instance's Node
-stays, NotReady and untainted by this controller, until the instance is
-terminated. MonitorNodes looks at every NotReady Node every period; here a Node is
-looked at, at the next period's tick, whenever it or its instance changes (the
-only times a pass could find something new).
+longer exists (terminated) is deleted; one whose instance is shut down (stopped,
+hibernated) gets the ``node.cloudprovider.kubernetes.io/shutdown:NoSchedule``
+taint, removed again when the node is Ready.
 """
 
 from __future__ import annotations
@@ -40,7 +29,6 @@ from spotguard.sim.controllers import base
 TERMINATE_AT = "sim.spotguard.io/terminate-at"
 INSTANCE_ACTION = "sim.spotguard.io/instance-action"
 SHUTDOWN_TAINT = {"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}
-SHUTTING_DOWN = "shutting-down"  # the Reclaimer's key for an instance to terminate: (SHUTTING_DOWN, node)
 
 
 def annotated_time(node: dict[str, Any], key: str) -> float | None:
@@ -74,20 +62,8 @@ class Reclaimer(base.Controller):
         super().__init__(store, informer)
         self.node_loss = node_loss
         self.cloud = cloud_mod.of(store)
-        self.cloud.subscribe(self._instance_changed)
-
-    def stop(self) -> None:
-        self.cloud.unsubscribe(self._instance_changed)
-        super().stop()
-
-    def _instance_changed(self, node: str, state: str, when: float) -> None:
-        if state == cloud_mod.SHUTTING_DOWN:
-            self.queue.add_after((SHUTTING_DOWN, node), when + self.node_loss.shutting_down - self.clock.now())
 
     def sync(self, key: Any) -> None:
-        if key[0] == SHUTTING_DOWN:
-            self._terminated(key[1])
-            return
         _, name = key
         node = self.informer.get("nodes", key)
         if node is None:
@@ -103,23 +79,7 @@ class Reclaimer(base.Controller):
         if action not in settings.INSTANCE_ACTIONS:
             action = self.node_loss.instance_action
         self.log.info("instance lost: the kubelet stops", extra={"node": name, "action": action})
-        if action == "terminate":
-            self.cloud.terminate(name, when)
-        else:
-            self.cloud.set_state(name, cloud_mod.STATE_OF_ACTION[action], when)
-
-    def _terminated(self, name: str) -> None:
-        """A shutting-down instance's time is up: it is terminated (at the time it was due)."""
-        found = self.cloud.instance(name)
-        if found is None or found.state != cloud_mod.SHUTTING_DOWN:
-            return
-        due = found.since + self.node_loss.shutting_down
-        now = self.clock.now()
-        if now < due:
-            self.queue.add_after((SHUTTING_DOWN, name), due - now)
-            return
-        self.log.info("instance terminated", extra={"node": name})
-        self.cloud.set_state(name, cloud_mod.TERMINATED, due, unless=(cloud_mod.TERMINATED,))
+        self.cloud.set_state(name, cloud_mod.STATE_OF_ACTION[action], when)
 
 
 class CloudNodeLifecycleController(base.Controller):
@@ -131,17 +91,6 @@ class CloudNodeLifecycleController(base.Controller):
         super().__init__(store, informer)
         self.period = node_loss.cloud_node_monitor_period
         self.cloud = cloud_mod.of(store)
-        self.cloud.subscribe(self._instance_changed)
-
-    def stop(self) -> None:
-        self.cloud.unsubscribe(self._instance_changed)
-        super().stop()
-
-    def _instance_changed(self, node: str, state: str, when: float) -> None:
-        """What the next MonitorNodes pass would see: a NotReady node looked at again (its Node's
-        own changes come through ``handle``; between the two, polling every period would find nothing new)."""
-        now = self.clock.now()
-        self.queue.add_after(("", node), next_tick(now, self.period) - now)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource != "nodes" or event_type == "DELETED":
@@ -165,7 +114,7 @@ class CloudNodeLifecycleController(base.Controller):
             with contextlib.suppress(errors.NotFound):
                 self.store.delete("nodes", name)
             return
-        if self.cloud.shutdown(name) and not _has_shutdown_taint(node):
+        if not self.cloud.running(name) and not _has_shutdown_taint(node):
             self._taint(name, add=True)
 
     def _taint(self, name: str, *, add: bool) -> None:

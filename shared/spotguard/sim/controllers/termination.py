@@ -2,11 +2,7 @@
 
 ``drain`` evicts a node's pods through the Eviction API (DaemonSet and mirror pods
 stay; PodDisruptionBudgets answer 429) and says how many are left; ``terminate``
-calls TerminateInstances: the instance is ``shutting-down`` (its kubelet stops,
-billing stops) and the cloud makes it ``terminated`` ``nodeLoss.shuttingDownSeconds``
-later. The Node is not deleted here: Karpenter deletes it once the instance is
-terminated, and a Cluster Autoscaler node is left to cloud-controller-manager's node
-lifecycle controller, as upstream. ``registering`` is a Node as a launched
+ends the instance and deletes the Node. ``registering`` is a Node as a launched
 instance's kubelet registers it: NotReady, tainted
 ``node.kubernetes.io/not-ready:NoSchedule`` (the CNI is not up yet); ``ready`` posts
 Ready, as its kubelet does once the network is up.
@@ -14,6 +10,7 @@ Ready, as its kubelet does once the network is up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,8 +53,10 @@ def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any
 
 
 def terminate(store: Any, node: str) -> None:
-    """TerminateInstances now: the instance starts shutting down (billing stops); its Node stays."""
-    cloud_mod.of(store).terminate(node, store.clock.now())
+    """The instance ends now (billing stops) and its Node is deleted."""
+    cloud_mod.of(store).set_state(node, cloud_mod.TERMINATED, store.clock.now())
+    with contextlib.suppress(errors.NotFound):
+        store.delete("nodes", node)
 
 
 def registering(name: str, labels: Mapping[str, str], taints: list[dict[str, Any]], *,
