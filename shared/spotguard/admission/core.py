@@ -564,10 +564,15 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     # node for it where none has room (spotguard.policy.moves.launching).
     require_spot = decision.placement is Placement.SPOT and moves.launching(latest[0])
     keys = {k for n in nodes_future.result() for k in n.labels} if require_spot else None
-    # A StatefulSet whose every replica is its floor: no drain may take its pods (floors.every_pod_is_floor)
+    # A StatefulSet whose every replica is its floor: no drain may take its pods (floors.every_pod_is_floor).
+    # Only an on-demand StatefulSet pod can be one: a Deployment's review computes no second floor.
     final = latest[0]
-    keep = floors.every_pod_is_floor(
-        final, floors.floor_for(final, config, ns_annotations, replicas=max(final.replicas, 1))
+    keep = (
+        final.kind is Kind.STATEFULSET
+        and decision.placement is Placement.ON_DEMAND
+        and floors.every_pod_is_floor(
+            final, floors.floor_for(final, config, ns_annotations, replicas=max(final.replicas, 1))
+        )
     )
     ops = placement_patch(
         pod,
