@@ -413,8 +413,9 @@ def build(
         ops += _annotated(pod, {SURGE_REPLICA: "true", **surge_protection(annotations)})
         return ops
     if placement is Placement.ON_DEMAND and keep:
-        ops += _annotated(pod, floor_protection(annotations))
-        annotations = {**annotations, **floor_protection(annotations)}
+        protection = floor_protection(annotations)
+        ops += _annotated(pod, protection)
+        annotations = {**annotations, **protection}
         pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations}}
     if DELETION_COST in annotations:
         pass
