@@ -139,8 +139,17 @@ def test_a_scale_down_whose_evictions_are_refused_fails_after_the_max_pod_evicti
         sim.store.subscribe(picked, ["nodes"])
         h.wait_for(tainted, timeout=60, what="a scale-down")
         began = sim.clock.now()
-        # THEN after maxPodEvictionTime (2 min) it gives up: the taint goes, the node stays
-        h.wait_for(lambda: not tainted(), timeout=30, what="the scale-down given up")
+        # THEN the Auto Scaling group launches no replacement while the node drains (its instance
+        # is still the group's until the autoscaler terminates it)
+        seen: set[str] = set()
+
+        def given_up() -> bool:
+            seen.update(n["metadata"]["name"] for n in group_nodes(sim, "od"))
+            return not tainted()
+
+        # AND after maxPodEvictionTime (2 min) it gives up: the taint goes, the node stays
+        h.wait_for(given_up, timeout=30, what="the scale-down given up")
+        assert seen == nodes, f"launched while the node drained: {sorted(seen - nodes)}"
         gave_up = sim.clock.now()
         assert 120.0 <= gave_up - began <= 120.0 + 10.0 + 2.0, gave_up - began
         assert {n["metadata"]["name"] for n in group_nodes(sim, "od")} == nodes

@@ -175,7 +175,10 @@ class ClusterAutoscaler(base.Controller):
                     self._launching.pop(node, None)  # launched, joined, and gone since
             booting = sum(1 for node, (g, ready_at) in self._launching.items()
                           if g.name == name and not ready_at and node not in present)
-            missing = self._desired[name] - len(present - self._deleting.keys()) - booting
+            # A node being drained is still the group's running instance (the autoscaler takes it
+            # out of the group only when it terminates it, ShouldDecrementDesiredCapacity): the
+            # group does not replace it.
+            missing = self._desired[name] - len(present) - booting
             if missing > 0:
                 self.log.info("auto scaling group replaces lost instances", extra={"nodegroup": name,
                                                                                    "nodes": missing})
