@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from spotguard.policy import drains, interruption
 from spotguard.policy.config import Config
-from spotguard.policy.notices import NodeNotice, NoticeKind
-from spotguard.policy.workloads import Kind, Workload
+from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, Kind, Workload
 
 from tests.policy.builders import node, pod
 
@@ -55,8 +57,6 @@ def test_what_is_not_an_autoscalers_drain_of_serving_managed_replicas_gets_none(
     pods = [web_pod("web-a", "n")]
     # a plain cordon (a person's kubectl drain): its own pace
     assert not notices([node("n", "on-demand", unschedulable=True)], pods, [WEB])
-    # a spot node: its reclaim notice is what counts
-    assert not notices([node("n", "spot", taints=KARPENTER)], pods, [WEB])
     # no serving pod of a managed Deployment on it: a pod not Ready, a StatefulSet's, an opted-out one's
     drained = [node("n", "on-demand", taints=KARPENTER)]
     assert not notices(drained, [web_pod("web-a", "n", ready=False)], [WEB])
@@ -97,3 +97,32 @@ def test_a_node_without_a_provider_id_is_named_by_its_name() -> None:
     assert [n.instance_id for n in out] == ["od-2"]
     assert drains.resolved(out, [bare]) == {"od-2": "od-2"}
     assert interruption.match_nodes(out, [bare], drains.resolved(out, [bare])) == {"od-2": "od-2"}
+
+
+def test_a_spot_node_an_autoscaler_consolidates_gets_a_drain_notice_and_a_warning_after_it_adds_no_surge() -> None:
+    """Karpenter deletes an under-used spot node as it does an on-demand one (the demo, after
+    the return to spot: api 3 -> 2 and thumbnails 4 -> 2 for 32 s when spot nodes were left
+    out). A warning for the same node later (its reclaim) takes the node's mark with its
+    sooner reclaim time and surges nothing more: the drain's surge covers its pods."""
+    drained = node("spot-2", "spot", taints=KARPENTER)
+    nodes = [node("spot-1", "spot"), drained]
+    pods = [web_pod("web-a", "spot-2"), web_pod("web-b", "spot-1")]
+    out = notices(nodes, pods, [WEB])
+    assert [(n.kind, n.instance_id) for n in out] == [(NoticeKind.DRAIN, drained.instance_id)]
+    plan = interruption.plan(out, nodes=nodes, pods=pods, workloads=[WEB], config=Config(), now=NOW)
+    assert [(s.workload.key, s.added) for s in plan.surges] == [("Deployment/shop/web", 1)]
+    step = plan.surges[0]
+    mark = plan.taints[0].notice
+    assert mark is not None
+    # WHEN the reclaim's warning comes for the drained node 20 s later
+    surged = Workload(Kind.DEPLOYMENT, "shop", "web", step.replicas, {SURGE: step.record.to_json()})
+    tainted = node("spot-2", "spot", taints=[*KARPENTER, {"key": INTERRUPTION_TAINT, "value": mark.event_id,
+                                                           "effect": "NoSchedule"}])
+    warning = Notice("itn-1", NoticeKind.INTERRUPTION, drained.instance_id, datetime.fromtimestamp(NOW + 20, UTC))
+    later = interruption.plan([warning], nodes=[nodes[0], tainted], pods=pods, workloads=[surged], config=Config(),
+                              now=NOW + 20, node_notices={"spot-2": mark})
+    # THEN the node's mark says the reclaim (two minutes after the warning, sooner than the
+    # drain's window) and the surge adds nothing
+    reclaim = [(t.kind, t.notice.until if t.notice else None) for t in later.taints]
+    assert reclaim == [(NoticeKind.INTERRUPTION, NOW + 20 + 120)]
+    assert [s.added for s in later.surges] == [0]

@@ -13,9 +13,10 @@ pods elsewhere, a Deployment whose surge for a notice still runs (at a reclaim,
 the doomed pods still look Ready until the node controller marks their node, so a
 PodDisruptionBudget lets a consolidation take an on-demand floor pod then), and a
 Deployment on a node a node autoscaler drains (Karpenter's consolidation, the Cluster
-Autoscaler's scale-down evict every pod of the node at once): spotguard's reconcile
-surges its replacements first (:mod:`spotguard.policy.drains`); for ``floor_hold``
-seconds at most, or until the drain's notice ends. It allows everything else (a
+Autoscaler's scale-down evict every pod of the node at once; Karpenter consolidates spot
+nodes too, so a Deployment's pods on a spot node so drained are held the same way):
+spotguard's reconcile surges its replacements first (:mod:`spotguard.policy.drains`);
+for ``floor_hold`` seconds at most, or until the drain's notice ends. It allows everything else (a
 person's ``kubectl drain`` of an on-demand node keeps its own pace).
 
 Why "Ready pods on nodes that stay": evicting a pod of a node that is going away
@@ -77,7 +78,8 @@ class Timing:
     rebalance_hold: float = 120.0
     # a node that is not spot, without a notice, drained (an autoscaler's consolidation or
     # scale-down, kubectl drain) while a StatefulSet short of pods elsewhere is at its floor or a
-    # Deployment's surge runs: guarded this long after this process first saw the drain
+    # Deployment's surge runs, or a Deployment's pod on a node (spot too) a node autoscaler
+    # drains: guarded this long after this process first saw the drain
     floor_hold: float = 300.0
     # the guard could not read the cluster (a 5xx, a 429, a timeout): the eviction is refused
     # with a short retry for this long after the pod's first such failure, then allowed
@@ -95,6 +97,12 @@ class NodeFacts:
     @property
     def going_away(self) -> bool:
         return self.unschedulable or bool(self.taint_keys & GOING_AWAY_TAINTS)
+
+    @property
+    def autoscaler_drained(self) -> bool:
+        """A node autoscaler removes the node (Karpenter's consolidation, the Cluster
+        Autoscaler's scale-down; Karpenter's own interruption handling taints the same)."""
+        return bool(self.taint_keys & drains.AUTOSCALER_DRAIN_TAINTS)
 
     @property
     def drain_signals(self) -> frozenset[str]:
@@ -135,13 +143,14 @@ def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord 
     return max(0, workload.replicas)
 
 
-def guarded_off_spot(
+def guarded_without_notice(
     workload: Workload, record: surges.SurgeRecord | None, *, short: bool, autoscaler: bool = False
 ) -> str | None:
-    """Why ``workload`` is guarded on a node that is not spot and has no notice (None: it is
-    not). A StatefulSet that is ``short`` already (fewer Ready pods on nodes that stay and on
-    this one than its replicas: pods lost to a reclaim, or on other nodes going away), whose
-    missing pods come back in time; one with every pod serving is let go at once (it cannot
+    """Why ``workload`` is guarded on a node without a notice that is not spot, or that a node
+    autoscaler drains (a Deployment on a spot node; None: it is not). A StatefulSet that is
+    ``short`` already (fewer Ready pods on nodes that stay and on this one than its
+    replicas: pods lost to a reclaim, or on other nodes going away), whose missing pods
+    come back in time; one with every pod serving is let go at once (it cannot
     be replaced before its pod is gone: holding the drain would only delay it). A Deployment
     while its surge runs (the count before the notice is the promise until its replacements
     are Ready). A Deployment on a node a node autoscaler drains (``autoscaler``: Karpenter's
@@ -268,12 +277,15 @@ def decide(
         return Decision(True, "not-managed")
     record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
     noticed = _notices(node, record)
-    if not noticed and not node.spot:
+    # A spot node a node autoscaler drains without spotguard's notice: a consolidation (Karpenter
+    # deletes an under-used spot node too) or a reclaim whose warning is on its way. A
+    # Deployment's pods there are held as on an on-demand node (its drain surge comes within the
+    # reconcile period, the reclaim's notice within seconds); a StatefulSet's for the grace.
+    drained_spot = node.spot and node.autoscaler_drained and workload.kind is Kind.DEPLOYMENT
+    if not noticed and (not node.spot or drained_spot):
         here = sum(1 for p in pods if p.active and p.ready and p.node_name == node.name)
         short = ready_on_staying_nodes(pods, nodes) + here < workload.replicas
-        guarded = guarded_off_spot(
-            workload, record, short=short, autoscaler=bool(node.taint_keys & drains.AUTOSCALER_DRAIN_TAINTS)
-        )
+        guarded = guarded_without_notice(workload, record, short=short, autoscaler=node.autoscaler_drained)
         if guarded is None:
             return Decision(True, "not-spot")
         release_at = first_seen + timing.floor_hold
