@@ -204,6 +204,30 @@ def test_pods_arriving_without_pause_are_batched_up_to_the_maximum_window() -> N
         assert 9.0 <= waited < 14.0
 
 
+def test_a_pod_whose_room_on_its_new_node_was_taken_is_launched_for_at_the_next_batch() -> None:
+    """Karpenter simulates every batch's pending pods against each node's used capacity
+    (provisioner.go Schedule): a pod it launched a node for, whose room another pod took once
+    the node was up, gets a node of its own at the next batch, not after the nomination window
+    (2 x BATCH_MAX_DURATION, 20 s, which only keeps a nominated node from being consolidated:
+    statenode.go Nominated, disruption/validation.go). The simulated Karpenter waited the
+    window; at a notice with a drainer, web's last surge pod waited a minute for its node."""
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("web", 1, cpu="3")], time_scale=5.0) as sim:
+        first = h.wait_for(lambda: karpenter_nodes(sim), timeout=30, what="a registered node")[0]["metadata"]["name"]
+        # GIVEN another pod bound to the node before it is Ready, taking the room web's pod was launched for
+        taker = objects.pod_template("taker", nodeName=first)
+        taker["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3", "memory": "512Mi"}}
+        sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod",
+                                  "metadata": {"name": "taker", "namespace": "default"}, "spec": taker["spec"]},
+                         namespace="default")
+        h.wait_for(lambda: ready(sim.store.get("nodes", first)), timeout=30, what="the first node Ready")
+        ready_at = sim.clock.now()
+        # THEN web's pod, unschedulable there, gets a second NodeClaim within a batch or two
+        h.wait_for(lambda: len(sim.store.list("nodeclaims")[0]) == 2, timeout=30, interval=0.01,
+                   what="a second nodeclaim")
+        assert sim.clock.now() - ready_at < 12.0, sim.clock.now() - ready_at
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=60, what="web serving on the second node")
+
+
 def test_spot_refused_falls_back_to_on_demand_and_the_offering_is_remembered() -> None:
     refusal = capacity.Refusal("spot")
     settings = with_capacity(refusals=(refusal,))

@@ -21,7 +21,11 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   the CNI);
 - pods packed onto a launching NodeClaim are nominated to it: they cause no other
   launch while it launches and for ``max(2 x BATCH_MAX_DURATION, 10 s)`` after it is
-  Ready (pkg/controllers/state/statenode.go nominationWindow).
+  Ready (pkg/controllers/state/statenode.go nominationWindow), while its node still has
+  room for them: Karpenter simulates every batch's pending pods against each node's used
+  capacity (pkg/controllers/provisioning/provisioner.go Schedule, "self-heal during the
+  next scheduling loop when we launch a new node"), so a pod whose room another pod took
+  once the node was Ready is launched for at the next batch.
 
 Every instance launched is billed from its launch (:mod:`spotguard.sim.billing`).
 The controller does nothing (and costs nothing but a dictionary lookup per pod event)
@@ -118,7 +122,7 @@ class Provisioner(base.Controller):
             return
         if not self._pools or resource != "pods" or event_type == "DELETED":
             return
-        if unschedulable(obj) and base.key_of(obj) not in self._nominated:
+        if unschedulable(obj) and not self._launching_for(base.key_of(obj)):
             self._arrive()
 
     def _arrive(self) -> None:
@@ -160,6 +164,56 @@ class Provisioner(base.Controller):
             self._batch_start = None
         self.provision()
 
+    def _launching_for(self, key: base.Key) -> bool:
+        """The pod is nominated to a NodeClaim still launching (it waits for that node)."""
+        launch = self._launches.get(self._nominated.get(key, ""))
+        return launch is not None and not launch.ready
+
+    def _room_taken(self) -> None:
+        """Pods nominated to a NodeClaim that is Ready keep their nomination only while its node
+        has room for them (largest first, beside the pods bound there): one whose room another
+        pod took is pending like any other at the next batch."""
+        waiting: dict[str, list[tuple[scheduler.PodInfo, base.Key]]] = {}
+        for key, claim in list(self._nominated.items()):
+            launch = self._launches.get(claim)
+            pod = self.informer.get("pods", key)
+            if launch is None or not launch.ready or pod is None or not unschedulable(pod):
+                continue
+            waiting.setdefault(claim, []).append((scheduler.PodInfo.from_pod(pod), key))
+        self._recount_launching()
+        for claim, infos in waiting.items():
+            launch = self._launches.get(claim)
+            node = self.informer.get("nodes", ("", launch.node)) if launch is not None else None
+            if launch is None or node is None:
+                continue
+            info = scheduler.loaded(node, (p for p in self.informer.pods_on_node(launch.node)
+                                           if not pods.is_terminating(p)))
+            infos.sort(key=lambda x: (-x[0].requests.get("cpu", 0), -x[0].requests.get("memory", 0), x[1]))
+            for pod_info, key in infos:
+                if scheduler.first_fit(pod_info, [info]) is None:
+                    self._nominated.pop(key, None)
+
+    def _recount_launching(self) -> None:
+        """What each NodeClaim still launching holds: the pods nominated to it that are still
+        pending (one the scheduler bound elsewhere, or that is gone, no longer takes its room:
+        Karpenter packs the pending pods anew every batch)."""
+        loads: dict[str, tuple[Counter[str], int]] = {
+            name: (Counter(), 0) for name, launch in list(self._launches.items()) if not launch.ready}
+        for key, claim in list(self._nominated.items()):
+            if claim not in loads:
+                continue
+            pod = self.informer.get("pods", key)
+            if pod is None or (pod.get("spec") or {}).get("nodeName") or pods.is_terminating(pod):
+                self._nominated.pop(key, None)
+                continue
+            requests, count = loads[claim]
+            requests.update(scheduler.PodInfo.from_pod(pod).requests)
+            loads[claim] = (requests, count + 1)
+        for name, (requests, count) in loads.items():
+            launch = self._launches.get(name)
+            if launch is not None and not launch.ready:
+                launch.requests, launch.pod_count = requests, count
+
     def _is_nominated(self, key: base.Key) -> bool:
         claim = self._nominated.get(key)
         if claim is None:
@@ -176,6 +230,7 @@ class Provisioner(base.Controller):
                        key=lambda p: (-nodepools.weight(p), p["metadata"]["name"]))
         if not pools:
             return []
+        self._room_taken()
         pending = [p for p in self.informer.list("pods")
                    if unschedulable(p) and not self._is_nominated(base.key_of(p))]
         if not pending:
