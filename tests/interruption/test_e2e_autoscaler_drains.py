@@ -82,3 +82,59 @@ def test_a_spot_node_karpenter_consolidates_is_surged_before_its_pods_go(tmp_pat
         # AND spotguard said so on the node
         told = [e for e in store.list("events")[0] if e.get("reason") == "AutoscalerDrain"]
         assert [e["involvedObject"]["name"] for e in told] == [target], told
+
+
+def test_the_replacements_of_a_consolidated_spot_node_go_to_spot_where_the_autoscaler_found_room(
+    tmp_path: Any,
+) -> None:
+    """Karpenter consolidates a spot node because its pods fit the others' room. The surge's
+    replicas were pinned to on-demand: every such consolidation made Karpenter launch an
+    on-demand node, consolidated in turn after the surge, and medium-karpenter never settled
+    (its cost before a notice above all on-demand's). Placed by the served webhook, they now
+    go to spot, where web's and api's other spot replicas are."""
+    objs = [*sim_scenario.mixed_nodes(on_demand=2, spot=2), sim_scenario.deployment("web", 6),
+            sim_scenario.deployment("api", 3)]
+    with testing.running_cluster(objs, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim, \
+            h.admission_webhook(sim, tmp_path, pods=True, evictions=True, timeout_seconds=None):
+        store = sim.store
+        h.wait_until(lambda: h.ready_pods(store) == 9, 30, "every pod Ready")
+        handler = h.handler_for(sim)
+        target = max(("spot-0", "spot-1"), key=lambda n: len(serving_on(store, n)))
+        other = "spot-1" if target == "spot-0" else "spot-0"
+        on_target = len(serving_on(store, target))
+        assert on_target
+        before = {p["metadata"]["uid"] for p in store.list("pods", "shop")[0]}
+        watcher = h.Watcher()
+        watcher.start(store)
+        watcher.arm([target])
+        readies = readiness.ready_counts(store.list("pods")[0])
+        # WHEN Karpenter consolidates it and spotguard's reconcile runs
+        store.mutate("nodes", target, None,
+                     lambda n: n["spec"].__setitem__("taints", [*(n["spec"].get("taints") or []), DISRUPTED]))
+        reconcile(handler)
+
+        def new_pods() -> list[dict[str, Any]]:
+            return [p for p in store.list("pods", "shop")[0] if p["metadata"]["uid"] not in before]
+
+        h.wait_until(lambda: len(new_pods()) == on_target and all(readiness.is_ready(p) for p in new_pods()), 30,
+                     "the surge's replicas Ready")
+        # THEN each replacement was placed as a spot slot by the webhook, on the spot node that stays
+        for p in new_pods():
+            labels = p["metadata"].get("labels") or {}
+            assert labels.get("spotguard.io/placement") == "spot", (p["metadata"]["name"], labels)
+            assert p["spec"]["nodeName"] == other, (p["metadata"]["name"], p["spec"]["nodeName"])
+        # AND the drain then empties the node with no Deployment below what it served
+        api = client.CoreV1Api(sim.api_client())
+
+        def drained() -> bool:
+            for name in serving_on(store, target):
+                try:
+                    api.create_namespaced_pod_eviction(
+                        name, "shop", client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="shop")))
+                except ApiException as exc:
+                    assert exc.status in (404, 429), exc
+            return not serving_on(store, target)
+
+        h.wait_until(drained, 60, "Karpenter's drain of the spot node", step=0.5)
+        for key, count in readies.items():
+            assert watcher.lowest[key] >= count, (key, watcher.lowest[key], count)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from spotguard.policy import drains, interruption
+from spotguard.policy import drains, floors, interruption
 from spotguard.policy.config import Config
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, Kind, Workload
 
 from tests.policy.builders import node, pod
@@ -126,3 +127,35 @@ def test_a_spot_node_an_autoscaler_consolidates_gets_a_drain_notice_and_a_warnin
     reclaim = [(t.kind, t.notice.until if t.notice else None) for t in later.taints]
     assert reclaim == [(NoticeKind.INTERRUPTION, NOW + 20 + 120)]
     assert [s.added for s in later.surges] == [0]
+    # AND from the warning on, the drain's replica is an on-demand one (the market takes the node)
+    assert later.surges[0].record.spot_drains == ()
+    rewarned = Workload(Kind.DEPLOYMENT, "shop", "web", later.surges[0].replicas,
+                        {SURGE: later.surges[0].record.to_json()})
+    assert floors.floor_for(rewarned, Config()).surge == 1
+
+
+def test_the_replacements_of_a_spot_node_an_autoscaler_only_drains_are_not_pinned_to_on_demand() -> None:
+    """Karpenter consolidates an under-used spot node because its pods fit the room of the
+    others. The surge's replicas for them went on-demand: each consolidation of a spot node
+    launched on-demand nodes, consolidated in turn once the surge was over, and on
+    medium-karpenter the cluster never settled (22 node changes in 961 s after placement,
+    $6.63/h against all on-demand's $6.83/h). They now go where web's spot replicas go."""
+    drained = node("spot-2", "spot", taints=KARPENTER)
+    od = node("od-1", "on-demand", taints=KARPENTER)
+    nodes = [node("spot-1", "spot"), drained, od, node("od-2", "on-demand")]
+    pods = [web_pod("web-a", "spot-2"), web_pod("web-b", "spot-2"), web_pod("web-c", "od-1"),
+            web_pod("web-d", "spot-1")]
+    web = Workload(Kind.DEPLOYMENT, "shop", "web", 4, {})
+    plan = interruption.plan(notices(nodes, pods, [web]), nodes=nodes, pods=pods, workloads=[web], config=Config(),
+                             now=NOW)
+    # WHEN both the spot node and an on-demand node are drained: web surges by its three pods there
+    step = plan.surges[0]
+    assert step.added == 3 and step.record.spot_drains == ("spot-2",)
+    surged = Workload(Kind.DEPLOYMENT, "shop", "web", step.replicas, {SURGE: step.record.to_json()})
+    floor = floors.floor_for(surged, Config())
+    # THEN only the on-demand node's replica is an on-demand surge replica (the floor kept); the
+    # spot node's two are spot slots
+    assert (floor.surge, floor.on_demand) == (1, 2)
+    # AND the record says so through its JSON (what the webhook reads)
+    assert SurgeRecord.parse(step.record.to_json()) == step.record
+    assert SurgeRecord.parse('{"replicas": 4, "surge": 2, "spotDrains": "spot-2"}') == SurgeRecord(4, 2)

@@ -115,6 +115,13 @@ def floor_for(
     give an extra an on-demand slot with a deletion cost, and the scale back would
     then remove a spot pod of a node that lives on) plus the surge.
 
+    The replicas replacing pods of a spot node that a node autoscaler drains (no reclaim:
+    ``record.spot_drains``) are not among those on-demand ones: they go where the
+    workload's spot replicas go, into the room the autoscaler's own simulation found for
+    the drained pods. Pinned to on-demand they would make it launch an on-demand node for
+    every consolidation of a spot node, a node it consolidates in turn once the surge is
+    over: the cluster never settles, and its steady cost rises above all on-demand's.
+
     A surge by a copy (``record.copy``, :mod:`spotguard.policy.surgecopy`) leaves the floor
     as it is: the copy's own pods are its on-demand replicas, pinned by its template, and
     the Deployment's own pods (the replacements of its doomed ones among them) fill its
@@ -152,7 +159,7 @@ def surge_of(annotations: Mapping[str, str]) -> tuple[int, int, int] | None:
 
 
 def _counts(record: SurgeRecord) -> tuple[int, int, int]:
-    return max(record.surge, 0), max(record.replicas, 0), max(record.last_written, 0)
+    return record.on_demand_surge, max(record.replicas, 0), max(record.last_written, 0)
 
 
 def base_spec(

@@ -36,6 +36,7 @@ from typing import Any
 
 from spotguard.policy import floors
 from spotguard.policy import notices as notices_mod
+from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config, RebalanceAction
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
@@ -507,6 +508,14 @@ def plan(
                 continue  # tainted before notices were recorded on nodes
         taints.append(TaintStep(name, first.event_id, first.kind, mark))
 
+    # The spot nodes only a node autoscaler drains: their replacements need no on-demand.
+    spot_drained = frozenset(
+        name
+        for name, asking in doomed.items()
+        if all(n.kind is NoticeKind.DRAIN for n in asking)
+        and config.node_capacity(node_by_name[name].labels) is Capacity.SPOT
+    )
+
     # Pods on doomed nodes, by workload.
     wl_by_key = {w.key: w for w in workloads}
     on_doomed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -552,6 +561,7 @@ def plan(
                 now=now,
                 config=config,
                 copy=surge_copy,
+                spot_drained=spot_drained,
             )
         )
 
@@ -645,6 +655,7 @@ def _surge_step(
     now: float,
     config: Config | None = None,
     copy: bool = False,
+    spot_drained: Collection[str] = (),
 ) -> SurgeStep:
     cfg = config or Config()
     existing = SurgeRecord.of(wl)
@@ -689,6 +700,10 @@ def _surge_step(
             elif node not in until or until[node] <= now or t < until[node] or node in soft:
                 until[node] = t  # the earliest reclaim time wins, a rebalance's end gives way
                 soft.discard(node)
+    # A spot node only drained stays in the set until a notice of the market's comes for it.
+    drains = set(existing.spot_drains) if existing else set()
+    drains -= {node for node in doomed if node not in spot_drained}
+    drains |= {node for node in per_node if node in spot_drained}
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
     index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
@@ -773,6 +788,7 @@ def _surge_step(
         counts=tuple(sorted(counts.items())),
         rebalance=tuple(sorted(soft)),
         copy=copy,
+        spot_drains=tuple(sorted(drains & set(counts))),
     )
     changed = (
         existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added

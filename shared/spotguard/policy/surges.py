@@ -74,6 +74,20 @@ class SurgeRecord:
     # are the copy's pods, not the Deployment's, so ``surge`` raises neither its
     # spec.replicas nor its on-demand floor.
     copy: bool = False
+    # The doomed nodes that are spot and only drained by a node autoscaler (no reclaim: the
+    # market is not taking them): their pods' replacements need no on-demand capacity, so
+    # the part of ``surge`` that covers them (``counts``) raises no on-demand floor
+    # (:meth:`on_demand_surge`). A warning for such a node takes it out of the set.
+    spot_drains: tuple[str, ...] = ()
+
+    @property
+    def on_demand_surge(self) -> int:
+        """The surge replicas that must be on-demand: all but those replacing pods of a spot
+        node an autoscaler drains (they go where the workload's other spot replicas go)."""
+        if not self.spot_drains:
+            return max(self.surge, 0)
+        drained = dict(self.counts)
+        return max(self.surge - sum(drained.get(n, 0) for n in self.spot_drains), 0)
 
     def min_is_ours(self, hpa: AutoscalerLimits) -> bool:
         """The autoscaler's minReplicas holds a value spotguard set: the record's, or the one
@@ -124,6 +138,8 @@ class SurgeRecord:
             out["done"] = True
         if self.copy:
             out["copy"] = True
+        if self.spot_drains:
+            out["spotDrains"] = list(self.spot_drains)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -160,6 +176,7 @@ class SurgeRecord:
                 counts=tuple(sorted((str(n), _int(c)) for n, c in counts.items())) if isinstance(counts, dict) else (),
                 rebalance=tuple(str(n) for n in raw["rebalance"]) if isinstance(raw.get("rebalance"), list) else None,
                 copy=raw.get("copy") is True,
+                spot_drains=tuple(str(n) for n in raw["spotDrains"]) if isinstance(raw.get("spotDrains"), list) else (),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
