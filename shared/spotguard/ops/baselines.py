@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from spotguard.logs import UserError
-from spotguard.ops import cycle, functions, money, serving
+from spotguard.ops import cycle, functions, money, serving, steady
 from spotguard.policy import config as config_mod
 from spotguard.sim import billing, costs, nodepools, testing
 
@@ -60,6 +60,10 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
                 placed = True
             except UserError:
                 placed = False
+            def busy() -> bool:
+                return tracker.unbound() > 0 or sum(c.total for c in tracker.snapshot().values()) < wanted
+
+            settled = steady.settle(sim, objects, busy) if placed else None
             spot = [n["metadata"]["name"] for n in sim.store.list("nodes")[0]
                     if cfg.node_capacity(n["metadata"].get("labels") or {}).value == serving.SPOT]
             t0 = sim.clock.now()
@@ -79,6 +83,7 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
             tracker.stop(sim.store)
     lost = {k: c.before - c.lowest for k, c in counts.items() if c.lowest < c.before}
     return {"placed": placed, "spot_nodes_reclaimed": len(spot), "money": bill,
+            "settled": None if settled is None else settled.as_json(),
             "workloads_below_before": len(lost), "serving_lost_at_worst": sum(lost.values()),
             "seconds_below_desired": round(sum(c.below_seconds for c in counts.values()), 1),
             # every workload's serving replicas together, [seconds since the notice, count] at each change

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.logs import JsonFormatter, UserError
-from spotguard.ops import aws, functions, money, serving
+from spotguard.ops import aws, functions, money, serving, steady
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
 from spotguard.policy import floors, quantities, surges
@@ -138,6 +138,7 @@ class Outcome:
     money: dict[str, Any] = field(default_factory=dict)  # the instances' cost (spotguard.ops.money)
     at_risk: dict[str, int] = field(default_factory=dict)  # serving pods on the doomed nodes at the notice
     spot_launched: int = 0  # spot instances that ran before the notice (a scenario's or launched)
+    steady: dict[str, Any] | None = None  # the wait for a provisioned cluster to settle (spotguard.ops.steady)
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -445,6 +446,10 @@ def run(options: Options, view: View | None = None) -> Outcome:
             strict=True,
         )
 
+        # 1b. a provisioned cluster's autoscaler packs the placement burst's nodes first: the
+        # notice comes at the steady cost, not in the burst's transient
+        settled_before = _settle(sim, watch, tracker, options)
+
         # 2. the notice
         spot = [n for n in sim.store.list("nodes")[0] if cfg.node_capacity(_labels(n)).value == serving.SPOT]
         names = doomed(options, spot)
@@ -525,6 +530,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
             time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing, spot_launched=launched,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
+            steady=None if settled_before is None else settled_before.as_json(),
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -698,6 +704,25 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
 
         functions.wait_until(ready, 60 + desired / 50 + 4 * pod_startup / time_scale, "every pod to be Ready")
         yield sim
+
+
+def _settle(sim: Any, watch: Watch, tracker: serving.Serving, options: Options) -> steady.Settled | None:
+    """Wait until the node autoscaler has had nothing to change for as long as it takes to act."""
+    watch.phase.name = "placed: waiting for the node autoscaler to settle"
+
+    def busy() -> bool:  # pods waiting or not Ready, surges in progress
+        counts = tracker.snapshot()
+        current = _workloads(sim.store)
+        return (
+            tracker.unbound() > 0
+            or any(_surging(w) for w in current.values())
+            or any(counts.get(k, serving.Counts()).total < w.replicas for k, w in current.items())
+        )
+
+    settled = steady.settle(sim, options.objects, busy, show=watch.show)
+    if settled is not None:
+        watch.phase.notes.append(settled.note())
+    return settled
 
 
 def _return_to_spot(

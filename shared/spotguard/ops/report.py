@@ -266,6 +266,8 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "scheduler_lag": outcome.scheduler_lag,
         "simulated_seconds": round(outcome.duration, 1),
         "settled": outcome.settled,
+        # a provisioned cluster's wait before the notice for its autoscaler to settle (None: fixed nodes)
+        "steady": outcome.steady,
         "return_to_spot": outcome.returned,
         "notes": outcome.notes,
         "replacements": asdict(outcome.replacements) if outcome.replacements else None,

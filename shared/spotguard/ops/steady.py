@@ -1,0 +1,128 @@
+"""When a provisioned cluster is steady: the node autoscaler has nothing left to change.
+
+A cluster whose nodes Karpenter or the Cluster Autoscaler launch is not at its steady
+cost the moment its pods are Ready: the placement burst launched nodes for pods in
+batches, and the autoscaler packs them together afterwards (Karpenter's consolidation
+after ``consolidateAfter``, the Cluster Autoscaler's scale-down after
+``--scale-down-unneeded-time``). A notice during that transient bills the burst's
+nodes as the "steady" cost, for spotguard and for the alternatives alike. The cycle
+and the baselines wait here, before the notice, until the nodes have stayed as they
+are (no node added, removed, cordoned or tainted for disruption, no pod waiting, no
+surge in progress) for as long as the autoscaler would take to act on what it sees.
+
+:func:`quiet_seconds` is that time for the scenario's autoscalers; :class:`Settling`
+follows the nodes and says when they have been quiet that long.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.sim import settings as settings_mod
+from spotguard.sim.controllers import consolidation
+
+Obj = dict[str, Any]
+# Karpenter's disruption controller polls every 10 s (pkg/controllers/disruption/controller.go,
+# pollingPeriod) and validates a consolidation command 15 s later (commandValidationDelay).
+KARPENTER_POLL_SECONDS = 10.0
+# Beyond the autoscaler's own delays: a drain's evictions and the replacement pods' start.
+MARGIN_SECONDS = 30.0
+# How long :func:`settle` waits at most (simulated seconds) before the notice comes anyway:
+# this many quiet periods, and at least an hour. Karpenter consolidates one node a command,
+# and each of spotguard's drains waits for its replacements to start: medium-karpenter's
+# placement burst took 13 consolidations over about 30 minutes to pack.
+LIMIT_PERIODS, LIMIT_SECONDS = 8, 3600.0
+# The taints an autoscaler puts on a node it is about to remove.
+_GOING = (consolidation.DISRUPTED_TAINT["key"], "ToBeDeletedByClusterAutoscaler")
+
+
+def quiet_seconds(objects: list[Obj], settings: settings_mod.Settings) -> float:
+    """How long the nodes must stay unchanged for the scenario's autoscalers to have nothing left
+    to do: 0 for a cluster with neither (its nodes are the scenario's)."""
+    waits: list[float] = []
+    for pool in (o for o in objects if o.get("kind") == "NodePool"):
+        disruption = (pool.get("spec") or {}).get("disruption") or {}
+        after = consolidation.parse_duration(disruption.get("consolidateAfter", "0s"))
+        # ``Never`` (None): the pool's nodes are never consolidated; only launches can change them.
+        waits.append((after or 0.0) + consolidation.VALIDATION_SECONDS + 2 * KARPENTER_POLL_SECONDS)
+    ca = settings.capacity.cluster_autoscaler
+    if ca.node_groups:
+        down = ca.scale_down
+        waits.append(max(down.unneeded_time, down.delay_after_add) + 2 * ca.scan_interval)
+    return max(waits) + MARGIN_SECONDS if waits else 0.0
+
+
+def _signature(nodes: list[Obj]) -> frozenset[tuple[str, bool, bool]]:
+    """What an autoscaler changes: which nodes exist, which are cordoned, which are being removed."""
+    out = set()
+    for n in nodes:
+        spec = n.get("spec") or {}
+        going = any(t.get("key") in _GOING for t in spec.get("taints") or [])
+        out.add((str(n["metadata"]["name"]), bool(spec.get("unschedulable")), going))
+    return frozenset(out)
+
+
+@dataclass
+class Settling:
+    """Follows the nodes; :meth:`steady` once they have been quiet for ``quiet`` simulated seconds
+    with nothing else moving (``busy``: pods waiting, surges in progress)."""
+
+    quiet: float
+    busy: Callable[[], bool]
+    since: float = 0.0
+    changes: int = 0  # how many times the nodes changed while settling
+    _last: frozenset[tuple[str, bool, bool]] | None = field(default=None, repr=False)
+
+    def steady(self, nodes: list[Obj], now: float) -> bool:
+        signature = _signature(nodes)
+        if signature != self._last or self.busy():
+            if self._last is not None and signature != self._last:
+                self.changes += 1
+            self._last, self.since = signature, now
+            return False
+        return now - self.since >= self.quiet
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How the wait for a steady cluster went (simulated seconds)."""
+
+    steady: bool
+    quiet: float
+    waited: float
+    changes: int
+
+    def note(self) -> str:
+        if self.steady:
+            return (f"the notice came once the nodes had stayed unchanged for {self.quiet:g}s (the node "
+                    f"autoscaler's delays), {self.waited:.0f}s after every pod was Ready "
+                    f"({self.changes} node changes meanwhile)")
+        return (f"the nodes were still changing {self.waited:.0f}s after every pod was Ready ({self.changes} "
+                "changes): the notice came anyway, so the cost before it is a transient's, not the steady one")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"steady": self.steady, "quiet_seconds": self.quiet, "waited_seconds": round(self.waited, 1),
+                "node_changes": self.changes}
+
+
+def settle(sim: Any, objects: list[Obj], busy: Callable[[], bool], *,
+           show: Callable[[], None] = lambda: None) -> Settled | None:
+    """Wait (polling the simulated cluster ``sim``) until its nodes are steady, at most
+    ``LIMIT_PERIODS`` quiet periods or ``LIMIT_SECONDS``; None where the scenario has no node
+    autoscaler (nothing to wait for)."""
+    quiet = quiet_seconds(objects, sim.settings)
+    if not quiet:
+        return None
+    settling = Settling(quiet, busy)
+    start = sim.clock.now()
+    deadline = time.monotonic() + sim.clock.real(max(LIMIT_PERIODS * quiet, LIMIT_SECONDS)) + 10
+    steady = False
+    while not steady and time.monotonic() < deadline:
+        show()
+        steady = settling.steady(sim.store.list("nodes")[0], sim.clock.now())
+        if not steady:
+            time.sleep(0.1)
+    return Settled(steady, quiet, sim.clock.now() - start, settling.changes)
