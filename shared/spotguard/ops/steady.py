@@ -25,9 +25,6 @@ from spotguard.sim import settings as settings_mod
 from spotguard.sim.controllers import consolidation
 
 Obj = dict[str, Any]
-# Karpenter's disruption controller polls every 10 s (pkg/controllers/disruption/controller.go,
-# pollingPeriod) and validates a consolidation command 15 s later (commandValidationDelay).
-KARPENTER_POLL_SECONDS = 10.0
 # Beyond the autoscaler's own delays: a drain's evictions and the replacement pods' start.
 MARGIN_SECONDS = 30.0
 # How long :func:`settle` waits at most (simulated seconds) before the notice comes anyway:
@@ -47,7 +44,10 @@ def quiet_seconds(objects: list[Obj], settings: settings_mod.Settings) -> float:
         disruption = (pool.get("spec") or {}).get("disruption") or {}
         after = consolidation.parse_duration(disruption.get("consolidateAfter", "0s"))
         # ``Never`` (None): the pool's nodes are never consolidated; only launches can change them.
-        waits.append((after or 0.0) + consolidation.VALIDATION_SECONDS + 2 * KARPENTER_POLL_SECONDS)
+        # its disruption controller polls (settings: upstream's pollingPeriod) and validates a
+        # consolidation command 15 s later (commandValidationDelay)
+        poll = settings.capacity.disruption_poll
+        waits.append((after or 0.0) + consolidation.VALIDATION_SECONDS + 2 * poll)
     ca = settings.capacity.cluster_autoscaler
     if ca.node_groups:
         down = ca.scale_down

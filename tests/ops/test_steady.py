@@ -1,0 +1,63 @@
+"""When a provisioned cluster is steady (spotguard.ops.steady)."""
+
+from __future__ import annotations
+
+from spotguard.ops import steady
+from spotguard.sim import capacity, catalogue
+from spotguard.sim import settings as settings_mod
+from spotguard.sim.nodegroups import ClusterAutoscaler, NodeGroup
+
+
+def pool(after: str | None) -> dict:
+    disruption = {"consolidationPolicy": "WhenEmptyOrUnderutilized"}
+    if after is not None:
+        disruption["consolidateAfter"] = after
+    return {"kind": "NodePool", "metadata": {"name": "p"}, "spec": {"disruption": disruption}}
+
+
+def node(name: str, *, taints: list | None = None, cordoned: bool = False) -> dict:
+    return {"metadata": {"name": name}, "spec": {"taints": taints or [], "unschedulable": cordoned}}
+
+
+def test_the_quiet_period_is_the_autoscalers_own_delays() -> None:
+    plain = settings_mod.Settings()
+    # fixed nodes: nothing to wait for
+    assert steady.quiet_seconds([], plain) == 0.0
+    # Karpenter: consolidateAfter, the command's validation and two polls, and a margin
+    assert steady.quiet_seconds([pool("30s")], plain) == 30 + 15 + 20 + 30
+    assert steady.quiet_seconds([pool("5m"), pool("30s")], plain) == 300 + 15 + 20 + 30
+    assert steady.quiet_seconds([pool("Never")], plain) == 15 + 20 + 30
+    # the Cluster Autoscaler: the longer of scale-down-unneeded-time and delay-after-add, two scans
+    m5 = catalogue.get("m5.large")
+    assert m5 is not None
+    group = NodeGroup("od", m5, "on-demand")
+    ca = settings_mod.Settings(capacity=capacity.Capacity(cluster_autoscaler=ClusterAutoscaler(node_groups=(group,))))
+    assert steady.quiet_seconds([], ca) == 600 + 20 + 30
+
+
+def test_the_nodes_are_steady_only_after_a_quiet_period_with_nothing_moving() -> None:
+    busy = [False]
+    s = steady.Settling(100.0, lambda: busy[0])
+    nodes = [node("a"), node("b")]
+    assert not s.steady(nodes, 0.0)
+    assert not s.steady(nodes, 99.0)
+    assert s.steady(nodes, 100.0)
+    # a node tainted for removal, cordoned, added or gone starts the period again
+    for changed in ([node("a", taints=[{"key": "karpenter.sh/disrupted"}]), node("b")],
+                    [node("a", cordoned=True), node("b")], [*nodes, node("c")], [node("a")]):
+        s = steady.Settling(100.0, lambda: False)
+        s.steady(nodes, 0.0)
+        assert not s.steady(changed, 150.0)
+        assert not s.steady(changed, 249.0) and s.steady(changed, 250.0)
+        assert s.changes == 1
+    # pods waiting or a surge in progress hold it too, however long the nodes stay
+    s = steady.Settling(100.0, lambda: busy[0])
+    s.steady(nodes, 0.0)
+    busy[0] = True
+    assert not s.steady(nodes, 500.0)
+    busy[0] = False
+    assert not s.steady(nodes, 550.0) and s.steady(nodes, 600.0)
+    # another taint (not an autoscaler's) is no change of the autoscaler's
+    s = steady.Settling(10.0, lambda: False)
+    s.steady(nodes, 0.0)
+    assert s.steady([node("a", taints=[{"key": "spotguard.io/interruption"}]), node("b")], 10.0)
