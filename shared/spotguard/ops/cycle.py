@@ -139,6 +139,7 @@ class Outcome:
     at_risk: dict[str, int] = field(default_factory=dict)  # serving pods on the doomed nodes at the notice
     spot_launched: int = 0  # spot instances that ran before the notice (a scenario's or launched)
     steady: dict[str, Any] | None = None  # the wait for a provisioned cluster to settle (spotguard.ops.steady)
+    steady_after: dict[str, Any] | None = None  # the same wait after the return to spot (the bill runs through it)
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -508,9 +509,14 @@ def run(options: Options, view: View | None = None) -> Outcome:
         settled_at = sim.clock.now()
         notice_bound = tracker.bind_lag()[0]
         returned = "not asked for"
+        settled_after: steady.Settled | None = None
         if node_added is not None:
             gone = [by_name[n] for n in names]
             returned = _return_to_spot(sim, node_added, gone, options, watch, cfg=cfg, scales=scales)
+            # and the autoscaler packs what the surges and the return launched: the cycle's bill
+            # runs until the cluster is steady again, so the interruption's whole cost is in it
+            if returned == "done":
+                settled_after = _settle(sim, watch, tracker, options, node_added=node_added, after=True)
         tracker.settle()
         after = tracker.snapshot()
         if node_added is not None:
@@ -531,6 +537,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing, spot_launched=launched,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,
             steady=None if settled_before is None else settled_before.as_json(),
+            steady_after=None if settled_after is None else settled_after.as_json(),
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -706,22 +713,42 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         yield sim
 
 
-def _settle(sim: Any, watch: Watch, tracker: serving.Serving, options: Options) -> steady.Settled | None:
-    """Wait until the node autoscaler has had nothing to change for as long as it takes to act."""
-    watch.phase.name = "placed: waiting for the node autoscaler to settle"
+def _settle(
+    sim: Any,
+    watch: Watch,
+    tracker: serving.Serving,
+    options: Options,
+    *,
+    node_added: functions.NodeAdded | None = None,
+    after: bool = False,
+) -> steady.Settled | None:
+    """Wait until the node autoscaler has had nothing to change for as long as it takes to act:
+    before the notice (``after`` False) or after the return to spot (node-added still pinged)."""
+    watch.phase.name = (
+        "back on spot: waiting for the node autoscaler to pack what the surges and the return launched"
+        if after
+        else "placed: waiting for the node autoscaler to settle"
+    )
+    last_ping = [sim.clock.now()]
 
-    def busy() -> bool:  # pods waiting or not Ready, surges in progress
+    def busy() -> bool:  # pods waiting or not Ready, surges or moves in progress
         counts = tracker.snapshot()
         current = _workloads(sim.store)
         return (
             tracker.unbound() > 0
-            or any(_surging(w) for w in current.values())
+            or any(_surging(w) or MOVE in w.annotations for w in current.values())
             or any(counts.get(k, serving.Counts()).total < w.replicas for k, w in current.items())
         )
 
-    settled = steady.settle(sim, options.objects, busy, show=watch.show)
+    def show() -> None:
+        watch.show()
+        if node_added is not None and sim.clock.now() - last_ping[0] >= PING_SECONDS:
+            last_ping[0] = sim.clock.now()
+            node_added.ping()
+
+    settled = steady.settle(sim, options.objects, busy, show=show)
     if settled is not None:
-        watch.phase.notes.append(settled.note())
+        watch.phase.notes.append(settled.note(after=after))
     return settled
 
 

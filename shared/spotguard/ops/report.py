@@ -268,6 +268,7 @@ def summary(outcome: cycle.Outcome, table: list[Row]) -> dict[str, Any]:
         "settled": outcome.settled,
         # a provisioned cluster's wait before the notice for its autoscaler to settle (None: fixed nodes)
         "steady": outcome.steady,
+        "steady_after": outcome.steady_after,
         "return_to_spot": outcome.returned,
         "notes": outcome.notes,
         "replacements": asdict(outcome.replacements) if outcome.replacements else None,

@@ -95,13 +95,16 @@ class Settled:
     waited: float
     changes: int
 
-    def note(self) -> str:
+    def note(self, *, after: bool = False) -> str:
+        """A sentence for the report: before the notice, or (``after``) after the return to spot."""
+        since = "the return to spot" if after else "every pod was Ready"
         if self.steady:
-            return (f"the notice came once the nodes had stayed unchanged for {self.quiet:g}s (the node "
-                    f"autoscaler's delays), {self.waited:.0f}s after every pod was Ready "
-                    f"({self.changes} node changes meanwhile)")
-        return (f"the nodes were still changing {self.waited:.0f}s after every pod was Ready ({self.changes} "
-                "changes): the notice came anyway, so the cost before it is a transient's, not the steady one")
+            head = "after the return, the bill ran until" if after else "the notice came once"
+            return (f"{head} the nodes had stayed unchanged for {self.quiet:g}s (the node autoscaler's "
+                    f"delays), {self.waited:.0f}s after {since} ({self.changes} node changes meanwhile)")
+        tail = ("the bill stops there, before the cluster was steady again" if after else
+                "the notice came anyway, so the cost before it is a transient's, not the steady one")
+        return f"the nodes were still changing {self.waited:.0f}s after {since} ({self.changes} changes): {tail}"
 
     def as_json(self) -> dict[str, Any]:
         return {"steady": self.steady, "quiet_seconds": self.quiet, "waited_seconds": round(self.waited, 1),
