@@ -467,6 +467,62 @@ def test_a_spot_node_whose_pods_prefer_spot_is_not_consolidated_into_on_demand_r
             assert spot_node not in nodes and len(nodes) == 1
 
 
+@pytest.mark.parametrize("case", ["on-demand", "on-demand-to-spot", "spot"])
+def test_an_underutilized_node_whose_pods_fit_nowhere_else_is_replaced_by_a_cheaper_one(case: str) -> None:
+    """Single-node replace consolidation (pkg/controllers/disruption/consolidation.go
+    computeConsolidation; queue.go StartCommand and waitOrTerminate): a node whose pods need
+    exactly one new NodeClaim is replaced by a cheaper one, tainted first, drained only once the
+    replacement is initialized. A replacement that could be spot is made spot; a spot node is
+    not replaced (SpotToSpotConsolidation is off by default). The simulated one deleted only:
+    a surge's oversized on-demand node stayed for good, billed (the demo's cycle ended at
+    $0.602/h against $0.344/h before the notice)."""
+    capacity_types = ("spot",) if case == "spot" else ("on-demand",)
+    pool = nodepool(policy="WhenEmptyOrUnderutilized", after="0s", capacity_types=capacity_types)
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.2xlarge"]})
+    small_spec = {"affinity": ON_DEMAND_ONLY} if case == "on-demand" else {}
+    with testing.running_cluster([NODE_CLASS, pool], time_scale=SCALE) as sim:
+        # GIVEN "big" (6 CPU) and "small" (0.5 CPU) launched together onto one m5.2xlarge
+        sim.store.create("deployments", deployment("big", 1, cpu="6"), namespace="default")
+        sim.store.create("deployments", deployment("small", 1, cpu="500m", **small_spec), namespace="default")
+        h.wait_for(lambda: ready_pods(sim, "big") == 1 and ready_pods(sim, "small") == 1, timeout=60,
+                   what="pods Ready")
+        [first] = karpenter_nodes(sim)
+        assert first["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m5.2xlarge"
+        if case == "on-demand-to-spot":
+            # (the NodePool may launch spot from now on)
+            custom(sim).patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", "default", {"spec": {
+                "template": {"spec": {"requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                    *pool["spec"]["template"]["spec"]["requirements"][1:]]}}}})
+        # WHEN "big" goes: the node holds 0.5 CPU, and no other node exists to take it
+        sim.store.mutate("deployments", "big", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: not h.pods_of(sim.store, "big"), timeout=20, what="big gone")
+        old = first["metadata"]["name"]
+        if case == "spot":
+            # THEN a spot node stays as it is
+            time.sleep(sim.clock.real(90))
+            assert [n["metadata"]["name"] for n in karpenter_nodes(sim)] == [old]
+            return
+        # THEN it is replaced by an m5.large ("small" fits it; cheaper), spot where it may be
+        h.wait_for(lambda: old not in {n["metadata"]["name"] for n in karpenter_nodes(sim)}, timeout=120,
+                   what="the old node replaced")
+        h.wait_for(lambda: ready_pods(sim, "small") == 1, timeout=30, what="small Ready again")
+        [new] = karpenter_nodes(sim)
+        want = "spot" if case == "on-demand-to-spot" else "on-demand"
+        assert (new["metadata"]["labels"]["node.kubernetes.io/instance-type"],
+                new["metadata"]["labels"]["karpenter.sh/capacity-type"]) == ("m5.large", want)
+        assert h.pods_of(sim.store, "small")[0]["spec"]["nodeName"] == new["metadata"]["name"]
+        # AND "small" was evicted only once the replacement was up: its new pod is younger than it
+        ready_at = max(simclock.parse_iso(c["lastTransitionTime"]) for c in new["status"]["conditions"]
+                       if c["type"] == "Ready")
+        created = simclock.parse_iso(h.pods_of(sim.store, "small")[0]["metadata"]["creationTimestamp"])
+        assert created >= ready_at - 1, (created, ready_at)
+        # AND both instances were billed, the old one until it went
+        spans = {s.name: s for s in billing.of(sim.store).spans()}
+        assert spans[old].end is not None and spans[new["metadata"]["name"]].end is None
+
+
 def test_a_daemonset_pod_marked_do_not_disrupt_keeps_an_empty_node() -> None:
     # Karpenter checks every pod on the node, DaemonSet and mirror pods included
     # (statenode.go ValidatePodsDisruptable: "we will allow Mirror Pods and DaemonSets to

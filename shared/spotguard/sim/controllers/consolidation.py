@@ -7,9 +7,16 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   has passed since the last pod event on it (pkg/apis/v1/nodepool.go);
 - ``consolidationPolicy: WhenEmpty`` removes nodes with no pods but DaemonSet pods;
   ``WhenEmptyOrUnderutilized`` (the default) also removes a node whose pods all fit on
-  the other nodes (delete consolidation; replacing a node by a cheaper one is not
-  modelled, so the simulated bill is never lower than Karpenter's would be... nor
-  higher by more than that replacement would save);
+  the other nodes (delete consolidation), or replaces it by one cheaper node where its
+  pods need exactly one new NodeClaim (single-node replace consolidation,
+  pkg/controllers/disruption/consolidation.go ``computeConsolidation``: the replacement's
+  instance types are those cheaper than the node, ``RemoveInstanceTypeOptionsByPriceAndMinValues``;
+  a replacement that could be spot or on-demand is made spot; a spot node is never
+  replaced, ``SpotToSpotConsolidation`` being off by default). As upstream's queue does
+  (pkg/controllers/disruption/queue.go ``StartCommand``, ``waitOrTerminate``), the node is
+  tainted first, the replacement launched, and the node drained once the replacement is
+  initialized; a replacement that fails to launch or is lost abandons the command and
+  untaints the node. Multi-node consolidation is not modelled;
 - a decision is carried out only after ``commandValidationDelay`` (15 s,
   pkg/controllers/disruption/consolidation.go; emptiness.go and
   singlenodeconsolidation.go wait it too), and only if the node is still a
@@ -123,6 +130,7 @@ class Disruption(base.Controller):
         self._last_pod_event: dict[str, float] = {}
         self._disrupting: dict[str, str] = {}  # node -> reason
         self._validating: dict[str, float] = {}  # node -> when consolidation chose it
+        self._replacing: dict[str, str] = {}  # node -> the NodeClaim launched to replace it
         self._polling = False
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -161,11 +169,14 @@ class Disruption(base.Controller):
                 self._disrupt(node, "Interrupted")
         elif key[0] == "validate":
             self._validate(key[1], key[2])
+        elif key[0] == "replaced":
+            self._await_replacement(key[1])
         elif key[0] == "drain":
             self._drain(key[1])
         elif key[0] == "gone":
             self._disrupting.pop(key[1], None)
             self._validating.pop(key[1], None)
+            self._replacing.pop(key[1], None)
             self._last_pod_event.pop(key[1], None)
             if key[2]:
                 with contextlib.suppress(errors.NotFound):
@@ -213,7 +224,8 @@ class Disruption(base.Controller):
                     self._choose(node_name, "Empty", now)
                     room = {k: v - 1 for k, v in room.items()}
                 elif (count and policy == "WhenEmptyOrUnderutilized" and not underutilized_done
-                      and room["Underutilized"] > 0 and self._can_move(node_name)):
+                      and room["Underutilized"] > 0
+                      and (self._can_move(node_name) or self._replacement(_node) is not None)):
                     self._choose(node_name, "Underutilized", now)
                     room = {k: v - 1 for k, v in room.items()}
                     underutilized_done = True
@@ -233,9 +245,12 @@ class Disruption(base.Controller):
         count = len(workload_pods(self.informer, node_name))
         if reason == "Empty" and count:
             return
+        replacement = None
         if reason == "Underutilized" and count and not self._can_move(node_name):
-            return
-        self._disrupt(node, reason)
+            replacement = self._replacement(node)
+            if replacement is None:
+                return
+        self._disrupt(node, reason, replacement=replacement)
 
     def _report(self) -> None:
         """NodePool and EC2NodeClass status: node counts, resources, Ready (as Karpenter's own controllers)."""
@@ -281,12 +296,51 @@ class Disruption(base.Controller):
         return can_move(self.store, self.informer, node_name, set(self._disrupting),
                         blocks=lambda p: do_not_disrupt(p, now), launchable=self.owner.launcher())
 
+    def _replacement(self, node: dict[str, Any]) -> nodepools.Claim | None:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        capacity_type = str(labels.get(nodepools.CAPACITY_TYPE) or "")
+        price = self.capacity.prices.hourly(str(labels.get(nodepools.INSTANCE_TYPE) or ""), capacity_type)
+        if price is None:
+            return None  # upstream: no price, no consolidation decision
+        now = self.clock.now()
+        return replacement(self.store, self.informer, node["metadata"]["name"], set(self._disrupting),
+                           blocks=lambda p: do_not_disrupt(p, now), new_claim=self.owner.claims(),
+                           price=price, spot=capacity_type == "spot")
+
+    def _await_replacement(self, name: str) -> None:
+        """The replacement of a node being replaced is up: drain the node; lost: give the node back."""
+        claim = self._replacing.get(name)
+        if claim is None or name not in self._disrupting:
+            return
+        up = self.owner.initialized(claim)
+        if up is None:
+            self.log.info("replacement lost: the node is left as it was", extra={"node": name, "nodeclaim": claim})
+            self._undisrupt(name)
+            return
+        if not up:
+            self.queue.add_after(("replaced", name), RETRY_SECONDS)
+            return
+        self._replacing.pop(name, None)
+        self.queue.add(("drain", name))
+
+    def _undisrupt(self, name: str) -> None:
+        self._disrupting.pop(name, None)
+        self._replacing.pop(name, None)
+
+        def untaint(obj: dict[str, Any]) -> None:
+            spec = obj.setdefault("spec", {})
+            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != DISRUPTED_TAINT["key"]]
+
+        with contextlib.suppress(errors.NotFound):
+            self.store.mutate("nodes", name, None, untaint)
+
     # ---- termination -------------------------------------------------------------
 
-    def _disrupt(self, node: dict[str, Any], reason: str) -> None:
+    def _disrupt(self, node: dict[str, Any], reason: str, *, replacement: nodepools.Claim | None = None) -> None:
         name = node["metadata"]["name"]
         self._disrupting[name] = reason
-        self.log.info("disrupting node", extra={"node": name, "reason": reason})
+        self.log.info("disrupting node", extra={"node": name, "reason": reason,
+                                                "replace": replacement is not None})
         self.event(node, "Normal", "DisruptionTerminating", f"Disrupting Node: {reason}")
         iso = self.clock.iso()
 
@@ -299,7 +353,17 @@ class Disruption(base.Controller):
         except errors.NotFound:
             self._disrupting.pop(name, None)
             return
-        self.queue.add(("drain", name))
+        if replacement is None:
+            self.queue.add(("drain", name))
+            return
+        # tainted first, then the replacement launched; drained once it is initialized
+        claim = self.owner.launch_replacement(replacement, name)
+        if claim is None:
+            self.log.info("replacement not launched: the node is left as it was", extra={"node": name})
+            self._undisrupt(name)
+            return
+        self._replacing[name] = claim
+        self.queue.add_after(("replaced", name), RETRY_SECONDS)
 
     def _drain(self, name: str) -> None:
         node = self.informer.get("nodes", ("", name))
@@ -358,6 +422,17 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
     rather than moving into on-demand room. The Cluster Autoscaler (``launchable`` None)
     simulates with the scheduler's filters: preferences do not hold a pod anywhere."""
     moving = workload_pods(informer, node_name)
+    if not _disruptable(store, moving, blocks):
+        return False
+    others = _others(informer, node_name, leaving)
+    infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
+    if launchable is None:
+        return all(scheduler.first_fit(info, others) is not None for info in infos)
+    return all(_karpenter_fit(info, others, launchable) for info in infos)
+
+
+def _disruptable(store: Any, moving: list[dict[str, Any]], blocks: Callable[[dict[str, Any]], bool]) -> bool:
+    """No pod ``blocks`` it, and their PodDisruptionBudgets allow them all to go."""
     if any(blocks(p) for p in moving):
         return False
     per_budget: Counter[str] = Counter()
@@ -370,6 +445,11 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
             per_budget[key] += 1
             if int((b.get("status") or {}).get("disruptionsAllowed") or 0) < per_budget[key]:
                 return False
+    return True
+
+
+def _others(informer: base.Informer, node_name: str, leaving: set[str]) -> list[scheduler.NodeInfo]:
+    """The Ready, schedulable nodes that stay, with what their pods request."""
     others = []
     for node in informer.list("nodes"):
         name = node["metadata"]["name"]
@@ -378,10 +458,53 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
         if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
             continue
         others.append(scheduler.loaded(node, (p for p in informer.pods_on_node(name) if not pods.is_terminating(p))))
+    return others
+
+
+def replacement(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
+                blocks: Callable[[dict[str, Any]], bool],
+                new_claim: Callable[[scheduler.PodInfo], tuple[nodepools.Claim, list[nodepools.Offering]] | None],
+                price: float, spot: bool) -> nodepools.Claim | None:
+    """The one cheaper NodeClaim that Karpenter's single-node consolidation would replace the
+    node by: every pod may be disrupted, each goes (as its scheduler tries it, strictest form
+    first) to another node or else to one new NodeClaim, never to a second; the claim's
+    offerings are cut to those cheaper than the node (``price``), made spot where it could be
+    either, and none for a spot node (``SpotToSpotConsolidation`` off). None: no replace."""
+    moving = workload_pods(informer, node_name)
+    if not moving or not _disruptable(store, moving, blocks):
+        return None
+    others = _others(informer, node_name, leaving)
+    claim: nodepools.Claim | None = None
     infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
-    if launchable is None:
-        return all(scheduler.first_fit(info, others) is not None for info in infos)
-    return all(_karpenter_fit(info, others, launchable) for info in infos)
+    for info in infos:
+        for form in nodepools.relaxations(info):
+            if scheduler.first_fit(form, others) is not None:
+                break
+            if claim is not None and (holding := claim.holding(form)):
+                claim.add(form, holding)
+                break
+            found = new_claim(form)
+            if found is not None:
+                if claim is not None:
+                    return None  # "Can't remove without creating 2 candidates"
+                claim, holding = found
+                claim.add(form, holding)
+                break
+        else:
+            return None  # the pod fits nowhere
+    if claim is None:
+        return None  # every pod fits elsewhere: a delete, not a replace
+    offers = claim.offerings
+    kinds = {o.capacity_type for o in offers}
+    if spot and "spot" in kinds:
+        return None  # SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node
+    if "spot" in kinds and "on-demand" in kinds:
+        offers = [o for o in offers if o.capacity_type == "spot"]
+    offers = [o for o in offers if o.price < price]
+    if not offers:
+        return None  # "Can't replace with a cheaper node"
+    claim.offerings = offers
+    return claim
 
 
 def _karpenter_fit(pod: scheduler.PodInfo, others: list[scheduler.NodeInfo],

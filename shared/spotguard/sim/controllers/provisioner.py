@@ -46,7 +46,7 @@ from typing import Any
 from spotguard.policy import quantities
 from spotguard.sim import billing, errors, nodepools, nodestatus, scenario, scheduler
 from spotguard.sim import capacity as capacity_mod
-from spotguard.sim.controllers import base, pods, termination
+from spotguard.sim.controllers import base, drainer, pods, termination
 
 BATCH = ("batch",)
 API = "karpenter.sh/v1"
@@ -79,6 +79,11 @@ class Launch:
     requests: Counter[str]
     pod_count: int
     ready: bool = False
+    # A consolidation's replacement: the node it replaces. While that node's pods are on it,
+    # they take their room on the claim (upstream's provisioner simulates the pods of nodes
+    # marked for deletion with the pending ones: pkg/controllers/provisioning/provisioner.go,
+    # ``GetPods`` with ``deletingNodePods``), so a pending pod does not count on that room.
+    replaces: str = ""
 
 
 class Provisioner(base.Controller):
@@ -198,7 +203,8 @@ class Provisioner(base.Controller):
         pending (one the scheduler bound elsewhere, or that is gone, no longer takes its room:
         Karpenter packs the pending pods anew every batch)."""
         loads: dict[str, tuple[Counter[str], int]] = {
-            name: (Counter(), 0) for name, launch in list(self._launches.items()) if not launch.ready}
+            name: self._still_on(launch.replaces)
+            for name, launch in list(self._launches.items()) if not launch.ready}
         for key, claim in list(self._nominated.items()):
             if claim not in loads:
                 continue
@@ -213,6 +219,17 @@ class Provisioner(base.Controller):
             launch = self._launches.get(name)
             if launch is not None and not launch.ready:
                 launch.requests, launch.pod_count = requests, count
+
+    def _still_on(self, node: str) -> tuple[Counter[str], int]:
+        """What the pods a drain would move off ``node`` request, and how many they are."""
+        requests: Counter[str] = Counter()
+        count = 0
+        if node:
+            for pod in self.informer.pods_on_node(node):
+                if drainer.drainable(pod) and not pods.is_terminating(pod):
+                    requests.update(scheduler.PodInfo.from_pod(pod).requests)
+                    count += 1
+        return requests, count
 
     def _is_nominated(self, key: base.Key) -> bool:
         claim = self._nominated.get(key)
@@ -263,18 +280,43 @@ class Provisioner(base.Controller):
         what Karpenter's scheduling simulation tries before it relaxes a pod's preferences.
         The pools, offerings and DaemonSets are read once, for every pod asked about (one
         consolidation check). Reads only (called from the disruption controller's thread)."""
+        new = self.claims()
+        return lambda pod: new(pod) is not None
+
+    def claims(self) -> Callable[[scheduler.PodInfo], tuple[nodepools.Claim, list[nodepools.Offering]] | None]:
+        """The new NodeClaim (and the offerings holding the pod) that the first NodePool, by
+        weight, would make for a pod now; None where none would (:meth:`launcher`)."""
         now = self.clock.now()
         unavailable = {k: v for k, v in dict(self._unavailable).items() if v > now}
         daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
         pools = [(pool, nodepools.offerings(pool, self.capacity.prices, unavailable),
                   self._pool_usage(pool["metadata"]["name"]))
-                 for pool in self.informer.list("nodepools") if self._class_found(pool, quiet=True)]
+                 for pool in sorted(self.informer.list("nodepools"),
+                                    key=lambda p: (-nodepools.weight(p), p["metadata"]["name"]))
+                 if self._class_found(pool, quiet=True)]
 
-        def could_launch(pod: scheduler.PodInfo) -> bool:
-            return any(_new_claim(pool, pod, offers, committed, daemons) is not None
-                       for pool, offers, committed in pools)
+        def new_claim(pod: scheduler.PodInfo) -> tuple[nodepools.Claim, list[nodepools.Offering]] | None:
+            for pool, offers, committed in pools:
+                found = _new_claim(pool, pod, offers, committed, daemons)
+                if found is not None:
+                    return found
+            return None
 
-        return could_launch
+        return new_claim
+
+    def launch_replacement(self, claim: nodepools.Claim, node: str) -> str | None:
+        """Launch a consolidation's replacement NodeClaim for ``node`` (its offerings already
+        cheaper than the node); its name, or None where no offering could be launched."""
+        name = self._launch(claim)
+        launch = self._launches.get(name or "")
+        if launch is not None:
+            launch.replaces = node
+        return name
+
+    def initialized(self, claim: str) -> bool | None:
+        """Whether a NodeClaim's node is up and initialized; None when the claim is gone."""
+        launch = self._launches.get(claim)
+        return None if launch is None else launch.ready
 
     def _class_found(self, pool: dict[str, Any], *, quiet: bool = False) -> bool:
         """A NodePool whose EC2NodeClass does not exist launches nothing (its NodeClassReady is False)."""
