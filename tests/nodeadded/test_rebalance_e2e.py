@@ -16,12 +16,16 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from typing import Any
 
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config
+from spotguard.policy.moves import MOVE, START_SECONDS, MoveRecord
 from spotguard.policy.rebalance import SkipReason
+from spotguard.policy.workloads import Workload
 from spotguard.sim import testing
 
 from tests.interruption import e2e_harness as ih
@@ -217,3 +221,52 @@ def test_leftovers_cleaned(tmp_path: Any) -> None:
         # One read for both reconciles: eleven lists (each one page here), none for the
         # spot-interruption reconcile, which has nothing of its own to do.
         assert rec.kube.stats.count("list") - lists == 11
+
+
+
+def test_a_move_whose_count_changed_before_its_scale_up_ends_without_a_hold(tmp_path: Any) -> None:
+    """A pass writes the move's record, then the "+k" once the webhook's cache caught up. A
+    surge of the spot-interruption function (a node autoscaler's drain) wrote the count in
+    between: the "+k" (a JSON patch testing the count) did not apply, the surge's scale back put
+    the owner's count back, and the move then read "replicas changed to 8 by someone else" and
+    held the workload for 600 s (the demo's return to spot ran ten minutes longer). The record
+    now says whether its "+k" was written; one never begun ends without a hold."""
+    nodes = [sim_scenario.namespace(NS)] + [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        store.apply_objects([sim_scenario.deployment("web", 4)])
+        h.wait_until(lambda: h.ready_pods(store) == 4, 30, "every pod Ready")
+        # GIVEN web all on on-demand (floor 1) and a spot node with room: a move is due
+        store.apply_objects([sim_scenario.node("spot-0", "spot")])
+        raised = threading.Event()
+
+        def other_writer(_event: str, _resource: str, obj: dict[str, Any]) -> None:
+            # the surge: the count raised once the record is written, before the record's write
+            # is answered (a store subscriber runs in the writing request's thread), so before the "+k"
+            if (obj["metadata"]["name"] == "web" and MOVE in (obj["metadata"].get("annotations") or {})
+                    and not raised.is_set()):
+                raised.set()
+                store.mutate("deployments", "web", NS, lambda d: d["spec"].__setitem__("replicas", 6))
+
+        store.subscribe(other_writer, ["deployments"])
+        rec = h.reconciler_for(sim, dataclasses.replace(CFG, rebalance_settle_seconds=0))
+        # WHEN a pass starts the move (once the spot node is up) and the other writer raises the
+        # count before its "+k"
+        h.passes_until(rec, lambda _rep: raised.is_set(), max_passes=40)
+        store.unsubscribe(other_writer)
+        record = MoveRecord.of(Workload.from_json(store.get("deployments", "web", NS)))
+        assert record is not None and record.scaled is False, record
+        assert store.get("deployments", "web", NS)["spec"]["replicas"] == 6
+        # AND the surge is over: the owner's count is back
+        store.mutate("deployments", "web", NS, lambda d: d["spec"].__setitem__("replicas", 4))
+        time.sleep(sim.clock.real(START_SECONDS + 5))
+        rec.reconcile()
+        # THEN the move never begun ends with no hold: its record is gone, and a later pass moves
+        web = store.get("deployments", "web", NS)
+        assert MOVE not in (web["metadata"].get("annotations") or {}), web["metadata"]["annotations"]
+        assert web["spec"]["replicas"] == 4
+        again = rec.reconcile()
+        assert [m.workload.key for m in again.started][:1] == ["Deployment/shop/web"], again.plan

@@ -196,6 +196,24 @@ def test_someone_else_changed_the_count_theirs_wins_and_nothing_loops() -> None:
     assert p.action is Action.HOLD and p.replicas is None and p.restore_cost and p.hold is not None
 
 
+def test_a_move_whose_plus_k_never_followed_its_record_ends_without_a_hold() -> None:
+    """The count changed between the record and the "+k" (an interruption surge, then its scale
+    back to the owner's count): the move never began. It ends, its ranks back, with no hold;
+    the record says so (``scaled``), and a "+k" that was written keeps the old rule."""
+    never = record(scaled=False)
+    assert MoveRecord.parse(never.to_json()) == never and MoveRecord.parse(record().to_json()).scaled is None
+    pods = [wpod(0, "od-1"), wpod(1, "od-2")]
+    # while the surge is on, nothing; within the start window, a wait for the "+k"
+    surging = state(pods, replicas=4, **{moves.MOVE: never.to_json(), "spotguard.io/surge": '{"replicas":2}'})
+    assert moves.progress(surging, never, CAPACITY, NOW + 100).action is Action.WAIT
+    assert progress(pods, never, replicas=2, now=NOW + 5).action is Action.WAIT
+    p = progress(pods, never, replicas=2, now=NOW + moves.START_SECONDS + 1)
+    assert p.action is Action.END and p.hold is None and p.restore_cost
+    # a "+k" written and then put back by someone else: theirs wins, held
+    put_back = progress(pods, record(scaled=True), replicas=2, now=NOW + moves.START_SECONDS + 1)
+    assert put_back.action is Action.HOLD and put_back.hold is not None
+
+
 def test_the_autoscaler_restoring_the_plus_one_is_not_someone_elses_change() -> None:
     """The finish scaled back to 2 (record kept at scaled_to 2) but restoring the autoscaler's
     minimum (raised to 3 by the move) failed: the autoscaler put the count back to 3. That is

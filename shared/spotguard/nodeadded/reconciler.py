@@ -462,6 +462,7 @@ class Reconciler:
             reason=move.reason,
             more=more,
             generation=int((raw.get("metadata") or {}).get("generation") or 0),
+            scaled=False if move.method is Method.SCALE else None,
         )
         hpa = snap.autoscaler_of(wl) if move.method is Method.SCALE else None
         if hpa is not None and hpa.min_replicas < record.scaled_to <= hpa.max_replicas:
@@ -472,8 +473,8 @@ class Reconciler:
             # The record first: the lock (a second reconcile loses on the resourceVersion), what
             # an autoscaler is to get back, and what tells the admission webhook that the new
             # replicas are the move's (spot only). A pass cut off after it leaves the count as it
-            # was: the next pass ends the move with a hold (spotguard.policy.moves.progress) and
-            # restores what was raised.
+            # was, the record not ``scaled``: the next pass ends the move (spotguard.policy.moves.
+            # progress) and restores what was raised.
             written = self._patch_workload(raw, {MOVE: record.to_json()})
             if move.method is Method.SCALE:
                 return _Begun(batch, record, written, hpa if record.hpa_set is not None else None)
@@ -517,7 +518,8 @@ class Reconciler:
             if begun.hpa is not None:
                 self._raise_autoscaler(wl, record, begun.hpa)
             self._rank(wl.namespace, record.marked)
-            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to, record=record.to_json())
+            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to, record=record.to_json(),
+                                           then=dataclasses.replace(record, scaled=True).to_json())
         except NotFound:
             return None
         except ApiError as exc:
@@ -645,16 +647,19 @@ class Reconciler:
 
     # -- the autoscaler -------------------------------------------------------------------------
 
-    def _scale_if(self, raw: Obj, was: int, to: int, *, record: str | None = None) -> Obj:
+    def _scale_if(self, raw: Obj, was: int, to: int, *, record: str | None = None, then: str | None = None) -> Obj:
         """spec.replicas ``was`` -> ``to``, only if it is still ``was`` (a JSON patch's test): the
         autoscaler, whose minimum is ``to`` now, may have scaled it already. With ``record``, only
         while the move record is still that one: another reconcile may have ended the move since
-        it was written (the "+k" then would outlive its record and become the owner's count)."""
+        it was written (the "+k" then would outlive its record and become the owner's count); and
+        the record becomes ``then`` in the same write (the move's "+k" written, ``scaled``)."""
         meta = raw.get("metadata") or {}
         ops = [{"op": "test", "path": "/spec/replicas", "value": was}]
+        path = "/metadata/annotations/" + MOVE.replace("~", "~0").replace("/", "~1")
         if record is not None:
-            ops.append({"op": "test", "path": "/metadata/annotations/" + MOVE.replace("~", "~0").replace("/", "~1"),
-                        "value": record})  # fmt: skip
+            ops.append({"op": "test", "path": path, "value": record})
+            if then is not None:
+                ops.append({"op": "replace", "path": path, "value": then})
         ops.append({"op": "replace", "path": "/spec/replicas", "value": to})
         try:
             written = self.kube.patch(r.DEPLOYMENTS, str(meta.get("name")), ops, str(meta.get("namespace")), "json")

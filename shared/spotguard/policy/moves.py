@@ -141,6 +141,9 @@ class MoveRecord:
     # The workload's metadata.generation when the record was written (a record is an annotation:
     # it leaves the generation as it was); 0: not known (an older record).
     generation: int = 0
+    # A scale move's "+k": False while only the record is written, True once the "+k" is (the
+    # same JSON patch turns it True), None for an older record (not known).
+    scaled: bool | None = None
 
     @property
     def held(self) -> bool:
@@ -178,6 +181,8 @@ class MoveRecord:
             out["more"] = [m.to_json() for m in self.more]
         if self.generation:
             out["generation"] = self.generation
+        if self.scaled is not None:
+            out["scaled"] = self.scaled
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -212,6 +217,7 @@ class MoveRecord:
                 hpa_set=None if hpa.get("setMin") is None else _int(hpa["setMin"]),
                 more=tuple(Marked.from_json(m) for m in more),
                 generation=_int(raw.get("generation", 0)),
+                scaled=raw["scaled"] if isinstance(raw.get("scaled"), bool) else None,
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -334,6 +340,18 @@ def progress(
         return _evict_progress(
             record, wl, active, marked=first, capacity_of=capacity_of, now=now, timeout=timeout, hold=held
         )
+    if record.method is Method.SCALE and record.scaled is False and wl.replicas == record.replicas != record.scaled_to:
+        # The count is the owner's and the "+k" has not followed the record (an autoscaler whose
+        # minimum the move raised may have made it itself: then the count is the move's): its
+        # pass writes it once the admission webhook's cache caught up (seconds). Past that, it
+        # never will: the count changed in between (an
+        # interruption surge begun meanwhile, whose scale back then put the owner's count back;
+        # another writer), or the pass was cut off. The move never began: no "someone else" to
+        # hold against. Its record goes (its ranks and any raised minimum back); the next pass plans.
+        if age < START_SECONDS:
+            return Progress(wl, record, Action.WAIT, "starting: the count follows the record")
+        return Progress(wl, record, Action.END, "the count changed before the move's scale-up: never begun",
+                        restore=still)
     if (
         wl.replicas == record.replicas != record.scaled_to
         and record.generation
