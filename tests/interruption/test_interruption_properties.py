@@ -132,21 +132,29 @@ def test_the_surge_covers_every_doomed_pod_and_keeps_the_floor(c) -> None:
     nodes, pods, _workloads, budgets, _autoscalers, _notices = c
     plan = run(*c)
     cap = {n.name: CFG.node_capacity(n.labels) for n in nodes}
+    kinds: dict[str, set[NoticeKind]] = {}
+    for r in plan.notices:
+        if r.verdict is interruption.Verdict.DOOMED:
+            kinds.setdefault(r.node, set()).add(r.notice.kind)
     for s in plan.surges:
         wl_pods = [p for p in pods if p.labels.get("app") == s.workload.name and p.active]
         doomed = [p for p in wl_pods if p.node_name in plan.doomed_nodes]
         assert s.added == len(doomed) == s.record.surge
         assert s.replicas == s.workload.replicas + s.added
-        # Once the surge is Ready (on on-demand, as its raised floor asks), the
-        # workload has as many pods, and as many on-demand pods, as before.
+        # The spot nodes an autoscaler only drains: their replacements are spot replicas
+        drained = set(s.record.spot_drains)
+        assert all(cap.get(n) is Capacity.SPOT and kinds[n] == {NoticeKind.DRAIN} for n in drained)
+        on_demand_added = s.added - sum(1 for p in doomed if p.node_name in drained)
+        # Once the surge is Ready (its on-demand replicas on on-demand, as its raised floor
+        # asks), the workload has as many pods, and as many on-demand pods, as before.
         survivors = [p for p in wl_pods if p not in doomed]
         assert len(survivors) + s.added >= len(wl_pods)
         od_before = sum(1 for p in wl_pods if cap.get(p.node_name) is Capacity.ON_DEMAND)
-        od_after = sum(1 for p in survivors if cap.get(p.node_name) is Capacity.ON_DEMAND) + s.added
+        od_after = sum(1 for p in survivors if cap.get(p.node_name) is Capacity.ON_DEMAND) + on_demand_added
         floor = floors.floor_for(s.workload, CFG).on_demand
         assert od_after >= min(od_before, floor)
         surged = dataclasses.replace(with_surge(s.workload, s.record.to_json()), replicas=s.replicas)
-        assert floors.floor_for(surged, CFG).on_demand == min(s.replicas, floor + s.added)
+        assert floors.floor_for(surged, CFG).on_demand == min(s.replicas, floor + on_demand_added)
         if s.budget is not None:
             assert s.budget.min_available == sum(1 for p in wl_pods if p.ready) > 0
             assert not any(b.selector == {"matchLabels": {"app": s.workload.name}} for b in budgets)
