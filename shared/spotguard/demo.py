@@ -25,9 +25,11 @@ example:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     options, plot = options_from(args)
     assert isinstance(options, cycle.Options)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a demo that seems stuck is doing
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if getattr(args, "log_level", None) is None and "SPOTGUARD_LOG_LEVEL" not in os.environ:
         # The demo tells its own story; the components' logs only when asked for.
         logging.getLogger().setLevel(logging.WARNING)
