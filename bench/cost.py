@@ -10,8 +10,9 @@ instances go 120 s later):
   cordoning and evicting at the notice as aws-node-termination-handler does.
 
 Each run also gives its steady state: the bill's rate just before the notice, every pod
-placed (``steady_per_hour_usd``, and ``steady_saving_vs_all_on_demand``): what an hour
-without an interruption costs.
+placed and the node autoscaler settled (``settled``: nothing changed for as long as it
+takes to act, spotguard.ops.steady) (``steady_per_hour_usd``, and
+``steady_saving_vs_all_on_demand``): what an hour without an interruption costs.
 
 Each run's bill comes from the simulated cloud (instance-seconds x the us-east-1 price
 of each instance; docs/sim.md "Capacity and money"), over the same window: from the
@@ -54,7 +55,8 @@ def with_spotguard(objects: list[dict[str, Any]], scale: float) -> tuple[dict[st
     return {"promise_held": data["interruption_free"], "spot_nodes_reclaimed": data["spot_nodes_reclaimed"],
             "money": data["money"], "workloads_below_before": len(lost) + len(below_floor),
             "serving_lost_at_worst": sum(lost.values()),
-            "seconds_below_desired": round(sum(r.seconds_below_desired for r in table), 1)}, outcome.duration
+            "seconds_below_desired": round(sum(r.seconds_below_desired for r in table), 1),
+            "settled": outcome.steady, "settled_after": outcome.steady_after}, outcome.duration
 
 
 def main() -> int:
