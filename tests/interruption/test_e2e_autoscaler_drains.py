@@ -14,6 +14,8 @@ came, and no surge was made).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client
@@ -35,17 +37,38 @@ def serving_on(store: Any, node: str) -> list[str]:
             if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")]
 
 
-def test_a_spot_node_karpenter_consolidates_is_surged_before_its_pods_go(tmp_path: Any) -> None:
-    # GIVEN web (6) and api (3) on two on-demand and two spot nodes, every pod serving
+def evict_all(api: client.CoreV1Api, store: Any, node: str) -> int:
+    """Karpenter's termination: an eviction for every pod still on ``node``; how many were refused."""
+    refused = 0
+    for name in serving_on(store, node):
+        try:
+            api.create_namespaced_pod_eviction(
+                name, "shop", client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="shop")))
+        except ApiException as exc:
+            assert exc.status in (404, 429), exc
+            refused += exc.status == 429
+    return refused
+
+
+@contextlib.contextmanager
+def two_spot_nodes(tmp_path: Any, *, pods: bool) -> Iterator[tuple[Any, Any, str]]:
+    """web (6) and api (3) on two on-demand and two spot nodes, every pod serving, the served
+    eviction guard (and with ``pods``, the pod webhook); yields the cluster, the interruption
+    handler and the spot node holding the most serving pods."""
     objs = [*sim_scenario.mixed_nodes(on_demand=2, spot=2), sim_scenario.deployment("web", 6),
             sim_scenario.deployment("api", 3)]
     with testing.running_cluster(objs, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim, \
-            h.admission_webhook(sim, tmp_path, pods=False, evictions=True, timeout_seconds=None):
+            h.admission_webhook(sim, tmp_path, pods=pods, evictions=True, timeout_seconds=None):
+        h.wait_until(lambda: h.ready_pods(sim.store) == 9, 30, "every pod Ready")
+        target = max(("spot-0", "spot-1"), key=lambda n: len(serving_on(sim.store, n)))
+        assert serving_on(sim.store, target)
+        yield sim, h.handler_for(sim), target
+
+
+def test_a_spot_node_karpenter_consolidates_is_surged_before_its_pods_go(tmp_path: Any) -> None:
+    # GIVEN web (6) and api (3) on two on-demand and two spot nodes, every pod serving
+    with two_spot_nodes(tmp_path, pods=False) as (sim, handler, target):
         store = sim.store
-        h.wait_until(lambda: h.ready_pods(store) == 9, 30, "every pod Ready")
-        handler = h.handler_for(sim)
-        target = max(("spot-0", "spot-1"), key=lambda n: len(serving_on(store, n)))
-        assert serving_on(store, target)
         before = readiness.ready_counts(store.list("pods")[0])
         watcher = h.Watcher()
         watcher.start(store)
@@ -62,13 +85,7 @@ def test_a_spot_node_karpenter_consolidates_is_surged_before_its_pods_go(tmp_pat
             if sim.clock.now() >= next_ping:  # the shipped schedule pings it every minute
                 reconcile(handler)
                 next_ping += PING_AFTER
-            for name in serving_on(store, target):
-                try:
-                    api.create_namespaced_pod_eviction(
-                        name, "shop", client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="shop")))
-                except ApiException as exc:
-                    assert exc.status in (404, 429), exc
-                    refused += exc.status == 429
+            refused += evict_all(api, store, target)
             return not serving_on(store, target)
 
         h.wait_until(drained, 90, "Karpenter's drain of the spot node", step=0.5)
@@ -92,17 +109,10 @@ def test_the_replacements_of_a_consolidated_spot_node_go_to_spot_where_the_autos
     on-demand node, consolidated in turn after the surge, and medium-karpenter never settled
     (its cost before a notice above all on-demand's). Placed by the served webhook, they now
     go to spot, where web's and api's other spot replicas are."""
-    objs = [*sim_scenario.mixed_nodes(on_demand=2, spot=2), sim_scenario.deployment("web", 6),
-            sim_scenario.deployment("api", 3)]
-    with testing.running_cluster(objs, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim, \
-            h.admission_webhook(sim, tmp_path, pods=True, evictions=True, timeout_seconds=None):
+    with two_spot_nodes(tmp_path, pods=True) as (sim, handler, target):
         store = sim.store
-        h.wait_until(lambda: h.ready_pods(store) == 9, 30, "every pod Ready")
-        handler = h.handler_for(sim)
-        target = max(("spot-0", "spot-1"), key=lambda n: len(serving_on(store, n)))
         other = "spot-1" if target == "spot-0" else "spot-0"
         on_target = len(serving_on(store, target))
-        assert on_target
         before = {p["metadata"]["uid"] for p in store.list("pods", "shop")[0]}
         watcher = h.Watcher()
         watcher.start(store)
@@ -127,12 +137,7 @@ def test_the_replacements_of_a_consolidated_spot_node_go_to_spot_where_the_autos
         api = client.CoreV1Api(sim.api_client())
 
         def drained() -> bool:
-            for name in serving_on(store, target):
-                try:
-                    api.create_namespaced_pod_eviction(
-                        name, "shop", client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace="shop")))
-                except ApiException as exc:
-                    assert exc.status in (404, 429), exc
+            evict_all(api, store, target)
             return not serving_on(store, target)
 
         h.wait_until(drained, 60, "Karpenter's drain of the spot node", step=0.5)
