@@ -808,9 +808,13 @@ def _return_to_spot(
         )
         return full and (optimal or now - last_change[0] >= quiet)
 
-    # One replica of each workload at a time: the longest return is the workload with the most to move.
+    # One replica of each workload at a time: the longest return is the workload with the most to move;
+    # and the autoscaler packs the surges' nodes meanwhile (a node it replaces or consolidates is
+    # surged first, and node-added leaves a surging workload alone): two of its quiet periods more.
     most = max(moves.values(), default=0)
-    ok = watch.wait(back, sim.clock.real(600 + options.pod_startup * 4 + most * one_move) + 30, "the return to spot")
+    packing = 2 * steady.quiet_seconds(options.objects, sim.settings)
+    bound = 600 + options.pod_startup * 4 + most * one_move + packing
+    ok = watch.wait(back, sim.clock.real(bound) + 30, "the return to spot")
     if not ok:
         watch.phase.notes.append("the workloads had not settled back on spot when the cycle gave up waiting")
     return "done" if ok else "timed out"
