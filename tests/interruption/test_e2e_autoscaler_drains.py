@@ -133,13 +133,22 @@ def test_the_replacements_of_a_consolidated_spot_node_go_to_spot_where_the_autos
             labels = p["metadata"].get("labels") or {}
             assert labels.get("spotguard.io/placement") == "spot", (p["metadata"]["name"], labels)
             assert p["spec"]["nodeName"] == other, (p["metadata"]["name"], p["spec"]["nodeName"])
-        # AND the drain then empties the node with no Deployment below what it served
+        # AND the drain then empties the node with no Deployment below what it served: Karpenter's
+        # evictions refused, the next reconcile's scale back removes the drained pods
         api = client.CoreV1Api(sim.api_client())
+        refused = evict_all(api, store, target)
+        reconcile(handler)
 
         def drained() -> bool:
             evict_all(api, store, target)
             return not serving_on(store, target)
 
         h.wait_until(drained, 60, "Karpenter's drain of the spot node", step=0.5)
+        assert refused == on_target
         for key, count in readies.items():
             assert watcher.lowest[key] >= count, (key, watcher.lowest[key], count)
+        # AND no pod was made beyond the surge's: an evicted pod of a surged ReplicaSet is
+        # replaced once more (a pod Karpenter launches a node for, removed with the scale back)
+        h.wait_until(lambda: h.ready_pods(store) == 9 and len(store.list("pods", "shop")[0]) == 9, 30,
+                     "the scale back")
+        assert len(new_pods()) == on_target, [p["metadata"]["name"] for p in new_pods()]

@@ -144,7 +144,10 @@ def test_the_surge_covers_every_doomed_pod_and_keeps_the_floor(c) -> None:
         # The spot nodes an autoscaler only drains: their replacements are spot replicas
         drained = set(s.record.spot_drains)
         assert all(cap.get(n) is Capacity.SPOT and kinds[n] == {NoticeKind.DRAIN} for n in drained)
-        on_demand_added = s.added - sum(1 for p in doomed if p.node_name in drained)
+        # The on-demand nodes an autoscaler only drains: their replacements beyond the floor are not
+        spare = dict(s.record.spare_drains)
+        assert all(cap.get(n) is Capacity.ON_DEMAND and kinds[n] == {NoticeKind.DRAIN} for n in spare)
+        on_demand_added = s.added - sum(1 for p in doomed if p.node_name in drained) - sum(spare.values())
         # Once the surge is Ready (its on-demand replicas on on-demand, as its raised floor
         # asks), the workload has as many pods, and as many on-demand pods, as before.
         survivors = [p for p in wl_pods if p not in doomed]

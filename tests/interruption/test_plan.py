@@ -641,3 +641,28 @@ def test_an_autoscaler_raise_that_failed_leaves_spotguards_earlier_minimum_which
         )
         theirs = users["spec"]["minReplicas"]
         assert [(f.hpa_min, f.replicas) for f in done] == [(None, theirs)]
+
+
+def test_a_drained_nodes_pods_go_with_the_scale_back_once_the_replacements_are_ready() -> None:
+    """Karpenter evicted a consolidated node's pods once the guard let them go; each evicted
+    pod's ReplicaSet, still at the surged count, created one more pod, and Karpenter launched
+    a node for it (the demo with a drainer: a node every consolidation, removed again once the
+    surge was over: the return to spot never settled). With the replacements Ready, the surge
+    ends while the drained pods still serve, and they are the ones its scale back removes."""
+    web = surged_web(nodes=("od2",))
+    nodes = [node("od1", "on-demand"), node("od2", "on-demand")]
+    pods = [pod(web, i, "od2") for i in range(2)] + [pod(web, i, "od1") for i in range(2, 6)]
+    drain = {"od2": NodeNotice(event_id="drain/od2/1", kind=NoticeKind.DRAIN, time=NOW, until=NOW + 300)}
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30, marks=drain)
+    assert waiting == []
+    assert [(f.replicas, f.remove, f.scale, f.reason) for f in done] == [
+        (4, False, True, "replacements Ready: the drained pods go with the scale back")]
+    # the replacements not all Ready yet: it waits as before
+    pods[-1] = pod(web, 5, "od1", ready=False)
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30, marks=drain)
+    assert done == [] and "still Ready on doomed nodes" in waiting[0].reason
+    # a node being reclaimed (an interruption's mark) keeps its pods serving until the reclaim
+    pods[-1] = pod(web, 5, "od1")
+    reclaim = {"od2": _mark(NoticeKind.INTERRUPTION, NOW + 120)}
+    done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30, marks=reclaim)
+    assert done == [] and "still Ready on doomed nodes" in waiting[0].reason

@@ -159,3 +159,41 @@ def test_the_replacements_of_a_spot_node_an_autoscaler_only_drains_are_not_pinne
     # AND the record says so through its JSON (what the webhook reads)
     assert SurgeRecord.parse(step.record.to_json()) == step.record
     assert SurgeRecord.parse('{"replicas": 4, "surge": 2, "spotDrains": "spot-2"}') == SurgeRecord(4, 2)
+
+
+def test_the_replacements_of_a_drained_on_demand_node_are_on_demand_only_as_far_as_the_floor_needs() -> None:
+    """Karpenter consolidates an on-demand node holding replicas that wait there for their
+    return to spot (the demo with a drainer: thumbnails, floor 0, had 3 on-demand replicas
+    after the reclaim). Their replacements were pinned to on-demand: Karpenter launched an
+    on-demand node for them, node-added's move of them found no fewer on-demand replicas and
+    held the workload 600 s. Only what the floor needs on on-demand stays there now."""
+    drained = node("od-2", "on-demand", taints=KARPENTER)
+    nodes = [node("od-1", "on-demand"), drained, node("spot-1", "spot")]
+    # web: 5 replicas, floor 1 (the default); 1 on od-1, 3 on the drained od-2, 1 on spot
+    pods = [web_pod("web-a", "od-1"), web_pod("web-b", "od-2"), web_pod("web-c", "od-2"),
+            web_pod("web-d", "od-2"), web_pod("web-e", "spot-1")]
+    web = Workload(Kind.DEPLOYMENT, "shop", "web", 5, {})
+    plan = interruption.plan(notices(nodes, pods, [web]), nodes=nodes, pods=pods, workloads=[web],
+                             config=Config(), now=NOW)
+    step = plan.surges[0]
+    # WHEN the drained node's three pods are surged
+    assert step.added == 3 and step.record.spare_drains == (("od-2", 3),)
+    surged = Workload(Kind.DEPLOYMENT, "shop", "web", step.replicas, {SURGE: step.record.to_json()})
+    # THEN the floor is kept by od-1's replica: none of the three replacements is on-demand
+    assert (floors.floor_for(surged, Config()).surge, floors.floor_for(surged, Config()).on_demand) == (0, 1)
+    assert SurgeRecord.parse(step.record.to_json()) == step.record
+    # AND where the floor's replica is on the drained node itself, its replacement stays on-demand
+    pods[0] = web_pod("web-a", "spot-1")
+    plan = interruption.plan(notices(nodes, pods, [web]), nodes=nodes, pods=pods, workloads=[web],
+                             config=Config(), now=NOW)
+    record = plan.surges[0].record
+    assert record.spare_drains == (("od-2", 2),) and record.on_demand_surge == 1
+    # AND a notice of the provider's for the node (not a drain) makes every replacement on-demand
+    surged = Workload(Kind.DEPLOYMENT, "shop", "web", plan.surges[0].replicas, {SURGE: record.to_json()})
+    mark = plan.taints[0].notice
+    assert mark is not None
+    scheduled = Notice("h-1", NoticeKind.SCHEDULED, drained.instance_id, datetime.fromtimestamp(NOW + 20, UTC),
+                       until=datetime.fromtimestamp(NOW + 600, UTC))
+    later = interruption.plan([scheduled], nodes=nodes, pods=pods, workloads=[surged], config=Config(), now=NOW + 20,
+                              node_notices={"od-2": mark})
+    assert later.surges[0].record.spare_drains == () and later.surges[0].record.on_demand_surge == 3

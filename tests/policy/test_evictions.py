@@ -326,3 +326,31 @@ def test_a_deployment_on_a_spot_node_an_autoscaler_drains_without_a_notice_is_he
     cordoned = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True))
     assert decide(deployment(6), pods[-1], pods, nodes=cordoned, now=NOW + 8, first_seen=NOW,
                   timing=timing).reason == "no-notice"
+
+
+def test_a_drained_nodes_pods_whose_surge_is_ready_wait_for_spotguards_scale_back() -> None:
+    """Once a drain's replacements were Ready the guard let Karpenter evict the drained pods;
+    the ReplicaSet, still at the surged count, created one more pod for each, and Karpenter
+    launched a node for them (removed again once the surge was over). The scale back removes
+    the drained pods itself now (spotguard.policy.interruption.finish): the guard holds them
+    for it, until the drain's release at the latest."""
+    mark = NodeNotice("drain/od-2/1", NoticeKind.DRAIN, NOW, NOW + 300)
+    drained = evictions.NodeFacts("od-2", spot=False, taint_keys=frozenset({"karpenter.sh/disrupted"}), notice=mark)
+    facts = {**nodes(), "od-2": drained}
+    pods = [pod(f"o-{i}", "od-1") for i in range(6)] + [pod(f"n-{i}", "od-2") for i in range(3)]
+    running = {"replicas": 6, "surge": 3, "events": ["drain/od-2/1"], "nodes": ["od-2"], "started": NOW, "ready": 6}
+    # GIVEN web's surge for the drain, its 6 replicas Ready on od-1
+    d = decide(deployment(9, running), pods[-1], pods, nodes=facts, now=NOW + 40)
+    assert not d.allowed and d.reason == "scale-back-pending"
+    assert "spotguard's scale back removes this pod itself" in d.message and d.retry_after == 5
+    # AND never past the drain's release (30 s before its end)
+    assert decide(deployment(9, running), pods[-1], pods, nodes=facts, now=NOW + 270).reason == "reclaim-near"
+    # AND once the surge is over (the record done) or where a copy surges, the pods may go
+    done = {**running, "surge": 0, "done": True}
+    assert decide(deployment(6, done), pods[-1], pods, nodes=facts, now=NOW + 40).allowed
+    copy = {**running, "copy": True}
+    assert decide(deployment(6, copy), pods[-1], pods, nodes=facts, now=NOW + 40).reason == "replaced"
+    # AND a reclaimed node's pods go once replaced, as before (its drainer keeps its own pace)
+    reclaimed = {**nodes(), "od-2": dataclasses.replace(drained, notice=NOTICE)}
+    at_reclaim = {**running, "events": [NOTICE.event_id]}
+    assert decide(deployment(9, at_reclaim), pods[-1], pods, nodes=reclaimed, now=NOW + 40).reason == "replaced"

@@ -327,15 +327,41 @@ def decide(
         why = f"spot node {node.name} is going away and spotguard's notice for it may be on its way"
     want = wanted(workload, floor_on_demand, record)
     have = ready_on_staying_nodes(pods, nodes)
-    if have >= want:
-        return Decision(True, "replaced")
     retry = max(1, min(RETRY_SECONDS, math.ceil(release_at - now)))
+    if have >= want:
+        if handed_over(workload, record, node, noticed):
+            message = (
+                f"spotguard: {workload.kind} {workload.namespace}/{workload.name} has its replacements Ready on "
+                f"nodes that stay; a node autoscaler drains node {node.name} and spotguard's scale back removes "
+                f"this pod itself (evicted, its ReplicaSet would create one more pod for the autoscaler to launch "
+                f"a node for). Retry after {retry}s (allowed by {_clock(release_at)} at the latest)."
+            )
+            return Decision(False, "scale-back-pending", message, retry)
+        return Decision(True, "replaced")
     message = (
         f"spotguard: {workload.kind} {workload.namespace}/{workload.name} has {have} Ready pods on nodes "
         f"that stay and keeps {want} serving; {why}; its replacements are starting. "
         f"Retry after {retry}s (allowed by {_clock(release_at)} at the latest)."
     )
     return Decision(False, "protected", message, retry)
+
+
+def handed_over(
+    workload: Workload, record: surges.SurgeRecord | None, node: NodeFacts, noticed: Sequence[_Notice]
+) -> bool:
+    """A Deployment's pod on a node a node autoscaler only drains, whose running surge covers the
+    node: once its replacements are Ready, spotguard's scale back removes the drained pods
+    (ranked first; :func:`spotguard.policy.interruption.finish`), so the guard keeps refusing
+    their evictions until then (at most until the drain's release)."""
+    return (
+        workload.kind is Kind.DEPLOYMENT
+        and record is not None
+        and not record.done
+        and not record.copy
+        and node.name in record.nodes
+        and bool(noticed)
+        and noticed[0].drain
+    )
 
 
 def node_replaced(

@@ -508,13 +508,12 @@ def plan(
                 continue  # tainted before notices were recorded on nodes
         taints.append(TaintStep(name, first.event_id, first.kind, mark))
 
-    # The spot nodes only a node autoscaler drains: their replacements need no on-demand.
-    spot_drained = frozenset(
-        name
-        for name, asking in doomed.items()
-        if all(n.kind is NoticeKind.DRAIN for n in asking)
-        and config.node_capacity(node_by_name[name].labels) is Capacity.SPOT
-    )
+    # The nodes only a node autoscaler drains (no reclaim): a spot node's replacements need no
+    # on-demand; an on-demand node's need it only as far as the floor does (per workload, below).
+    drained_only = {name for name, asking in doomed.items() if all(n.kind is NoticeKind.DRAIN for n in asking)}
+    capacity = {name: config.node_capacity(node_by_name[name].labels) for name in node_by_name}
+    spot_drained = frozenset(name for name in drained_only if capacity[name] is Capacity.SPOT)
+    on_demand_drained = frozenset(name for name in drained_only if capacity[name] is Capacity.ON_DEMAND)
 
     # Pods on doomed nodes, by workload.
     wl_by_key = {w.key: w for w in workloads}
@@ -562,6 +561,17 @@ def plan(
                 config=config,
                 copy=surge_copy,
                 spot_drained=spot_drained,
+                spare=_spare_drains(
+                    per_node, on_demand_drained, floor.on_demand - floor.surge,
+                    kept=sum(
+                        1
+                        for p in pods_by_key[key]
+                        if p.active
+                        and capacity.get(p.node_name) is Capacity.ON_DEMAND
+                        and p.node_name not in doomed
+                        and not _tainted(node_by_name.get(p.node_name))
+                    ),
+                ),
             )
         )
 
@@ -587,6 +597,22 @@ def plan(
         node_events={k: tuple(v) for k, v in node_events.items()},
         skipped=tuple(skipped),
     )
+
+
+def _spare_drains(per_node: Mapping[str, int], drained: Collection[str], floor: int, kept: int) -> dict[str, int]:
+    """node -> how many of a workload's ``per_node`` pods on the on-demand nodes an autoscaler
+    only ``drained`` need no on-demand replacement: those beyond its base ``floor``, given the
+    on-demand replicas it ``kept`` on nodes that stay. A replica waiting on on-demand for its
+    return to spot, pinned to on-demand again by its replacement, would make the autoscaler
+    launch an on-demand node for it (and the return's move of it undone)."""
+    need = max(floor - kept, 0)
+    out: dict[str, int] = {}
+    for node in sorted(n for n in per_node if n in drained):
+        pinned = min(per_node[node], need)
+        need -= pinned
+        if per_node[node] - pinned:
+            out[node] = per_node[node] - pinned
+    return out
 
 
 def _tainted(node: NodeView | None) -> bool:
@@ -656,6 +682,7 @@ def _surge_step(
     config: Config | None = None,
     copy: bool = False,
     spot_drained: Collection[str] = (),
+    spare: Mapping[str, int] | None = None,
 ) -> SurgeStep:
     cfg = config or Config()
     existing = SurgeRecord.of(wl)
@@ -704,6 +731,15 @@ def _surge_step(
     drains = set(existing.spot_drains) if existing else set()
     drains -= {node for node in doomed if node not in spot_drained}
     drains |= {node for node in per_node if node in spot_drained}
+    # An on-demand node only drained: what of its pods the floor does not need, set when the
+    # surge first covers it (more pods placed there after: on-demand replacements, as before).
+    spares = dict(existing.spare_drains) if existing else {}
+    for node in list(spares):
+        if any(n.kind is not NoticeKind.DRAIN for n in doomed.get(node, ())):
+            spares.pop(node)  # a notice of the market's or the provider's: replaced on on-demand
+    for node, k in (spare or {}).items():
+        if node not in covered:
+            spares[node] = k
     ready = sum(1 for p in wl_pods if p.active and p.ready)
     hpa = autoscaler_for(wl, autoscalers)
     index = budgets if isinstance(budgets, BudgetIndex) else BudgetIndex(budgets)
@@ -789,6 +825,7 @@ def _surge_step(
         rebalance=tuple(sorted(soft)),
         copy=copy,
         spot_drains=tuple(sorted(drains & set(counts))),
+        spare_drains=tuple(sorted((n, k) for n, k in spares.items() if n in counts)),
     )
     changed = (
         existing is None or existing.lost or record.to_json() != existing.to_json() or replicas != wl.replicas + added
@@ -912,6 +949,20 @@ def finish(
             floor = hpa.min_replicas if hpa_min is None else hpa_min
         target = max(_owner_count(record, wl.replicas, hpa), floor)
         if doomed_ready:
+            holding = {p.node_name for p in wl_pods if p.active and p.ready and p.node_name in live}
+            if (
+                ready_elsewhere >= target
+                and not record.lost
+                and not surge_copy
+                and all(drained_only(record, marks, n) for n in holding)
+            ):
+                # A node an autoscaler drains: its pods go with the scale back (ranked first), not
+                # by the autoscaler's evictions (which the guard holds for this): an evicted pod's
+                # ReplicaSet, still at the surged count, would create one more pod, and the
+                # autoscaler launch a node for it, a node it removes again once the surge is over.
+                done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget,
+                                   "replacements Ready: the drained pods go with the scale back", False, True))
+                continue
             waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
             continue
         if record.lost and not surge_copy:
@@ -932,6 +983,13 @@ def finish(
 
 # How long past its last deadline a surge waits for replacements that are not Ready.
 REPLACEMENT_GRACE = 300.0
+
+
+def drained_only(record: SurgeRecord, marks: Mapping[str, NodeNotice] | None, node: str) -> bool:
+    """Whether ``node`` of a surge is only drained by a node autoscaler (its mark a ``drain``
+    notice, and not a node the surge keeps for a rebalance recommendation)."""
+    mark = (marks or {}).get(node)
+    return mark is not None and mark.kind is NoticeKind.DRAIN and node not in (record.rebalance or ())
 
 
 def finished_record(record: SurgeRecord) -> SurgeRecord:

@@ -79,15 +79,24 @@ class SurgeRecord:
     # the part of ``surge`` that covers them (``counts``) raises no on-demand floor
     # (:meth:`on_demand_surge`). A warning for such a node takes it out of the set.
     spot_drains: tuple[str, ...] = ()
+    # node -> how many of the workload's pods on an on-demand node an autoscaler only drains
+    # (consolidation: Karpenter's replace or delete, the Cluster Autoscaler's scale-down) the
+    # floor does not need on on-demand: the workload keeps its floor's on-demand replicas
+    # elsewhere, so these replacements need no on-demand either (a replica waiting there for
+    # its return to spot, say). A warning for such a node takes it out.
+    spare_drains: tuple[tuple[str, int], ...] = ()
 
     @property
     def on_demand_surge(self) -> int:
-        """The surge replicas that must be on-demand: all but those replacing pods of a spot
-        node an autoscaler drains (they go where the workload's other spot replicas go)."""
-        if not self.spot_drains:
+        """The surge replicas that must be on-demand: all but those replacing pods of a node an
+        autoscaler drains that the floor does not need there (a spot node's: they go where the
+        workload's other spot replicas go; an on-demand node's beyond the floor)."""
+        if not self.spot_drains and not self.spare_drains:
             return max(self.surge, 0)
         drained = dict(self.counts)
-        return max(self.surge - sum(drained.get(n, 0) for n in self.spot_drains), 0)
+        free = sum(drained.get(n, 0) for n in self.spot_drains)
+        free += sum(min(k, drained.get(n, 0)) for n, k in self.spare_drains if n not in self.spot_drains)
+        return max(self.surge - free, 0)
 
     def min_is_ours(self, hpa: AutoscalerLimits) -> bool:
         """The autoscaler's minReplicas holds a value spotguard set: the record's, or the one
@@ -140,6 +149,8 @@ class SurgeRecord:
             out["copy"] = True
         if self.spot_drains:
             out["spotDrains"] = list(self.spot_drains)
+        if self.spare_drains:
+            out["spareDrains"] = dict(self.spare_drains)
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -173,10 +184,11 @@ class SurgeRecord:
                 hpa_set=_opt_int(hpa.get("setMin")),
                 hpa_max_set=_opt_int(hpa.get("setMax")),
                 ready=_int(raw.get("ready") or 0),
-                counts=tuple(sorted((str(n), _int(c)) for n, c in counts.items())) if isinstance(counts, dict) else (),
+                counts=_node_counts(counts),
                 rebalance=tuple(str(n) for n in raw["rebalance"]) if isinstance(raw.get("rebalance"), list) else None,
                 copy=raw.get("copy") is True,
                 spot_drains=tuple(str(n) for n in raw["spotDrains"]) if isinstance(raw.get("spotDrains"), list) else (),
+                spare_drains=_node_counts(raw.get("spareDrains")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -192,6 +204,11 @@ class SurgeRecord:
         return record
 
 
+
+
+def _node_counts(raw: Any) -> tuple[tuple[str, int], ...]:
+    """``{node: count}`` as sorted pairs; () where it is not such a map."""
+    return tuple(sorted((str(n), _int(c)) for n, c in raw.items())) if isinstance(raw, dict) else ()
 
 
 def _int(value: Any) -> int:
