@@ -187,6 +187,7 @@ def test_authentication_tokens_certificates_and_anonymous(sim: testing.SimCluste
             "status": "Failure",
             "message": 'forbidden: User "system:anonymous" cannot get path "/api"',
             "reason": "Forbidden",
+            "details": {},  # NewForbidden always sets Details: empty, not left out
             "code": 403,
         },
     )
