@@ -283,6 +283,14 @@ def test_an_eviction_a_budget_refuses_is_429_without_retry_after(cluster: Cluste
     cluster.policy.create_namespaced_pod_disruption_budget(ns, {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "all"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}})
+    if cluster.sim is not None:  # no disruption controller either: observe the budget as it would
+        # (unobserved, eviction.go answers 429 with a retry after 10 s instead)
+        cluster.sim.store.mutate("poddisruptionbudgets", "all", ns, lambda b: b.update(status={
+            "observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+            "expectedPods": 1}))
+    else:
+        eventually(lambda: (cluster.policy.read_namespaced_pod_disruption_budget("all", ns).status
+                            .observed_generation or 0) >= 1, 60)
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "guarded", "namespace": ns}}
     with pytest.raises(ApiException) as info:
         cluster.core.create_namespaced_pod_eviction("guarded", ns, body)

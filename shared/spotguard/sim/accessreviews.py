@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 
 def handle(api: Api, request: Request, t: Target) -> routes.Response:
     if request.method != "POST" or (t.name is not None and t.subresource is None):
-        raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
+        raise errors.generic_method_not_allowed()
     body = routes._load(request.body)
     if not isinstance(body, dict):
         raise errors.BadRequest(f"a {t.rtype.kind if t.subresource is None else 'TokenRequest'} must be a JSON object")
@@ -103,8 +103,10 @@ def _token(api: Api, t: Target, body: Obj) -> routes.Response:
             raise errors.BadRequest(f"cannot bind token to object of kind {bound.get('kind')!r} (only Pod is modelled)")
         pod = api.store.get("pods", str(bound.get("name") or ""), t.namespace)
         if bound.get("uid") and bound["uid"] != pod["metadata"]["uid"]:
-            raise errors.Conflict(f"the UID in the bound object reference ({bound['uid']}) does not match the UID "
-                                  f"in record. The object might have been deleted and then recreated")
+            # serviceaccount/storage/token.go: NewConflict on the bound object's kind
+            raise errors.conflict("Pod", str(pod["metadata"]["name"]), err=(
+                f"the UID in the bound object reference ({bound['uid']}) does not match the UID in record. The "
+                "object might have been deleted and then recreated"))
         bound_obj = {"kind": "Pod", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
         spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", **bound_obj}
     token, expires = api.authenticator.issue(t.namespace, t.name, seconds, audiences, bound_obj)

@@ -417,9 +417,7 @@ def _run(hook: Mapping[str, Any], rtype: resources.ResourceType, obj: Obj | None
             log.warning("webhook call failed, ignored (failurePolicy Ignore): %s: %s", hook_name, exc,
                         extra={"webhook": hook_name, "error": str(exc)})
             return unchanged
-        raise errors.InternalError(
-            f'Internal error occurred: failed calling webhook "{hook_name}": {exc}'
-        ) from exc
+        raise errors.internal_error(f'failed calling webhook "{hook_name}": {exc}') from exc
 
 
 def _denial(hook_name: str, response: Mapping[str, Any]) -> errors.StatusError:
@@ -434,12 +432,17 @@ def _denial(hook_name: str, response: Mapping[str, Any]) -> errors.StatusError:
         denied += f": {status['reason']}"
     else:
         denied += " without explanation"
+    # webhook/errors/statuserror.go ToStatusErr: the webhook's Status as it is, message prefixed
     refusal = errors.StatusError(denied)
     refusal.code = code if 400 <= code < 600 else 400
     refusal.reason = str(status.get("reason") or "")
-    retry = (status.get("details") or {}).get("retryAfterSeconds")
-    if isinstance(retry, int) and retry > 0:
-        refusal.details["retryAfterSeconds"] = retry
+    details = status.get("details")
+    if isinstance(details, dict):
+        refusal.details.update(details)
+        refusal.with_details = True
+    retry = refusal.details.get("retryAfterSeconds")
+    if not (isinstance(retry, int) and retry > 0):
+        refusal.details.pop("retryAfterSeconds", None)
     return refusal
 
 

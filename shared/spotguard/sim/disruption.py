@@ -54,9 +54,11 @@ def desired_healthy(spec: dict[str, Any], pod_count: int, expected_scale: int | 
     return pod_count, pod_count  # neither set: minAvailable defaults to 1 in older APIs
 
 
-def _too_many(pdb: dict[str, Any], cause: str) -> errors.TooManyRequests:
-    return errors.TooManyRequests(
-        "Cannot evict pod as it would violate the pod's disruption budget.",
+def _too_many(cause: str, retry_after_seconds: int) -> errors.TooManyRequests:
+    """eviction.go: NewTooManyRequests with a DisruptionBudget cause (a retry after 10 s while
+    the budget is not yet observed, none when it allows no disruption)."""
+    return errors.too_many_requests(
+        "Cannot evict pod as it would violate the pod's disruption budget.", retry_after_seconds,
         causes=[{"reason": "DisruptionBudget", "message": cause}],
     )
 
@@ -92,10 +94,13 @@ def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any],
         if not _can_ignore_pdb(pod):
             budgets = matching_pdbs(store, pod)
             if len(budgets) > 1:
-                raise errors.InternalError(
+                # eviction.go answers a bare Status (code 500, no reason, no details)
+                refusal = errors.InternalError(
                     "This pod has more than one PodDisruptionBudget, which the eviction "
                     "subresource does not support."
                 )
+                refusal.reason, refusal.with_details = "", False
+                raise refusal
             if budgets:
                 _check_and_decrement(store, budgets[0], pod, dry_run)
         log.info("evicting pod", extra={"namespace": namespace, "pod": name, "dry_run": dry_run})
@@ -126,18 +131,18 @@ def _check_and_decrement(store: Any, pdb: dict[str, Any], pod: dict[str, Any], d
         if healthy >= desired > 0:
             return  # IfHealthyBudget: an unready pod may go while the budget is healthy
     if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 1):
-        raise _too_many(pdb, f"The disruption budget {pdb_name} is still being processed by the server.")
+        raise _too_many(f"The disruption budget {pdb_name} is still being processed by the server.", 10)
     allowed = int(status.get("disruptionsAllowed") or 0)
     if allowed < 0:
-        raise errors.Forbidden("pdb disruptions allowed is negative")
+        raise errors.forbidden("poddisruptionbudget", pdb_name, "pdb disruptions allowed is negative", "policy")
     if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_POD_SIZE:
-        raise errors.Forbidden(
-            "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
+        raise errors.forbidden(
+            "poddisruptionbudget", pdb_name,
+            "DisruptedPods map too big - too many evictions not confirmed by PDB controller", "policy",
         )
     if allowed == 0:
         raise _too_many(
-            pdb, f"The disruption budget {pdb_name} needs {desired} healthy pods and has "
-            f"{healthy} currently",
+            f"The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently", 0,
         )
     if dry_run:
         return

@@ -271,7 +271,7 @@ def handle(api: routes.Api, request: routes.Request, t: routes.Target) -> routes
             200, event if partial is None else partialmeta.of_object(event, partial))
     if method == "POST":
         if t.name is not None:
-            raise errors.MethodNotAllowed("POST is not allowed on a named object")
+            raise errors.generic_method_not_allowed()
         obj = _json_object(request.body)
         routes_mod._strict(t.rtype, q, obj)
         core = _input(obj)
@@ -284,7 +284,7 @@ def handle(api: routes.Api, request: routes.Request, t: routes.Target) -> routes
         return routes_mod.json_response(201, from_core(created))
     if method in ("PUT", "PATCH"):
         if t.name is None:
-            raise errors.MethodNotAllowed(f"{method} needs an object name")
+            raise errors.generic_method_not_allowed()
         return routes_mod.json_response(200, from_core(_write(api, request, t, dry_run)))
     if method == "DELETE":
         response = api._dispatch(request, core_t)
@@ -293,7 +293,7 @@ def handle(api: routes.Api, request: routes.Request, t: routes.Target) -> routes
             if body.get("kind") == "Event":
                 response.body = orjson.dumps(from_core(body))
         return response
-    raise errors.MethodNotAllowed(f"the server does not allow this method: {method}")
+    raise errors.generic_method_not_allowed()
 
 
 def _write(api: routes.Api, request: routes.Request, t: routes.Target, dry_run: bool) -> Obj:

@@ -308,10 +308,10 @@ def serve(path: str, accept: str) -> routes.Response:
     if path.startswith("/openapi/v3/"):
         body = documents().get(path[len("/openapi/v3/"):])
         if body is None:
-            raise errors.NotFound("the server could not find the requested resource")
+            raise errors.generic_not_found()
         return routes.Response(200, body, headers={"Cache-Control": "public, immutable"})
     # /openapi/v2 is served as protobuf by kube-apiserver; kubectl uses v3 when present.
-    raise errors.NotFound("the server could not find the requested resource")
+    raise errors.generic_not_found()
 
 
 def _resolve(schema: Any) -> dict[str, Any]:

@@ -86,10 +86,10 @@ def apply_json(obj: dict[str, Any], patch: Any) -> dict[str, Any]:
     try:
         result = jsonpatch.JsonPatch(patch).apply(obj, in_place=False)
     except jsonpatch.JsonPatchTestFailed as exc:
-        raise errors.Invalid(f"the server rejected our request due to an error in our request: {exc}") from exc
+        raise errors.generic_invalid() from exc
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, KeyError, IndexError,
             TypeError, ValueError) as exc:
-        raise errors.Invalid(f"the server rejected our request due to an error in our request: {exc}") from exc
+        raise errors.generic_invalid() from exc
     if not isinstance(result, dict):
         raise errors.BadRequest("json patch replaced the object with a non-object")
     return result

@@ -117,17 +117,17 @@ def resolve(path: str) -> Target | None:
     rtype = next((r for r in resources.SERVED
                   if (r.plural, r.group, r.version) == (plural, group, version)), None)
     if rtype is None:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.generic_not_found()
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
     if len(rest) > 3:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.generic_not_found()
     if sub is not None and sub not in rtype.subresources:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.generic_not_found()
     if rtype.namespaced and name is not None and namespace is None:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.generic_not_found()
     if not rtype.namespaced and namespace is not None:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.generic_not_found()
     return Target(rtype, namespace, name, sub)
 
 
@@ -228,7 +228,7 @@ class Api:
                 return doc
             target = resolve(request.path)
             if target is None:
-                raise errors.NotFound("the server could not find the requested resource")
+                raise errors.generic_not_found()
             return self._dispatch(request, target)
         except errors.StatusError as exc:
             return status_response(exc)
@@ -258,11 +258,11 @@ class Api:
             return accessreviews.handle(self, request, t)
         if t.subresource == "eviction":
             if method != "POST":
-                raise errors.MethodNotAllowed("only POST is allowed for pods/eviction")
+                raise errors.generic_method_not_allowed()  # only POST is routed
             return self._evict(request, t)
         if t.subresource == "binding":
             if method != "POST":
-                raise errors.MethodNotAllowed("only POST is allowed for pods/binding")
+                raise errors.generic_method_not_allowed()  # only POST is routed
             return self._bind(request, t)
         if t.subresource == "scale":
             return self._scale(request, t)
@@ -284,7 +284,7 @@ class Api:
             return Response(200, raw)
         if method == "POST":
             if t.name is not None:
-                raise errors.MethodNotAllowed("POST is not allowed on a named object")
+                raise errors.generic_method_not_allowed()
             obj = _load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
@@ -299,7 +299,7 @@ class Api:
             return json_response(201, created)
         if method == "PUT":
             if t.name is None:
-                raise errors.MethodNotAllowed("PUT needs an object name")
+                raise errors.generic_method_not_allowed()
             obj = _load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
@@ -318,7 +318,7 @@ class Api:
             return json_response(200, updated)
         if method == "PATCH":
             if t.name is None:
-                raise errors.MethodNotAllowed("PATCH needs an object name")
+                raise errors.generic_method_not_allowed()
             ctype = request.headers.get("content-type", "").split(";")[0].strip()
             patch_type = patching.CONTENT_TYPES.get(ctype)
             if patch_type is None:
@@ -367,7 +367,7 @@ class Api:
                 return json_response(200, deleted)  # pods return the object (ReturnDeletedObject)
             return success(200, {"name": t.name, "group": t.rtype.group,
                                  "kind": t.rtype.plural, "uid": meta.get("uid", "")})
-        raise errors.MethodNotAllowed(f"the server does not allow this method: {method}")
+        raise errors.generic_method_not_allowed()
 
     # ---- list and watch ---------------------------------------------------
     def _list(self, request: Request, t: Target) -> Response:
@@ -525,12 +525,11 @@ class Api:
         def bind(pod: Obj) -> None:
             spec = pod.setdefault("spec", {})
             if spec.get("nodeName"):
-                raise errors.Conflict(
-                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
-                    f"already assigned to node \"{spec['nodeName']}\""
-                )
+                raise errors.conflict("pods/binding", name, err=f"pod {name} is already assigned to node "
+                                      f"\"{spec['nodeName']}\"")
             if pod["metadata"].get("deletionTimestamp"):
-                raise errors.Conflict(f'pod "{name}" is being deleted, cannot be assigned to a host')
+                raise errors.conflict("pods/binding", name,
+                                      err=f"pod {name} is being deleted, cannot be assigned to a host")
             spec["nodeName"] = node
             status = pod.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
@@ -552,7 +551,7 @@ class Api:
         if request.method == "GET":
             return json_response(200, to_scale(obj))
         if request.method not in ("PUT", "PATCH"):
-            raise errors.MethodNotAllowed(f"{request.method} is not allowed on {plural}/scale")
+            raise errors.generic_method_not_allowed()
         current = to_scale(obj)
         if request.method == "PUT":
             wanted = _load(request.body)

@@ -74,7 +74,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             response = routes.status_response(exc)
         except Exception as exc:
             log.exception("api request failed", extra={"method": self.command, "path": self.path})
-            response = routes.status_response(errors.InternalError(f"internal error: {exc}"))
+            response = routes.status_response(errors.internal_error(str(exc)))
         if response.watch is not None:
             self._stream(response)
             return

@@ -44,8 +44,10 @@ def check(query: dict[str, str], current: int) -> tuple[str, int] | None:
     except ValueError:
         raise errors.BadRequest(f"invalid resource version {rv_text!r}") from None
     if rv > current:
-        raise errors.Timeout(f"Too large resource version: {rv}, current: {current}",
-                             retryAfterSeconds=1)
+        # apiserver pkg/storage/errors.go NewTooLargeResourceVersionError
+        raise errors.timeout(f"Too large resource version: {rv}, current: {current}", 1,
+                             causes=[{"reason": "ResourceVersionTooLarge",
+                                      "message": "Too large resource version"}])
     return (match, rv) if match == "Exact" and rv < current else None
 
 

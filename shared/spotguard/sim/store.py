@@ -12,6 +12,7 @@ import collections
 import contextlib
 import gc
 import itertools
+import json
 import logging
 import queue
 import random
@@ -43,6 +44,17 @@ COMPACTION_INTERVAL = 300.0
 _GEN_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# validation.RegexError's texts for them (apimachinery pkg/util/validation/validation.go)
+DNS1123_LABEL_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1123_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # resources whose spec changes bump metadata.generation
 _GENERATION = frozenset(
@@ -684,12 +696,14 @@ class Store:
             with self.lock:
                 ns_entry = self._data["namespaces"].get("", {}).get(ns)
             if ns_entry is None:
-                raise errors.NotFound(f'namespaces "{ns}" not found', name=ns, kind="namespaces")
+                raise errors.not_found("namespaces", ns)
             if ns_entry.obj["metadata"].get("deletionTimestamp"):
-                raise errors.Forbidden(
-                    f'{resource} "{meta.get("name") or meta.get("generateName")}" is forbidden: '
-                    f"unable to create new content in namespace {ns} because it is being terminated"
-                )
+                # NamespaceLifecycle: admission.NewForbidden names the object (its
+                # generateName before a name is generated)
+                raise errors.forbidden(
+                    resource, str(meta.get("name") or meta.get("generateName") or "Unknown"),
+                    f"unable to create new content in namespace {ns} because it is being terminated",
+                    rtype.group)
         strategies.admit(self, resource, obj)
         if self.admission_enabled and resource not in (
             "mutatingwebhookconfigurations", "validatingwebhookconfigurations"
@@ -763,14 +777,21 @@ class Store:
             if name in (".", "..") or "/" in name or "%" in name:
                 causes.append({"field": "metadata.name",
                                "message": f'Invalid value: "{name}": may not contain \'/\' or \'%\''})
-        elif len(name) > limit or not pattern.match(name):
-            rule = "RFC 1123 label" if rtype.plural == "namespaces" else "RFC 1123 subdomain"
-            causes.append({
-                "field": "metadata.name",
-                "message": f'Invalid value: "{name}": a lowercase {rule} must consist of lower '
-                "case alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character",
-            })
+        else:
+            # apimachinery pkg/util/validation/validation.go IsDNS1123Label / IsDNS1123Subdomain:
+            # one cause per message, the length first
+            quoted = json.dumps(name)
+            if len(name) > limit:
+                causes.append({"field": "metadata.name",
+                               "message": f"Invalid value: {quoted}: must be no more than {limit} characters"})
+            if not pattern.match(name):
+                if rtype.plural == "namespaces" and _SUBDOMAIN.match(name):
+                    rule = "must not contain dots"
+                elif rtype.plural == "namespaces":
+                    rule = DNS1123_LABEL_RULE
+                else:
+                    rule = DNS1123_SUBDOMAIN_RULE
+                causes.append({"field": "metadata.name", "message": f"Invalid value: {quoted}: {rule}"})
         labels = obj["metadata"].get("labels")
         if labels is not None and not isinstance(labels, dict):
             causes.append({"field": "metadata.labels", "message": "Invalid value: must be a map"})
@@ -1085,15 +1106,18 @@ class Store:
             uid = preconditions.get("uid")
             rv = preconditions.get("resourceVersion")
             if uid and uid != meta.get("uid"):
-                raise errors.Conflict(
-                    f"Precondition failed: UID in precondition: {uid}, UID in object "
-                    f"meta: {meta.get('uid')}", name=name, kind=resource,
+                # rest.BeforeDelete checks the preconditions first, naming the object by its kind
+                raise errors.conflict(
+                    resources.get(resource).kind, name, resources.get(resource).group,
+                    err=f"the UID in the precondition ({uid}) does not match the UID in record "
+                    f"({meta.get('uid')}). The object might have been deleted and then recreated",
                 )
             if rv and str(rv) != meta.get("resourceVersion"):
-                raise errors.Conflict(
-                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                    f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-                    name=name, kind=resource,
+                raise errors.conflict(
+                    resources.get(resource).kind, name, resources.get(resource).group,
+                    err=f"the ResourceVersion in the precondition ({rv}) does not match the "
+                    f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might "
+                    "have been modified",
                 )
         if dry_run:
             return obj

@@ -170,10 +170,10 @@ def admit(store: _Store, resource: str, obj: Obj) -> None:
         try:
             pclass = store.get("priorityclasses", name)
         except errors.NotFound:
-            raise errors.Forbidden(
-                f'pods "{meta.get("name") or meta.get("generateName") or ""}" is forbidden: '
+            # admission.NewForbidden: the object's name, its generateName before one is made
+            raise errors.forbidden(
+                "pods", str(meta.get("name") or meta.get("generateName") or "Unknown"),
                 f"no PriorityClass with name {name} was found",
-                name=str(meta.get("name") or ""), kind="pods",
             ) from None
     spec["priority"] = int(pclass.get("value") or 0)
     if pclass.get("preemptionPolicy"):

@@ -343,7 +343,8 @@ class SchedulerLoop:
 
         def bind(obj: dict[str, Any]) -> None:
             if obj["spec"].get("nodeName"):
-                raise errors.Conflict(f'pod {name} is already assigned to node "{obj["spec"]["nodeName"]}"')
+                raise errors.conflict("pods/binding", name,
+                                      err=f'pod {name} is already assigned to node "{obj["spec"]["nodeName"]}"')
             obj["spec"]["nodeName"] = node
             pods.set_condition(obj, "PodScheduled", "True", now)
 
