@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 from spotguard.ops import steady
 from spotguard.sim import capacity, catalogue
 from spotguard.sim import settings as settings_mod
@@ -61,3 +63,47 @@ def test_the_nodes_are_steady_only_after_a_quiet_period_with_nothing_moving() ->
     s = steady.Settling(10.0, lambda: False)
     s.steady(nodes, 0.0)
     assert s.steady([node("a", taints=[{"key": "spotguard.io/interruption"}]), node("b")], 10.0)
+
+
+class _Clock:
+    """Simulated time that moves 10 s at each read (the wait's polls), at once in real time."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        self.t += 10.0
+        return self.t
+
+    def real(self, seconds: float) -> float:
+        return seconds / 1000.0
+
+
+class _Store:
+    def __init__(self, nodes: list[dict]) -> None:
+        self.nodes = nodes
+
+    def list(self, resource: str) -> tuple[list[dict], str]:
+        assert resource == "nodes"
+        return [dict(n) for n in self.nodes], "1"
+
+
+def test_a_wait_after_a_phase_that_followed_the_nodes_counts_the_quiet_time_already_seen() -> None:
+    """The cycle's return to spot follows the nodes with the same Settling as the steady wait
+    after it: nodes quiet through the end of the return need no second quiet period (the
+    --drainer demo waited one after the return's own "nothing moved" wait)."""
+    nodes = [node("a"), node("b")]
+    sim = types.SimpleNamespace(settings=settings_mod.Settings(), clock=_Clock(1000.0), store=_Store(nodes))
+    quiet = steady.quiet_seconds([pool("30s")], sim.settings)
+    # GIVEN a settling that saw the nodes unchanged since t=0, and a change at t=900 (one change)
+    fed = steady.Settling(quiet, lambda: False)
+    fed.steady([node("a")], 0.0)
+    fed.steady(nodes, 900.0)
+    # WHEN the wait starts at t=1010 with it
+    settled = steady.settle(sim, [pool("30s")], lambda: False, settling=fed)
+    # THEN it is over at its first look (quiet since 900), counting no change of its own
+    assert settled is not None and settled.steady and settled.changes == 0 and settled.waited < quiet
+    # AND without it the same wait takes a whole quiet period
+    sim.clock = _Clock(1000.0)
+    fresh = steady.settle(sim, [pool("30s")], lambda: False)
+    assert fresh is not None and fresh.steady and fresh.waited >= quiet

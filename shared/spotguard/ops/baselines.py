@@ -60,10 +60,7 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
                 placed = True
             except UserError:
                 placed = False
-            def busy() -> bool:
-                return tracker.unbound() > 0 or sum(c.total for c in tracker.snapshot().values()) < wanted
-
-            settled = steady.settle(sim, objects, busy) if placed else None
+            settled = steady.settle(sim, objects, lambda: steady.placing(tracker, wanted)) if placed else None
             spot = [n["metadata"]["name"] for n in sim.store.list("nodes")[0]
                     if cfg.node_capacity(n["metadata"].get("labels") or {}).value == serving.SPOT]
             t0 = sim.clock.now()

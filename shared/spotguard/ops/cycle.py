@@ -449,7 +449,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
 
         # 1b. a provisioned cluster's autoscaler packs the placement burst's nodes first: the
         # notice comes at the steady cost, not in the burst's transient
-        settled_before = _settle(sim, watch, tracker, options)
+        views = WorkloadViews(sim.store)
+        settled_before = _settle(sim, watch, options, views)
 
         # 2. the notice
         spot = [n for n in sim.store.list("nodes")[0] if cfg.node_capacity(_labels(n)).value == serving.SPOT]
@@ -478,7 +479,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
 
         # 3. the reclaim and the surges' end
         def over() -> bool:
-            current = _workloads(sim.store)
+            current = views()
             watch.phase.surges = sum(1 for w in current.values() if _surging(w))
             if sim.clock.now() < t0 + options.reclaim_after:
                 return False
@@ -512,11 +513,14 @@ def run(options: Options, view: View | None = None) -> Outcome:
         settled_after: steady.Settled | None = None
         if node_added is not None:
             gone = [by_name[n] for n in names]
-            returned = _return_to_spot(sim, node_added, gone, options, watch, cfg=cfg, scales=scales)
+            quiet = steady.quiet_seconds(options.objects, sim.settings)
+            settling = steady.Settling(quiet, lambda: views.busy(tracker)) if quiet else None
+            returned = _return_to_spot(sim, node_added, gone, options, watch, cfg=cfg, scales=scales, views=views,
+                                       settling=settling)
             # and the autoscaler packs what the surges and the return launched: the cycle's bill
             # runs until the cluster is steady again, so the interruption's whole cost is in it
             if returned == "done":
-                settled_after = _settle(sim, watch, tracker, options, node_added=node_added, after=True)
+                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling)
         tracker.settle()
         after = tracker.snapshot()
         if node_added is not None:
@@ -716,14 +720,16 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
 def _settle(
     sim: Any,
     watch: Watch,
-    tracker: serving.Serving,
     options: Options,
+    views: WorkloadViews,
     *,
     node_added: functions.NodeAdded | None = None,
-    after: bool = False,
+    settling: steady.Settling | None = None,
 ) -> steady.Settled | None:
     """Wait until the node autoscaler has had nothing to change for as long as it takes to act:
-    before the notice (``after`` False) or after the return to spot (node-added still pinged)."""
+    before the notice, or after the return to spot (``node_added`` still pinged; ``settling``
+    the return's own, which followed the nodes through it: one quiet period serves both)."""
+    after = node_added is not None
     watch.phase.name = (
         "back on spot: waiting for the node autoscaler to pack what the surges and the return launched"
         if after
@@ -731,22 +737,13 @@ def _settle(
     )
     last_ping = [sim.clock.now()]
 
-    def busy() -> bool:  # pods waiting or not Ready, surges or moves in progress
-        counts = tracker.snapshot()
-        current = _workloads(sim.store)
-        return (
-            tracker.unbound() > 0
-            or any(_surging(w) or MOVE in w.annotations for w in current.values())
-            or any(counts.get(k, serving.Counts()).total < w.replicas for k, w in current.items())
-        )
-
     def show() -> None:
         watch.show()
         if node_added is not None and sim.clock.now() - last_ping[0] >= PING_SECONDS:
             last_ping[0] = sim.clock.now()
             node_added.ping()
 
-    settled = steady.settle(sim, options.objects, busy, show=show)
+    settled = steady.settle(sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling)
     if settled is not None:
         watch.phase.notes.append(settled.note(after=after))
     return settled
@@ -761,7 +758,12 @@ def _return_to_spot(
     *,
     cfg: config_mod.Config,
     scales: dict[str, float],
+    views: WorkloadViews,
+    settling: steady.Settling | None = None,
 ) -> str:
+    """node-added moves the workloads back (pinged as on its schedule) until each is at its
+    optimum or nothing moved for a while; ``settling`` follows the nodes meanwhile (the
+    steady wait after it goes on from there)."""
     if not node_added.available:
         watch.phase.notes.append(f"return to spot skipped: {node_added.why}")
         return f"skipped: {node_added.why}"
@@ -795,8 +797,10 @@ def _return_to_spot(
             last_ping = now
             node_added.ping()
         spot_now = _spot_serving(watch.tracker)
-        if spot_now != last_change[1] or _moving(sim.store, watch.tracker):
+        if spot_now != last_change[1] or _moving(views, watch.tracker):
             last_change[:] = [now, spot_now]
+        if settling is not None:
+            settling.steady(sim.store.list("nodes")[0], now)
         # Every workload at its desired count, and every replica above its floor on spot (the
         # optimum) or nothing moved for ``quiet``: done.
         counts = watch.tracker.snapshot()
@@ -808,13 +812,9 @@ def _return_to_spot(
         )
         return full and (optimal or now - last_change[0] >= quiet)
 
-    # One replica of each workload at a time: the longest return is the workload with the most to move;
-    # and the autoscaler packs the surges' nodes meanwhile (a node it replaces or consolidates is
-    # surged first, and node-added leaves a surging workload alone): two of its quiet periods more.
+    # One replica of each workload at a time: the longest return is the workload with the most to move.
     most = max(moves.values(), default=0)
-    packing = 2 * steady.quiet_seconds(options.objects, sim.settings)
-    bound = 600 + options.pod_startup * 4 + most * one_move + packing
-    ok = watch.wait(back, sim.clock.real(bound) + 30, "the return to spot")
+    ok = watch.wait(back, sim.clock.real(600 + options.pod_startup * 4 + most * one_move) + 30, "the return to spot")
     if not ok:
         watch.phase.notes.append("the workloads had not settled back on spot when the cycle gave up waiting")
     return "done" if ok else "timed out"
@@ -849,10 +849,10 @@ def _surging(w: Workload) -> bool:
     return record is None or not record.done
 
 
-def _moving(store: Any, tracker: serving.Serving) -> bool:
+def _moving(views: WorkloadViews, tracker: serving.Serving) -> bool:
     """A move under way: a workload carries node-added's move record, or one of its pods waits
     to be scheduled (the tracker follows them: no list of every pod)."""
-    return tracker.unbound() > 0 or any(MOVE in w.annotations for w in _workloads(store).values())
+    return tracker.unbound() > 0 or any(MOVE in w.annotations for w in views().values())
 
 
 def _spot_serving(tracker: serving.Serving) -> int:
@@ -871,6 +871,42 @@ def _workloads(store: Any) -> dict[str, Workload]:
             w = Workload.from_json(obj)
             out[w.key] = w
     return out
+
+
+class WorkloadViews:
+    """The Deployments and StatefulSets of ``store`` as :class:`Workload` views, for the cycle's
+    polls (every 0.1 s): only the objects written since the last call are parsed again."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._seen: dict[tuple[str, str, str], tuple[int, Workload]] = {}
+
+    def __call__(self) -> dict[str, Workload]:
+        out: dict[str, Workload] = {}
+        seen: dict[tuple[str, str, str], tuple[int, Workload]] = {}
+        for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
+            for entry in self.store.list_entries(res)[0]:
+                meta = entry.obj.get("metadata") or {}
+                key = (res, str(meta.get("namespace", "")), str(meta.get("name", "")))
+                known = self._seen.get(key)
+                if known is None or known[0] != entry.rv:
+                    obj = entry.copy()
+                    obj.setdefault("kind", kind)
+                    known = (entry.rv, Workload.from_json(obj))
+                seen[key] = known
+                out[known[1].key] = known[1]
+        self._seen = seen
+        return out
+
+    def busy(self, tracker: serving.Serving) -> bool:
+        """Pods waiting or not Ready, a surge or a move in progress: the cluster is not steady."""
+        current = self()
+        counts = tracker.snapshot()
+        return (
+            tracker.unbound() > 0
+            or any(_surging(w) or MOVE in w.annotations for w in current.values())
+            or any(counts.get(k, serving.Counts()).total < w.replicas for k, w in current.items())
+        )
 
 
 @contextlib.contextmanager

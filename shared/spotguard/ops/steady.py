@@ -111,16 +111,23 @@ class Settled:
                 "node_changes": self.changes}
 
 
+def placing(tracker: Any, wanted: int) -> bool:
+    """A pod still waits to be placed, or fewer than ``wanted`` serve (the tracker:
+    :class:`spotguard.ops.serving.Serving`): what keeps every caller's cluster from being steady."""
+    return bool(tracker.unbound() > 0 or sum(c.total for c in tracker.snapshot().values()) < wanted)
+
+
 def settle(sim: Any, objects: list[Obj], busy: Callable[[], bool], *,
-           show: Callable[[], None] = lambda: None) -> Settled | None:
+           show: Callable[[], None] = lambda: None, settling: Settling | None = None) -> Settled | None:
     """Wait (polling the simulated cluster ``sim``) until its nodes are steady, at most
     ``LIMIT_PERIODS`` quiet periods or ``LIMIT_SECONDS``; None where the scenario has no node
-    autoscaler (nothing to wait for)."""
+    autoscaler (nothing to wait for). ``settling``: one already following the nodes (a phase
+    before this wait fed it: its quiet time counts)."""
     quiet = quiet_seconds(objects, sim.settings)
     if not quiet:
         return None
-    settling = Settling(quiet, busy)
-    start = sim.clock.now()
+    settling = settling or Settling(quiet, busy)
+    start, before = sim.clock.now(), settling.changes
     deadline = time.monotonic() + sim.clock.real(max(LIMIT_PERIODS * quiet, LIMIT_SECONDS)) + 10
     steady = False
     while not steady and time.monotonic() < deadline:
@@ -128,4 +135,4 @@ def settle(sim: Any, objects: list[Obj], busy: Callable[[], bool], *,
         steady = settling.steady(sim.store.list("nodes")[0], sim.clock.now())
         if not steady:
             time.sleep(0.1)
-    return Settled(steady, quiet, sim.clock.now() - start, settling.changes)
+    return Settled(steady, quiet, sim.clock.now() - start, settling.changes - before)
