@@ -177,6 +177,18 @@ KNOWN: dict[str, Known] = {
         aim="the promise held with and without 20 % mixed API faults",
         met=lambda r: r.get("promise_held") is True,
     ),
+    "demo_drainer": Known(
+        quick=["--seeds", "2"],
+        figures=lambda r: (
+            f"the default demo with a drainer at the notice: promise held in **{_num(r.get('held'))} of "
+            f"{_num(r.get('runs'))}** seeds (break rate {_num(r.get('break_rate'))}), the return finished in "
+            f"{_num(r.get('returned'))}; {_num(r.get('real_seconds_median'), 1)} s real a run (median, max "
+            f"{_num(r.get('real_seconds_max'), 1)} s)"
+        ),
+        aim="the promise held in every run; a run under 60 s real",
+        met=lambda r: r.get("held") == r.get("runs") and (r.get("real_seconds_max") or 1e9) < 60,
+        full=["--seeds", "20"],
+    ),
     "drainer_race": Known(
         quick=["--seeds", "1", "--protections", "guard"],
         figures=_drainer_race,
