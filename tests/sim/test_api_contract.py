@@ -18,8 +18,8 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 from spotguard.logs import UserError
+from spotguard.sim import billing, objects, scenario, testing, tls
 from spotguard.sim import clock as simclock
-from spotguard.sim import objects, scenario, testing, tls
 from spotguard.sim import settings as settings_mod
 
 from tests.sim.conftest import REPO, Cluster, deployment_manifest, pod_manifest
@@ -523,6 +523,8 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
         at_death: dict[str, tuple[bool, str | None]] = {}
 
         def on_instance(node: str, state: str, when: float) -> None:
+            if at_death:  # the first change only (shutting-down; terminated comes later)
+                return
             for p in sim.store.list("pods")[0]:
                 at_death[p["metadata"]["name"]] = (sim.serving(p), _ready(p))
 
@@ -568,6 +570,58 @@ def test_a_terminated_instance_is_noticed_late_then_its_node_and_pods_go() -> No
         db_back = timeline.first(lambda e, r, o: r == "pods" and e == "ADDED" and o["metadata"]["name"] == "db-0")
         db_gone = timeline.first(lambda e, r, o: r == "pods" and e == "DELETED" and o["metadata"]["name"] == "db-0")
         assert db_gone is not None and db_back is not None and db_back >= db_gone
+
+
+def test_a_terminated_instance_shuts_down_first_and_its_node_goes_only_once_it_is_terminated() -> None:
+    """EC2 terminates an instance in two steps: ``shutting-down`` (the OS stops, so does the kubelet;
+    billing stops) then ``terminated`` (AWS EC2 user guide: "When you terminate an instance, it
+    enters the shutting-down state and then the terminated state"; "you stop incurring charges ...
+    as soon as its state changes to shutting-down"). The AWS cloud provider's
+    InstanceExistsByProviderID answers false for ``terminated`` only, InstanceShutdownByProviderID
+    true for ``stopped`` only (kubernetes/cloud-provider-aws pkg/providers/v1/aws.go), so the cloud
+    node lifecycle controller's MonitorNodes (k8s.io/cloud-provider
+    controllers/nodelifecycle/node_lifecycle_controller.go, every --node-monitor-period 5 s) keeps the
+    Node through shutting-down, untainted, and deletes it at its first tick once the instance is
+    terminated; kube-controller-manager still notices the silent kubelet a grace period after it
+    stopped, not after the termination."""
+    with lossy_cluster() as sim:
+        states: list[tuple[str, float]] = []
+        lock = threading.Lock()
+
+        def on_instance(node: str, state: str, when: float) -> None:
+            if node == "spot-a":
+                with lock:
+                    states.append((state, when))
+
+        sim.cloud.subscribe(on_instance)
+        timeline = Timeline(sim)
+        sim.reclaim(["spot-a"], after_seconds=5, action="terminate")
+        _wait(lambda: timeline.first(lambda e, r, o: r == "nodes" and e == "DELETED") is not None,
+              message="the Node deleted")
+        timeline.stop()
+        sim.cloud.unsubscribe(on_instance)
+
+        with lock:
+            seen = list(states)
+        assert [s for s, _ in seen] == ["shutting-down", "terminated"], seen
+        (_, death), (_, terminated) = seen
+        assert terminated - death == pytest.approx(settings_mod.NodeLoss().shutting_down_seconds)
+        assert terminated - death > 50.0 + 5.0  # the default outlasts the grace period: the order is seen
+        unknown = timeline.first(lambda e, r, o: r == "nodes" and o["metadata"]["name"] == "spot-a"
+                                 and _ready(o) == "Unknown")
+        node_gone = timeline.first(lambda e, r, o: r == "nodes" and e == "DELETED")
+        assert unknown is not None and node_gone is not None
+        # noticed a grace period after the kubelet stopped (at the next 5 s tick; 1 s: the test's own lag)
+        assert death + 50.0 <= unknown <= death + 50.0 + 5.0 + 1.0
+        # the Node stays while the instance shuts down, and goes at the first tick once it is terminated
+        assert terminated <= node_gone <= terminated + 5.0 + 1.0
+        # a shutting-down instance is not "shut down" (stopped): no shutdown taint on the way
+        assert timeline.first(lambda e, r, o: r == "nodes" and any(
+            t.get("key") == "node.cloudprovider.kubernetes.io/shutdown"
+            for t in (o.get("spec") or {}).get("taints") or [])) is None
+        # billed until shutting-down, not until terminated
+        [span] = [s for s in billing.of(sim.store).spans() if s.name == "spot-a"]
+        assert span.end == pytest.approx(death)
 
 
 def test_a_stopped_instance_keeps_its_node_and_taint_based_eviction_leaves_pods_terminating() -> None:

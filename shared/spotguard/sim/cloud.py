@@ -6,6 +6,11 @@ serving, but the Node and its pods keep their last reported status until the
 node lifecycle controller notices (``node-monitor-grace-period``). Controllers,
 the kubelet and :mod:`spotguard.sim.readiness` read it; the API never shows it.
 
+A terminated instance goes through EC2's two states: ``shutting-down`` (the OS
+stops, billing stops; the instance still exists) and, ``nodeLoss.shuttingDownSeconds``
+later, ``terminated`` (it no longer exists). Stop and hibernate go straight to
+``stopped``/``hibernated`` (EC2's ``stopping`` is not modelled).
+
 One :class:`Cloud` belongs to each store (``cloud.of(store)``).
 """
 
@@ -18,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 RUNNING = "running"
+SHUTTING_DOWN = "shutting-down"
 TERMINATED = "terminated"
 STOPPED = "stopped"
 HIBERNATED = "hibernated"
-STATE_OF_ACTION = {"terminate": TERMINATED, "stop": STOPPED, "hibernate": HIBERNATED}
+STATE_OF_ACTION = {"terminate": SHUTTING_DOWN, "stop": STOPPED, "hibernate": HIBERNATED}
+SHUT_DOWN = (STOPPED, HIBERNATED)  # a hibernated EC2 instance is in the stopped state
 
 Callback = Callable[[str, str, float], None]  # node name, new state, simulated time
 
@@ -29,7 +36,8 @@ Callback = Callable[[str, str, float], None]  # node name, new state, simulated 
 @dataclass(frozen=True)
 class Instance:
     state: str
-    since: float
+    since: float  # when it entered ``state``
+    lost: float | None = None  # when it stopped running (its kubelet stopped); None while it runs
 
 
 class Cloud:
@@ -49,16 +57,24 @@ class Cloud:
         return found is None or found.state == RUNNING
 
     def exists(self, node: str) -> bool:
-        """What the cloud provider's InstanceExistsByProviderID answers: a terminated one does not."""
+        """What the AWS cloud provider's InstanceExistsByProviderID answers: false for a terminated
+        one only (a shutting-down one still exists; cloud-provider-aws pkg/providers/v1/aws.go)."""
         found = self.instance(node)
         return found is None or found.state != TERMINATED
+
+    def shut_down(self, node: str) -> bool:
+        """What the AWS cloud provider's InstanceShutdownByProviderID answers: true for a stopped one
+        only (not shutting-down, not terminated)."""
+        found = self.instance(node)
+        return found is not None and found.state in SHUT_DOWN
 
     def set_state(self, node: str, state: str, when: float) -> None:
         with self._lock:
             old = self._instances.get(node)
             if old is not None and old.state == state:
                 return
-            self._instances[node] = Instance(state, when)
+            lost = None if state == RUNNING else (old.lost if old is not None and old.lost is not None else when)
+            self._instances[node] = Instance(state, when, lost)
             subscribers = list(self._subscribers)
         for callback in subscribers:
             callback(node, state, when)

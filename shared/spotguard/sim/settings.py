@@ -9,6 +9,7 @@ seconds (the time scale applies):
     metadata: {name: timings}
     nodeLoss:
       instanceAction: terminate          # terminate | stop | hibernate
+      shuttingDownSeconds: 120           # EC2 shutting-down -> terminated
       nodeMonitorGracePeriodSeconds: 50
       nodeMonitorPeriodSeconds: 5
       cloudNodeMonitorPeriodSeconds: 5
@@ -40,6 +41,9 @@ API_VERSION = "sim.spotguard.io/v1"
 KIND = "Settings"
 INSTANCE_ACTIONS = ("terminate", "stop", "hibernate")
 
+# EC2 shutting-down -> terminated: AWS documents no normal duration, only that "longer than a few
+# minutes" is a delay (TroubleshootingInstancesShuttingDown); a modelling choice (docs/sim.md)
+SHUTTING_DOWN_SECONDS = 120.0
 # kube-controller-manager --node-monitor-grace-period (50s since v1.32, kubernetes#126287)
 NODE_MONITOR_GRACE_PERIOD = 50.0
 # kube-controller-manager --node-monitor-period
@@ -69,6 +73,7 @@ class NodeLoss:
     """What happens after a node's instance goes away, and when."""
 
     instance_action: str = "terminate"
+    shutting_down_seconds: float = SHUTTING_DOWN_SECONDS
     node_monitor_grace_period: float = NODE_MONITOR_GRACE_PERIOD
     node_monitor_period: float = NODE_MONITOR_PERIOD
     cloud_node_monitor_period: float = CLOUD_NODE_MONITOR_PERIOD
@@ -106,6 +111,7 @@ class Settings:
 
 _NODE_LOSS_FIELDS = {
     "instanceAction": "instance_action",
+    "shuttingDownSeconds": "shutting_down_seconds",
     "nodeMonitorGracePeriodSeconds": "node_monitor_grace_period",
     "nodeMonitorPeriodSeconds": "node_monitor_period",
     "cloudNodeMonitorPeriodSeconds": "cloud_node_monitor_period",

@@ -4,15 +4,20 @@
 ``sim.spotguard.io/terminate-at: <RFC3339>`` loses its instance at that
 simulated time, by the action in ``sim.spotguard.io/instance-action``
 (terminate, stop or hibernate; the scenario's ``nodeLoss.instanceAction`` when
-absent). Nothing changes in the API then: the kubelet just stops.
+absent). Nothing changes in the API then: the kubelet just stops. A terminated
+instance is ``shutting-down`` first and ``terminated`` only
+``nodeLoss.shuttingDownSeconds`` later, as EC2's.
 
 ``CloudNodeLifecycleController`` is cloud-controller-manager's node lifecycle
 controller (k8s.io/cloud-provider controllers/nodelifecycle
 node_lifecycle_controller.go, ``MonitorNodes`` every ``--node-monitor-period``):
 for every Node whose Ready condition is not True, a Node whose instance no
-longer exists (terminated) is deleted; one whose instance is shut down (stopped,
-hibernated) gets the ``node.cloudprovider.kubernetes.io/shutdown:NoSchedule``
-taint, removed again when the node is Ready.
+longer exists (InstanceExistsByProviderID false: terminated, not shutting-down,
+kubernetes/cloud-provider-aws pkg/providers/v1/aws.go) is deleted; one whose
+instance is shut down (InstanceShutdownByProviderID: stopped, hibernated) gets the
+``node.cloudprovider.kubernetes.io/shutdown:NoSchedule`` taint, removed again when
+the node is Ready. A node it left alone is looked at again at the first tick after
+its instance changes state.
 """
 
 from __future__ import annotations
@@ -65,13 +70,22 @@ class Reclaimer(base.Controller):
 
     def sync(self, key: Any) -> None:
         _, name = key
+        now = self.clock.now()
+        found = self.cloud.instance(name)
+        if found is not None and found.state == cloud_mod.SHUTTING_DOWN:
+            done = found.since + self.node_loss.shutting_down_seconds
+            if now < done:
+                self.queue.add_after(key, done - now)
+            else:
+                self.log.info("instance terminated", extra={"node": name})
+                self.cloud.set_state(name, cloud_mod.TERMINATED, done)
+            return
         node = self.informer.get("nodes", key)
         if node is None:
             return
         when = terminate_at(node)
         if when is None or not self.cloud.running(name):
             return
-        now = self.clock.now()
         if now < when:
             self.queue.add_after(key, when - now)
             return
@@ -79,7 +93,10 @@ class Reclaimer(base.Controller):
         if action not in settings.INSTANCE_ACTIONS:
             action = self.node_loss.instance_action
         self.log.info("instance lost: the kubelet stops", extra={"node": name, "action": action})
-        self.cloud.set_state(name, cloud_mod.STATE_OF_ACTION[action], when)
+        state = cloud_mod.STATE_OF_ACTION[action]
+        self.cloud.set_state(name, state, when)
+        if state == cloud_mod.SHUTTING_DOWN:
+            self.queue.add_after(key, max(0.0, when + self.node_loss.shutting_down_seconds - now))
 
 
 class CloudNodeLifecycleController(base.Controller):
@@ -91,6 +108,16 @@ class CloudNodeLifecycleController(base.Controller):
         super().__init__(store, informer)
         self.period = node_loss.cloud_node_monitor_period
         self.cloud = cloud_mod.of(store)
+        self.cloud.subscribe(self._instance_changed)
+
+    def stop(self) -> None:
+        self.cloud.unsubscribe(self._instance_changed)
+        super().stop()
+
+    def _instance_changed(self, node: str, state: str, when: float) -> None:
+        """MonitorNodes asks the cloud on every tick: a change is seen at the next one."""
+        now = self.clock.now()
+        self.queue.add_after(("", node), next_tick(now, self.period) - now)
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource != "nodes" or event_type == "DELETED":
@@ -114,7 +141,7 @@ class CloudNodeLifecycleController(base.Controller):
             with contextlib.suppress(errors.NotFound):
                 self.store.delete("nodes", name)
             return
-        if not self.cloud.running(name) and not _has_shutdown_taint(node):
+        if self.cloud.shut_down(name) and not _has_shutdown_taint(node):
             self._taint(name, add=True)
 
     def _taint(self, name: str, *, add: bool) -> None:

@@ -131,10 +131,10 @@ class NodeLifecycleController(base.Controller):
 
     def _noticed(self, name: str) -> float | None:
         """When the monitor pass notices that the node's kubelet stopped (None: it runs)."""
-        lost = self.cloud.instance(name)
-        if lost is None or lost.state == cloud_mod.RUNNING:
+        found = self.cloud.instance(name)
+        if found is None or found.lost is None:
             return None
-        return instances.next_tick(lost.since + self.node_loss.node_monitor_grace_period,
+        return instances.next_tick(found.lost + self.node_loss.node_monitor_grace_period,
                                    self.node_loss.node_monitor_period)
 
     def _zone_states(self, now: float) -> dict[str, tuple[int, int]]:
