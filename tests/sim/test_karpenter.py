@@ -159,6 +159,57 @@ def test_a_new_node_registers_not_ready_and_is_ready_30_to_40_seconds_after_laun
         assert not any(t["key"] == "node.kubernetes.io/not-ready" for t in current["spec"].get("taints") or [])
 
 
+def test_a_new_node_registers_with_karpenters_unregistered_taint_until_karpenter_registers_it() -> None:
+    """kubernetes-sigs/karpenter pkg/controllers/nodeclaim/lifecycle/registration.go (commit 2266468): the
+    kubelet registers the Node with ``karpenter.sh/unregistered:NoExecute`` (``UnregisteredNoExecuteTaint``,
+    pkg/apis/v1/taints.go; "missing taint prevents registration-related race conditions" when absent) and the
+    NodeClaim's taints and startup taints; Karpenter's registration syncs them, removes the unregistered taint
+    and labels the node ``karpenter.sh/registered``. ``node.kubernetes.io/not-ready:NoSchedule`` stays while Ready
+    is not True (TaintNodesByCondition, the node lifecycle controller), and initialization.go labels the node
+    ``karpenter.sh/initialized`` only once it is Ready."""
+    with testing.running_cluster([NODE_CLASS, nodepool(), deployment("web", 1)], time_scale=SCALE) as sim:
+        events: list[tuple[str, dict[str, Any]]] = []
+        lock = threading.Lock()
+
+        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "nodes" and "karpenter.sh/nodepool" in obj["metadata"].get("labels", {}):
+                with lock:
+                    events.append((event_type, obj))
+
+        sim.store.subscribe(on_change)
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=30, what="the pod Ready")
+        sim.store.unsubscribe(on_change)
+        with lock:
+            seen = list(events)
+
+        def taints(obj: dict[str, Any]) -> set[tuple[str, str]]:
+            return {(t["key"], t["effect"]) for t in (obj.get("spec") or {}).get("taints") or []}
+
+        def labels(obj: dict[str, Any]) -> dict[str, str]:
+            return dict(obj["metadata"].get("labels") or {})
+
+        added = next(o for e, o in seen if e == "ADDED")
+        # THEN it joins NotReady, with the kubelet's registration taints and not yet Karpenter's labels
+        assert not ready(added)
+        assert {("karpenter.sh/unregistered", "NoExecute"), ("node.kubernetes.io/not-ready", "NoSchedule")} \
+            <= taints(added)
+        assert "karpenter.sh/registered" not in labels(added)
+        assert "karpenter.sh/initialized" not in labels(added)
+        # registered: the unregistered taint gone, in the same write as the label
+        registered = [o for _, o in seen if labels(o).get("karpenter.sh/registered") == "true"]
+        assert registered
+        assert all(("karpenter.sh/unregistered", "NoExecute") not in taints(o) for o in registered)
+        assert all("karpenter.sh/registered" not in labels(o) for _, o in seen
+                   if ("karpenter.sh/unregistered", "NoExecute") in taints(o))
+        # never Ready nor initialized while unregistered; initialized only once Ready
+        assert all(not ready(o) for _, o in seen if ("karpenter.sh/unregistered", "NoExecute") in taints(o))
+        assert all(ready(o) for _, o in seen if labels(o).get("karpenter.sh/initialized") == "true")
+        # not-ready NoSchedule until the node is Ready (removed once it is)
+        assert all(("node.kubernetes.io/not-ready", "NoSchedule") in taints(o) for _, o in seen if not ready(o))
+        assert ("node.kubernetes.io/not-ready", "NoSchedule") not in taints(sim.store.get(
+            "nodes", added["metadata"]["name"]))
+
+
 def _first_claim_after(sim: testing.SimCluster, start: float) -> float:
     return float(h.wait_for(lambda: (sim.clock.now() - start) if sim.store.list("nodeclaims")[0] else 0.0,
                             timeout=30, interval=0.01, what="a nodeclaim"))

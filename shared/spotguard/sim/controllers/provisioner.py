@@ -13,9 +13,11 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   (InsufficientInstanceCapacity, ``capacity.insufficientCapacity``) is cached as
   unavailable for 3 minutes and the next one is launched (aws provider
   pkg/cache UnavailableOfferingsTTL; the fleet request falls back within the claim);
-- the NodeClaim is created at once; its Node registers NotReady (taint
-  ``node.kubernetes.io/not-ready:NoSchedule``, the NodePool's taints and startup
-  taints, Karpenter's labels) and turns Ready after a launch-to-Ready time drawn
+- the NodeClaim is created at once; its Node registers NotReady (taints
+  ``node.kubernetes.io/not-ready:NoSchedule``, ``karpenter.sh/unregistered:NoExecute``,
+  the NodePool's taints and startup taints; the NodePool's labels), Karpenter's
+  registration then drops the unregistered taint and labels it ``karpenter.sh/registered``
+  (pkg/controllers/nodeclaim/lifecycle/registration.go); it turns Ready after a launch-to-Ready time drawn
   uniformly from ``capacity.launchToReadySeconds`` (30-40 s, aws/karpenter-provider-aws#6165);
   it registers at two thirds of that time (a modelling choice: the kubelet is up before
   the CNI);
@@ -52,6 +54,8 @@ BATCH = ("batch",)
 API = "karpenter.sh/v1"
 REGISTERED = "karpenter.sh/registered"
 INITIALIZED = "karpenter.sh/initialized"
+# pkg/apis/v1/taints.go UnregisteredNoExecuteTaint
+UNREGISTERED_TAINT = {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
 USER = {"username": "system:serviceaccount:kube-system:karpenter", "groups": [
     "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
@@ -472,8 +476,10 @@ class Provisioner(base.Controller):
         if launch is None:
             return
         t = launch.offering.instance_type
-        labels = {**nodepools.node_labels(launch.pool, launch.offering, launch.node), REGISTERED: "true"}
-        taints = [*nodepools.taints(launch.pool), *nodepools.startup_taints(launch.pool)]
+        labels = nodepools.node_labels(launch.pool, launch.offering, launch.node)
+        # the kubelet registers with the NodeClaim's taints and Karpenter's unregistered taint
+        # (the provider's user data passes them: --register-with-taints)
+        taints = [*nodepools.taints(launch.pool), *nodepools.startup_taints(launch.pool), dict(UNREGISTERED_TAINT)]
         iso = self.clock.iso()
         try:
             owner = self.store.get("nodeclaims", claim)
@@ -486,6 +492,17 @@ class Provisioner(base.Controller):
                      "blockOwnerDeletion": True}])
         with contextlib.suppress(errors.AlreadyExists):
             self.store.create("nodes", node)
+
+        def register_node(n: dict[str, Any]) -> None:
+            # registration.go: sync the NodeClaim's taints, drop the unregistered taint, label it registered
+            spec = n.setdefault("spec", {})
+            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != UNREGISTERED_TAINT["key"]]
+            n["metadata"].setdefault("labels", {})[REGISTERED] = "true"
+
+        try:
+            self.store.mutate("nodes", launch.node, None, register_node)
+        except errors.NotFound:
+            return
 
         def registered(o: dict[str, Any]) -> None:
             o.setdefault("status", {})["nodeName"] = launch.node
