@@ -196,3 +196,38 @@ def test_the_reader_ends_a_sighting_when_the_node_is_uncordoned_between_two_revi
     while seen.held() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert seen.held() == []
+
+
+class PodListsFail(FakeKube):
+    """An API server that answers 500 to every list of pods (the workload's reads), as under
+    the chaos suite's 20 % 500s, where a review's several reads fail together often."""
+
+    def list(self, res: r.Resource, *args: Any, **kwargs: Any) -> list[Any]:
+        if res.plural == "pods":
+            self.stats.record("list", res.name, 500)
+            raise api_errors.Transient(500, "InternalError", "injected fault: list pods answered 500")
+        return super().list(res, *args, **kwargs)
+
+
+def test_a_pod_on_an_on_demand_node_an_autoscaler_drains_is_not_let_go_when_its_workload_cannot_be_read() -> None:
+    """Karpenter consolidates a launched on-demand node: its drain taint is there before
+    spotguard's drain notice. The guard held web's pods there, but a review whose workload
+    reads failed answered "not-spot" (an on-demand node without a notice is never guarded)
+    and let one go (consolidation-after-reclaim under 20 % 500s: worker 8 -> 7). It asks for
+    a retry now, as for a spot node going away."""
+    k = PodListsFail()
+    cluster.basic_cluster(k, on_demand_nodes=2, spot_nodes=0)
+    node = k.get(r.NODES, "od-1")
+    node.setdefault("spec", {})["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    k.put(r.NODES, node)
+    _, rs = cluster.deployment(k, "web", 2)
+    for name, where in (("web-1", "od-1"), ("web-2", "od-0")):
+        pod = cluster.pod_for(rs, name=name)
+        pod["spec"]["nodeName"] = where
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        k.put(r.PODS, pod)
+    ctx = core.Context(config.Config(), k, review_seconds=0.2)
+    evictions.configure(ctx, evictions.Guard(clock=lambda: 1000.0))
+    response = answer("/evictions", review(name="web-1"), ctx)
+    assert response["allowed"] is False, response
+    assert response["auditAnnotations"]["spotguard.io/eviction"] == "api-error"

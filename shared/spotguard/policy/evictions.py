@@ -206,10 +206,14 @@ def at_node(*, pod: PodView, node: NodeFacts | None) -> Decision | None:
 
 def without_workload(*, node: NodeFacts) -> Decision | None:
     """The answer when the workload cannot be read in time (the pod's node is going away):
-    an on-demand node without spotguard's notice is never guarded (only the workload's
-    surge record could say spotguard was told about it, and a node spotguard was told
-    about carries its notice unless that write failed); anything else is unknown (None)."""
-    if node.notice is None and not node.spot:
+    an on-demand node without spotguard's notice that no node autoscaler drains is never
+    guarded (only the workload's surge record could say spotguard was told about it, and a
+    node spotguard was told about carries its notice unless that write failed); anything
+    else is unknown (None). A node an autoscaler drains guards a Deployment's pods before
+    spotguard's drain notice is written (Karpenter's consolidation evicts them all at
+    once): let go here when a read failed, such a pod was lost (the chaos case
+    consolidation-after-reclaim under 20 % 500s: worker 8 -> 7)."""
+    if node.notice is None and not node.spot and not node.autoscaler_drained:
         return Decision(True, "not-spot")
     return None
 
