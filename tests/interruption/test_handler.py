@@ -16,7 +16,7 @@ from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
-from spotguard.policy import config, moves
+from spotguard.policy import config, interruption, moves
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE
 from spotguard.sim import testing
@@ -184,6 +184,10 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     assert web["done"] is True and web["surge"] == 0
     hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)
+    # the end marked the autoscaler it put back (a retried handling of this surge leaves it alone)
+    marks = c.store.get("horizontalpodautoscalers", "single", "shop")["metadata"]["annotations"]
+    assert marks.get(interruption.HPA_RESTORED) == f"{float(c.record('single')['started']):.3f}", marks
+    assert interruption.HPA_SET_MIN not in marks
     assert [b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]] == []
     writes = c.kube.stats.writes
     h.handle([c.notice("spot-0")])
@@ -619,3 +623,35 @@ def test_a_taint_write_answered_500_once_is_written_again_at_once(cluster: Clust
     assert c.handler().handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert c.sim.faults.injected == 1
     assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
+
+
+def test_a_notice_retried_after_a_surges_end_put_the_limits_back_does_not_raise_them_again(
+    cluster: Cluster,
+) -> None:
+    """A surge's end is several writes: the autoscaler's limits back, the budget deleted, the
+    scale back with the record. Under 20 % 500s an end put api's minimum back, failed at the
+    budget, and a retried notice read the surge still running with the minimum below the
+    surged count: it raised it again, the retried end (its snapshot from before that raise)
+    found nothing of its own to restore, and the autoscaler held the surged count for good
+    (chaos consolidation-after-reclaim). The end marks the autoscaler in the same patch."""
+    c = cluster
+    h = c.handler()
+    h.handle([c.notice("spot-0")])
+    record = c.record("single")
+    assert record is not None and c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]["minReplicas"] == 2
+    # WHEN an end's first write is done (as _restore_autoscaler writes it) and the rest failed
+    key = f"{float(record['started']):.3f}"
+    c.kube.patch(r.HPAS, "single", {"spec": {"minReplicas": 1, "maxReplicas": 1}, "metadata": {"annotations": {
+        interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None, interruption.HPA_RESTORED: key}}}, "shop")
+    # AND the notice is handled again
+    h.handle([c.notice("spot-0")])
+    # THEN the limits stay where the end put them
+    hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)
+    # AND the end, once the replacement serves, scales back with nothing raised left
+    c.store.apply_objects([pod(c.deployment("single"), 10, "od-0")])
+    c.set_ready("single-5d4f8-00000", False)
+    h.reconcile()
+    assert c.deployment("single")["spec"]["replicas"] == 1
+    hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)

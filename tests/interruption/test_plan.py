@@ -554,7 +554,7 @@ def test_an_autoscaler_that_undid_the_surge_before_its_minimum_was_raised_is_ove
     web = with_surge(deployment("web", 4), rec.to_json())  # the autoscaler scaled it back to 4
     step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=hpa))["web"]
     assert (step.replicas, step.record.replicas, step.write_workload) == (6, 4, True)
-    assert step.autoscaler == interruption.AutoscalerStep("web", 6, 8)
+    assert step.autoscaler == interruption.AutoscalerStep("web", 6, 8, interruption.restore_key(rec))
     # With its minimum raised, a lower count is someone else's choice: theirs.
     raised = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=6, max_replicas=8)]
     three = with_surge(deployment("web", 3), dataclasses.replace(rec, hpa="web", hpa_min=4, hpa_set=6).to_json())
@@ -666,3 +666,27 @@ def test_a_drained_nodes_pods_go_with_the_scale_back_once_the_replacements_are_r
     reclaim = {"od2": _mark(NoticeKind.INTERRUPTION, NOW + 120)}
     done, waiting = interruption.finish(workloads=[web], pods=pods, nodes=nodes, now=NOW + 30, marks=reclaim)
     assert done == [] and "still Ready on doomed nodes" in waiting[0].reason
+
+
+def test_a_retried_handling_does_not_raise_the_limits_a_surges_end_has_put_back() -> None:
+    """A surge's end put api's minimum back (3) and failed at its next write (the budget's
+    delete, a 500); a retried notice then read the surge still running and the minimum
+    below the surged count, and raised it again (5); the end, retried, found nothing of
+    its own to restore and scaled back to 3: the autoscaler brought api back to 5 for good
+    (consolidation-after-reclaim under 20 % 500s). The end marks the autoscaler it puts
+    back (same patch): a handling of that surge leaves it alone."""
+    rec = SurgeRecord(replicas=3, surge=2, written=5, events=("ev-1",), nodes=("s1",), started=NOW, hpa="web",
+                      hpa_min=3, hpa_set=5)
+    web = with_surge(deployment("web", 5), rec.to_json())
+    put_back = [Autoscaler("shop", "web", "Deployment", "web", min_replicas=3, max_replicas=8,
+                           restored=interruption.restore_key(rec))]
+    step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=put_back))["web"]
+    assert step.autoscaler is None
+    # a user's lowering (no end's mark, or another surge's) is raised over, as before
+    for hpa in (dataclasses.replace(put_back[0], restored=""), dataclasses.replace(put_back[0], restored="1.000")):
+        step = by_name(make_plan([notice("i-s1")], workloads=[web], autoscalers=[hpa]))["web"]
+        assert step.autoscaler == interruption.AutoscalerStep("web", 5, 8)
+        assert step.autoscaler.surge == interruption.restore_key(rec)
+    # the mark is read from the autoscaler as written
+    raw = hpa_json(3, 8, **{interruption.HPA_RESTORED: interruption.restore_key(rec)})
+    assert Autoscaler.from_json(raw).restored == interruption.restore_key(rec)

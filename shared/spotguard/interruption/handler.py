@@ -722,7 +722,8 @@ class Handler:
             body: Obj = {
                 "spec": {"minReplicas": want_min, "maxReplicas": want_max},
                 "metadata": {
-                    "annotations": {interruption.HPA_SET_MIN: str(want_min), interruption.HPA_SET_MAX: str(want_max)}
+                    "annotations": {interruption.HPA_SET_MIN: str(want_min), interruption.HPA_SET_MAX: str(want_max),
+                                    interruption.HPA_RESTORED: None}
                 },
             }
             if rv:
@@ -732,6 +733,8 @@ class Handler:
                 return
             except Conflict:
                 fresh = Autoscaler.from_json(self.kube.get(r.HPAS, step.name, namespace))
+                if step.surge and fresh.restored == step.surge:
+                    return  # this surge's end put the limits back meanwhile: not raised again
                 rv = fresh.resource_version
                 want_min = max(fresh.min_replicas, step.min_replicas)
                 want_max = max(fresh.max_replicas, want_min)
@@ -751,7 +754,8 @@ class Handler:
                 return True
             body: Obj = {
                 "spec": spec,
-                "metadata": {"annotations": {interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None}},
+                "metadata": {"annotations": {interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None,
+                                             interruption.HPA_RESTORED: interruption.restore_key(fin.record)}},
             }
             if rv:
                 body["metadata"]["resourceVersion"] = rv

@@ -113,6 +113,18 @@ class Budget:
 # the values it set (a user's later change never matches them).
 HPA_SET_MIN = "spotguard.io/surge-min-replicas"
 HPA_SET_MAX = "spotguard.io/surge-max-replicas"
+# Written by a surge's end in the same patch that puts the limits back: which surge (its
+# record's start, :func:`restore_key`). A surge's end is several writes (the limits, the
+# budget, the scale back and the record); a handling of the same surge that reads between
+# them (a notice retried after a failed write) must not raise the limits again, as if the
+# user had lowered them: the end that scales back next finds nothing of its own to restore,
+# and the raised minimum holds the surged count for good.
+HPA_RESTORED = "spotguard.io/surge-restored"
+
+
+def restore_key(record: SurgeRecord) -> str:
+    """What :data:`HPA_RESTORED` says for ``record``'s surge."""
+    return f"{record.started:.3f}"
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ class Autoscaler:
     resource_version: str = ""
     spotguard_min: int | None = None  # HPA_SET_MIN
     spotguard_max: int | None = None  # HPA_SET_MAX
+    restored: str = ""  # HPA_RESTORED: the surge whose end put the limits back
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Autoscaler:
@@ -143,6 +156,7 @@ class Autoscaler:
             resource_version=str(meta.get("resourceVersion") or ""),
             spotguard_min=_annotation_int(meta, HPA_SET_MIN),
             spotguard_max=_annotation_int(meta, HPA_SET_MAX),
+            restored=str((meta.get("annotations") or {}).get(HPA_RESTORED) or ""),
         )
 
 
@@ -181,6 +195,8 @@ class AutoscalerStep:
     name: str
     min_replicas: int
     max_replicas: int  # unchanged where it was already large enough
+    # the surge's restore_key: a raise stops where that surge's end began (not part of the step's value)
+    surge: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -776,7 +792,8 @@ def _surge_step(
     if existing is not None and existing.hpa:
         hpa_name, hpa_min, hpa_max = existing.hpa, existing.hpa_min, existing.hpa_max
         hpa_set, hpa_max_set = existing.hpa_set, existing.hpa_max_set
-    if hpa is not None:
+    ending = hpa is not None and existing is not None and hpa.restored == restore_key(existing)
+    if hpa is not None and not ending:
         if not hpa_name or hpa_name != hpa.name:
             hpa_name, hpa_min, hpa_max, hpa_set, hpa_max_set = hpa.name, hpa.min_replicas, None, None, None
         # The user changed a limit during the surge: their value is the one to put back.
@@ -790,7 +807,7 @@ def _surge_step(
         if hpa_max is None and want_max != hpa.max_replicas:
             hpa_max = hpa.max_replicas
         if want_min != hpa.min_replicas or want_max != hpa.max_replicas:
-            hpa_step = AutoscalerStep(hpa.name, want_min, want_max)
+            hpa_step = AutoscalerStep(hpa.name, want_min, want_max, f"{started:.3f}")
         if want_min != hpa.min_replicas or hpa_set is not None:
             hpa_set = want_min
         if want_max != hpa.max_replicas or hpa_max_set is not None:
