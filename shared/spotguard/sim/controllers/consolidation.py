@@ -46,6 +46,8 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import math
 import re
 from collections import Counter
@@ -225,7 +227,7 @@ class Disruption(base.Controller):
                     room = {k: v - 1 for k, v in room.items()}
                 elif (count and policy == "WhenEmptyOrUnderutilized" and not underutilized_done
                       and room["Underutilized"] > 0
-                      and (self._can_move(node_name) or self._replacement(_node) is not None)):
+                      and self._compute(_node).outcome is not Outcome.NONE):
                     self._choose(node_name, "Underutilized", now)
                     room = {k: v - 1 for k, v in room.items()}
                     underutilized_done = True
@@ -246,10 +248,11 @@ class Disruption(base.Controller):
         if reason == "Empty" and count:
             return
         replacement = None
-        if reason == "Underutilized" and count and not self._can_move(node_name):
-            replacement = self._replacement(node)
-            if replacement is None:
-                return
+        if reason == "Underutilized" and count:
+            decision = self._compute(node)
+            if decision.outcome is Outcome.NONE:
+                return  # its pods no longer fit elsewhere, nor on one cheaper NodeClaim
+            replacement = decision.claim  # None: a delete
         self._disrupt(node, reason, replacement=replacement)
 
     def _report(self) -> None:
@@ -291,21 +294,15 @@ class Disruption(base.Controller):
             with contextlib.suppress(errors.NotFound):
                 self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
 
-    def _can_move(self, node_name: str) -> bool:
-        now = self.clock.now()
-        return can_move(self.store, self.informer, node_name, set(self._disrupting),
-                        blocks=lambda p: do_not_disrupt(p, now), launchable=self.owner.launcher())
-
-    def _replacement(self, node: dict[str, Any]) -> nodepools.Claim | None:
+    def _compute(self, node: dict[str, Any]) -> Consolidation:
+        """The one consolidation simulation of a candidate (:func:`compute_consolidation`)."""
         labels = (node.get("metadata") or {}).get("labels") or {}
         capacity_type = str(labels.get(nodepools.CAPACITY_TYPE) or "")
         price = self.capacity.prices.hourly(str(labels.get(nodepools.INSTANCE_TYPE) or ""), capacity_type)
-        if price is None:
-            return None  # upstream: no price, no consolidation decision
         now = self.clock.now()
-        return replacement(self.store, self.informer, node["metadata"]["name"], set(self._disrupting),
-                           blocks=lambda p: do_not_disrupt(p, now), new_claim=self.owner.claims(),
-                           price=price, spot=capacity_type == "spot")
+        return compute_consolidation(self.store, self.informer, node["metadata"]["name"], set(self._disrupting),
+                                     blocks=lambda p: do_not_disrupt(p, now), new_claim=self.owner.claims(),
+                                     price=price, spot=capacity_type == "spot")
 
     def _await_replacement(self, name: str) -> None:
         """The replacement of a node being replaced is up: drain the node; lost: give the node back."""
@@ -407,28 +404,20 @@ def workload_pods(informer: base.Informer, node: str) -> list[dict[str, Any]]:
 
 
 def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
-             blocks: Callable[[dict[str, Any]], bool],
-             launchable: Callable[[scheduler.PodInfo], bool] | None = None) -> bool:
+             blocks: Callable[[dict[str, Any]], bool]) -> bool:
     """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
-    on another Ready, schedulable node that is not ``leaving`` (the autoscalers' simulation).
-
-    ``launchable`` (Karpenter's): a pod is tried as Karpenter's scheduler tries it, its heaviest
-    preferred node affinity term required first (:func:`nodepools.relaxations`; Karpenter's
-    default ``PREFERENCE_POLICY=Respect``). A form of it that no other node takes but a new
-    NodeClaim could (``launchable``) is placed there, not relaxed: removing the node would then
-    need a replacement, which is not a delete (and a spot node is never replaced by a spot one
-    with the default ``SpotToSpotConsolidation=false``: pkg/controllers/disruption/
-    consolidation.go computeConsolidation). So a pod that prefers spot stays on its spot node
-    rather than moving into on-demand room. The Cluster Autoscaler (``launchable`` None)
-    simulates with the scheduler's filters: preferences do not hold a pod anywhere."""
+    on another Ready, schedulable node that is not ``leaving``: the Cluster Autoscaler's
+    simulation, with the scheduler's filters (preferences do not hold a pod anywhere).
+    Karpenter's is :func:`compute_consolidation`."""
     moving = workload_pods(informer, node_name)
     if not _disruptable(store, moving, blocks):
         return False
     others = _others(informer, node_name, leaving)
-    infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
-    if launchable is None:
-        return all(scheduler.first_fit(info, others) is not None for info in infos)
-    return all(_karpenter_fit(info, others, launchable) for info in infos)
+    return all(scheduler.first_fit(info, others) is not None for info in _heaviest_first(moving))
+
+
+def _heaviest_first(moving: list[dict[str, Any]]) -> list[scheduler.PodInfo]:
+    return sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
 
 
 def _disruptable(store: Any, moving: list[dict[str, Any]], blocks: Callable[[dict[str, Any]], bool]) -> bool:
@@ -461,22 +450,56 @@ def _others(informer: base.Informer, node_name: str, leaving: set[str]) -> list[
     return others
 
 
-def replacement(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
-                blocks: Callable[[dict[str, Any]], bool],
-                new_claim: Callable[[scheduler.PodInfo], tuple[nodepools.Claim, list[nodepools.Offering]] | None],
-                price: float, spot: bool) -> nodepools.Claim | None:
-    """The one cheaper NodeClaim that Karpenter's single-node consolidation would replace the
-    node by: every pod may be disrupted, each goes (as its scheduler tries it, strictest form
-    first) to another node or else to one new NodeClaim, never to a second; the claim's
-    offerings are cut to those cheaper than the node (``price``), made spot where it could be
-    either, and none for a spot node (``SpotToSpotConsolidation`` off). None: no replace."""
+class Outcome(enum.Enum):
+    """What single-node consolidation would do with a node."""
+
+    DELETE = "delete"  # its pods all fit on the other nodes
+    REPLACE = "replace"  # its pods need exactly one new, cheaper NodeClaim
+    NONE = "none"  # neither
+
+
+@dataclasses.dataclass(frozen=True)
+class Consolidation:
+    """The result of :func:`compute_consolidation`: the outcome, why, and (``REPLACE`` only)
+    the replacement NodeClaim, its offerings already cut to those cheaper than the node."""
+
+    outcome: Outcome
+    reason: str
+    claim: nodepools.Claim | None = None
+
+
+def compute_consolidation(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
+                          blocks: Callable[[dict[str, Any]], bool],
+                          new_claim: Callable[[scheduler.PodInfo],
+                                              tuple[nodepools.Claim, list[nodepools.Offering]] | None],
+                          price: float | None, spot: bool) -> Consolidation:
+    """Karpenter's single-node consolidation of a node: ONE scheduling simulation of its pods
+    on the other nodes plus possibly new NodeClaims, as upstream's ``computeConsolidation``
+    (kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go, read at commit
+    2266468104f36373ed002241afaee2d3bbc26078): no new claim is a delete, exactly one a
+    replace, anything else nothing.
+
+    Every pod must be disruptable (none ``blocks``, their PodDisruptionBudgets allow them all
+    to go). The pods are tried heaviest (CPU) first, each as Karpenter's scheduler tries it
+    (``Scheduler.add`` then ``Preferences.Relax``; default ``PREFERENCE_POLICY=Respect``): its
+    forms, strictest first (:func:`nodepools.relaxations`: its heaviest preferred node
+    affinity term required first), go to another Ready, schedulable node that is not
+    ``leaving``, else to the NodeClaim already planned, else to a new one (``new_claim``), else
+    the pod is relaxed. A form that no other node takes but a new NodeClaim could is placed
+    there, not relaxed: so a pod that prefers spot stays on its spot node rather than moving
+    into on-demand room. A second new NodeClaim ends the simulation ("Can't remove without
+    creating 2 candidates"), as does a pod that fits nowhere.
+
+    A replacement's offerings are cut to those cheaper than the node (``price``; None: the
+    node has no price, so no replace), made spot where it could be spot or on-demand, and a
+    spot node (``spot``) is never replaced by a spot one (``SpotToSpotConsolidation`` is off
+    by default)."""
     moving = workload_pods(informer, node_name)
-    if not moving or not _disruptable(store, moving, blocks):
-        return None
+    if not _disruptable(store, moving, blocks):
+        return Consolidation(Outcome.NONE, "a pod may not be disrupted (do-not-disrupt or its budget)")
     others = _others(informer, node_name, leaving)
     claim: nodepools.Claim | None = None
-    infos = sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
-    for info in infos:
+    for info in _heaviest_first(moving):
         for form in nodepools.relaxations(info):
             if scheduler.first_fit(form, others) is not None:
                 break
@@ -486,35 +509,26 @@ def replacement(store: Any, informer: base.Informer, node_name: str, leaving: se
             found = new_claim(form)
             if found is not None:
                 if claim is not None:
-                    return None  # "Can't remove without creating 2 candidates"
+                    return Consolidation(Outcome.NONE, "Can't remove without creating 2 candidates")
                 claim, holding = found
                 claim.add(form, holding)
                 break
         else:
-            return None  # the pod fits nowhere
+            return Consolidation(Outcome.NONE, f"pod {info.namespace}/{info.name} fits on no other node "
+                                               "and on no new NodeClaim")
     if claim is None:
-        return None  # every pod fits elsewhere: a delete, not a replace
+        return Consolidation(Outcome.DELETE, "every pod fits on the other nodes")
+    if price is None:
+        return Consolidation(Outcome.NONE, "the node has no price to replace it by a cheaper one")
     offers = claim.offerings
     kinds = {o.capacity_type for o in offers}
     if spot and "spot" in kinds:
-        return None  # SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node
+        return Consolidation(Outcome.NONE,
+                             "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
     if "spot" in kinds and "on-demand" in kinds:
         offers = [o for o in offers if o.capacity_type == "spot"]
     offers = [o for o in offers if o.price < price]
     if not offers:
-        return None  # "Can't replace with a cheaper node"
+        return Consolidation(Outcome.NONE, "Can't replace with a cheaper node")
     claim.offerings = offers
-    return claim
-
-
-def _karpenter_fit(pod: scheduler.PodInfo, others: list[scheduler.NodeInfo],
-                   launchable: Callable[[scheduler.PodInfo], bool]) -> bool:
-    """Karpenter's scheduler (``Scheduler.add`` then ``Preferences.Relax``) on the other nodes:
-    each form of the pod, strictest first, goes to an existing node, else to a new NodeClaim
-    (False: a delete cannot hold it), else is relaxed."""
-    for form in nodepools.relaxations(pod):
-        if scheduler.first_fit(form, others) is not None:
-            return True
-        if launchable(form):
-            return False
-    return False
+    return Consolidation(Outcome.REPLACE, "its pods need one new, cheaper NodeClaim", claim)
