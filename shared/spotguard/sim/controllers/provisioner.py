@@ -278,18 +278,14 @@ class Provisioner(base.Controller):
                 self._nominated[key] = name
         return launched
 
-    def launcher(self) -> Callable[[scheduler.PodInfo], bool]:
-        """Whether a new NodeClaim could hold a pod now (a NodePool whose class exists, an
-        offering not marked unavailable, within the pool's limits, room beside its DaemonSets):
-        what Karpenter's scheduling simulation tries before it relaxes a pod's preferences.
-        The pools, offerings and DaemonSets are read once, for every pod asked about (one
-        consolidation check). Reads only (called from the disruption controller's thread)."""
-        new = self.claims()
-        return lambda pod: new(pod) is not None
-
     def claims(self) -> Callable[[scheduler.PodInfo], tuple[nodepools.Claim, list[nodepools.Offering]] | None]:
         """The new NodeClaim (and the offerings holding the pod) that the first NodePool, by
-        weight, would make for a pod now; None where none would (:meth:`launcher`)."""
+        weight, would make for a pod now; None where none would (a NodePool whose class exists,
+        an offering not marked unavailable, within the pool's limits, room beside its
+        DaemonSets): what Karpenter's scheduling simulation tries before it relaxes a pod's
+        preferences. The pools, offerings and DaemonSets are read once, for every pod asked
+        about (one consolidation simulation). Reads only (called from the disruption
+        controller's thread)."""
         now = self.clock.now()
         unavailable = {k: v for k, v in dict(self._unavailable).items() if v > now}
         daemons = nodepools.daemon_pods(self.informer.list("daemonsets"))
