@@ -47,3 +47,19 @@ def test_busy_while_a_move_or_a_surge_is_recorded_or_pods_are_missing() -> None:
         assert views.busy(tracker), key
         st.mutate("deployments", "web", "shop",
                   lambda d, key=key: d["metadata"]["annotations"].pop(key))
+
+
+def test_a_return_that_timed_out_says_which_workloads_were_not_back_and_what_held_them() -> None:
+    from spotguard.policy import moves
+    from spotguard.policy.workloads import Kind, Workload
+
+    record = moves.MoveRecord(direction=moves.Direction.TO_SPOT, method=moves.Method.SCALE, pod="web-1", uid="u",
+                              replicas=4, scaled_to=5, started=100.0, on_demand=2)
+    held = moves.held(record, 200.0, "the new replica did not land on spot")
+    web = Workload(Kind.DEPLOYMENT, "shop", "web", 4, {MOVE: held.to_json()})
+    api = Workload(Kind.DEPLOYMENT, "shop", "api", 3, {})
+    counts = {web.key: serving.Counts(serving={serving.SPOT: 1, serving.ON_DEMAND: 3}),
+              api.key: serving.Counts(serving={serving.SPOT: 2, serving.ON_DEMAND: 1})}
+    wls = {web.key: web, api.key: api}
+    text = cycle._not_back(counts, wls, {web.key: 1, api.key: 1}, wls)
+    assert text == ("Deployment/shop/web 1 of 3 on spot, 4 serving for 4; held: the new replica did not land on spot")

@@ -46,9 +46,16 @@ def first_sync(auto: kubernetes.client.AutoscalingV2Api, name: str) -> float:
     return min(simclock.parse_iso(c.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ")) for c in status)
 
 
-def scale_time(auto: kubernetes.client.AutoscalingV2Api, name: str) -> float:
-    when = auto.read_namespaced_horizontal_pod_autoscaler(name, "default").status.last_scale_time
-    return simclock.parse_iso(when.strftime("%Y-%m-%dT%H:%M:%SZ"))
+def scale_time(auto: kubernetes.client.AutoscalingV2Api, name: str, desired: int) -> float:
+    """When the autoscaler last scaled, once its status says it scaled to ``desired``: as
+    upstream's, the scale and the status are two writes, and a reader that saw the target's
+    new count may read the status before its write (a CI run read no lastScaleTime yet)."""
+    def status() -> Any:
+        return auto.read_namespaced_horizontal_pod_autoscaler(name, "default").status
+
+    h.wait_for(lambda: status().last_scale_time is not None and status().desired_replicas == desired,
+               timeout=10, what="the autoscaler's status after its scale")
+    return simclock.parse_iso(status().last_scale_time.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 def replicas(sim: Any, name: str) -> int:
@@ -64,7 +71,7 @@ def test_a_target_scaled_out_of_range_waits_for_the_next_sync(sim: Any) -> None:
     apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 9}})
     h.wait_for(lambda: replicas(sim, "web") == 4, timeout=20, what="clamped to maxReplicas")
     # syncs happen at t0, t0 + 15, ...: never in reaction to the target's change
-    assert scale_time(auto, "web") >= t0 + hpa_ctl.SYNC_SECONDS - 1
+    assert scale_time(auto, "web", 4) >= t0 + hpa_ctl.SYNC_SECONDS - 1
 
 
 def test_scale_down_waits_for_the_stabilization_window(sim: Any) -> None:
@@ -78,7 +85,7 @@ def test_scale_down_waits_for_the_stabilization_window(sim: Any) -> None:
     auto.patch_namespaced_horizontal_pod_autoscaler("api", "default", {
         "metadata": {"annotations": {hpa_ctl.LOAD_REPLICAS: "2"}}})
     h.wait_for(lambda: replicas(sim, "api") == 2, timeout=30, what="the scale-down")
-    assert scale_time(auto, "api") >= changed + 300 - hpa_ctl.SYNC_SECONDS - 1
+    assert scale_time(auto, "api", 2) >= changed + 300 - hpa_ctl.SYNC_SECONDS - 1
 
 
 def test_scale_up_is_rate_limited_and_immediate_windows_apply(sim: Any) -> None:
