@@ -107,3 +107,31 @@ def test_a_wait_after_a_phase_that_followed_the_nodes_counts_the_quiet_time_alre
     sim.clock = _Clock(1000.0)
     fresh = steady.settle(sim, [pool("30s")], lambda: False)
     assert fresh is not None and fresh.steady and fresh.waited >= quiet
+
+
+def test_the_wait_after_the_return_ends_once_the_cluster_costs_its_steady_rate_with_nothing_in_progress() -> None:
+    """The --drainer demo waited a whole quiet period after each late consolidation although the
+    cluster already cost its steady rate: what the autoscaler packs after that costs less."""
+    nodes = [node("a"), node("b")]
+    sim = types.SimpleNamespace(settings=settings_mod.Settings(), clock=_Clock(0.0), store=_Store(nodes))
+    quiet = steady.quiet_seconds([pool("30s")], sim.settings)
+    settled = steady.settle(sim, [pool("30s")], lambda: False, back=lambda: True)
+    assert settled is not None and settled.at_cost and not settled.steady and settled.waited < quiet
+    assert settled.as_json()["back_at_steady_cost"] is True
+    assert "cost its steady rate" in settled.note(after=True)
+    # not while a node is going or the rate is above steady: then a quiet period as before
+    for going, back in ((True, True), (False, False)):
+        sim.clock = _Clock(0.0)
+        sim.store = _Store([node("a", taints=[{"key": "karpenter.sh/disrupted"}]) if going else node("a"), node("b")])
+        out = steady.settle(sim, [pool("30s")], lambda: False, back=lambda back=back: back)
+        assert out is not None and out.steady and not out.at_cost and out.waited >= quiet
+    # nor while something is in progress: only once it is over
+    sim.clock, sim.store = _Clock(0.0), _Store(nodes)
+    polls = [0]
+
+    def busy() -> bool:
+        polls[0] += 1
+        return polls[0] <= 20
+
+    out = steady.settle(sim, [pool("30s")], busy, back=lambda: True)
+    assert out is not None and out.at_cost and polls[0] > 20

@@ -100,10 +100,9 @@ REAL = pytest.param(
 )
 
 
-@pytest.fixture(params=["sim", REAL])
-def cluster(request: pytest.FixtureRequest, sim_api: testing.SimCluster) -> Iterator[Cluster]:
-    """The contract-suite target: the simulated cluster, then a real one when configured."""
-    if request.param == "real":
+@contextlib.contextmanager
+def _target(kind: str, sim_api: testing.SimCluster) -> Iterator[Cluster]:
+    if kind == "real":
         path = os.environ[E2E_ENV]
         client = _real_client(path)
         kubeconfig, sim = path, None
@@ -112,11 +111,26 @@ def cluster(request: pytest.FixtureRequest, sim_api: testing.SimCluster) -> Iter
         kubeconfig, sim = sim_api.kubeconfig, sim_api
     ns = _namespace(client)
     try:
-        yield Cluster(request.param, kubeconfig, client, ns, sim)
+        yield Cluster(kind, kubeconfig, client, ns, sim)
     finally:
         with contextlib.suppress(kubernetes.client.ApiException):
             kubernetes.client.CoreV1Api(client).delete_namespace(ns)
         client.close()
+
+
+@pytest.fixture(params=["sim", REAL])
+def cluster(request: pytest.FixtureRequest, sim_api: testing.SimCluster) -> Iterator[Cluster]:
+    """The contract-suite target: the simulated cluster, then a real one when configured."""
+    with _target(request.param, sim_api) as target:
+        yield target
+
+
+@pytest.fixture
+def sim_cluster(sim_api: testing.SimCluster) -> Iterator[Cluster]:
+    """The simulated cluster only: for a contract a test can set up only there (a status a real
+    cluster's controllers own), never a real-cluster run that would be skipped."""
+    with _target("sim", sim_api) as target:
+        yield target
 
 
 def pod_manifest(name: str | None = None, *, labels: dict[str, str] | None = None,

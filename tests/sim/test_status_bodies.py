@@ -209,9 +209,9 @@ def _evict(cluster: Cluster) -> tuple[int, dict[str, Any], Any]:
     return call(cluster, "POST", ns_path(cluster, "pods/guarded/eviction"), eviction)
 
 
-def test_an_eviction_a_budget_blocks_is_429_with_its_cause(cluster: Cluster) -> None:
-    if not cluster.is_sim:
-        pytest.skip("sets the pod's and the budget's status, which a real cluster's controllers own")
+def test_an_eviction_a_budget_blocks_is_429_with_its_cause(sim_cluster: Cluster) -> None:
+    # sim only: sets the pod's and the budget's status, which a real cluster's controllers own
+    cluster = sim_cluster
     _ready_pod_and_budget(cluster, {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1,
                                     "desiredHealthy": 1, "expectedPods": 1})
     code, body, headers = _evict(cluster)
@@ -223,9 +223,9 @@ def test_an_eviction_a_budget_blocks_is_429_with_its_cause(cluster: Cluster) -> 
                      "message": "The disruption budget budget needs 1 healthy pods and has 1 currently"}]}))
 
 
-def test_an_eviction_before_the_budget_is_observed_is_429_retry_after_10(cluster: Cluster) -> None:
-    if not cluster.is_sim:
-        pytest.skip("needs a budget no disruption controller has observed")
+def test_an_eviction_before_the_budget_is_observed_is_429_retry_after_10(sim_cluster: Cluster) -> None:
+    # sim only: needs a budget no disruption controller has observed
+    cluster = sim_cluster
     _ready_pod_and_budget(cluster, None)
     code, body, headers = _evict(cluster)
     assert code == 429
@@ -237,9 +237,9 @@ def test_an_eviction_before_the_budget_is_observed_is_429_retry_after_10(cluster
          "retryAfterSeconds": 10}))
 
 
-def test_an_eviction_against_a_negative_budget_is_403(cluster: Cluster) -> None:
-    if not cluster.is_sim:
-        pytest.skip("sets the budget's status, which a real cluster's disruption controller owns")
+def test_an_eviction_against_a_negative_budget_is_403(sim_cluster: Cluster) -> None:
+    # sim only: sets the budget's status, which a real cluster's disruption controller owns
+    cluster = sim_cluster
     _ready_pod_and_budget(cluster, {"observedGeneration": 1, "disruptionsAllowed": -1})
     code, body, _ = _evict(cluster)
     assert code == 403

@@ -41,7 +41,7 @@ from spotguard.policy import floors, moves, quantities, surges
 from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
-from spotguard.sim import billing, nodepools, readiness, scheduler, testing
+from spotguard.sim import billing, costs, nodepools, readiness, scheduler, testing
 from spotguard.sim import errors as sim_errors
 from spotguard.sim import scenario as scenario_mod
 from spotguard.sim import settings as settings_mod
@@ -520,7 +520,15 @@ def run(options: Options, view: View | None = None) -> Outcome:
             # and the autoscaler packs what the surges and the return launched: the cycle's bill
             # runs until the cluster is steady again, so the interruption's whole cost is in it
             if returned == "done":
-                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling)
+                prices = sim.settings.capacity.prices
+                steady_rate = costs.rate(billing.of(sim.store).spans(), prices.hourly, t0)
+
+                def back() -> bool:  # the cluster costs its steady rate of before the notice again
+                    now = sim.clock.now()
+                    return costs.rate(billing.of(sim.store).running(), prices.hourly, now) <= steady_rate + 1e-9
+
+                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling,
+                                        back=back)
         tracker.settle()
         after = tracker.snapshot()
         if node_added is not None:
@@ -725,10 +733,12 @@ def _settle(
     *,
     node_added: functions.NodeAdded | None = None,
     settling: steady.Settling | None = None,
+    back: Callable[[], bool] | None = None,
 ) -> steady.Settled | None:
     """Wait until the node autoscaler has had nothing to change for as long as it takes to act:
     before the notice, or after the return to spot (``node_added`` still pinged; ``settling``
-    the return's own, which followed the nodes through it: one quiet period serves both)."""
+    the return's own, which followed the nodes through it: one quiet period serves both;
+    ``back``: the cluster costs its steady rate again, which ends the wait too)."""
     after = node_added is not None
     watch.phase.name = (
         "back on spot: waiting for the node autoscaler to pack what the surges and the return launched"
@@ -743,7 +753,8 @@ def _settle(
             last_ping[0] = sim.clock.now()
             node_added.ping()
 
-    settled = steady.settle(sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling)
+    settled = steady.settle(sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling,
+                            back=back)
     if settled is not None:
         watch.phase.notes.append(settled.note(after=after))
     return settled

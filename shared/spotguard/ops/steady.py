@@ -94,10 +94,17 @@ class Settled:
     quiet: float
     waited: float
     changes: int
+    # ended before a quiet period because the cluster cost its steady hourly rate again with
+    # nothing in progress (``settle``'s ``back``): the interruption's extra cost is all billed
+    at_cost: bool = False
 
     def note(self, *, after: bool = False) -> str:
         """A sentence for the report: before the notice, or (``after``) after the return to spot."""
         since = "the return to spot" if after else "every pod was Ready"
+        if self.at_cost:
+            return (f"after the return, the bill ran until the cluster cost its steady rate before the notice "
+                    f"again with nothing in progress, {self.waited:.0f}s after {since} ({self.changes} node changes "
+                    f"meanwhile; the autoscaler may pack further, below that rate)")
         if self.steady:
             head = "after the return, the bill ran until" if after else "the notice came once"
             return (f"{head} the nodes had stayed unchanged for {self.quiet:g}s (the node autoscaler's "
@@ -108,7 +115,7 @@ class Settled:
 
     def as_json(self) -> dict[str, Any]:
         return {"steady": self.steady, "quiet_seconds": self.quiet, "waited_seconds": round(self.waited, 1),
-                "node_changes": self.changes}
+                "node_changes": self.changes, "back_at_steady_cost": self.at_cost}
 
 
 def placing(tracker: Any, wanted: int) -> bool:
@@ -117,12 +124,20 @@ def placing(tracker: Any, wanted: int) -> bool:
     return bool(tracker.unbound() > 0 or sum(c.total for c in tracker.snapshot().values()) < wanted)
 
 
+def calm(nodes: list[Obj]) -> bool:
+    """No node cordoned or tainted by an autoscaler for removal (a replace may launch one)."""
+    return not any(cordoned or going for _, cordoned, going in _signature(nodes))
+
+
 def settle(sim: Any, objects: list[Obj], busy: Callable[[], bool], *,
-           show: Callable[[], None] = lambda: None, settling: Settling | None = None) -> Settled | None:
+           show: Callable[[], None] = lambda: None, settling: Settling | None = None,
+           back: Callable[[], bool] | None = None) -> Settled | None:
     """Wait (polling the simulated cluster ``sim``) until its nodes are steady, at most
     ``LIMIT_PERIODS`` quiet periods or ``LIMIT_SECONDS``; None where the scenario has no node
     autoscaler (nothing to wait for). ``settling``: one already following the nodes (a phase
-    before this wait fed it: its quiet time counts)."""
+    before this wait fed it: its quiet time counts). ``back``: the cluster costs its steady
+    rate (before the notice) again; with nothing busy and no node going, that ends the wait
+    too (``at_cost``): what the autoscaler packs after it only costs less."""
     quiet = quiet_seconds(objects, sim.settings)
     if not quiet:
         return None
@@ -132,7 +147,10 @@ def settle(sim: Any, objects: list[Obj], busy: Callable[[], bool], *,
     steady = False
     while not steady and time.monotonic() < deadline:
         show()
-        steady = settling.steady(sim.store.list("nodes")[0], sim.clock.now())
+        nodes = sim.store.list("nodes")[0]
+        steady = settling.steady(nodes, sim.clock.now())
+        if not steady and back is not None and calm(nodes) and not busy() and back():
+            return Settled(False, quiet, sim.clock.now() - start, settling.changes - before, at_cost=True)
         if not steady:
             time.sleep(0.1)
     return Settled(steady, quiet, sim.clock.now() - start, settling.changes - before)

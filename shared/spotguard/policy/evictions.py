@@ -364,7 +364,8 @@ def handed_over(
         and not record.copy
         and node.name in record.nodes
         and bool(noticed)
-        and noticed[0].drain
+        and node.notice is not None
+        and interruption.drained_only(record, {node.name: node.notice}, node.name)
     )
 
 
