@@ -223,7 +223,6 @@ def test_leftovers_cleaned(tmp_path: Any) -> None:
         assert rec.kube.stats.count("list") - lists == 11
 
 
-
 def test_a_move_whose_count_changed_before_its_scale_up_ends_without_a_hold(tmp_path: Any) -> None:
     """A pass writes the move's record, then the "+k" once the webhook's cache caught up. A
     surge of the spot-interruption function (a node autoscaler's drain) wrote the count in
@@ -246,8 +245,11 @@ def test_a_move_whose_count_changed_before_its_scale_up_ends_without_a_hold(tmp_
         def other_writer(_event: str, _resource: str, obj: dict[str, Any]) -> None:
             # the surge: the count raised once the record is written, before the record's write
             # is answered (a store subscriber runs in the writing request's thread), so before the "+k"
-            if (obj["metadata"]["name"] == "web" and MOVE in (obj["metadata"].get("annotations") or {})
-                    and not raised.is_set()):
+            if (
+                obj["metadata"]["name"] == "web"
+                and MOVE in (obj["metadata"].get("annotations") or {})
+                and not raised.is_set()
+            ):
                 raised.set()
                 store.mutate("deployments", "web", NS, lambda d: d["spec"].__setitem__("replicas", 6))
 
@@ -270,3 +272,50 @@ def test_a_move_whose_count_changed_before_its_scale_up_ends_without_a_hold(tmp_
         assert web["spec"]["replicas"] == 4
         again = rec.reconcile()
         assert [m.workload.key for m in again.started][:1] == ["Deployment/shop/web"], again.plan
+
+
+def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: Any) -> None:
+    """The budget allowed a disruption when the pass read it, but another evictor (a drainer,
+    the autoscaler's consolidation) took it before spotguard's eviction arrived: refused (429,
+    no retry hint). The move waits for the budget to allow one again, a short hold, not the
+    hold of a move that made no progress (600 s here): the workload is back within a few
+    minutes of the rival's pod being Ready, and the refused evictions are few (no retry loop)."""
+    cfg = dataclasses.replace(CFG, rebalance_hold_seconds=600, rebalance_settle_seconds=0)
+    nodes = [sim_scenario.namespace(NS)] + [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        k = kube.Kube(sim.api_client())
+        store.apply_objects(
+            [sim_scenario.statefulset("queue", 4), sim_scenario.pdb("queue", "queue", max_unavailable=1)]
+        )
+        h.wait_until(lambda: h.ready_pods(store) == 4, 30, "every pod Ready")
+        store.apply_objects(spot_nodes("spot", 2))
+        rival: list[str] = []
+
+        def rival_evicts() -> None:
+            # Once, just before spotguard's first eviction is served: another evictor takes the
+            # budget's one allowed disruption (a pod spotguard did not pick).
+            if rival:
+                return
+            pods = [p for p in store.list("pods", NS)[0] if h.live(p) and p["metadata"]["name"].startswith("queue-")]
+            victim = sorted(p["metadata"]["name"] for p in pods)[0]
+            rival.append(victim)
+            k.evict(victim, NS)
+
+        sim.faults.set(verb="create", resource="pods", before=rival_evicts)
+        rec = h.reconciler_for(sim, cfg)
+        start = sim.clock.now()
+        reports = h.passes_until(rec, lambda rep: h.at_optimum(store) and not rep.progress, max_passes=150)
+        took = sim.clock.now() - start
+
+        assert rival, "the rival never evicted: no eviction of spotguard's was served"
+        assert any("a budget refused the eviction" in p.reason for rep in reports for p in rep.progress), [
+            h.summary(rep) for rep in reports
+        ]
+        assert took < 300, f"back at the optimum after {took:.0f} simulated s (a 600 s hold would be the cause)"
+        # One eviction per replica moved, and the refused one: the short hold is no retry loop.
+        replicas, floor = h.floors_of(store)["StatefulSet/shop/queue"]
+        assert rec.kube.stats.count(resource="pods/eviction") == replicas - floor + 1

@@ -25,7 +25,7 @@ reconcile of step 3, which runs first on it), then
    autoscaler, then the "+1") and back after it (the count, then the
    autoscaler, then the record), only while it holds the move's value. A
    StatefulSet's move writes the record, then evicts the pod through the
-   Eviction API (a budget's 429 leaves a hold, never a retry loop);
+   Eviction API (a budget's 429 leaves a short hold, never a retry loop);
 3. cleans up: the spot-interruption function's own reconcile scales back
    surges that are over and deletes left-over temporary budgets
    (:meth:`spotguard.interruption.handler.Handler.reconcile`), which also
@@ -488,10 +488,14 @@ class Reconciler:
                     log.info("eviction throttled by the API server: next pass",
                              extra={"workload": wl.key, "pod": move.pod.name})  # fmt: skip
                     return True
-                # A budget forbids it now: leave a hold, never a retry loop.
+                # A budget forbids it now although its status allowed it when read: another
+                # evictor took the disruption. A short hold, then the planner asks the budget's
+                # status again (never a retry loop, never the long hold of a move without progress).
                 metrics.MOVES.labels(*labels, "blocked").inc()
-                log.info("eviction refused by a budget: holding", extra={"workload": wl.key, "pod": move.pod.name})
-                hold = moves.held(record, now, "a budget refused the eviction", self.config.rebalance_hold_seconds)
+                wait = min(moves.BUDGET_HOLD_SECONDS, float(self.config.rebalance_hold_seconds))
+                log.info("eviction refused by a budget: waiting for it",
+                         extra={"workload": wl.key, "pod": move.pod.name, "seconds": wait})  # fmt: skip
+                hold = moves.held(record, now, "a budget refused the eviction", wait)
                 self._patch_workload(written, {MOVE: hold.to_json()})
                 return True
             except NotFound:
@@ -518,8 +522,13 @@ class Reconciler:
             if begun.hpa is not None:
                 self._raise_autoscaler(wl, record, begun.hpa)
             self._rank(wl.namespace, record.marked)
-            begun.written = self._scale_if(begun.written, record.replicas, record.scaled_to, record=record.to_json(),
-                                           then=dataclasses.replace(record, scaled=True).to_json())
+            begun.written = self._scale_if(
+                begun.written,
+                record.replicas,
+                record.scaled_to,
+                record=record.to_json(),
+                then=dataclasses.replace(record, scaled=True).to_json(),
+            )
         except NotFound:
             return None
         except ApiError as exc:

@@ -77,6 +77,12 @@ SURGE_FIRST = FIRST_TO_GO // 2
 MOVE_TIMEOUT_SECONDS = 300.0
 # After a move that made no progress, the workload is left alone this long.
 HOLD_SECONDS = 600.0
+# After a StatefulSet's eviction that a PodDisruptionBudget refused although its status allowed
+# one when the pass read it (another evictor, a drainer or an autoscaler's consolidation, took
+# the disruption in between), the workload waits this long (at most the hold above): the
+# rival's pod back and the budget's status caught up. The planner asks the status again then
+# (spotguard.policy.rebalance: a budget that allows no disruption is a skip, not a retry).
+BUDGET_HOLD_SECONDS = 60.0
 
 
 class Direction(enum.StrEnum):
@@ -350,8 +356,9 @@ def progress(
         # hold against. Its record goes (its ranks and any raised minimum back); the next pass plans.
         if age < START_SECONDS:
             return Progress(wl, record, Action.WAIT, "starting: the count follows the record")
-        return Progress(wl, record, Action.END, "the count changed before the move's scale-up: never begun",
-                        restore=still)
+        return Progress(
+            wl, record, Action.END, "the count changed before the move's scale-up: never begun", restore=still
+        )
     if (
         wl.replicas == record.replicas != record.scaled_to
         and record.generation
