@@ -92,7 +92,7 @@ def main() -> int:
         stack.callback(tracker.stop, sim.store)
         stack.enter_context(cycle._ticking(tracker))
         workers = 2 if sum(cycle._replicas(o) for o in apps) > 1000 else 1
-        stack.enter_context(functions.admission_server(sim, workdir, workers, time_scale=scale))
+        admission = stack.enter_context(functions.admission_server(sim, workdir, workers, time_scale=scale))
         started = time.monotonic()
         sim.store.apply_objects(apps)
         wls = cycle._workloads(sim.store)
@@ -113,7 +113,12 @@ def main() -> int:
         # node-added, as functions.node_added serves it, with its gateway kept to count its requests
         k = kube.Kube(sim.api_client())
         svc = service.Service(
-            lambda: reconciler.Reconciler(k, config.Config(), clock=sim.clock.now),
+            lambda: reconciler.Reconciler(
+                k,
+                config.Config(),
+                clock=sim.clock.now,
+                admission_cache_seconds=admission.workload_cache_seconds + reconciler.READ_IN_FLIGHT_SECONDS,
+            ),
             join_wait=max(2.0, 60.0 / scale),
             poll=0.05,
         )

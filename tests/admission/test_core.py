@@ -528,3 +528,19 @@ def test_a_review_taken_up_past_its_deadline_is_placed_from_what_is_known_while_
         gone = core.serve(cluster.review(cluster.pod_for(rs), "shop"), ctx)
     assert "patch" not in gone["response"]
     assert metrics.SHED._value.get() == shed + 1
+
+
+@pytest.mark.parametrize(
+    ("value", "ttl"), [(None, 2.0), ("0.1", 0.1), ("0", 0.0), ("-1", 2.0), ("31", 2.0), ("nan", 2.0), ("soon", 2.0)]
+)
+def test_how_long_a_workload_read_is_kept_comes_from_the_environment(value: str | None, ttl: float) -> None:
+    """$SPOTGUARD_WORKLOAD_CACHE_SECONDS: node-added's moves wait for it (its reconciler reads the
+    same setting); an invalid value keeps the default."""
+    from spotguard.gateway import settings
+    from spotguard.nodeadded import reconciler
+
+    env = {"SPOTGUARD_NAMESPACE": "spotguard"} | ({} if value is None else {"SPOTGUARD_WORKLOAD_CACHE_SECONDS": value})
+    ctx = core.context_from_env(env, connect=lambda _: FakeKube())  # type: ignore[arg-type,return-value]
+    assert ctx.resolver.workload_ttl == pytest.approx(ttl)
+    assert settings.workload_cache_seconds(env) == pytest.approx(ttl)
+    assert reconciler.ADMISSION_CACHE_SECONDS == settings.WORKLOAD_CACHE_SECONDS + reconciler.READ_IN_FLIGHT_SECONDS

@@ -172,3 +172,19 @@ def test_owner_of_reads_the_tags() -> None:
     both = {"kubernetes.io/cluster/staging": "shared", f"kubernetes.io/cluster/{CLUSTER}": "shared"}
     assert instances.owner_of(both, CLUSTER)[0] is instances.Owner.OURS
     assert instances.from_environment({}) is None
+
+
+@pytest.mark.parametrize(("value", "wait"), [(None, 3.0), ("0.5", 1.5), ("bad", 3.0)])
+def test_a_moves_wait_for_the_admission_cache_follows_its_setting(
+    value: str | None, wait: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """node-added's "+k" waits for as long as the admission webhook keeps a workload
+    ($SPOTGUARD_WORKLOAD_CACHE_SECONDS, the same setting) and a read in flight."""
+    from spotguard.sim import testing
+
+    if value is not None:
+        monkeypatch.setenv("SPOTGUARD_WORKLOAD_CACHE_SECONDS", value)
+    with testing.running_cluster([], controllers=False) as sim:
+        monkeypatch.setenv("KUBECONFIG", sim.kubeconfig)
+        rec = reconciler.Reconciler.from_environment()
+    assert rec.admission_cache_seconds == pytest.approx(wait)

@@ -127,6 +127,7 @@ class Context:
         connect_error: str = "",
         pending_grace: float = 1.0,
         review_seconds: float = DEFAULT_REVIEW_SECONDS,
+        workload_ttl: float = resolve_mod.WORKLOAD_TTL_SECONDS,
     ) -> None:
         self._config = config
         self.namespace = namespace
@@ -137,7 +138,7 @@ class Context:
         self.events = EventReporter(self.kube)
         self.health = health.Health(self)
         if self.kube is not None:
-            self.resolver = Resolver(self.kube)
+            self.resolver = Resolver(self.kube, workload_ttl=workload_ttl)
             self.launches = launches.Launches(self.kube)
             self.reservations = Reservations(
                 self.kube,
@@ -235,7 +236,13 @@ def context_from_env(
         return Context(config, None, namespace, trust_seconds=trust, connect_error=str(exc), review_seconds=review)
     loader = settings.Loader(k, env)
     ctx = Context(
-        lambda: loader.get()[0], k, namespace, trust_seconds=trust, pending_grace=grace, review_seconds=review
+        lambda: loader.get()[0],
+        k,
+        namespace,
+        trust_seconds=trust,
+        pending_grace=grace,
+        review_seconds=review,
+        workload_ttl=settings.workload_cache_seconds(env),
     )
     ctx.warm_up()
     return ctx

@@ -44,6 +44,7 @@ from typing import Any
 from spotguard.admission import deadline
 from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources as r
+from spotguard.gateway import settings
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import selector_matches
@@ -57,6 +58,9 @@ _MISSING = object()
 LAST_KNOWN_SECONDS = 60.0
 UNANSWERED: tuple[type[BaseException], ...] = (deadline.DeadlineExceeded, *gateway_errors.RETRY_LATER)
 POD_TEMPLATE_HASH = "pod-template-hash"
+# How long a workload read is kept (``$SPOTGUARD_WORKLOAD_CACHE_SECONDS``; node-added's moves
+# wait for it: spotguard.nodeadded.reconciler.ADMISSION_CACHE_SECONDS).
+WORKLOAD_TTL_SECONDS = settings.WORKLOAD_CACHE_SECONDS
 log = logging.getLogger(__name__)
 
 
@@ -151,7 +155,7 @@ class Resolver:
         *,
         clock: Callable[[], float] = time.monotonic,
         owner_ttl: float = 300.0,
-        workload_ttl: float = 2.0,
+        workload_ttl: float = WORKLOAD_TTL_SECONDS,
         namespace_ttl: float = 30.0,
         node_ttl: float = 60.0,
         node_refresh: float = 5.0,

@@ -39,6 +39,13 @@ from spotguard.policy.validation import Problem
 DEFAULT_NAMESPACE = "spotguard"
 DEFAULT_CONFIGMAP = "spotguard-config"
 DEFAULT_TTL_SECONDS = 30.0
+# How long the admission webhook keeps a Deployment or StatefulSet it read (real seconds):
+# node-added's move waits that long after its record, and a second more for a read in
+# flight, before its "+k" (spotguard.nodeadded.reconciler). The two functions must agree:
+# set it on both, or on neither.
+WORKLOAD_CACHE_ENV = "SPOTGUARD_WORKLOAD_CACHE_SECONDS"
+WORKLOAD_CACHE_SECONDS = 2.0
+WORKLOAD_CACHE_MOST = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +166,20 @@ def _log_once(problems: list[Problem]) -> None:
             "configuration problem",
             extra={"field": problem.field, "value": problem.value, "problem": problem.message},
         )
+
+
+def workload_cache_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``$SPOTGUARD_WORKLOAD_CACHE_SECONDS`` (0 to 30; default 2): an invalid value is logged
+    and the default used."""
+    raw = (os.environ if env is None else env).get(WORKLOAD_CACHE_ENV)
+    if not raw:
+        return WORKLOAD_CACHE_SECONDS
+    try:
+        value = float(raw)
+        if not 0 <= value <= WORKLOAD_CACHE_MOST:  # negative, too large, or NaN
+            raise ValueError(f"must be between 0 and {WORKLOAD_CACHE_MOST:g}")
+    except ValueError as exc:
+        log.warning("invalid setting; using the default",
+                    extra={"setting": WORKLOAD_CACHE_ENV, "value": raw, "error": str(exc)})  # fmt: skip
+        return WORKLOAD_CACHE_SECONDS
+    return value

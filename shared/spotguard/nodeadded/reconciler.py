@@ -56,6 +56,7 @@ from typing import Any
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
+from spotguard.gateway import settings
 from spotguard.gateway.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
@@ -76,10 +77,12 @@ WORKERS = 8
 CONFLICT_ATTEMPTS = 4
 WORKLOAD_RESOURCES = {Kind.DEPLOYMENT: r.DEPLOYMENTS, Kind.STATEFULSET: r.STATEFULSETS}
 # The admission webhook caches a workload for 2 s of real time from when its read came back
-# (spotguard.admission.resolve, ``workload_ttl``): a move's "+k" waits that long after its
-# record, and a second for a read in flight, so that every replica it creates is admitted on
-# a copy that carries the record (its new replicas then require spot).
-ADMISSION_CACHE_SECONDS = 3.0
+# (spotguard.admission.resolve, ``workload_ttl``; ``$SPOTGUARD_WORKLOAD_CACHE_SECONDS``,
+# spotguard.gateway.settings): a move's "+k" waits that long after its record, and a second
+# for a read in flight, so that every replica it creates is admitted on a copy that carries
+# the record (its new replicas then require spot).
+READ_IN_FLIGHT_SECONDS = 1.0
+ADMISSION_CACHE_SECONDS = settings.WORKLOAD_CACHE_SECONDS + READ_IN_FLIGHT_SECONDS
 
 
 @dataclass
@@ -204,11 +207,10 @@ class Reconciler:
         """The Kubernetes connection and settings of this process (in-cluster, EKS token, kubeconfig)."""
         import os
 
-        from spotguard.gateway import settings
-
         k = kube_mod.connect(kubeconfig)
         namespace = os.environ.get("SPOTGUARD_NAMESPACE") or settings.DEFAULT_NAMESPACE
-        return cls(k, lambda: settings.load(k)[0], namespace=namespace)
+        wait = settings.workload_cache_seconds() + READ_IN_FLIGHT_SECONDS
+        return cls(k, lambda: settings.load(k)[0], namespace=namespace, admission_cache_seconds=wait)
 
     @property
     def config(self) -> Config:

@@ -429,7 +429,13 @@ def run(options: Options, view: View | None = None) -> Outcome:
                 sim, bus.client("sqs"), bus.queue_url, lambda: sim.clock.real(RECONCILE_SECONDS)
             )
         )
-        node_added = stack.enter_context(functions.node_added(sim, workdir)) if options.return_to_spot else None
+        node_added = (
+            stack.enter_context(
+                functions.node_added(sim, workdir, workload_cache_seconds=admission.workload_cache_seconds)
+            )
+            if options.return_to_spot
+            else None
+        )
 
         # 1. the workloads, placed by the webhook
         watch.phase.name = "placing the workloads"

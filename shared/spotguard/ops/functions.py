@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from spotguard import certs
 from spotguard.admission import registration
+from spotguard.gateway import settings
 from spotguard.logs import UserError
 
 Obj = dict[str, Any]
@@ -86,6 +87,8 @@ def child(
 class Admission:
     url: str
     proc: subprocess.Popen[bytes]
+    # how long it keeps a workload it read (real seconds): node-added's moves wait for it
+    workload_cache_seconds: float = 2.0
 
     def stop_soon(self) -> None:
         """Ask the server to stop now (its exit is awaited when its ``with`` block ends)."""
@@ -111,15 +114,18 @@ def admission_server(
         "--kubeconfig", sim.kubeconfig, "--workers", str(workers),
     ]  # fmt: skip
     # SIGINT: gunicorn's quick shutdown (SIGTERM waits for the cluster's pooled keep-alive connections).
-    # The child measures the eviction guard's no-notice grace and floor hold on its own (real) clock.
+    # The child measures the eviction guard's no-notice grace and floor hold, and how long it keeps
+    # a workload it read, on its own (real) clock: scaled, they last what they last in production
+    # in simulated time (unscaled, the cache would lag the simulated cluster 20-fold at x20).
     env = {name: os.environ.get(name, f"{seconds / max(time_scale, 1.0):.3f}") for name, seconds in (
-        ("SPOTGUARD_EVICTION_GRACE_SECONDS", 8.0), ("SPOTGUARD_EVICTION_FLOOR_HOLD_SECONDS", 300.0))}  # fmt: skip
+        ("SPOTGUARD_EVICTION_GRACE_SECONDS", 8.0), ("SPOTGUARD_EVICTION_FLOOR_HOLD_SECONDS", 300.0),
+        (settings.WORKLOAD_CACHE_ENV, settings.WORKLOAD_CACHE_SECONDS))}  # fmt: skip
     with child(cmd, workdir / "admission.log", signal.SIGINT, env=env) as proc:
         context = ssl.create_default_context(cafile=str(paths.ca_cert))
         health = f"https://localhost:{port}/healthz"
         wait_until(lambda: _healthy(health, context, proc, workdir / "admission.log"), 60, "the admission webhook")
         registration.register(sim.store, f"https://localhost:{port}", paths.ca_bundle)
-        yield Admission(f"https://localhost:{port}/mutate", proc)
+        yield Admission(f"https://localhost:{port}/mutate", proc, settings.workload_cache_seconds(env))
 
 
 def _healthy(url: str, context: ssl.SSLContext | None, proc: subprocess.Popen[bytes], log: Path) -> bool:
@@ -290,7 +296,12 @@ def has_node_added() -> bool:
 
 @contextlib.contextmanager
 def node_added(
-    sim: Any, workdir: Path, cfg: Any = None, admission_cache_seconds: float | None = None
+    sim: Any,
+    workdir: Path,
+    cfg: Any = None,
+    admission_cache_seconds: float | None = None,
+    *,
+    workload_cache_seconds: float | None = None,
 ) -> Iterator[NodeAdded]:
     """The node-added function's HTTP app (what ``spotguard serve node-added`` serves) on loopback.
 
@@ -298,7 +309,8 @@ def node_added(
     ages from creationTimestamps the simulated cluster writes, so its clock must be the
     cluster's. Where this spotguard has no node-added function: :class:`Unavailable`.
     ``cfg``: its settings (default: the defaults); ``admission_cache_seconds``: how long a move
-    waits for the admission webhook's cached workloads (default: as in production).
+    waits for the admission webhook's cached workloads (default: as in production, or from
+    ``workload_cache_seconds``, how long the webhook keeps them: :attr:`Admission.workload_cache_seconds`).
     """
     if not has_node_added():
         yield Unavailable("this spotguard has no node-added function yet (spotguard.nodeadded)")
@@ -311,6 +323,8 @@ def node_added(
 
     k = kube.Kube(sim.api_client())
     wait = reconciler.ADMISSION_CACHE_SECONDS if admission_cache_seconds is None else admission_cache_seconds
+    if admission_cache_seconds is None and workload_cache_seconds is not None:
+        wait = workload_cache_seconds + reconciler.READ_IN_FLIGHT_SECONDS
     svc = service.Service(
         lambda: reconciler.Reconciler(
             k, cfg or config.Config(), clock=sim.clock.now, admission_cache_seconds=wait
