@@ -319,3 +319,51 @@ def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: 
         # One eviction per replica moved, and the refused one: the short hold is no retry loop.
         replicas, floor = h.floors_of(store)["StatefulSet/shop/queue"]
         assert rec.kube.stats.count(resource="pods/eviction") == replicas - floor + 1
+
+
+def test_a_move_whose_count_changed_during_its_wait_is_not_begun(tmp_path: Any, caplog: Any) -> None:
+    """The pass plans a move of web, writes its record and waits for the admission webhook's cache;
+    meanwhile another writer sets web's count (as a surge or an autoscaler does). The "+k"'s test
+    fails: the move is not reported started (its log says "not begun"), nothing is scaled, and the
+    next pass ends the record as someone else's count (theirs wins)."""
+    import logging
+
+    from spotguard.nodeadded import metrics
+
+    nodes = [sim_scenario.namespace(NS), sim_scenario.node("od-0", "on-demand"), *spot_nodes("spot", 2)]
+    with (
+        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        h.admission_webhook(sim, tmp_path),
+    ):
+        store = sim.store
+        k = kube.Kube(sim.api_client())
+        h.cordon(k, ["spot-0", "spot-1"])
+        store.apply_objects([sim_scenario.deployment("web", 3)])
+        h.wait_until(lambda: h.ready_pods(store) == 3, 30, "every pod Ready")
+        h.cordon(k, ["spot-0", "spot-1"], on=False)
+        rec = h.reconciler_for(sim, dataclasses.replace(CFG, rebalance_settle_seconds=0), admission_cache_seconds=2.0)
+
+        def other_writer() -> None:
+            h.wait_until(
+                lambda: MOVE in (store.get("deployments", "web", NS)["metadata"].get("annotations") or {}),
+                10,
+                "the move's record",
+                step=0.02,
+            )
+            k.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 7}}, NS)  # not the move's "+k" (5)
+
+        not_begun = metrics.MOVES.labels("to-spot", "scale", "not-begun")._value.get()
+        writer = threading.Thread(target=other_writer)
+        writer.start()
+        with caplog.at_level(logging.INFO, logger="spotguard.nodeadded"):
+            first = rec.reconcile()
+        writer.join(10)
+        assert not first.started, h.summary(first)
+        assert metrics.MOVES.labels("to-spot", "scale", "not-begun")._value.get() == not_begun + 1
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(m.startswith("move not begun") for m in messages) and "move started" not in messages
+        dep = store.get("deployments", "web", NS)
+        assert dep["spec"]["replicas"] == 7  # the other writer's count, no "+k" on top
+        assert MoveRecord.of(Workload.from_json(dep)) is not None and not MoveRecord.of(Workload.from_json(dep)).scaled
+        second = rec.reconcile()
+        assert [p.reason for p in second.progress] == ["replicas changed to 7 by someone else"]

@@ -18,7 +18,8 @@ MOVES = Counter(
     "spotguard_nodeadded_moves_total",
     "Moves by direction (to-spot, to-on-demand), method (scale, evict) and step "
     "(started, finished, aborted, blocked (a budget or webhook refused the eviction), throttled (the API "
-    "server answered 429 without refusing: tried again next pass), held, ended, failed).",
+    "server answered 429 without refusing: tried again next pass), not-begun (the count changed between "
+    "the plan and its scale-up: the next pass ends the record), held, ended, failed).",
     ["direction", "method", "step"],
 )
 SKIPPED = Gauge(

@@ -524,13 +524,28 @@ class Reconciler:
             if begun.hpa is not None:
                 self._raise_autoscaler(wl, record, begun.hpa)
             self._rank(wl.namespace, record.marked)
-            begun.written = self._scale_if(
+            written = self._scale_if(
                 begun.written,
                 record.replicas,
                 record.scaled_to,
                 record=record.to_json(),
                 then=dataclasses.replace(record, scaled=True).to_json(),
             )
+            if written is begun.written:
+                # The test failed: the count or the record changed during the wait. The move began
+                # only where the autoscaler whose minimum it raised made the "+k" itself.
+                meta = written.get("metadata") or {}
+                now = self.kube.get(r.DEPLOYMENTS, str(meta.get("name")), str(meta.get("namespace")))
+                count = int((now.get("spec") or {}).get("replicas") or 0)
+                if count != record.scaled_to:
+                    metrics.MOVES.labels(*labels, "not-begun").inc()
+                    log.info(
+                        "move not begun: the count changed since the plan read it; the next pass ends it",
+                        extra={"workload": wl.key, "replicas": count, "planned": record.replicas},
+                    )
+                    return None
+                written = now
+            begun.written = written
         except NotFound:
             return None
         except ApiError as exc:
