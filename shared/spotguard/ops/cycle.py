@@ -179,8 +179,10 @@ def check(options: Options) -> None:
     if provisioned(options.objects):
         return  # the spot nodes are launched for the pods: the doomed ones are known at the notice
     if not spot:
-        raise UserError("the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot, "
-                        "or give a Karpenter NodePool or Cluster Autoscaler node group that launches spot")
+        raise UserError(
+            "the scenario has no spot node: label some nodes node.kubernetes.io/capacity: spot, "
+            "or give a Karpenter NodePool or Cluster Autoscaler node group that launches spot"
+        )
     doomed(options, spot)
 
 
@@ -192,8 +194,11 @@ def provisioned(objects: list[Obj]) -> bool:
         if o.get("kind") != "NodePool":
             continue
         reqs = nodepools.requirements(o)
-        if all(scheduler.match_requirement(r, {nodepools.CAPACITY_TYPE: "spot"}) for r in reqs
-               if r.get("key") == nodepools.CAPACITY_TYPE):
+        if all(
+            scheduler.match_requirement(r, {nodepools.CAPACITY_TYPE: "spot"})
+            for r in reqs
+            if r.get("key") == nodepools.CAPACITY_TYPE
+        ):
             return True
     return False
 
@@ -496,9 +501,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
                 for k, n in desired.items()
             )
 
-        settled = watch.wait(
-            over, sim.clock.real(options.reclaim_after + options.settle_seconds) + 10, "the surges"
-        )
+        settled = watch.wait(over, sim.clock.real(options.reclaim_after + options.settle_seconds) + 10, "the surges")
         if not settled:
             watch.phase.notes.append(
                 f"the surges had not ended {options.settle_seconds:g}s after the reclaim; went on to the return to spot"
@@ -521,8 +524,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
             gone = [by_name[n] for n in names]
             quiet = steady.quiet_seconds(options.objects, sim.settings)
             settling = steady.Settling(quiet, lambda: views.busy(tracker)) if quiet else None
-            returned = _return_to_spot(sim, node_added, gone, options, watch, cfg=cfg, scales=scales, views=views,
-                                       settling=settling)
+            returned = _return_to_spot(
+                sim, node_added, gone, options, watch, cfg=cfg, scales=scales, views=views, settling=settling
+            )
             # and the autoscaler packs what the surges and the return launched: the cycle's bill
             # runs until the cluster is steady again, so the interruption's whole cost is in it
             if returned == "done":
@@ -533,8 +537,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
                     now = sim.clock.now()
                     return costs.rate(billing.of(sim.store).running(), prices.hourly, now) <= steady_rate + 1e-9
 
-                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling,
-                                        back=back)
+                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling, back=back)
         tracker.settle()
         after = tracker.snapshot()
         if node_added is not None:
@@ -543,8 +546,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         lag = {"pods": bound, "p99_seconds": round(p99, 1), "max_seconds": round(longest, 1)}
         end = sim.clock.now()
         duration = end - t0
-        cost = money.measure(billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0,
-                             settled=settled_at, end=end)
+        cost = money.measure(
+            billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0, settled=settled_at, end=end
+        )
         admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
         watch.phase.name = "done"
         watch.show()
@@ -759,8 +763,9 @@ def _settle(
             last_ping[0] = sim.clock.now()
             node_added.ping()
 
-    settled = steady.settle(sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling,
-                            back=back)
+    settled = steady.settle(
+        sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling, back=back
+    )
     if settled is not None:
         watch.phase.notes.append(settled.note(after=after))
     return settled
@@ -822,10 +827,8 @@ def _return_to_spot(
         # optimum) or nothing moved for ``quiet``: done.
         counts = watch.tracker.snapshot()
         full = all(counts.get(k, serving.Counts()).total >= w.replicas for k, w in watch.wls.items())
-        optimal = all(  # and no move half done (its extra replica still there)
-            counts.get(k, serving.Counts()).serving[serving.SPOT] >= w.replicas - watch.floor.get(k, w.replicas)
-            and counts.get(k, serving.Counts()).total == w.replicas
-            for k, w in watch.wls.items()
+        optimal = all(
+            _back(counts.get(k, serving.Counts()), w, watch.floor.get(k, w.replicas)) for k, w in watch.wls.items()
         )
         return full and (optimal or now - last_change[0] >= quiet)
 
@@ -846,21 +849,29 @@ def _return_to_spot(
     return "done" if ok else "timed out"
 
 
-def _not_back(counts: dict[str, serving.Counts], wls: dict[str, Workload], floor: dict[str, int],
-              current: dict[str, Workload]) -> str:
+def _back(c: serving.Counts, w: Workload, floor: int) -> bool:
+    """At its optimum: every replica above its floor serving on spot, and no move half done (its
+    extra replica still there)."""
+    return c.serving[serving.SPOT] >= w.replicas - floor and c.total == w.replicas
+
+
+def _not_back(
+    counts: dict[str, serving.Counts], wls: dict[str, Workload], floor: dict[str, int], current: dict[str, Workload]
+) -> str:
     """Which workloads were not back at their optimum, and what held each (its move record)."""
     out = []
     for key, w in sorted(wls.items()):
         c = counts.get(key, serving.Counts())
-        want = w.replicas - floor.get(key, w.replicas)
-        if c.serving[serving.SPOT] >= want and c.total == w.replicas:
+        if _back(c, w, floor.get(key, w.replicas)):
             continue
+        want = w.replicas - floor.get(key, w.replicas)
         now = current.get(key)
         record = moves.MoveRecord.of(now) if now is not None and MOVE in now.annotations else None
-        held = (f"; {'held' if record.held else 'moving'}: {record.reason}" if record is not None else "")
+        held = f"; {'held' if record.held else 'moving'}: {record.reason}" if record is not None else ""
         surging = "; a surge in progress" if now is not None and _surging(now) else ""
-        out.append(f"{key} {c.serving[serving.SPOT]} of {want} on spot, {c.total} serving for {w.replicas}"
-                   f"{held}{surging}")
+        out.append(
+            f"{key} {c.serving[serving.SPOT]} of {want} on spot, {c.total} serving for {w.replicas}{held}{surging}"
+        )
     return ", ".join(out) or "none (the last poll came too late)"
 
 
@@ -908,13 +919,8 @@ def _labels(node: Obj) -> dict[str, str]:
 
 
 def _workloads(store: Any) -> dict[str, Workload]:
-    out = {}
-    for res, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):
-        for obj in store.list(res)[0]:
-            obj.setdefault("kind", kind)
-            w = Workload.from_json(obj)
-            out[w.key] = w
-    return out
+    """The Deployments and StatefulSets of ``store`` now (one read: :class:`WorkloadViews` for polls)."""
+    return WorkloadViews(store)()
 
 
 class WorkloadViews:
