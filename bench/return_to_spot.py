@@ -5,7 +5,9 @@ nodes only, every pod placed by the admission webhook (HTTPS, as in production)
 and Ready, so the replicas above each workload's floor spilled onto on-demand.
 Then the scenario's spot nodes join at once; node-added hears of each
 (Knative ApiServerSource ``dev.knative.apiserver.resource.add`` CloudEvents)
-and is pinged every 15 simulated seconds (PingSource), as the demo does. The
+and is pinged every 60 simulated seconds (the shipped PingSource), as the demo
+does; each delivery follows its moves in flight with a pass every 10 s for up to
+90 s (spotguard.nodeadded.service). The
 simulated cluster runs every controller with the scenario's Settings
 (kube-controller-manager at ``--kube-api-qps`` 20 by default), pods start in
 ``--pod-startup`` seconds, and serving replicas are counted as the demo counts
@@ -15,8 +17,8 @@ On a provisioned scenario (one with a Karpenter NodePool, e.g.
 ``infra/scenarios/large-karpenter.yaml``) no node is given: the NodePools first
 allow on-demand only (spot capacity is out), every pod is placed on the
 on-demand nodes Karpenter launches for them, then the scenario's NodePools are
-applied as written (spot capacity returns) and node-added, pinged every 15
-simulated seconds, moves the replicas above each floor back by launching spot
+applied as written (spot capacity returns) and node-added, pinged every 60
+simulated seconds and told of every node that joins, moves the replicas above each floor back by launching spot
 capacity. There ``simulated_seconds`` runs from that return, and the run also
 counts the workloads that served fewer replicas than the owner's count (a
 StatefulSet's move evicts one pod at a time: one below is counted apart,
@@ -53,7 +55,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PING_SECONDS = 15.0
 
 
 def main() -> int:
@@ -121,6 +122,8 @@ def main() -> int:
             ),
             join_wait=max(2.0, 60.0 / scale),
             poll=0.05,
+            follow_sleep=sim.clock.sleep,
+            follow_clock=sim.clock.now,
         )
         from werkzeug.serving import make_server
 
@@ -136,12 +139,11 @@ def main() -> int:
         t0 = sim.clock.now()
         real0 = time.monotonic()
         tracker.arm({k: w.replicas for k, w in wls.items()})
+        # node-added gets what the shipped wiring sends: a ping a minute, an event per node that joins
+        deliveries = functions.Deliveries(sim, sender)
         sim.store.apply_objects(spot)
-        for n in spot:
-            sender.node_added(sim.store.get("nodes", n["metadata"]["name"]))
         for pool in pools:  # spot capacity returns: the NodePools as the scenario writes them
             sim.store.mutate("nodepools", pool["metadata"]["name"], None, _requirements_of(pool))
-        last_ping = t0
 
         reached: dict[str, float] = {}  # workload -> simulated seconds after the join it was last made optimal
 
@@ -163,9 +165,7 @@ def main() -> int:
             if optimal():
                 done = True
                 break
-            if sim.clock.now() - last_ping >= PING_SECONDS:
-                last_ping = sim.clock.now()
-                sender.ping()
+            deliveries.tick()
             time.sleep(0.2)
         elapsed = sim.clock.now() - t0
         counts = tracker.snapshot()

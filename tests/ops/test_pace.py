@@ -56,7 +56,7 @@ def test_the_return_is_paced_by_the_workloads_moving_at_once() -> None:
     o = options(LARGE)
     assert cycle.return_scale(o, 5, 30) == 20.0  # the demo: a handful of moves a minute
     slow = cycle.return_scale(o, 560, 30)  # large.yaml: 560 workloads, one pod each per 75 s
-    assert slow * 560 / (30 + 30 + cycle.PING_SECONDS) <= cycle.FAITHFUL_PODS_PER_SECOND
+    assert slow * 560 / (30 + 30 + cycle.FOLLOW_SECONDS) <= cycle.FAITHFUL_PODS_PER_SECOND
     assert slow < 20.0
 
 

@@ -162,6 +162,18 @@ class Report:
     failures: int = 0
     dry_run: bool = False
     seconds: float = 0.0
+    again: int = 0  # planned moves not begun because their workload changed since the read
+
+    @property
+    def in_flight(self) -> bool:
+        """Moves begun or carried on by this pass, waiting for their new replicas (not a hold), or
+        planned and not begun because their workload changed since the read: a pass soon has more
+        to do for them (:class:`spotguard.nodeadded.service.Service` follows)."""
+        return (
+            bool(self.started)
+            or self.again > 0
+            or any(p.action is not Action.WAIT or not p.record.held for p in self.progress)
+        )
 
     @property
     def optimal(self) -> bool:
@@ -317,6 +329,9 @@ class Reconciler:
                 time.sleep(self.admission_cache_seconds)
             starts = list(pool.map(lambda b: self._scale_up(b) if isinstance(b, _Begun) else b, begun))
             report.started = [m for b, ok in zip(batches, starts, strict=True) if ok for m in b]
+            # not now: the workload changed since the pass read it (or its "+k" found the count
+            # changed): the next pass plans or ends it
+            report.again = sum(1 for ok in starts if ok is None)
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
             failures += list(pool.map(self._label_node, report.node_labels.items()))

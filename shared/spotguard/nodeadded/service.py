@@ -11,6 +11,21 @@ and never fails the delivery for it). An instance that is another cluster's
 (its tags say so, or EC2 does not know it: :mod:`spotguard.nodeadded.instances`)
 is answered at once (``foreign``), without a wait or a pass.
 
+A pass that leaves moves in flight (begun, or waiting for their new replicas;
+not a hold) is **followed**: further passes every ``follow_every`` seconds
+(``$SPOTGUARD_FOLLOW_EVERY_SECONDS``, default 10) while moves are in flight,
+for at most ``follow_seconds`` (``$SPOTGUARD_FOLLOW_SECONDS``, default 90; 0:
+never) from the delivery's start, its join wait included, inside the same
+delivery. The shipped schedules run a pass a minute (PingSource ``* * * * *``,
+EventBridge Scheduler ``rate(1 minute)``, the in-cluster timer's 60 s), and a
+move needs a pass to begin it and one once its new replicas are Ready (on a
+provisioned cluster after a launch: 40-60 s, then the pod's start): without
+the follow, each step of a return to spot would wait up to a minute for the
+next delivery. The window stays inside the function's timeout (120 s in the
+shipped Knative Service and Lambda); a delivery that overlaps the next one is
+harmless (one pass at a time per process; across processes a move's record is
+written under the workload's resourceVersion).
+
 One pass at a time per process (a lock), so HTTP workers and a timer never
 plan over each other's half-written moves. Every pass is recorded in
 :attr:`Service.readiness` (:mod:`spotguard.readiness`): not ready while the
@@ -38,6 +53,8 @@ from spotguard.policy.views import NodeView
 log = logging.getLogger("spotguard.nodeadded")
 
 DEFAULT_JOIN_WAIT = 60.0
+DEFAULT_FOLLOW_SECONDS = 90.0
+DEFAULT_FOLLOW_EVERY = 10.0
 
 
 class Transient(RuntimeError):
@@ -51,6 +68,7 @@ class Answer:
     joined: bool | None = None
     report: Report | None = None
     reason: str = ""
+    followed: int = 0  # passes after the first, for moves in flight
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"result": self.result, "trigger": self.trigger.to_json()}
@@ -66,6 +84,8 @@ class Answer:
             out["leases_deleted"] = len(rep.leases)
             out["failures"] = rep.failures
             out["seconds"] = round(rep.seconds, 3)
+        if self.followed:
+            out["followed"] = self.followed
         return out
 
 
@@ -78,9 +98,17 @@ class Service:
         poll: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
         owner: instances.Check | bool | None = True,
+        follow_seconds: float | None = None,
+        follow_every: float | None = None,
+        follow_sleep: Callable[[float], None] | None = None,
+        follow_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``owner``: whose cluster a running instance is (True: from the environment, built on
-        first use; None or False: never asked, every running instance is waited for)."""
+        first use; None or False: never asked, every running instance is waited for).
+        ``follow_seconds``, ``follow_every``: the follow of moves in flight (module docstring;
+        None: from the environment); ``follow_sleep``, ``follow_clock``: how it waits and
+        measures its window (default: ``sleep`` and the monotonic clock; the demo's are the
+        simulated cluster's)."""
         self._build = build
         self._owner_wanted = owner is True
         self._owner: instances.Check | None = owner if callable(owner) else None
@@ -88,8 +116,12 @@ class Service:
         if join_wait is None:
             join_wait = float(os.environ.get("SPOTGUARD_NODE_JOIN_WAIT_SECONDS") or DEFAULT_JOIN_WAIT)
         self.join_wait = join_wait
+        self.follow_seconds = _seconds("SPOTGUARD_FOLLOW_SECONDS", follow_seconds, DEFAULT_FOLLOW_SECONDS)
+        self.follow_every = _seconds("SPOTGUARD_FOLLOW_EVERY_SECONDS", follow_every, DEFAULT_FOLLOW_EVERY) or 1.0
         self.poll = poll
         self.sleep = sleep
+        self.follow_sleep = follow_sleep or sleep
+        self.follow_clock = follow_clock
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()
         self.readiness = readiness.Readiness(self._probe)
@@ -121,12 +153,15 @@ class Service:
                         "a running instance of another cluster: nothing to do", extra={**trigger.to_json(), "why": why}
                     )
                     return Answer(trigger, "foreign", joined=False, reason=f"instance {trigger.instance_id}: {why}")
+            began = self.follow_clock()
             rec = self.reconciler
             joined = None
             if trigger.kind in (Kind.NODE_ADDED, Kind.INSTANCE_RUNNING):
                 joined = self._wait_for_node(rec, trigger)
             with self._lock:
                 report = rec.reconcile(dry_run=dry_run, trigger=str(trigger.kind))
+            waited = self.follow_clock() - began
+            followed = 0 if dry_run else self._follow(rec, report, self.follow_seconds - waited)
         except ApiError as exc:
             self.readiness.record(False, f"a pass failed: {exc}")
             raise Transient(f"reconcile failed: {exc}") from exc
@@ -139,7 +174,27 @@ class Service:
             self.readiness.record(False, f"a pass raised {type(exc).__name__}: {exc}")
             raise Transient(f"reconcile failed: {type(exc).__name__}: {exc}") from exc
         self.readiness.record(True)
-        return Answer(trigger, "reconciled", joined, report)
+        return Answer(trigger, "reconciled", joined, report, followed=followed)
+
+    def _follow(self, rec: Reconciler, report: Report, window: float) -> int:
+        """Passes every ``follow_every`` seconds while moves are in flight, for at most ``window``
+        seconds; how many ran. A pass that fails ends the follow (the schedule goes on)."""
+        most = int(max(0.0, window) // self.follow_every)
+        passes = 0
+        while report.in_flight and passes < most:
+            if passes == 0:
+                log.info("moves in flight: following them", extra={"every": self.follow_every,
+                                                                    "for": self.follow_seconds})  # fmt: skip
+            self.follow_sleep(self.follow_every)
+            passes += 1
+            try:
+                with self._lock:
+                    report = rec.reconcile(trigger="follow")
+            except Exception as exc:  # the delivery is done: a failed follow is the schedule's to repeat
+                why = f"{type(exc).__name__}: {exc}"
+                log.warning("a follow pass failed; the schedule goes on", extra={"error": why})
+                break
+        return passes
 
     def _whose(self, instance_id: str) -> tuple[instances.Owner, str]:
         with self._build_lock:
@@ -175,6 +230,23 @@ class Service:
             if view.provider_id.rsplit("/", 1)[-1] == trigger.instance_id:
                 return view.ready and _has_ready(raw)
         return False
+
+
+def _seconds(name: str, given: float | None, default: float) -> float:
+    """``given``, else ``$name`` (0 to 600), else ``default``; an invalid value is logged."""
+    if given is not None:
+        return max(0.0, given)
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+        if not 0 <= value <= 600:
+            raise ValueError("must be between 0 and 600")
+    except ValueError as exc:
+        log.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
+        return default
+    return value
 
 
 def _has_ready(node: dict[str, Any]) -> bool:

@@ -50,7 +50,9 @@ Obj = dict[str, Any]
 INFRA_KINDS = {"Node", "Namespace", "NodePool", "EC2NodeClass"}
 DRAINER_MAX_DELAY = 2.0  # simulated seconds after the notice
 RECONCILE_SECONDS = 15.0  # the spot-interruption scheduled reconcile (simulated seconds)
-PING_SECONDS = 15.0  # node-added pings (simulated seconds)
+# node-added passes this often while moves are in flight (its follow: spotguard.nodeadded.service,
+# DEFAULT_FOLLOW_EVERY), otherwise at its schedule (functions.SCHEDULE_SECONDS); simulated seconds
+FOLLOW_SECONDS = 10.0
 # Pods a real second the simulated cluster creates, places through the webhook and starts
 # while keeping the control plane's pace, beside the functions, on the 2-core build machine:
 # half the 25 a second it placed large.yaml's pods at. ``pace="auto"`` slows the phases
@@ -243,7 +245,7 @@ def notice_scale(options: Options, pods: int, share: float = 1.0) -> float:
 def return_scale(options: Options, moving: int, settle: float, share: float = 1.0) -> float:
     """The time scale of the return to spot: node-added moves one replica of each of
     ``moving`` workloads at a time, each a pod start and ``settle`` seconds."""
-    return _paced(options, moving / (options.pod_startup + settle + PING_SECONDS), share)
+    return _paced(options, moving / (options.pod_startup + settle + FOLLOW_SECONDS), share)
 
 
 def machine_share(load: float | None = None, cores: int | None = None) -> float:
@@ -314,8 +316,11 @@ class Watch:
     t0: float | None = None
     sim: Any = None
     spot_returned: float | None = None  # simulated time new spot nodes joined
+    deliveries: functions.Deliveries | None = None  # node-added's schedule and node events
 
     def show(self) -> None:
+        if self.deliveries is not None:
+            self.deliveries.tick()
         if self.view is None:
             return
         if self.t0 is not None and self.sim is not None:
@@ -441,6 +446,10 @@ def run(options: Options, view: View | None = None) -> Outcome:
             if options.return_to_spot
             else None
         )
+        if node_added is not None and node_added.available:
+            # from now on node-added gets what the shipped wiring sends it: the schedule's pings and
+            # the nodes that join (the placement's launches, the surges', the return's)
+            watch.deliveries = functions.Deliveries(sim, node_added)
 
         # 1. the workloads, placed by the webhook
         watch.phase.name = "placing the workloads"
@@ -755,16 +764,8 @@ def _settle(
         if after
         else "placed: waiting for the node autoscaler to settle"
     )
-    last_ping = [sim.clock.now()]
-
-    def show() -> None:
-        watch.show()
-        if node_added is not None and sim.clock.now() - last_ping[0] >= PING_SECONDS:
-            last_ping[0] = sim.clock.now()
-            node_added.ping()
-
     settled = steady.settle(
-        sim, options.objects, lambda: views.busy(watch.tracker), show=show, settling=settling, back=back
+        sim, options.objects, lambda: views.busy(watch.tracker), show=watch.show, settling=settling, back=back
     )
     if settled is not None:
         watch.phase.notes.append(settled.note(after=after))
@@ -790,7 +791,7 @@ def _return_to_spot(
         watch.phase.notes.append(f"return to spot skipped: {node_added.why}")
         return f"skipped: {node_added.why}"
     moves = {k: w.replicas - watch.floor.get(k, w.replicas) for k, w in watch.wls.items()}
-    one_move = options.pod_startup + cfg.rebalance_settle_seconds + PING_SECONDS
+    one_move = options.pod_startup + cfg.rebalance_settle_seconds + functions.SCHEDULE_SECONDS
     share = machine_share()
     moving = sum(1 for n in moves.values() if n > 0)
     scales["return"] = return_scale(options, moving, cfg.rebalance_settle_seconds, share)
@@ -801,23 +802,16 @@ def _return_to_spot(
     # a provisioned cluster launches the spot nodes the moved pods ask for: none is added by hand
     fresh = [] if provisioned(options.objects) else [replacement(n) for n in gone]
     watch.spot_returned = sim.clock.now()
-    sim.store.apply_objects(fresh)
-    for n in fresh:
-        node_added.node_added(sim.store.get("nodes", n["metadata"]["name"]))
-    last_ping = sim.clock.now()
+    sim.store.apply_objects(fresh)  # node-added hears of them as of every node that joins (Watch.show)
     last_change = [sim.clock.now(), _spot_serving(watch.tracker)]
     # How long nothing may change before the return counts as over: node-added leaves a workload
-    # alone while its newest pod is younger than the settle time, pings come every PING_SECONDS,
+    # alone while its newest pod is younger than the settle time, passes come at the schedule,
     # and on a provisioned cluster a move's new pod waits for the spot node launched for it.
     launch = max(sim.settings.capacity.launch_to_ready) if provisioned(options.objects) else 0.0
-    quiet = 3 * PING_SECONDS + options.pod_startup + cfg.rebalance_settle_seconds + launch
+    quiet = 2 * functions.SCHEDULE_SECONDS + options.pod_startup + cfg.rebalance_settle_seconds + launch
 
     def back() -> bool:
-        nonlocal last_ping
         now = sim.clock.now()
-        if now - last_ping >= PING_SECONDS:
-            last_ping = now
-            node_added.ping()
         spot_now = _spot_serving(watch.tracker)
         if spot_now != last_change[1] or _moving(views, watch.tracker):
             last_change[:] = [now, spot_now]

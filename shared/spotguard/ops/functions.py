@@ -202,6 +202,37 @@ class Unavailable:
         pass
 
 
+# The shipped schedules of the node-added function: PingSource "* * * * *", EventBridge
+# Scheduler rate(1 minute), the in-cluster timer's reconcileIntervalSeconds 60 (simulated seconds).
+SCHEDULE_SECONDS = 60.0
+
+
+class Deliveries:
+    """What the node-added function is sent, as the shipped wiring sends it: a ping every
+    ``every`` simulated seconds (the schedule) and an ApiServerSource add event for each node
+    that joins (Karpenter's and the Cluster Autoscaler's launches included). Call :meth:`tick`
+    from a poll."""
+
+    def __init__(self, sim: Any, node_added: NodeAdded, every: float = SCHEDULE_SECONDS) -> None:
+        self.sim = sim
+        self.node_added = node_added
+        self.every = every
+        self.last_ping = sim.clock.now()
+        self.known = {str(n["metadata"]["name"]) for n in sim.store.list("nodes")[0]}
+
+    def tick(self) -> None:
+        nodes = self.sim.store.list("nodes")[0]
+        for n in nodes:
+            name = str(n["metadata"]["name"])
+            if name not in self.known:
+                self.known.add(name)
+                self.node_added.node_added(n)
+        now = self.sim.clock.now()
+        if now - self.last_ping >= self.every:
+            self.last_ping = now
+            self.node_added.ping()
+
+
 class CloudEventsNodeAdded:
     """Sends the served node-added function what Knative would: ApiServerSource adds and pings.
 
@@ -331,6 +362,9 @@ def node_added(
         ),
         join_wait=max(2.0, 60.0 / sim.clock.time_scale),
         poll=0.05,
+        # moves in flight are followed as in production (every 10 s for 90 s), on the cluster's clock
+        follow_sleep=sim.clock.sleep,
+        follow_clock=sim.clock.now,
     )
     server = make_server("127.0.0.1", 0, app.create_app(svc), threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="node-added", daemon=True)

@@ -325,7 +325,8 @@ def _node_added_core(k: Any, clock: Any, dry_run: bool, f: eventfiles.EventFile 
     except ValueError as exc:  # the trigger decoders' Malformed and Foreign
         return [f"node-added: skipped: {exc}"]
     config, _ = settings.load(k)
-    svc = service.Service(lambda: reconciler.Reconciler(k, config, clock=clock), join_wait=0.0)
+    # One pass: what the delivery's first pass does (a follow of moves in flight would wait 10 s a pass).
+    svc = service.Service(lambda: reconciler.Reconciler(k, config, clock=clock), join_wait=0.0, follow_seconds=0.0)
     try:
         answer = svc.handle(trigger, dry_run=dry_run)
     except service.Transient as exc:
