@@ -74,6 +74,25 @@ def test_a_target_scaled_out_of_range_waits_for_the_next_sync(sim: Any) -> None:
     assert scale_time(auto, "web", 4) >= t0 + hpa_ctl.SYNC_SECONDS - 1
 
 
+def test_a_created_or_changed_autoscaler_acts_at_its_next_sync_not_at_once(sim: Any) -> None:
+    """Upstream adds an HPA to its queue rate limited by the sync period on every event, and one
+    already waiting keeps its time: created, it first syncs 15 s later; its minimum raised
+    between two syncs, the target follows at the next one, not at the write."""
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    apps.create_namespaced_deployment("default", h.deployment("web", 2))
+    created = sim.clock.now()
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler("web", 2, 10))
+    t0 = first_sync(auto, "web")
+    assert t0 >= created + hpa_ctl.SYNC_SECONDS - 1
+    h.wait_for(lambda: sim.clock.now() >= t0 + 3, what="a few seconds after the sync")
+    raised = sim.clock.now()
+    auto.patch_namespaced_horizontal_pod_autoscaler("web", "default", {"spec": {"minReplicas": 5}})
+    h.wait_for(lambda: replicas(sim, "web") == 5, timeout=20, what="scaled to the new minimum")
+    at = scale_time(auto, "web", 5)
+    assert at >= t0 + hpa_ctl.SYNC_SECONDS - 1 and at >= raised + 10  # the next sync, 12 s after the write
+
+
 def test_scale_down_waits_for_the_stabilization_window(sim: Any) -> None:
     apps = kubernetes.client.AppsV1Api(sim.api_client())
     auto = kubernetes.client.AutoscalingV2Api(sim.api_client())

@@ -1,9 +1,16 @@
 """HorizontalPodAutoscaler (autoscaling/v2) controller (pkg/controller/podautoscaler).
 
 Each HPA is reconciled on its own sync period (``SYNC_SECONDS``, the controller
-manager's ``--horizontal-pod-autoscaler-sync-period`` default of 15 s), when it is
-created or changed, never because its target changed: a target scaled out of
-range by someone else stays so until the next sync, as upstream.
+manager's ``--horizontal-pod-autoscaler-sync-period`` default of 15 s), never
+because its target changed: a target scaled out of range by someone else stays
+so until the next sync, as upstream. A created HPA is first reconciled one sync
+period later, and a changed one (its minimum raised, say) at its next sync, not at
+once: upstream's event handlers add the HPA to the queue rate limited by a
+FixedItemIntervalRateLimiter of the sync period, and an HPA already waiting keeps
+its earlier time ("Requests are always added to queue with resyncPeriod delay. If
+there's already request for the HPA in the queue then a new request is always
+dropped", pkg/controller/podautoscaler/horizontal.go ``enqueueHPA``,
+``processNextWorkItem``; rate_limiters.go ``NewDefaultHPARateLimiter``).
 
 At a sync, as ``reconcileAutoscaler`` does:
 - a target at 0 replicas with minReplicas > 0: scaling is disabled;
@@ -106,14 +113,15 @@ class HPAController(base.Controller):
         self._due: dict[base.Key, float] = {}
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
-        """A created or changed HPA syncs at once; its own status writes do not count, and
-        changes of its target wait for the sync period (upstream does not watch targets)."""
+        """A created HPA syncs one sync period later; a changed one at its next sync (module
+        docstring); changes of its target wait for it too (upstream does not watch targets)."""
         if resource != self.primary or event_type == "DELETED":
             return
-        meta = obj.get("metadata") or {}
-        if event_type == "ADDED" or meta.get("generation") != (obj.get("status") or {}).get(
-                "observedGeneration"):
-            self.queue.add(base.key_of(obj))
+        key = base.key_of(obj)
+        if key in self._due:
+            return
+        self._due[key] = self.clock.now() + SYNC_SECONDS
+        self.queue.add_after(key, SYNC_SECONDS)
 
     def resync(self) -> None:
         now = self.clock.now()
@@ -131,8 +139,7 @@ class HPAController(base.Controller):
             return
         now = self.clock.now()
         due = self._due.get(key)
-        if due is not None and due > now + 0.01 and hpa["metadata"].get("generation") == (
-                hpa.get("status") or {}).get("observedGeneration"):
+        if due is not None and due > now + 0.01:
             self.queue.add_after(key, due - now)
             return
         self._due[key] = now + SYNC_SECONDS
