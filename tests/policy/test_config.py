@@ -10,6 +10,7 @@ from spotguard.policy import capacity, config
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config, RebalanceAction
 from spotguard.policy.floors import Count, Percent
+from spotguard.policy.headroom import Cover
 from spotguard.policy.tolerations import Toleration
 
 # (field, raw value, expected parsed value)
@@ -59,6 +60,11 @@ VALID: list[tuple[str, str, Any]] = [
     ("on_demand_launchable", "auto", config.Launchable.AUTO),
     ("on_demand_launchable", " True", config.Launchable.TRUE),
     ("on_demand_launchable", "false", config.Launchable.FALSE),
+    ("headroom", "largest-node", Cover.LARGEST_NODE),
+    ("headroom", " All-Spot ", Cover.ALL_SPOT),
+    ("headroom", "off", Cover.OFF),
+    ("headroom_max_pods", "4", 4),
+    ("headroom_image", " registry.example.com/pause:3.10 ", "registry.example.com/pause:3.10"),
 ]
 
 INVALID: list[tuple[str, str]] = [
@@ -85,6 +91,9 @@ INVALID: list[tuple[str, str]] = [
     ("drain", "sometimes"),
     ("surge_copy", "copy"),
     ("on_demand_launchable", "sometimes"),
+    ("headroom", "everything"),
+    ("headroom_max_pods", "-1"),
+    ("headroom_image", "pause 3.10"),
 ]
 
 
@@ -110,6 +119,7 @@ def test_defaults() -> None:
     assert cfg.default_min_on_demand is None
     assert cfg.unknown_capacity is Capacity.ON_DEMAND
     assert cfg.rebalance_action is RebalanceAction.TAINT
+    assert cfg.headroom is Cover.OFF and cfg.headroom_max_pods == 10  # headroom is billed: opt in
     assert config.from_env({}) == (cfg, [])
     assert config.from_configmap({}) == (cfg, [])
 

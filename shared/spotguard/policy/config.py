@@ -16,6 +16,7 @@ from typing import Any
 
 from spotguard.policy import capacity, floors, tolerations
 from spotguard.policy.capacity import Capacity, LabelScheme
+from spotguard.policy.headroom import DEFAULT_IMAGE, DEFAULT_MAX_PODS, Cover
 from spotguard.policy.tolerations import Toleration
 from spotguard.policy.validation import Problem
 
@@ -98,6 +99,12 @@ class Config:
     surge_copy: bool = False
     # admission: whether an on-demand floor may wait for a node to be launched
     on_demand_launchable: Launchable = Launchable.AUTO
+    # node-added: on-demand room held by low-priority placeholder pods for the surge of the
+    # workloads at risk (policy.headroom): off (the default: it is billed while idle),
+    # largest-node or all-spot; never more placeholders than headroom_max_pods.
+    headroom: Cover = Cover.OFF
+    headroom_max_pods: int = DEFAULT_MAX_PODS
+    headroom_image: str = DEFAULT_IMAGE
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -133,6 +140,21 @@ def _launchable(text: str) -> Launchable:
         return Launchable.TRUE if _boolean(value) else Launchable.FALSE
     except ValueError:
         raise ValueError("must be auto, true or false") from None
+
+
+def _cover(text: str) -> Cover:
+    value = text.strip().lower()
+    try:
+        return Cover(value or "off")
+    except ValueError:
+        raise ValueError("must be off, largest-node or all-spot") from None
+
+
+def _image(text: str) -> str:
+    value = text.strip()
+    if not value or any(c.isspace() for c in value):
+        raise ValueError("must be an image reference")
+    return value
 
 
 def _floor_spec(text: str) -> floors.FloorSpec:
@@ -173,6 +195,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "drain": _boolean,
     "surge_copy": _boolean,
     "on_demand_launchable": _launchable,
+    "headroom": _cover,
+    "headroom_max_pods": _positive_int,
+    "headroom_image": _image,
 }
 
 
