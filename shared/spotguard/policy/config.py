@@ -16,7 +16,6 @@ from typing import Any
 
 from spotguard.policy import capacity, floors, tolerations
 from spotguard.policy.capacity import Capacity, LabelScheme
-from spotguard.policy.headroom import DEFAULT_IMAGE, DEFAULT_MAX_PODS, Cover
 from spotguard.policy.tolerations import Toleration
 from spotguard.policy.validation import Problem
 
@@ -38,6 +37,19 @@ class Launchable(enum.StrEnum):
     AUTO = "auto"  # Karpenter NodePools decide where they can be read; else the existing nodes
     TRUE = "true"  # a node autoscaler (a Cluster Autoscaler on-demand group) can launch it
     FALSE = "false"  # only the existing nodes decide
+
+
+class HeadroomCover(enum.StrEnum):
+    """What node-added's on-demand headroom covers (spotguard.policy.headroom): nothing, the
+    surge of the spot node that needs the most, or the surge of every spot node at once."""
+
+    OFF = "off"
+    LARGEST_NODE = "largest-node"
+    ALL_SPOT = "all-spot"
+
+
+HEADROOM_IMAGE = "registry.k8s.io/pause:3.10"
+HEADROOM_MAX_PODS = 10
 
 
 @dataclass(frozen=True)
@@ -102,9 +114,9 @@ class Config:
     # node-added: on-demand room held by low-priority placeholder pods for the surge of the
     # workloads at risk (policy.headroom): off (the default: it is billed while idle),
     # largest-node or all-spot; never more placeholders than headroom_max_pods.
-    headroom: Cover = Cover.OFF
-    headroom_max_pods: int = DEFAULT_MAX_PODS
-    headroom_image: str = DEFAULT_IMAGE
+    headroom: HeadroomCover = HeadroomCover.OFF
+    headroom_max_pods: int = HEADROOM_MAX_PODS
+    headroom_image: str = HEADROOM_IMAGE
 
     def node_capacity(self, labels: Mapping[str, str]) -> Capacity:
         """The capacity a pod on a node with these labels counts as."""
@@ -142,10 +154,10 @@ def _launchable(text: str) -> Launchable:
         raise ValueError("must be auto, true or false") from None
 
 
-def _cover(text: str) -> Cover:
+def _cover(text: str) -> HeadroomCover:
     value = text.strip().lower()
     try:
-        return Cover(value or "off")
+        return HeadroomCover(value or "off")
     except ValueError:
         raise ValueError("must be off, largest-node or all-spot") from None
 

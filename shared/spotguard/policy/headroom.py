@@ -37,19 +37,15 @@ spot pool with ``all-spot``) cannot launch a fleet; ``capped`` says when it was 
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from spotguard.policy.capacity import Capacity
+from spotguard.policy.config import HEADROOM_IMAGE, HEADROOM_MAX_PODS, Config, HeadroomCover
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind
-
-if TYPE_CHECKING:
-    from spotguard.policy.config import Config
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -59,17 +55,10 @@ NAME = "spotguard-headroom"
 PRIORITY_CLASS = NAME
 PRIORITY = -10
 LABEL = "spotguard.io/headroom"
-DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
-DEFAULT_MAX_PODS = 10
-
-
-class Cover(enum.StrEnum):
-    """What the headroom covers: nothing, the surge of the spot node that needs the most, or
-    the surge of every spot node at once."""
-
-    OFF = "off"
-    LARGEST_NODE = "largest-node"
-    ALL_SPOT = "all-spot"
+# What the headroom covers (the setting's values; defined with the settings).
+Cover = HeadroomCover
+DEFAULT_IMAGE = HEADROOM_IMAGE
+DEFAULT_MAX_PODS = HEADROOM_MAX_PODS
 
 
 @dataclass(frozen=True)
