@@ -44,6 +44,24 @@ AUTOSCALER = Counter(
 )
 ERRORS = Counter(
     "spotguard_nodeadded_errors_total",
-    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, label, taint, interruption).",
+    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, label, taint, interruption, "
+    "headroom).",
     ["step"],
+)
+HEADROOM = Gauge(
+    "spotguard_nodeadded_headroom_placeholders",
+    "On-demand headroom placeholder pods at the last pass: wanted (the policy's count, capped), uncapped (before "
+    "headroom-max-pods) and kept (the Deployment's replicas as written, or as read where no write was needed or "
+    "it failed).",
+    ["state"],
+)
+HEADROOM_HELD = Gauge(
+    "spotguard_nodeadded_headroom_held",
+    "On-demand room the wanted placeholders request in all, by resource (cpu in cores, memory in bytes).",
+    ["resource"],
+)
+HEADROOM_WRITES = Counter(
+    "spotguard_nodeadded_headroom_writes_total",
+    "Writes of the headroom Deployment by step (created, resized, deleted) and result (done, failed).",
+    ["step", "result"],
 )

@@ -60,7 +60,8 @@ from spotguard.gateway import settings
 from spotguard.gateway.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, TooManyRequests
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
-from spotguard.policy import floors, interruption, moves, nodepools, patches, rebalance
+from spotguard.nodeadded import headroom as headroom_keeper
+from spotguard.policy import floors, headroom, interruption, moves, nodepools, patches, rebalance
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Action, Direction, Marked, Method, MoveRecord, Progress
@@ -159,6 +160,9 @@ class Report:
     surges_over: list[str] = field(default_factory=list)  # workloads whose surge the interruption reconcile ends
     # Nodes whose spotguard.io/spot label this pass sets ("true") or removes (None).
     node_labels: dict[str, str | None] = field(default_factory=dict)
+    # The on-demand headroom wanted (spotguard.policy.headroom) and what this pass did to keep it.
+    headroom: headroom.Headroom = field(default_factory=lambda: headroom.Headroom(headroom.Cover.OFF))
+    headroom_step: headroom_keeper.Step = headroom_keeper.Step.UNCHANGED
     failures: int = 0
     dry_run: bool = False
     seconds: float = 0.0
@@ -213,6 +217,7 @@ class Reconciler:
         # Scales back surges that are over and sweeps left-over temporary budgets, on the
         # snapshot this pass read (no second read of the cluster).
         self.interruption_reconcile = interruption_reconcile or self._interruption_reconcile
+        self.headroom = headroom_keeper.Keeper(kube, namespace)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> Reconciler:
@@ -307,9 +312,12 @@ class Reconciler:
         # A rebalance's surge whose node lives is the spot-interruption function's to end.
         report.surges_over = [f.workload.key for f in done if not interruption.rebalance_node_lives(f.record, alive)]
         report.node_labels = patches.spot_node_labels(((n.name, n.labels) for n in snap.node_views), config)
+        report.headroom = self._headroom(config, snap, states, capacity_of)
+        current_headroom = snap.workloads.get(headroom_keeper.key(self.namespace))
         self._gauges(plan)
         if dry_run:
             report.started = plan.first_step()
+            report.headroom_step = self.headroom.keep(report.headroom, current_headroom, config, dry_run=True)
             return report
         batches = plan.batches()
         # The spot-interruption reconcile first, on the snapshot as read (its writes are then
@@ -335,8 +343,21 @@ class Reconciler:
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
             failures += list(pool.map(self._label_node, report.node_labels.items()))
+        report.headroom_step = self.headroom.keep(report.headroom, current_headroom, config)
+        failures.append(report.headroom_step is headroom_keeper.Step.FAILED)
         report.failures += sum(1 for f in failures if f)
         return report
+
+    def _headroom(
+        self, config: Config, snap: Snapshot, states: dict[str, WorkloadState], capacity_of: dict[str, Capacity]
+    ) -> headroom.Headroom:
+        """The on-demand headroom wanted; the requests of the pods on spot nodes only are read."""
+        if config.headroom is headroom.Cover.OFF:
+            return headroom.Headroom(headroom.Cover.OFF)
+        spot = {name for name, cap in capacity_of.items() if cap is Capacity.SPOT}
+        full = headroom_keeper.with_requests(states.values(), snap.pods, spot)
+        risks = headroom.at_risk(snap.node_views, full, capacity_of)
+        return headroom.size(config.headroom, risks, config.headroom_max_pods)
 
     def _interruption_reconcile(self, snap: interruption_handler.Snapshot) -> None:
         # A rebalance recommendation's surge is ended by the spot-interruption function only:
