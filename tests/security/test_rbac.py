@@ -59,6 +59,7 @@ EVENTS = ROOT / "tests" / "events"
 
 CLUSTER = "cluster"  # a ClusterRole
 OWN = "spotguard"  # a Role in the spotguard namespace
+HEADROOM = "spotguard-headroom"  # node-added's headroom Deployment (spotguard.policy.headroom.NAME)
 
 
 @dataclass(frozen=True, order=True)
@@ -119,6 +120,10 @@ NEEDS: dict[str, set[Grant]] = {
         needs(CLUSTER, "apps", "replicasets", "list"),  # reconciler.py: Leases whose ReplicaSet is gone
         needs(OWN, "coordination.k8s.io", "leases", "list delete"),  # nodeadded/cleanup.py: those Leases
         needs(CLUSTER, "karpenter.sh", "nodepools", "list"),  # reconciler.py: can spot be launched?
+        # nodeadded/headroom.py: the headroom Deployment, in spotguard's namespace only (resized
+        # with the cluster-wide Deployment patch above)
+        needs(OWN, "apps", "deployments", "create"),
+        needs(OWN, "apps", "deployments", "delete", (HEADROOM,)),
     ),
     "spotguard-node-events": needs(CLUSTER, "", "nodes", "get list watch"),  # Knative ApiServerSource's adapter
 }
@@ -171,7 +176,11 @@ NOT_EXERCISED: dict[str, set[Grant]] = {
     | needs(CLUSTER, "", "nodes", "patch")
     | needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete")
     | needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "list patch")
-    | needs(OWN, "", "configmaps", "get create update delete"),
+    | needs(OWN, "", "configmaps", "get create update delete")
+    # The on-demand headroom is off by default (as in this run): its writes run under the
+    # shipped roles in tests/nodeadded/test_headroom_e2e.py.
+    | needs(OWN, "apps", "deployments", "create")
+    | needs(OWN, "apps", "deployments", "delete", (HEADROOM,)),
 }
 
 
