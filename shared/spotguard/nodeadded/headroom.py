@@ -107,6 +107,20 @@ def template(want: Headroom, config: Config) -> Obj:
     }
 
 
+def priority_class() -> Obj:
+    """The placeholders' PriorityClass as shipped (infra/kubernetes/common/priorityclass-headroom.yaml,
+    the Helm chart's templates/priorityclass.yaml); for clusters spotguard sets up itself (the demo)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": headroom.PRIORITY_CLASS},
+        "value": headroom.PRIORITY,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "spotguard's on-demand headroom placeholders: preempted by any pod that needs their room.",
+    }
+
+
 def record(want: Headroom, pod_template: Mapping[str, Any]) -> str:
     """What spotguard writes on the Deployment: the size and a fingerprint of the template."""
     digest = hashlib.sha256(json.dumps(pod_template, sort_keys=True).encode()).hexdigest()[:16]
