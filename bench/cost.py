@@ -5,6 +5,10 @@ runs see the same workloads and the same event (every spot node gets its notice;
 instances go 120 s later):
 
 - ``spotguard``: the demo's full cycle (webhook, notice handler, node-added);
+- ``spotguard+headroom``: the same, with node-added keeping on-demand headroom (low-priority
+  placeholder pods, ``--headroom``, default ``all-spot``: every spot node's surge, as every spot
+  node gets the notice here) from the placement on, so its price is in the steady bill and its
+  effect in the margins (docs/headroom.md);
 - ``all-on-demand``: no spotguard, the NodePool limited to on-demand (nothing to reclaim);
 - ``spot-drainer``: no spotguard, the NodePool as given (Karpenter picks spot), a drainer
   cordoning and evicting at the notice as aws-node-termination-handler does.
@@ -18,7 +22,9 @@ Each run's bill comes from the simulated cloud (instance-seconds x the us-east-1
 of each instance; docs/sim.md "Capacity and money"), over the same window: from the
 notice to the end of the spotguard cycle. Serving is judged as the demo judges it
 (a pod on a reclaimed node stops serving at once): per run, the workloads that served
-fewer replicas than before the notice, and the serving replicas lost at worst.
+fewer replicas than before the notice, and the serving replicas lost at worst; for the
+spotguard runs also per Deployment the margin (seconds before the reclaim at which its
+pre-notice count served on nodes that stay) and the serving before the notice and at its lowest.
 
 Prints ONE JSON line::
 
@@ -44,18 +50,22 @@ NOTICE = baselines.NOTICE
 POD_STARTUP = baselines.POD_STARTUP
 
 
-def with_spotguard(objects: list[dict[str, Any]], scale: float) -> tuple[dict[str, Any], float]:
+def with_spotguard(objects: list[dict[str, Any]], scale: float, headroom: str = "off") -> tuple[dict[str, Any], float]:
     outcome = cycle.run(cycle.Options(objects=objects, time_scale=scale, pod_startup=POD_STARTUP,
-                                      reclaim_after=NOTICE))
+                                      reclaim_after=NOTICE, headroom=headroom))
     table = report.rows(outcome)
     data = report.summary(outcome, table)
     lost = {r.key: r.ready_before - r.min_ready for r in table
             if r.kind == "Deployment" and r.min_ready < r.ready_before}
     below_floor = [r.key for r in table if r.kind == "StatefulSet" and r.min_ready < r.floor]
     return {"promise_held": data["interruption_free"], "spot_nodes_reclaimed": data["spot_nodes_reclaimed"],
+            "headroom": headroom,
             "money": data["money"], "workloads_below_before": len(lost) + len(below_floor),
             "serving_lost_at_worst": sum(lost.values()),
             "seconds_below_desired": round(sum(r.seconds_below_desired for r in table), 1),
+            "margin_seconds": {r.key: None if r.margin is None else round(r.margin, 1)
+                               for r in table if r.kind == "Deployment" and r.margin is not None},
+            "serving": {r.key: [r.ready_before, r.min_ready] for r in table},
             "settled": outcome.steady, "settled_after": outcome.steady_after}, outcome.duration
 
 
@@ -64,6 +74,8 @@ def main() -> int:
     parser.add_argument("--scenario", default=str(ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"))
     parser.add_argument("--time-scale", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="accepted for bench/run_all.py (same sizes)")
+    parser.add_argument("--headroom", choices=("largest-node", "all-spot", "none"), default="all-spot",
+                        help="the spotguard+headroom run's cover (none: leave that run out)")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("SPOTGUARD_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     started = time.monotonic()
@@ -73,7 +85,10 @@ def main() -> int:
               file=sys.stderr)
         return 2
     guarded, window = with_spotguard(objects, args.time_scale)
-    runs = {"spotguard": guarded, **baselines.run(objects, scale=args.time_scale, window=window)}
+    runs = {"spotguard": guarded}
+    if args.headroom != "none":
+        runs["spotguard+headroom"], _ = with_spotguard(objects, args.time_scale, args.headroom)
+    runs.update(baselines.run(objects, scale=args.time_scale, window=window))
     base = runs["all-on-demand"]["money"]["cycle"]["usd"]
     steady_base = runs["all-on-demand"]["money"]["before_per_hour"]
     for run in runs.values():

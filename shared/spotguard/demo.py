@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the drainer's delays (0)")
     parser.add_argument("--no-return", action="store_true", help="stop after the reclaim (no return to spot)")
     parser.add_argument(
+        "--headroom", choices=("off", "largest-node", "all-spot"), default="off",
+        help="node-added keeps on-demand headroom (low-priority placeholder pods) for the surge of the spot node "
+             "that needs the most (largest-node) or of every spot node (all-spot); billed from the placement on "
+             "(docs/headroom.md). Default off",
+    )  # fmt: skip
+    parser.add_argument(
         "--baselines", action="store_true",
         help="on a provisioned scenario (a Karpenter NodePool), also run the same workloads and notice without "
              "spotguard: all on-demand, and spot with a drainer at the notice; print their cost and serving",
@@ -107,7 +113,7 @@ def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
     options = cycle.Options(
         objects=scenario_mod.load(path), scenario=str(path), time_scale=args.time_scale,
         pod_startup=args.pod_startup, reclaim_after=args.reclaim_after, drainer=args.drainer, seed=args.seed,
-        return_to_spot=not args.no_return, pace=args.pace,
+        return_to_spot=not args.no_return, pace=args.pace, headroom=getattr(args, "headroom", "off"),
     )  # fmt: skip
     cycle.check(options)
     if getattr(args, "baselines", False) and not any(o.get("kind") == "NodePool" for o in options.objects):
@@ -135,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         f"{options.reclaim_after:g}s after the notice, pods start in {options.pod_startup:g}s, "
         f"time x{options.time_scale:g}"
         + (f", a drainer 0-2s after the notice (seed {options.seed})" if options.drainer else "")
+        + (f", on-demand headroom for {options.headroom}" if options.headroom != "off" else "")
     )
     with signals.terminate_as_interrupt(), live.LiveView(console) as view:
         outcome = cycle.run(options, view)

@@ -81,6 +81,9 @@ class Options:
     pace: str = "auto"  # "auto": slower than time_scale where the machine would lag (notice_scale); "fixed"
     scenario: str = ""  # where the objects came from (the report's title)
     keep_logs: Path | None = None  # a folder to keep the functions' logs in (default: none kept)
+    # node-added's on-demand headroom (spotguard.policy.headroom: off, largest-node, all-spot): kept
+    # from the placement on, so the notice finds it in place and its cost is in the steady bill
+    headroom: str = "off"
 
 
 @dataclass
@@ -439,17 +442,29 @@ def run(options: Options, view: View | None = None) -> Outcome:
                 sim, bus.client("sqs"), bus.queue_url, lambda: sim.clock.real(RECONCILE_SECONDS)
             )
         )
-        node_added = (
+        cover = config_mod.HeadroomCover(options.headroom)
+        if cover is not config_mod.HeadroomCover.OFF:
+            from spotguard.nodeadded import headroom as headroom_keeper  # where node-added is carried
+
+            sim.store.apply_objects([headroom_keeper.priority_class()])
+        served_node_added = (
             stack.enter_context(
-                functions.node_added(sim, workdir, workload_cache_seconds=admission.workload_cache_seconds)
+                functions.node_added(
+                    sim,
+                    workdir,
+                    config_mod.Config(headroom=cover),
+                    workload_cache_seconds=admission.workload_cache_seconds,
+                )
             )
-            if options.return_to_spot
+            if options.return_to_spot or cover is not config_mod.HeadroomCover.OFF
             else None
         )
-        if node_added is not None and node_added.available:
-            # from now on node-added gets what the shipped wiring sends it: the schedule's pings and
-            # the nodes that join (the placement's launches, the surges', the return's)
-            watch.deliveries = functions.Deliveries(sim, node_added)
+        node_added = served_node_added if options.return_to_spot else None
+        if served_node_added is not None and served_node_added.available:
+            # from now on node-added gets what the shipped wiring sends it: the schedule's pings (the
+            # first at once: with headroom, it is launched for with the placement) and the nodes
+            # that join (the placement's launches, the surges', the return's)
+            watch.deliveries = functions.Deliveries(sim, served_node_added)
 
         # 1. the workloads, placed by the webhook
         watch.phase.name = "placing the workloads"
@@ -546,7 +561,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
                     now = sim.clock.now()
                     return costs.rate(billing.of(sim.store).running(), prices.hourly, now) <= steady_rate + 1e-9
 
-                settled_after = _settle(sim, watch, options, views, node_added=node_added, settling=settling, back=back)
+                settled_after = _settle(sim, watch, options, views, after=True, settling=settling, back=back)
         tracker.settle()
         after = tracker.snapshot()
         if node_added is not None:
@@ -750,15 +765,15 @@ def _settle(
     options: Options,
     views: WorkloadViews,
     *,
-    node_added: functions.NodeAdded | None = None,
+    after: bool = False,
     settling: steady.Settling | None = None,
     back: Callable[[], bool] | None = None,
 ) -> steady.Settled | None:
     """Wait until the node autoscaler has had nothing to change for as long as it takes to act:
-    before the notice, or after the return to spot (``node_added`` still pinged; ``settling``
-    the return's own, which followed the nodes through it: one quiet period serves both;
-    ``back``: the cluster costs its steady rate again, which ends the wait too)."""
-    after = node_added is not None
+    before the notice, or ``after`` the return to spot (``settling`` the return's own, which
+    followed the nodes through it: one quiet period serves both; ``back``: the cluster costs its
+    steady rate again, which ends the wait too). node-added gets its deliveries meanwhile
+    (:attr:`Watch.deliveries`, ticked by :meth:`Watch.show`)."""
     watch.phase.name = (
         "back on spot: waiting for the node autoscaler to pack what the surges and the return launched"
         if after

@@ -217,7 +217,7 @@ class Deliveries:
         self.sim = sim
         self.node_added = node_added
         self.every = every
-        self.last_ping = sim.clock.now()
+        self.last_ping = sim.clock.now() - every  # the first tick pings
         self.known = {str(n["metadata"]["name"]) for n in sim.store.list("nodes")[0]}
 
     def tick(self) -> None:
