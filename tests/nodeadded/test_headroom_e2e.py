@@ -415,3 +415,25 @@ def test_a_refused_write_leaves_the_pass_working_and_the_next_pass_writes_it(tmp
             ping(url)
             made = headroom_deployment(sim.store)
             assert made is not None and made["spec"]["replicas"] == 2
+
+
+def test_a_deployment_of_that_name_spotguard_did_not_make_is_left_alone(tmp_path: Path) -> None:
+    with fixed_cluster(tmp_path) as (sim, roles):
+        # GIVEN someone's own Deployment named spotguard-headroom in spotguard's namespace
+        theirs = launch.deployment(NAME, 1)
+        theirs["metadata"]["namespace"] = "spotguard"
+        sim.store.apply_objects([theirs])
+        before = headroom_deployment(sim.store)
+        assert before is not None
+        cfg = config.Config(headroom=Cover.ALL_SPOT)
+        with served_node_added(sim, kube.connect(roles["node-added"]), cfg) as (_, url):
+            # WHEN node-added passes with the headroom on, and then off
+            ping(url)
+            ping(url)
+        with served_node_added(sim, kube.connect(roles["node-added"]), config.Config()) as (_, url):
+            ping(url)
+        # THEN theirs is as it was: neither resized, nor given a template, nor deleted
+        after = headroom_deployment(sim.store)
+        assert after is not None and after["metadata"]["uid"] == before["metadata"]["uid"]
+        assert after["metadata"]["generation"] == before["metadata"]["generation"]
+        assert after["spec"]["replicas"] == 1
