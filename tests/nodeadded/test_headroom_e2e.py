@@ -372,6 +372,18 @@ def test_headroom_off_writes_nothing_and_turning_it_off_removes_the_placeholders
                 assert metric(url, "spotguard_nodeadded_headroom_writes_total") == written
                 assert headroom_deployment(sim.store)["metadata"]["generation"] == made["metadata"]["generation"]
 
+                # WHEN nothing is at risk any more (web scaled to its on-demand floor) THEN it is scaled
+                # to 0, its template kept for when something is at risk again
+                kube.Kube(sim.api_client()).patch(r.DEPLOYMENTS, WEB, {"spec": {"replicas": 1}}, NS)
+                h.wait_until(lambda: h.placement(sim.store)[f"Deployment/{NS}/{WEB}"] == (1, 0, 0), 60, "web at 1")
+                ping(url)
+                idle = headroom_deployment(sim.store)
+                assert idle is not None and idle["spec"]["replicas"] == 0
+                assert idle["spec"]["template"]["spec"]["containers"] == made["spec"]["template"]["spec"]["containers"]
+                h.wait_until(lambda: not placeholders(sim.store), 60, "the placeholders gone")
+                ping(url)  # and stays so, unwritten
+                assert headroom_deployment(sim.store)["metadata"]["generation"] == idle["metadata"]["generation"]
+
                 # WHEN it is turned off again THEN the Deployment and its placeholders are gone
                 settings[0] = config.Config()
                 ping(url)

@@ -212,6 +212,9 @@ class Keeper:
             return Step.FOREIGN
         if want.cover is headroom.Cover.OFF:
             return Step.DELETED
+        if want.count == 0:
+            # Nothing at risk: scaled to 0, its template kept for when something is again.
+            return Step.UNCHANGED if _replicas(current) == 0 else Step.RESIZED
         same = (meta.get("annotations") or {}).get(RECORD) == wanted_obj["metadata"]["annotations"][RECORD]
         return Step.UNCHANGED if same and _replicas(current) == want.count else Step.RESIZED
 
@@ -225,6 +228,9 @@ class Keeper:
             with contextlib.suppress(NotFound):
                 self.kube.delete(r.DEPLOYMENTS, headroom.NAME, self.namespace, uid=uid, propagation_policy="Background")
             return None
+        if want.count == 0:
+            body0: Obj = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"replicas": 0}}
+            return self.kube.patch(r.DEPLOYMENTS, headroom.NAME, body0, self.namespace)
         # A merge patch (guarded by the resourceVersion read: 409 when stale) merges maps, so a
         # request no longer wanted is written as null (removed), not left out (kept).
         pod_template = json.loads(json.dumps(wanted_obj["spec"]["template"]))

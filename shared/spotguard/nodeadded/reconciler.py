@@ -258,6 +258,8 @@ class Reconciler:
                 "deficits": len(report.plan.deficits),
                 "skipped": len(report.plan.skipped),
                 "leases": len(report.leases),
+                "headroom": report.headroom.count,
+                "headroom_step": str(report.headroom_step),
                 "failures": report.failures,
                 "seconds": round(report.seconds, 3),
             },
