@@ -160,9 +160,9 @@ class Keeper:
     def keep(self, want: Headroom, current: Obj | None, config: Config, *, dry_run: bool = False) -> Step:
         wanted_obj = deployment(want, config, self.namespace)
         step = self._step(want, current, wanted_obj)
-        kept = _replicas(current) if step in (Step.UNCHANGED, Step.FOREIGN) else want.count
+        kept = 0 if step is Step.FOREIGN else _replicas(current)  # placeholders of ours now
         if step in (Step.UNCHANGED, Step.FOREIGN) or dry_run:
-            self._gauges(want, kept if not dry_run else _replicas(current))
+            self._gauges(want, kept)
             if step is Step.FOREIGN:
                 log.warning(
                     "a Deployment named spotguard-headroom that spotguard did not make: left alone",
@@ -173,7 +173,7 @@ class Keeper:
             written = self._write(step, want, current, wanted_obj)
         except Conflict:
             log.info("the headroom changed since it was read: next pass", extra={"deployment": key(self.namespace)})
-            self._gauges(want, _replicas(current))
+            self._gauges(want, kept)
             return Step.UNCHANGED
         except ApiError as exc:
             metrics.ERRORS.labels("headroom").inc()
@@ -182,7 +182,7 @@ class Keeper:
                 "could not keep the headroom: next pass",
                 extra={"deployment": key(self.namespace), "step": str(step), "error": str(exc)},
             )
-            self._gauges(want, _replicas(current))
+            self._gauges(want, kept)
             return Step.FAILED
         metrics.HEADROOM_WRITES.labels(str(step), "done").inc()
         self._gauges(want, 0 if step is Step.DELETED else want.count)

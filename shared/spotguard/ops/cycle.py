@@ -505,6 +505,8 @@ def run(options: Options, view: View | None = None) -> Outcome:
             sim.clock.set_scale(scales["notice"])
             watch.phase.notes.append(_slowed_note("the notice and the surges", scales["notice"], options, share))
         t0 = watch.t0 = sim.clock.now()
+        if cover is not config_mod.HeadroomCover.OFF:
+            watch.phase.notes.append(_headroom_note(sim.store, cover))
         tracker.arm(desired)
         before = tracker.snapshot()
         tracker.will_die(names, t0 + options.reclaim_after)
@@ -586,6 +588,23 @@ def run(options: Options, view: View | None = None) -> Outcome:
             steady_after=None if settled_after is None else settled_after.as_json(),
         )  # fmt: skip
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _headroom_note(store: Any, cover: config_mod.HeadroomCover) -> str:
+    """What the on-demand headroom's placeholders held at the notice."""
+    from spotguard.policy import headroom
+
+    held = [
+        p
+        for p in store.list("pods", "spotguard")[0]
+        if (p["metadata"].get("labels") or {}).get(headroom.LABEL) == "true" and readiness.is_ready(p)
+    ]
+    cpu = sum(quantities.pod_requests(p.get("spec") or {}).get("cpu", 0) for p in held) / 1000
+    memory = sum(quantities.pod_requests(p.get("spec") or {}).get("memory", 0) for p in held) / 2**30
+    return (
+        f"on-demand headroom ({cover}): {len(held)} placeholder(s) held {cpu:g} CPU and {memory:.2f} GiB "
+        "at the notice (docs/headroom.md)"
+    )
 
 
 def _replacements(
