@@ -69,6 +69,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "(docs/headroom.md). Default off",
     )  # fmt: skip
     parser.add_argument(
+        "--rebalance-lead", type=float, default=0.0, metavar="SECONDS",
+        help="the earliest signal: an EC2 rebalance recommendation for the doomed nodes this long before their "
+             "interruption warning (0: none; EC2 sends one when a node is at elevated risk, often before the "
+             "warning, but may send it with or after it). Default 0",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rebalance-action", choices=("ignore", "taint", "surge"), default="taint",
+        help="what spotguard does at a rebalance recommendation (its setting rebalance-action; default taint)",
+    )  # fmt: skip
+    parser.add_argument(
         "--baselines", action="store_true",
         help="on a provisioned scenario (a Karpenter NodePool), also run the same workloads and notice without "
              "spotguard: all on-demand, and spot with a drainer at the notice; print their cost and serving",
@@ -114,6 +124,8 @@ def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
         objects=scenario_mod.load(path), scenario=str(path), time_scale=args.time_scale,
         pod_startup=args.pod_startup, reclaim_after=args.reclaim_after, drainer=args.drainer, seed=args.seed,
         return_to_spot=not args.no_return, pace=args.pace, headroom=getattr(args, "headroom", "off"),
+        rebalance_lead=getattr(args, "rebalance_lead", 0.0),
+        rebalance_action=getattr(args, "rebalance_action", "taint"),
     )  # fmt: skip
     cycle.check(options)
     if getattr(args, "baselines", False) and not any(o.get("kind") == "NodePool" for o in options.objects):
@@ -142,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         f"time x{options.time_scale:g}"
         + (f", a drainer 0-2s after the notice (seed {options.seed})" if options.drainer else "")
         + (f", on-demand headroom for {options.headroom}" if options.headroom != "off" else "")
+        + (f", a rebalance recommendation {options.rebalance_lead:g}s before the warning "
+           f"(rebalance-action {options.rebalance_action})" if options.rebalance_lead > 0 else "")
     )
     with signals.terminate_as_interrupt(), live.LiveView(console) as view:
         outcome = cycle.run(options, view)

@@ -23,6 +23,8 @@ REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "spotguard-demo", "aws_secret_access_key": "spotguard-demo"}
 # The interruption rule of infra/aws/template.yaml (NoticeRule).
 INTERRUPTION_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
+# the SAM template's second rule into the same queue (infra/aws/template.yaml, RebalanceRecommendationRule)
+REBALANCE_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]}
 QUEUE = "spotguard-notices"
 
 
@@ -38,14 +40,22 @@ class Bus:
 
     def warn(self, instance_ids: Sequence[str], when: float) -> list[str]:
         """PutEvents one interruption warning per instance, dated ``when``; returns the event ids."""
+        return self._put(instance_ids, when, "EC2 Spot Instance Interruption Warning", {"instance-action": "terminate"})
+
+    def recommend_rebalance(self, instance_ids: Sequence[str], when: float) -> list[str]:
+        """PutEvents one rebalance recommendation per instance, dated ``when`` (EC2's shape:
+        ``detail`` carries the instance id only); returns the event ids."""
+        return self._put(instance_ids, when, "EC2 Instance Rebalance Recommendation", {})
+
+    def _put(self, instance_ids: Sequence[str], when: float, detail_type: str, detail: dict[str, str]) -> list[str]:
         events = self.client("events")
         ids: list[str] = []
         for i in range(0, len(instance_ids), 10):  # PutEvents takes up to 10 entries
             entries = [
                 {
                     "Source": "aws.ec2",
-                    "DetailType": "EC2 Spot Instance Interruption Warning",
-                    "Detail": json.dumps({"instance-id": iid, "instance-action": "terminate"}),
+                    "DetailType": detail_type,
+                    "Detail": json.dumps({"instance-id": iid, **detail}),
                     "Resources": [f"arn:aws:ec2:{REGION}a:instance/{iid}"],
                     "Time": datetime.fromtimestamp(when, UTC),
                 }
@@ -78,6 +88,8 @@ def running_bus() -> Iterator[Bus]:
         events = bus.client("events")
         events.put_rule(Name="spotguard-interruption", EventPattern=json.dumps(INTERRUPTION_PATTERN), State="ENABLED")
         events.put_targets(Rule="spotguard-interruption", Targets=[{"Id": "spotguard-notices", "Arn": arn}])
+        events.put_rule(Name="spotguard-rebalance", EventPattern=json.dumps(REBALANCE_PATTERN), State="ENABLED")
+        events.put_targets(Rule="spotguard-rebalance", Targets=[{"Id": "spotguard-notices", "Arn": arn}])
         yield bus
     finally:
         server.stop()

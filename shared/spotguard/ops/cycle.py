@@ -84,6 +84,11 @@ class Options:
     # node-added's on-demand headroom (spotguard.policy.headroom: off, largest-node, all-spot): kept
     # from the placement on, so the notice finds it in place and its cost is in the steady bill
     headroom: str = "off"
+    # the earliest signal: an EC2 rebalance recommendation for the doomed nodes this many simulated
+    # seconds before their interruption warning (0: none), handled per ``rebalance_action``
+    # (spotguard.policy.config.RebalanceAction: ignore, taint, surge)
+    rebalance_lead: float = 0.0
+    rebalance_action: str = "taint"
 
 
 @dataclass
@@ -145,6 +150,8 @@ class Outcome:
     spot_launched: int = 0  # spot instances that ran before the notice (a scenario's or launched)
     steady: dict[str, Any] | None = None  # the wait for a provisioned cluster to settle (spotguard.ops.steady)
     steady_after: dict[str, Any] | None = None  # the same wait after the return to spot (the bill runs through it)
+    billed: float = 0.0  # simulated seconds the money is over: from the first signal (a rebalance recommendation's
+    # lead before the notice, when given) to the end
 
 
 View = Callable[[Phase, serving.Serving, dict[str, Workload], dict[str, int]], None]
@@ -174,6 +181,10 @@ def check(options: Options) -> None:
         raise UserError("the time from notice to reclaim must be positive")
     if options.pace not in PACES:
         raise UserError(f"--pace {options.pace}: give auto or fixed")
+    if not 0 <= options.rebalance_lead <= 3600:
+        raise UserError(f"--rebalance-lead {options.rebalance_lead:g}: give 0 to 3600 seconds")
+    if options.rebalance_action not in {a.value for a in config_mod.RebalanceAction}:
+        raise UserError(f"--rebalance-action {options.rebalance_action}: give ignore, taint or surge")
     settings_of(options.objects)  # a bad Settings document: a plain error now
     infra, apps = split(options.objects)
     if not any(o.get("kind") in ("Deployment", "StatefulSet") for o in apps):
@@ -437,12 +448,15 @@ def run(options: Options, view: View | None = None) -> Outcome:
             )
         )
         bus = bus_future.result()
+        cover = config_mod.HeadroomCover(options.headroom)
+        # the functions' settings: what the options change, the defaults otherwise
+        action = config_mod.RebalanceAction(options.rebalance_action)
+        functions_cfg = config_mod.Config(headroom=cover, rebalance_action=action)
         stack.enter_context(
             functions.interruption_poller(
-                sim, bus.client("sqs"), bus.queue_url, lambda: sim.clock.real(RECONCILE_SECONDS)
+                sim, bus.client("sqs"), bus.queue_url, lambda: sim.clock.real(RECONCILE_SECONDS), functions_cfg
             )
         )
-        cover = config_mod.HeadroomCover(options.headroom)
         if cover is not config_mod.HeadroomCover.OFF:
             from spotguard.nodeadded import headroom as headroom_keeper  # where node-added is carried
 
@@ -452,7 +466,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
                 functions.node_added(
                     sim,
                     workdir,
-                    config_mod.Config(headroom=cover),
+                    functions_cfg,
                     workload_cache_seconds=admission.workload_cache_seconds,
                 )
             )
@@ -504,13 +518,22 @@ def run(options: Options, view: View | None = None) -> Outcome:
         if scales["notice"] < scale:
             sim.clock.set_scale(scales["notice"])
             watch.phase.notes.append(_slowed_note("the notice and the surges", scales["notice"], options, share))
-        t0 = watch.t0 = sim.clock.now()
         if cover is not config_mod.HeadroomCover.OFF:
             watch.phase.notes.append(_headroom_note(sim.store, cover))
         tracker.arm(desired)
         before = tracker.snapshot()
-        tracker.will_die(names, t0 + options.reclaim_after)
-        bus.warn([NodeView.from_json(by_name[n]).instance_id for n in names], t0)
+        ids = [NodeView.from_json(by_name[n]).instance_id for n in names]
+        # the bill runs from the first signal: a rebalance recommendation's surge costs from there
+        signal = sim.clock.now()
+        # known to die from the first signal (the margins count from there): at the warning's reclaim
+        tracker.will_die(names, signal + options.rebalance_lead + options.reclaim_after)
+        if options.rebalance_lead > 0 and ids:
+            bus.recommend_rebalance(ids, signal)
+            watch.phase.name = f"rebalance recommendation: the warning comes {options.rebalance_lead:g}s later"
+            watch.wait(lambda: sim.clock.now() >= signal + options.rebalance_lead,
+                       sim.clock.real(options.rebalance_lead) + 30, "the interruption warning")  # fmt: skip
+        t0 = watch.t0 = signal + options.rebalance_lead if options.rebalance_lead > 0 and ids else signal
+        bus.warn(ids, t0)
         stack.enter_context(_reclaiming(sim, names, delays, t0, options.reclaim_after))
         watch.phase.name = f"notice: the doomed nodes go at t={options.reclaim_after:g}s"
 
@@ -534,7 +557,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             )
 
         reclaim = t0 + options.reclaim_after
-        created, first = tracker.creations(t0, reclaim)
+        created, first = tracker.creations(signal, reclaim)  # a rebalance surge's pods count too
         replacements = _replacements(options, needed, created, reclaim - first if first is not None else 0.0, room)
         watch.phase.notes.extend(_replacement_notes(options, replacements))
         watch.phase.notes.extend(_lag_notes("after the notice", tracker.bind_lag()))
@@ -557,7 +580,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
             # runs until the cluster is steady again, so the interruption's whole cost is in it
             if returned == "done":
                 prices = sim.settings.capacity.prices
-                steady_rate = costs.rate(billing.of(sim.store).spans(), prices.hourly, t0)
+                steady_rate = costs.rate(billing.of(sim.store).spans(), prices.hourly, signal)
 
                 def back() -> bool:  # the cluster costs its steady rate of before the notice again
                     now = sim.clock.now()
@@ -573,7 +596,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         end = sim.clock.now()
         duration = end - t0
         cost = money.measure(
-            billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=t0, settled=settled_at, end=end
+            billing.of(sim.store).spans(), sim.settings.capacity.prices, t0=signal, settled=settled_at, end=end
         )
         admission.stop_soon()  # gunicorn takes a second or two to stop: start now, beside the rest
         watch.phase.name = "done"
@@ -581,6 +604,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
         return Outcome(
             workloads=wls, floors=floor, doomed=names, drainer_delays=delays if options.drainer else {},
             before=before, rejoin=rejoin, after=after, duration=duration, series=list(tracker.series), t0=t0,
+            billed=end - signal,
             settled=settled, returned=returned, notes=watch.phase.notes, options=options, replacements=replacements,
             time_scales=scales, scheduler_lag=lag, money=cost, at_risk=losing, spot_launched=launched,
             spot_returned=None if watch.spot_returned is None else watch.spot_returned - t0,

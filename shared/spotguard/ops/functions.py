@@ -141,18 +141,19 @@ def _healthy(url: str, context: ssl.SSLContext | None, proc: subprocess.Popen[by
 
 @contextlib.contextmanager
 def interruption_poller(
-    sim: Any, queue_client: Any, queue_url: str, reconcile_every: Callable[[], float]
+    sim: Any, queue_client: Any, queue_url: str, reconcile_every: Callable[[], float], cfg: Any = None
 ) -> Iterator[Any]:
     """The spot-interruption poller and scheduled reconcile on ``queue_url``; yields the handler.
 
-    ``reconcile_every()``: real seconds to the next reconcile (the simulated clock's scale may change)."""
+    ``reconcile_every()``: real seconds to the next reconcile (the simulated clock's scale may change);
+    ``cfg``: its settings (default: the defaults)."""
     from spotguard.gateway import kube
     from spotguard.interruption import dispatch
     from spotguard.interruption.handler import Handler
     from spotguard.interruption.poller import Poller
     from spotguard.policy import config
 
-    handler = dispatch.Serialized(Handler(kube.Kube(sim.api_client()), config.Config(), clock=sim.clock.now))
+    handler = dispatch.Serialized(Handler(kube.Kube(sim.api_client()), cfg or config.Config(), clock=sim.clock.now))
     poller = Poller(queue_client, queue_url, handler, wait_seconds=1, retry_delay=1)
     stop = threading.Event()
 
