@@ -161,7 +161,8 @@ def _cost(r: Result) -> str:
                 + (f", ${usd(steady)}/h steady" + versus(x.get("steady_saving_vs_all_on_demand"), name)
                    if steady is not None else "")
                 + f", {_num(x.get('workloads_below_before'))} workloads below their pre-notice serving")
-    return f"{r.get('scenario')}: " + "; ".join(one(n) for n in ("spotguard", "all-on-demand", "spot-drainer"))
+    names = ("spotguard", "spotguard+headroom", "spotguard+rebalance-surge", "all-on-demand", "spot-drainer")
+    return f"{r.get('scenario')}: " + "; ".join(one(n) for n in names if n in runs)
 
 
 KNOWN: dict[str, Known] = {
