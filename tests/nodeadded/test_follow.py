@@ -136,3 +136,19 @@ def test_a_failing_follow_pass_ends_the_follow_not_the_delivery(spilled: Any) ->
     assert answer.result == "reconciled" and answer.report is not None and answer.report.in_flight
     assert answer.followed == 1 and passes == ["schedule", "follow"]
     assert svc.ready() is None
+
+
+def test_a_slow_api_server_does_not_stretch_the_follow_past_its_window(tmp_path: Any) -> None:
+    """Each list answered 0.3 real seconds late (6 simulated seconds at x20, and a pass lists
+    several times): no follow pass starts later than a period before the window's end, so the
+    delivery ends within the window and one pass (inside a function's timeout)."""
+    with spilled_cluster(tmp_path, 400.0) as sim:
+        rec = h.reconciler_for(sim, CFG)
+        sim.faults.set(verb="list", latency_seconds=0.3)
+        began = sim.clock.now()
+        answer = service_for(sim, rec, follow_seconds=60.0).handle(SCHEDULE)
+        took = sim.clock.now() - began
+        sim.faults.clear()
+        assert answer.report is not None and answer.followed >= 1, h.summary(answer.report)
+        last_pass = answer.report.seconds * TIME_SCALE  # the first pass's length, in simulated seconds
+        assert took <= 60.0 + last_pass + 5.0, (took, answer.followed, last_pass)

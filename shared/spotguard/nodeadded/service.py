@@ -160,8 +160,7 @@ class Service:
                 joined = self._wait_for_node(rec, trigger)
             with self._lock:
                 report = rec.reconcile(dry_run=dry_run, trigger=str(trigger.kind))
-            waited = self.follow_clock() - began
-            followed = 0 if dry_run else self._follow(rec, report, self.follow_seconds - waited)
+            followed = 0 if dry_run else self._follow(rec, report, began + self.follow_seconds)
         except ApiError as exc:
             self.readiness.record(False, f"a pass failed: {exc}")
             raise Transient(f"reconcile failed: {exc}") from exc
@@ -176,12 +175,13 @@ class Service:
         self.readiness.record(True)
         return Answer(trigger, "reconciled", joined, report, followed=followed)
 
-    def _follow(self, rec: Reconciler, report: Report, window: float) -> int:
-        """Passes every ``follow_every`` seconds while moves are in flight, for at most ``window``
-        seconds; how many ran. A pass that fails ends the follow (the schedule goes on)."""
-        most = int(max(0.0, window) // self.follow_every)
+    def _follow(self, rec: Reconciler, report: Report, until: float) -> int:
+        """Passes every ``follow_every`` seconds while moves are in flight, none starting after
+        ``until`` less a period (``follow_clock``: a slow API server's long passes count); how
+        many ran. A pass that fails ends the follow (the schedule goes on)."""
+        most = int(max(0.0, until - self.follow_clock()) // self.follow_every)  # a bound whatever the clock
         passes = 0
-        while report.in_flight and passes < most:
+        while report.in_flight and passes < most and self.follow_clock() + self.follow_every <= until:
             if passes == 0:
                 log.info("moves in flight: following them", extra={"every": self.follow_every,
                                                                     "for": self.follow_seconds})  # fmt: skip
