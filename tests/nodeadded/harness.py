@@ -209,15 +209,18 @@ class Refuser:
 
 
 @contextlib.contextmanager
-def spilled_cluster(tmp_path: Path, replicas: int, spot_nodes: int, time_scale: float) -> Iterator[Any]:
+def spilled_cluster(
+    tmp_path: Path, replicas: int, spot_nodes: int, time_scale: float, ready_delay: float = 10.0
+) -> Iterator[Any]:
     """A simulated cluster with the served admission webhook where Deployment ``web`` of
     ``replicas`` spilled to on-demand node od-0 while its ``spot_nodes`` spot nodes were full
-    (cordoned), every replica Ready; the spot nodes open again."""
+    (cordoned), every replica Ready; the spot nodes open again. Pods are Ready ``ready_delay``
+    simulated seconds after they start."""
     key = "Deployment/shop/web"
     nodes = [sim_scenario.namespace("shop"), sim_scenario.node("od-0", "on-demand")]
     nodes += [sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(spot_nodes)]
     with (
-        testing.running_cluster(nodes, time_scale=time_scale, ready_delay_seconds=10) as sim,
+        testing.running_cluster(nodes, time_scale=time_scale, ready_delay_seconds=ready_delay) as sim,
         admission_webhook(sim, tmp_path),
     ):
         k = kube.Kube(sim.api_client())
@@ -225,6 +228,6 @@ def spilled_cluster(tmp_path: Path, replicas: int, spot_nodes: int, time_scale: 
         cordon(k, spot)
         sim.store.apply_objects([sim_scenario.deployment("web", replicas)])
         wait_until(lambda: placement(sim.store).get(key) == (replicas, 0, 0), 30, f"{replicas} on on-demand")
-        wait_until(lambda: ready_pods(sim.store) == replicas, 30, f"{replicas} Ready")
+        wait_until(lambda: ready_pods(sim.store) == replicas, 30 + 2 * ready_delay / time_scale, f"{replicas} Ready")
         cordon(k, spot, on=False)
         yield sim

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from spotguard.gateway import kube
 from spotguard.nodeadded import reconciler, service, triggers
 from spotguard.policy import config
 from spotguard.sim import testing
@@ -34,22 +33,10 @@ CFG = config.Config(rebalance_settle_seconds=0)
 SCHEDULE = triggers.Trigger(triggers.Kind.SCHEDULE, detail="test")
 
 
-@contextlib.contextmanager
-def spilled_cluster(tmp_path: Any, ready_delay: float) -> Iterator[Any]:
+def spilled_cluster(tmp_path: Any, ready_delay: float) -> contextlib.AbstractContextManager[Any]:
     """web 3 on on-demand (floor 1), two spot nodes with room: a move of 2 replicas is planned.
     Pods are Ready ``ready_delay`` simulated seconds after they start."""
-    nodes = [sim_scenario.namespace(NS), sim_scenario.node("od-0", "on-demand")]
-    nodes += [sim_scenario.node(f"spot-{i}", "spot", cpu="8") for i in range(2)]
-    with (
-        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=ready_delay) as sim,
-        h.admission_webhook(sim, tmp_path),
-    ):
-        k = kube.Kube(sim.api_client())
-        h.cordon(k, ["spot-0", "spot-1"])
-        sim.store.apply_objects([sim_scenario.deployment("web", 3)])
-        h.wait_until(lambda: h.ready_pods(sim.store) == 3, 60, "every pod Ready")
-        h.cordon(k, ["spot-0", "spot-1"], on=False)
-        yield sim
+    return h.spilled_cluster(tmp_path, 3, 2, TIME_SCALE, ready_delay)
 
 
 @pytest.fixture

@@ -330,17 +330,9 @@ def test_a_move_whose_count_changed_during_its_wait_is_not_begun(tmp_path: Any, 
 
     from spotguard.nodeadded import metrics
 
-    nodes = [sim_scenario.namespace(NS), sim_scenario.node("od-0", "on-demand"), *spot_nodes("spot", 2)]
-    with (
-        testing.running_cluster(nodes, time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY) as sim,
-        h.admission_webhook(sim, tmp_path),
-    ):
+    with h.spilled_cluster(tmp_path, 3, 2, TIME_SCALE, READY_DELAY) as sim:
         store = sim.store
         k = kube.Kube(sim.api_client())
-        h.cordon(k, ["spot-0", "spot-1"])
-        store.apply_objects([sim_scenario.deployment("web", 3)])
-        h.wait_until(lambda: h.ready_pods(store) == 3, 30, "every pod Ready")
-        h.cordon(k, ["spot-0", "spot-1"], on=False)
         rec = h.reconciler_for(sim, dataclasses.replace(CFG, rebalance_settle_seconds=0), admission_cache_seconds=2.0)
 
         def other_writer() -> None:
