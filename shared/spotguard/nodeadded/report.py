@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from spotguard.nodeadded.headroom import Step
 from spotguard.nodeadded.reconciler import Report
+from spotguard.policy.headroom import Cover
 from spotguard.policy.moves import Action, Method
 
 
@@ -28,6 +30,8 @@ def text(rep: Report) -> str:
         lines.append(f"  lease {lease.namespace}/{lease.name}: {verb}delete (ReplicaSet {lease.replicaset} is gone)")
     for key in rep.surges_over:
         lines.append(f"  {key}: surge over; the spot-interruption reconcile {verb}scale(s) it back")
+    if rep.headroom.cover is not Cover.OFF or rep.headroom_step is not Step.UNCHANGED:
+        lines.append(f"  {rep.headroom.describe()}: {_headroom_step(rep.headroom_step)}")
     for node, value in sorted(rep.node_labels.items()):
         action = "label spotguard.io/spot=true" if value is not None else "remove its spotguard.io/spot label"
         lines.append(f"  node {node}: {verb}{action}")
@@ -36,3 +40,16 @@ def text(rep: Report) -> str:
     if rep.failures:
         lines.append(f"{rep.failures} write(s) failed; see the log")
     return "\n".join(lines) + "\n"
+
+
+def _headroom_step(step: Step) -> str:
+    """What the pass did to the placeholders' Deployment, in words."""
+    return {
+        Step.UNCHANGED: "kept as it is",
+        Step.CREATED: "created",
+        Step.RESIZED: "resized",
+        Step.DELETED: "deleted",
+        Step.FOREIGN: "a Deployment of that name that spotguard did not make: left alone",
+        Step.FAILED: "the write failed (see the log): the next pass tries again",
+        Step.PLANNED: "would be written",
+    }[step]
