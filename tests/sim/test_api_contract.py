@@ -862,6 +862,37 @@ def test_a_controllers_client_is_rate_limited() -> None:
     assert span >= (200 - limits.kube_api_burst - 1) / limits.kube_api_qps - 0.5, span
 
 
+def test_the_deployment_controllers_client_is_rate_limited_too() -> None:
+    """Every kube-controller-manager controller has its own client and bucket: 40 Deployments
+    scaled at once (a surge of 40 workloads) get their ReplicaSets scaled at most 20 a simulated
+    second after the burst of 30, not all at once; a sync that changes nothing writes nothing."""
+    # at x1: processing the syncs takes a fraction of a real second here, below what the limit imposes
+    count = 40
+    with testing.running_cluster(time_scale=1.0) as sim:
+        for i in range(count):
+            sim.store.create("deployments", objects.deployment(f"d{i}", 0))
+        _wait(lambda: len(sim.store.list("replicasets")[0]) >= count, timeout=120, message="the ReplicaSets")
+        time.sleep(5.0)  # every Deployment's status written, the bucket full again
+        scaled: list[tuple[float, str]] = []
+        lock = threading.Lock()
+
+        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            if resource == "replicasets" and event_type == "MODIFIED" and obj["spec"].get("replicas") == 1:
+                with lock:
+                    if obj["metadata"]["name"] not in {n for _, n in scaled}:
+                        scaled.append((sim.clock.now(), obj["metadata"]["name"]))
+
+        sim.store.subscribe(on_change)
+        for i in range(count):
+            sim.store.mutate("deployments", f"d{i}", "default", lambda o: o["spec"].update(replicas=1))
+        _wait(lambda: len(scaled) >= count, timeout=120, message="the ReplicaSets scaled")
+        sim.store.unsubscribe(on_change)
+    limits = settings_mod.ControllerManager()
+    times = sorted(t for t, _ in scaled)
+    # each Deployment's sync writes its ReplicaSet's scale and then its own status: two requests
+    assert times[-1] - times[0] >= (2 * count - limits.kube_api_burst) / limits.kube_api_qps * 0.75, times
+
+
 def test_a_failed_create_is_logged_with_the_count_created(caplog: pytest.LogCaptureFixture) -> None:
     """The ReplicaSet controller reports a failed batch (slowStartBatch stops at the first error)."""
     _SlowHook.delay, _SlowHook.deny, _SlowHook.peak, _SlowHook.inflight = 0.0, True, {}, {}

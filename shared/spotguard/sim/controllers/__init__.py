@@ -72,7 +72,7 @@ class Controllers:
         loss = self.settings.node_loss
         limits = self.settings.controller_manager
         self.controllers: list[base.Controller] = [
-            deployment.DeploymentController(store, self.informer),
+            deployment.DeploymentController(store, self.informer, limits=limits),
             replicaset.ReplicaSetController(store, self.informer, limits=limits),
             statefulset.StatefulSetController(store, self.informer, limits=limits),
             pdb.DisruptionController(store, self.informer),

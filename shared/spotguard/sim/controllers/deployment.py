@@ -2,6 +2,11 @@
 template, named ``<deployment>-<pod-template-hash>``; RollingUpdate
 (maxSurge/maxUnavailable) and Recreate; revision annotations; status.
 
+Its writes go through its own client's rate limit (``--kube-api-qps`` 20, burst 30:
+spotguard.sim.controllers.ratelimit), as every kube-controller-manager controller's
+do: a write is sent (and a token taken) only where it changes the object, as upstream
+compares before it updates (``syncRolloutStatus``: no update for an equal status).
+
 https://kubernetes.io/docs/concepts/workloads/controllers/deployment/
 """
 
@@ -12,8 +17,8 @@ import copy
 import json
 from typing import Any
 
-from spotguard.sim import errors
-from spotguard.sim.controllers import base, intstr
+from spotguard.sim import errors, settings
+from spotguard.sim.controllers import base, intstr, ratelimit
 
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
@@ -91,6 +96,25 @@ class DeploymentController(base.Controller):
     primary = "deployments"
     workers = 2
 
+    def __init__(
+        self, store: Any, informer: base.Informer, *, limits: settings.ControllerManager | None = None
+    ) -> None:
+        super().__init__(store, informer)
+        self.limits = limits or settings.ControllerManager()
+        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+
+    def _mutate(self, resource: str, name: str, namespace: str, fn: Any) -> dict[str, Any]:
+        """``store.mutate`` as the controller's client sends it: where ``fn`` changes the object,
+        after the rate limit lets the request go (none where nothing would change)."""
+        probe = self.store.get(resource, name, namespace)
+        before = copy.deepcopy(probe)
+        fn(probe)
+        if probe == before:
+            return before  # type: ignore[no-any-return]
+        self.client.wait(self._stop)
+        result: dict[str, Any] = self.store.mutate(resource, name, namespace, fn)
+        return result
+
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "deployments":
             self.queue.add(base.key_of(obj))
@@ -142,7 +166,7 @@ class DeploymentController(base.Controller):
                     obj["metadata"]["ownerReferences"] = [*(obj["metadata"].get("ownerReferences") or []), ref]
 
             with contextlib.suppress(errors.NotFound):
-                self.store.mutate("replicasets", meta["name"], ns, adopt)
+                self._mutate("replicasets", meta["name"], ns, adopt)
 
     def sync(self, key: Any) -> None:
         ns, name = key
@@ -187,13 +211,13 @@ class DeploymentController(base.Controller):
             ann[REVISION_HISTORY] = ",".join([*history, previous])
             ann[REVISION] = str(revision)
 
-        promoted: dict[str, Any] = self.store.mutate("replicasets", rs["metadata"]["name"],
+        promoted: dict[str, Any] = self._mutate("replicasets", rs["metadata"]["name"],
                                                      rs["metadata"]["namespace"], edit)
 
         def annotate(obj: dict[str, Any]) -> None:
             obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)
 
-        self.store.mutate("deployments", deploy["metadata"]["name"], deploy["metadata"]["namespace"], annotate)
+        self._mutate("deployments", deploy["metadata"]["name"], deploy["metadata"]["namespace"], annotate)
         return promoted
 
     @staticmethod
@@ -345,7 +369,7 @@ class DeploymentController(base.Controller):
         self.log.info("scaling replicaset", extra={
             "replicaset": rs["metadata"]["name"], "namespace": rs["metadata"]["namespace"],
             "from": _spec_replicas(rs), "to": replicas})
-        result: dict[str, Any] = self.store.mutate(
+        result: dict[str, Any] = self._mutate(
             "replicasets", rs["metadata"]["name"], rs["metadata"]["namespace"], edit
         )
         before = _spec_replicas(rs)
@@ -392,6 +416,7 @@ class DeploymentController(base.Controller):
             },
         }
         try:
+            self.client.wait(self._stop)
             created: dict[str, Any] = self.store.create("replicasets", rs, namespace=ns)
         except errors.AlreadyExists:
             existing = self.store.get("replicasets", rs_name, ns)
@@ -404,7 +429,7 @@ class DeploymentController(base.Controller):
                 status = obj.setdefault("status", {})
                 status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
 
-            self.store.mutate("deployments", meta["name"], ns, bump)
+            self._mutate("deployments", meta["name"], ns, bump)
             return None
         self.log.info("created replicaset", extra={
             "deployment": meta["name"], "namespace": ns, "replicaset": rs_name,
@@ -414,7 +439,7 @@ class DeploymentController(base.Controller):
         def annotate(obj: dict[str, Any]) -> None:
             obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)
 
-        self.store.mutate("deployments", meta["name"], ns, annotate)
+        self._mutate("deployments", meta["name"], ns, annotate)
         return created
 
     # ---- status ----------------------------------------------------------------
@@ -479,4 +504,4 @@ class DeploymentController(base.Controller):
             if new_rs is not None:
                 obj["metadata"].setdefault("annotations", {})[REVISION] = str(_revision(new_rs))
 
-        self.store.mutate("deployments", deploy["metadata"]["name"], deploy["metadata"]["namespace"], edit)
+        self._mutate("deployments", deploy["metadata"]["name"], deploy["metadata"]["namespace"], edit)
