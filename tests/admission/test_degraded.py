@@ -19,6 +19,7 @@ Each fails on the code before (the pods were admitted unpatched: ``failed_open``
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,15 @@ def _served(tmp_path: Path, *, scale: float = 1.0) -> Iterator[harness.Served]:
     with harness.served(
         scenario, tmp_path, env={"SPOTGUARD_ADMISSION_DEADLINE_SECONDS": review}, timeout_seconds=round(3 * scale)
     ) as s:
+        # The nodes read before any fault: a cold *Deployment* is what these tests starve, not
+        # cold nodes (each server's warm-up reads them in the background after it is up; on a
+        # machine loaded by a full run and a bench, a fault set first starved that read too, and
+        # the first review had no node to place by: a full run on 2026-11-28).
+        for server in s.servers:
+            deadline = time.monotonic() + 60
+            while harness.metric(server, "spotguard_admission_nodes") < len(nodes):
+                assert time.monotonic() < deadline, "the webhook never read the nodes"
+                time.sleep(0.1)
         yield s
 
 
