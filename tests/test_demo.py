@@ -249,17 +249,20 @@ def test_demo_acts_on_a_rebalance_recommendation_before_the_warning() -> None:
     summary, proc = run_demo("--rebalance-lead", "120", "--rebalance-action", "surge", "--no-return",
                              expect=None, scale="20")  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    # AND the bill runs from the recommendation, whatever ran at the notice
+    money = summary["money"]
+    assert money["cycle"]["seconds"] == pytest.approx(summary["simulated_seconds"] + 120, abs=1)
     if summary["spot_nodes_reclaimed"] == 0:
-        pytest.skip("no spot node ran at the notice (a launch-time race the default demo test covers)")
+        # (a launch-time race: the pods that prefer spot took the on-demand nodes' room and
+        # Karpenter removed the empty spot node) the demo says why nothing was reclaimed
+        assert any("no spot node ran at the notice" in n for n in summary["notes"]), summary["notes"]
+        return
     # THEN the promise held, and each Deployment at risk served its count on nodes that stay
     # well before the warning: more than the notice's 120 s before the reclaim (without the
     # recommendation the launch of on-demand capacity leaves thumbnails and web about 50 s)
     assert summary["interruption_free"] is True, proc.stderr[-4000:]
     margins = {w["name"]: w["margin_seconds"] for w in summary["workloads"] if w["margin_seconds"] is not None}
     assert margins and all(m > 120 for m in margins.values()), margins
-    # AND the bill runs from the recommendation: the surge's early nodes are in it
-    money = summary["money"]
-    assert money["cycle"]["seconds"] == pytest.approx(summary["simulated_seconds"] + 120, abs=1)
 
 
 def test_demo_baselines_show_what_all_on_demand_and_a_drainer_without_spotguard_cost(tmp_path: Path) -> None:
