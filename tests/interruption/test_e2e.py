@@ -60,8 +60,12 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         records = {k: json.loads(deployments[k]["metadata"]["annotations"][SURGE]) for k in surged}
         assert "Deployment/shop/solo" in surged  # a single replica on spot
         if "Deployment/shop/api" in surged:
+            # the autoscaler's minimum raised to the surged count (the surge's record: the count
+            # itself may meet the autoscaler's sync between the surge's write and the raise, which
+            # a real autoscaler's schedule allows; its next sync then restores the minimum)
             hpa = store.get("horizontalpodautoscalers", "api", "shop")
-            assert hpa["spec"]["minReplicas"] == deployments["Deployment/shop/api"]["spec"]["replicas"] > 3
+            rec = records["Deployment/shop/api"]
+            assert hpa["spec"]["minReplicas"] == rec["replicas"] + rec["surge"] > 3, (hpa["spec"], rec)
 
         # Reconcile on a schedule until the nodes are gone and every workload is back.
         def settled() -> bool:
