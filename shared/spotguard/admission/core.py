@@ -187,19 +187,10 @@ def _quietly(fn: Callable[[], Any]) -> None:
 def seconds_setting(
     env: Mapping[str, str], name: str, default: float, most: float = math.inf, logger: logging.Logger = log
 ) -> float:
-    """The setting ``name`` in seconds, from 0 to ``most``; ``default`` when it is unset or
-    invalid (an invalid one is logged to ``logger``)."""
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-        if not 0 <= value <= most:  # negative, too large, or NaN
-            raise ValueError("must be a non-negative number" if most == math.inf else f"must be between 0 and {most:g}")
-        return value
-    except ValueError as exc:
-        logger.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
-        return default
+    """The setting ``name`` in seconds (:func:`spotguard.gateway.settings.seconds`)."""
+    from spotguard.gateway import settings
+
+    return settings.seconds(env, name, default, most, logger)
 
 
 def context_from_env(

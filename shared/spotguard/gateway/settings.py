@@ -24,6 +24,7 @@ long-lived process does not read the ConfigMap per request.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -168,18 +169,24 @@ def _log_once(problems: list[Problem]) -> None:
         )
 
 
-def workload_cache_seconds(env: Mapping[str, str] | None = None) -> float:
-    """``$SPOTGUARD_WORKLOAD_CACHE_SECONDS`` (0 to 30; default 2): an invalid value is logged
-    and the default used."""
-    raw = (os.environ if env is None else env).get(WORKLOAD_CACHE_ENV)
+def seconds(
+    env: Mapping[str, str], name: str, default: float, most: float = math.inf, logger: logging.Logger = log
+) -> float:
+    """The process setting ``$name`` in seconds, from 0 to ``most``; ``default`` when it is unset
+    or invalid (an invalid one is logged to ``logger``). Every function's timing settings."""
+    raw = env.get(name)
     if not raw:
-        return WORKLOAD_CACHE_SECONDS
+        return default
     try:
         value = float(raw)
-        if not 0 <= value <= WORKLOAD_CACHE_MOST:  # negative, too large, or NaN
-            raise ValueError(f"must be between 0 and {WORKLOAD_CACHE_MOST:g}")
+        if not 0 <= value <= most:  # negative, too large, or NaN
+            raise ValueError("must be a non-negative number" if most == math.inf else f"must be between 0 and {most:g}")
+        return value
     except ValueError as exc:
-        log.warning("invalid setting; using the default",
-                    extra={"setting": WORKLOAD_CACHE_ENV, "value": raw, "error": str(exc)})  # fmt: skip
-        return WORKLOAD_CACHE_SECONDS
-    return value
+        logger.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
+        return default
+
+
+def workload_cache_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``$SPOTGUARD_WORKLOAD_CACHE_SECONDS`` (0 to 30; default 2)."""
+    return seconds(os.environ if env is None else env, WORKLOAD_CACHE_ENV, WORKLOAD_CACHE_SECONDS, WORKLOAD_CACHE_MOST)

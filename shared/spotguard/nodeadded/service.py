@@ -44,6 +44,7 @@ from typing import Any
 
 from spotguard import readiness
 from spotguard.gateway import resources as r
+from spotguard.gateway import settings
 from spotguard.gateway.errors import ApiError
 from spotguard.nodeadded import instances, metrics, triggers
 from spotguard.nodeadded.reconciler import Reconciler, Report
@@ -233,20 +234,10 @@ class Service:
 
 
 def _seconds(name: str, given: float | None, default: float) -> float:
-    """``given``, else ``$name`` (0 to 600), else ``default``; an invalid value is logged."""
+    """``given``, else ``$name`` (0 to 600), else ``default`` (:func:`spotguard.gateway.settings.seconds`)."""
     if given is not None:
         return max(0.0, given)
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-        if not 0 <= value <= 600:
-            raise ValueError("must be between 0 and 600")
-    except ValueError as exc:
-        log.warning("invalid setting; using the default", extra={"setting": name, "value": raw, "error": str(exc)})
-        return default
-    return value
+    return settings.seconds(os.environ, name, default, 600.0, log)
 
 
 def _has_ready(node: dict[str, Any]) -> bool:
