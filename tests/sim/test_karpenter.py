@@ -480,6 +480,35 @@ def test_an_underutilized_node_is_consolidated_unless_something_forbids_it(block
             assert {n["metadata"]["name"] for n in karpenter_nodes(sim)} == {node_of["a"], node_of["b"]}
 
 
+def test_consolidation_simulates_the_pending_pods_and_the_claims_still_launching() -> None:
+    # GIVEN a NodePool whose limit holds no node: a pod waits, marked Unschedulable
+    # (upstream SimulateScheduling schedules "all pending pods" with a candidate's, and the
+    # NodeClaims still launching are existing nodes there: kubernetes-sigs/karpenter
+    # pkg/controllers/disruption/helpers.go)
+    pool = nodepool(policy="WhenEmptyOrUnderutilized", after="0s", limits={"cpu": "0"})
+    slow = with_capacity(launch_to_ready=(300.0, 300.0))
+    with testing.running_cluster([NODE_CLASS, pool], time_scale=SCALE, settings=slow) as sim:
+        owner = sim.controllers.provisioner
+        sim.store.create("deployments", deployment("w", 1, cpu="1"), namespace="default")
+
+        def pending_names() -> list[str]:
+            return [p.name for p in owner.simulation_inputs()[0]]
+
+        h.wait_for(lambda: pending_names() and pending_names() == [p["metadata"]["name"] for p in
+                                                                   h.pods_of(sim.store, "w")],
+                   timeout=20, what="the pod pending in the simulation's inputs")
+        assert owner.simulation_inputs()[1] == []  # nothing launching
+        # WHEN the limit allows a node: it launches (300 s to Ready) for the pod
+        sim.store.mutate("nodepools", pool["metadata"]["name"], None,
+                         lambda o: o["spec"].update(limits={"cpu": "1000"}))
+        h.wait_for(lambda: owner.simulation_inputs()[1], timeout=30, what="a NodeClaim in flight")
+        pending, flights = owner.simulation_inputs()
+        # THEN the pod waits in the claim's room, not among the pending pods
+        assert pending == []
+        [flight] = flights
+        assert flight.pods == 1 and flight.requests["cpu"] == 1000
+
+
 SPOT_PREFERRED = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
     {"weight": 100, "preference": {"matchExpressions": [
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}]}}

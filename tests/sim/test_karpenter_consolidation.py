@@ -5,6 +5,7 @@ The controller around it is exercised end to end in test_karpenter.py."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -124,3 +125,64 @@ def test_neither_a_delete_nor_a_replace_is_nothing(case: str) -> None:
             "two-claims": "2 candidates", "spot-to-spot": "SpotToSpotConsolidation", "no-cheaper": "cheaper node",
             "no-price": "no price", "prefers-spot": "SpotToSpotConsolidation"}[case]
     assert want in got.reason, got.reason
+
+
+def pending_info(name: str, cpu: str) -> scheduler.PodInfo:
+    return scheduler.PodInfo.from_pod({"metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+                                       "spec": {"containers": [objects.container("c", "nginx:1.27", cpu=cpu)]}})
+
+
+def launching(instance_type: str) -> list[nodepools.InFlight]:
+    """An empty NodeClaim of the pool, still launching."""
+    nodepool = pool()
+    offer = next(o for o in nodepools.offerings(nodepool, catalogue.Prices()) if o.instance_type.name == instance_type)
+    return [nodepools.InFlight(nodepools.candidate(nodepool, offer), Counter(), 0)]
+
+
+@pytest.mark.parametrize("pending", ["none", "fits-the-room", "needs-a-node", "fits-nowhere", "launching-room"])
+def test_pending_pods_are_scheduled_with_the_nodes_pods(pending: str) -> None:
+    # GIVEN the candidate's 2-CPU pod would fit the other node's 4 free CPUs
+    # (upstream SimulateScheduling: "start by getting all pending pods", then the candidates' pods)
+    s, informer = cluster(True, pod("medium", "old", "2"))
+    waiting: list[scheduler.PodInfo] = []
+    flights: list[nodepools.InFlight] = []
+    if pending == "fits-the-room":
+        waiting = [pending_info("p", "1")]  # the room holds both: still a delete
+    elif pending == "needs-a-node":
+        waiting = [pending_info("p", "3")]  # heavier, placed first: it takes the room the node's pod needed
+    elif pending == "fits-nowhere":
+        waiting = [pending_info("p", "3")]
+        waiting[0].node_selector["example.com/nowhere"] = "true"  # no node, no claim: left out
+    elif pending == "launching-room":
+        # a 5-CPU pending pod the other node cannot hold goes to a NodeClaim still launching
+        flights = launching("m5.2xlarge")
+        waiting = [pending_info("p", "5")]
+    got = compute_consolidation(s, informer, "old", set(), blocks=lambda p: False, new_claim=claims_of(pool()),
+                                price=M5_2XLARGE_ON_DEMAND, spot=False, pending=waiting, in_flight=flights)
+    if pending == "needs-a-node":
+        # THEN no delete: the node's pod has the room, the pending pod needs a new claim (upstream's
+        # computeConsolidation: NewNodeClaims == 1, so a replace at most), an m5.2xlarge for its 3
+        # CPUs, no cheaper than the node
+        assert got.outcome is Outcome.NONE and "cheaper node" in got.reason, got.reason
+    else:
+        assert got.outcome is Outcome.DELETE, got.reason
+
+
+def test_pending_pods_that_need_two_nodes_hold_the_delete() -> None:
+    # GIVEN the candidate's small pod fits the other node; two 6-CPU pods wait for nodes
+    s, informer = cluster(True, pod("small", "old", "500m"))
+    got = compute_consolidation(s, informer, "old", set(), blocks=lambda p: False, new_claim=claims_of(pool()),
+                                price=M5_2XLARGE_ON_DEMAND, spot=False,
+                                pending=[pending_info("p1", "6"), pending_info("p2", "6")])
+    # THEN nothing: "Can't remove without creating 2 candidates", whoever's pods need them
+    assert got.outcome is Outcome.NONE and "2 candidates" in got.reason
+
+
+def test_a_nodes_pod_that_would_go_to_a_launching_node_holds_the_consolidation() -> None:
+    # GIVEN the other node is full and a NodeClaim still launching has room for the candidate's pod
+    s, informer = cluster(False, pod("small", "old", "500m"))
+    flights = launching("m5.2xlarge")
+    got = compute_consolidation(s, informer, "old", set(), blocks=lambda p: False, new_claim=claims_of(pool()),
+                                price=M5_2XLARGE_ON_DEMAND, spot=False, in_flight=flights)
+    # THEN nothing (upstream: UninitializedNodeError for a candidate's pod on a node not initialized)
+    assert got.outcome is Outcome.NONE and "still launching" in got.reason

@@ -213,6 +213,26 @@ class Claim:
         return self.offerings[0] if self.offerings else None
 
 
+@dataclasses.dataclass
+class InFlight:
+    """A NodeClaim still launching, as Karpenter's scheduling simulations see it (an in-flight
+    state node): the node it will be, what is packed onto it so far and how many pods."""
+
+    node: scheduler.NodeInfo
+    requests: Counter[str]
+    pods: int
+
+    def take(self, pod: scheduler.PodInfo) -> bool:
+        """The pod fits beside what the claim holds (as the provisioner packs a launching
+        claim); it then counts there."""
+        want = Counter(self.requests)
+        want.update(pod.requests)
+        if not (admits(pod, self.node) and fits(want, self.pods + 1, self.node)):
+            return False
+        self.requests, self.pods = want, self.pods + 1
+        return True
+
+
 def daemon_pods(daemonsets: Iterable[Mapping[str, Any]]) -> list[scheduler.PodInfo]:
     """The pod each DaemonSet would run on a new node (its template)."""
     out = []

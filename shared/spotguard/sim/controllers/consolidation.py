@@ -51,7 +51,7 @@ import enum
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from spotguard.policy import quantities
@@ -221,13 +221,16 @@ class Disruption(base.Controller):
                 if now - since < after:
                     continue
                 candidates.append((len(workload_pods(self.informer, node_name)), node_name, node))
+            inputs = None
             for count, node_name, _node in sorted(candidates, key=lambda c: (c[0], c[1])):
+                if count and inputs is None and not underutilized_done:
+                    inputs = self.owner.simulation_inputs()
                 if count == 0 and min(room.values()) > 0 and room["Empty"] > 0:
                     self._choose(node_name, "Empty", now)
                     room = {k: v - 1 for k, v in room.items()}
                 elif (count and policy == "WhenEmptyOrUnderutilized" and not underutilized_done
                       and room["Underutilized"] > 0
-                      and self._compute(_node).outcome is not Outcome.NONE):
+                      and self._compute(_node, inputs).outcome is not Outcome.NONE):
                     self._choose(node_name, "Underutilized", now)
                     room = {k: v - 1 for k, v in room.items()}
                     underutilized_done = True
@@ -294,15 +297,19 @@ class Disruption(base.Controller):
             with contextlib.suppress(errors.NotFound):
                 self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
 
-    def _compute(self, node: dict[str, Any]) -> Consolidation:
-        """The one consolidation simulation of a candidate (:func:`compute_consolidation`)."""
+    def _compute(self, node: dict[str, Any],
+                 inputs: tuple[list[scheduler.PodInfo], list[nodepools.InFlight]] | None = None) -> Consolidation:
+        """The one consolidation simulation of a candidate (:func:`compute_consolidation`), beside
+        the pending pods and the NodeClaims still launching (``inputs``: read once a poll)."""
         labels = (node.get("metadata") or {}).get("labels") or {}
         capacity_type = str(labels.get(nodepools.CAPACITY_TYPE) or "")
         price = self.capacity.prices.hourly(str(labels.get(nodepools.INSTANCE_TYPE) or ""), capacity_type)
         now = self.clock.now()
+        pending, in_flight = inputs if inputs is not None else self.owner.simulation_inputs()
         return compute_consolidation(self.store, self.informer, node["metadata"]["name"], set(self._disrupting),
                                      blocks=lambda p: do_not_disrupt(p, now), new_claim=self.owner.claims(),
-                                     price=price, spot=capacity_type == "spot")
+                                     price=price, spot=capacity_type == "spot", pending=pending,
+                                     in_flight=in_flight)
 
     def _await_replacement(self, name: str) -> None:
         """The replacement of a node being replaced is up: drain the node; lost: give the node back."""
@@ -417,7 +424,15 @@ def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[s
 
 
 def _heaviest_first(moving: list[dict[str, Any]]) -> list[scheduler.PodInfo]:
-    return sorted((scheduler.PodInfo.from_pod(p) for p in moving), key=lambda i: -i.requests.get("cpu", 0))
+    return sorted(_pod_infos(moving), key=lambda i: -i.requests.get("cpu", 0))
+
+
+def _pod_infos(pod_objs: Iterable[dict[str, Any]]) -> list[scheduler.PodInfo]:
+    return [scheduler.PodInfo.from_pod(p) for p in pod_objs]
+
+
+# whose pod a consolidation simulation schedules: the candidate's, a node's being disrupted, a pending one
+_OWN, _DELETING, _PENDING = "own", "deleting", "pending"
 
 
 def _disruptable(store: Any, moving: list[dict[str, Any]], blocks: Callable[[dict[str, Any]], bool]) -> bool:
@@ -472,7 +487,9 @@ def compute_consolidation(store: Any, informer: base.Informer, node_name: str, l
                           blocks: Callable[[dict[str, Any]], bool],
                           new_claim: Callable[[scheduler.PodInfo],
                                               tuple[nodepools.Claim, list[nodepools.Offering]] | None],
-                          price: float | None, spot: bool) -> Consolidation:
+                          price: float | None, spot: bool,
+                          pending: Sequence[scheduler.PodInfo] = (),
+                          in_flight: Sequence[nodepools.InFlight] = ()) -> Consolidation:
     """Karpenter's single-node consolidation of a node: ONE scheduling simulation of its pods
     on the other nodes plus possibly new NodeClaims, as upstream's ``computeConsolidation``
     (kubernetes-sigs/karpenter pkg/controllers/disruption/consolidation.go, read at commit
@@ -480,15 +497,25 @@ def compute_consolidation(store: Any, informer: base.Informer, node_name: str, l
     replace, anything else nothing.
 
     Every pod must be disruptable (none ``blocks``, their PodDisruptionBudgets allow them all
-    to go). The pods are tried heaviest (CPU) first, each as Karpenter's scheduler tries it
-    (``Scheduler.add`` then ``Preferences.Relax``; default ``PREFERENCE_POLICY=Respect``): its
-    forms, strictest first (:func:`nodepools.relaxations`: its heaviest preferred node
-    affinity term required first), go to another Ready, schedulable node that is not
-    ``leaving``, else to the NodeClaim already planned, else to a new one (``new_claim``), else
-    the pod is relaxed. A form that no other node takes but a new NodeClaim could is placed
-    there, not relaxed: so a pod that prefers spot stays on its spot node rather than moving
-    into on-demand room. A second new NodeClaim ends the simulation ("Can't remove without
-    creating 2 candidates"), as does a pod that fits nowhere.
+    to go). As upstream's ``SimulateScheduling`` (pkg/controllers/disruption/helpers.go), the
+    simulation schedules the node's pods together with the pods pending for a node
+    (``pending``: "start by getting all pending pods") and the pods of the nodes already
+    being disrupted (``leaving``), heaviest first (CPU, then memory: ``byCPUAndMemoryDescending``),
+    each as Karpenter's scheduler tries it (``Scheduler.add`` then ``Preferences.Relax``;
+    default ``PREFERENCE_POLICY=Respect``): its forms, strictest first
+    (:func:`nodepools.relaxations`: its heaviest preferred node affinity term required first),
+    go to another Ready, schedulable node that is not ``leaving``, else to a NodeClaim still
+    launching (``in_flight``; initialized nodes are tried first, ``sortExistingNodes``), else to
+    the NodeClaim already planned, else to a new one (``new_claim``), else the pod is relaxed.
+    A form that no other node takes but a new NodeClaim could is placed there, not relaxed: so
+    a pod that prefers spot stays on its spot node rather than moving into on-demand room.
+    A second new NodeClaim ends the simulation ("Can't remove without creating 2
+    candidates"), whoever's pods need it: pending pods that need a node launched hold every
+    delete (the room the node's pods would take is the room they wait for). A pod of the
+    node or of a node being disrupted that fits nowhere ends it too, as does one of the
+    node's pods that would go to a NodeClaim still launching (upstream's
+    ``UninitializedNodeError``); a pending pod that fits nowhere is left out
+    (``AllNonPendingPodsScheduled``).
 
     A replacement's offerings are cut to those cheaper than the node (``price``; None: the
     node has no price, so no replace), made spot where it could be spot or on-demand, and a
@@ -498,10 +525,21 @@ def compute_consolidation(store: Any, informer: base.Informer, node_name: str, l
     if not _disruptable(store, moving, blocks):
         return Consolidation(Outcome.NONE, "a pod may not be disrupted (do-not-disrupt or its budget)")
     others = _others(informer, node_name, leaving)
+    flights = [nodepools.InFlight(f.node, Counter(f.requests), f.pods) for f in in_flight]
+    queue = [(info, _OWN) for info in _pod_infos(moving)]
+    queue += [(info, _DELETING) for name in sorted(leaving) if name != node_name
+              for info in _pod_infos(p for p in workload_pods(informer, name) if not pods.is_terminating(p))]
+    queue += [(info, _PENDING) for info in pending]
+    queue.sort(key=lambda q: (-q[0].requests.get("cpu", 0), -q[0].requests.get("memory", 0)))
     claim: nodepools.Claim | None = None
-    for info in _heaviest_first(moving):
+    for info, whose in queue:
         for form in nodepools.relaxations(info):
             if scheduler.first_fit(form, others) is not None:
+                break
+            if any(f.take(form) for f in flights):
+                if whose == _OWN:
+                    return Consolidation(Outcome.NONE, f"pod {info.namespace}/{info.name} would go to a node "
+                                                       "still launching (not initialized)")
                 break
             if claim is not None and (holding := claim.holding(form)):
                 claim.add(form, holding)
@@ -514,6 +552,8 @@ def compute_consolidation(store: Any, informer: base.Informer, node_name: str, l
                 claim.add(form, holding)
                 break
         else:
+            if whose == _PENDING:
+                continue
             return Consolidation(Outcome.NONE, f"pod {info.namespace}/{info.name} fits on no other node "
                                                "and on no new NodeClaim")
     if claim is None:

@@ -304,6 +304,20 @@ class Provisioner(base.Controller):
 
         return new_claim
 
+    def simulation_inputs(self) -> tuple[list[scheduler.PodInfo], list[nodepools.InFlight]]:
+        """What Karpenter's disruption simulation schedules beside a candidate's pods
+        (kubernetes-sigs/karpenter pkg/controllers/disruption/helpers.go ``SimulateScheduling``:
+        "start by getting all pending pods", and ``nodes.Active()`` holds the NodeClaims still
+        launching): the pods pending for a node (marked Unschedulable) but those nominated to a
+        NodeClaim still launching, whose room they take there, and those NodeClaims, each with
+        what is packed onto it. Reads only (called from the disruption controller's thread)."""
+        flights = [nodepools.InFlight(nodepools.candidate(launch.pool, launch.offering), Counter(launch.requests),
+                                      launch.pod_count)
+                   for launch in list(self._launches.values()) if not launch.ready]
+        pending = [scheduler.PodInfo.from_pod(p) for p in self.informer.list("pods")
+                   if unschedulable(p) and not self._launching_for(base.key_of(p))]
+        return pending, flights
+
     def launch_replacement(self, claim: nodepools.Claim, node: str) -> str | None:
         """Launch a consolidation's replacement NodeClaim for ``node`` (its offerings already
         cheaper than the node); its name, or None where no offering could be launched."""
