@@ -34,7 +34,8 @@ from spotguard.nodeadded import reconciler, service
 from spotguard.ops import functions
 from spotguard.policy import config
 from spotguard.policy.headroom import LABEL, NAME, PRIORITY, Cover
-from spotguard.sim import readiness, testing
+from spotguard.sim import capacity, readiness, testing
+from spotguard.sim import settings as settings_mod
 from werkzeug.serving import make_server
 
 from tests.interruption import sim_scenario
@@ -202,8 +203,14 @@ def cycle(tmp_path: Path, cover: Cover) -> Outcome:
         sim_scenario.namespace("spotguard"),
         shipped_priority_class(),
     ]
+    # Karpenter's batch windows at 10 s idle, 20 s at most (BATCH_IDLE_DURATION and
+    # BATCH_MAX_DURATION, settings a user may give it): web's two spot replicas, marked
+    # unschedulable a few simulated seconds apart on a loaded machine (at x20, a real tenth of a
+    # second is two simulated seconds), are launched for in one batch, so on one spot node, as
+    # the case needs; at the default 1 s idle they were two nodes once under a double-loaded run
+    batched = settings_mod.Settings(capacity=capacity.Capacity(batch_idle=10.0, batch_max=20.0))
     with (
-        testing.running_cluster(objs, time_scale=SCALE, ready_delay_seconds=READY_DELAY) as sim,
+        testing.running_cluster(objs, time_scale=SCALE, ready_delay_seconds=READY_DELAY, settings=batched) as sim,
         h.admission_webhook(sim, tmp_path),
     ):
         roles = test_rbac.install_rbac(sim, "helm", tmp_path)
