@@ -492,15 +492,17 @@ def run(options: Options, view: View | None = None) -> Outcome:
             # that join (the placement's launches, the surges', the return's)
             watch.deliveries = functions.Deliveries(sim, served_node_added)
 
-        # 1. the workloads, placed by the webhook (at a real control plane's pace where an autoscaler
-        # launches their nodes)
+        # 1. the workloads, placed by the webhook: on a provisioned cluster the Deployments' burst at
+        # a real control plane's pace (a StatefulSet's pods come one at a time, each once the one
+        # before is Ready: they ask little of the machine, and the asked scale goes on for them)
         placing = scale
+        bursting = sum(_replicas(o) for o in apps if o.get("kind") == "Deployment")
         if provisioned(options.objects):
             share = machine_share()
-            placing = placing_scale(options, pods, max(sim.settings.capacity.launch_to_ready), share)
+            placing = placing_scale(options, bursting, max(sim.settings.capacity.launch_to_ready), share)
             if placing < scale:
                 sim.clock.set_scale(placing)
-                watch.phase.notes.append(_slowed_note("the placement", placing, options, share))
+                watch.phase.notes.append(_slowed_note("the Deployments' placement", placing, options, share))
         watch.phase.name = "placing the workloads"
         with loading():
             sim.store.apply_objects(apps)
@@ -508,15 +510,26 @@ def run(options: Options, view: View | None = None) -> Outcome:
         watch.wls = wls
         watch.floor = floor = {k: min(w.replicas, floors.floor_for(w, cfg).on_demand) for k, w in wls.items()}
         desired = {k: w.replicas for k, w in wls.items()}
+
+        def placed(kinds: tuple[Kind, ...]) -> bool:
+            counts = tracker.snapshot()
+            return all(counts.get(k, serving.Counts()).total >= n for k, n in desired.items() if wls[k].kind in kinds)
+
+        if placing < scale:
+            watch.wait(
+                lambda: placed((Kind.DEPLOYMENT,)),
+                (4 * options.pod_startup) / placing + 60 + bursting / 10,
+                "every Deployment pod to be placed and Ready",
+                strict=True,
+            )
+            sim.clock.set_scale(scale)
         watch.wait(
-            lambda: all(tracker.snapshot().get(k, serving.Counts()).total >= n for k, n in desired.items()),
+            lambda: placed((Kind.DEPLOYMENT, Kind.STATEFULSET)),
             # A safety net, not a target: 20,000 pods through the webhook on a busy laptop take minutes.
-            (4 * options.pod_startup) / placing + 60 + sum(desired.values()) / 10,
+            (4 * options.pod_startup) / scale + 60 + sum(desired.values()) / 10,
             "every pod to be placed and Ready",
             strict=True,
         )
-        if placing < scale:
-            sim.clock.set_scale(scale)
 
         # 1b. a provisioned cluster's autoscaler packs the placement burst's nodes first: the
         # notice comes at the steady cost, not in the burst's transient
