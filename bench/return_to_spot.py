@@ -84,7 +84,8 @@ def main() -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-bench-")))
         sim = stack.enter_context(
             testing.running_cluster(
-                kept, time_scale=scale, ready_delay_seconds=args.pod_startup, settings=cycle.settings_of(objects)
+                kept, time_scale=scale, ready_delay_seconds=args.pod_startup, settings=cycle.settings_of(objects),
+                termination_seconds=cycle.settings_of(objects).kubelet.termination_seconds,
             )
         )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])

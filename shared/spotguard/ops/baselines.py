@@ -46,8 +46,9 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
     """Place the workloads (no webhook), give every spot node its notice, and bill ``window`` seconds."""
     cfg = config_mod.Config()
     infra, apps = cycle.split(objects)
+    settings = cycle.settings_of(objects)
     with testing.running_cluster(infra, time_scale=scale, ready_delay_seconds=pod_startup, drainer=drainer,
-                                 settings=cycle.settings_of(objects)) as sim:
+                                 settings=settings, termination_seconds=settings.kubelet.termination_seconds) as sim:
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
         tracker.start(sim.store)
         try:

@@ -432,6 +432,7 @@ def run(options: Options, view: View | None = None) -> Outcome:
                     ready_delay_seconds=options.pod_startup,
                     drainer=options.drainer,
                     settings=settings_of(options.objects),
+                    termination_seconds=settings_of(options.objects).kubelet.termination_seconds,
                 )
             )
         if options.keep_logs is not None:
@@ -821,7 +822,8 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         with loading():
             sim = stack.enter_context(
                 testing.running_cluster(
-                    infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs)
+                    infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs),
+                    termination_seconds=settings_of(objs).kubelet.termination_seconds,
                 )
             )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])

@@ -26,11 +26,15 @@ seconds (the time scale applies):
     apiServer:
       etcdCompactionIntervalSeconds: 300  # 0: never compact
     capacity: {...}                       # node provisioners and prices: spotguard.sim.capacity
+    kubelet:
+      terminationSeconds: 5              # at most this long from a pod's deletion to its removal
+                                         # (default: its grace period, 30 s unless it says otherwise)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -102,11 +106,24 @@ class ApiServer:
 
 
 @dataclasses.dataclass(frozen=True)
+class Kubelet:
+    """How long a deleted pod keeps its node's room: at most ``termination_seconds`` from its
+    deletion (default: no cap, its whole grace period: ``terminationGracePeriodSeconds``, 30 s
+    unless the pod says otherwise, or the eviction's or deletion's own). The test harness
+    (:func:`spotguard.sim.testing.running_cluster`) caps it at 1 s unless told otherwise, so
+    contract tests do not wait for it; the demo, ``simulate`` and the benchmarks take it from
+    here."""
+
+    termination_seconds: float = math.inf
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     node_loss: NodeLoss = dataclasses.field(default_factory=NodeLoss)
     controller_manager: ControllerManager = dataclasses.field(default_factory=ControllerManager)
     api_server: ApiServer = dataclasses.field(default_factory=ApiServer)
     capacity: capacity_mod.Capacity = dataclasses.field(default_factory=capacity_mod.Capacity)
+    kubelet: Kubelet = dataclasses.field(default_factory=Kubelet)
 
 
 _NODE_LOSS_FIELDS = {
@@ -128,6 +145,7 @@ _CONTROLLER_MANAGER_FIELDS = {
     "burstReplicas": "burst_replicas",
 }
 _API_SERVER_FIELDS = {"etcdCompactionIntervalSeconds": "etcd_compaction_interval"}
+_KUBELET_FIELDS = {"terminationSeconds": "termination_seconds"}
 
 
 def is_settings(doc: Mapping[str, Any]) -> bool:
@@ -164,7 +182,7 @@ def _section(doc: Mapping[str, Any], key: str, fields: Mapping[str, str], cls: A
 
 def from_doc(doc: Mapping[str, Any], where: str = "scenario") -> Settings:
     unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "nodeLoss", "controllerManager",
-                                 "apiServer", "capacity"})
+                                 "apiServer", "capacity", "kubelet"})
     if unknown:
         raise UserError(f"{where}: unknown Settings field(s) {', '.join(unknown)}")
     return Settings(
@@ -172,6 +190,7 @@ def from_doc(doc: Mapping[str, Any], where: str = "scenario") -> Settings:
         controller_manager=_section(doc, "controllerManager", _CONTROLLER_MANAGER_FIELDS, ControllerManager, where),
         api_server=_section(doc, "apiServer", _API_SERVER_FIELDS, ApiServer, where),
         capacity=capacity_mod.from_doc(doc.get("capacity"), where),
+        kubelet=_section(doc, "kubelet", _KUBELET_FIELDS, Kubelet, where),
     )
 
 
