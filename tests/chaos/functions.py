@@ -4,7 +4,8 @@
   --sqs-queue-url URL`` runs (the SQS poller and a reconcile every 15 s around
   one serialized handler), on threads of the test process, or as a separate
   process (``python -m tests.chaos.functions``) that a test can kill;
-- the node-added reconcile on its schedule (a PingSource every minute).
+- node-added on its schedule (a PingSource every minute), each delivery following the
+  moves it leaves in flight, as the served function does.
 
 Every period is simulated time: the handler and the reconciler read the
 simulated clock, and the schedules sleep ``period / time_scale`` real seconds.
@@ -21,6 +22,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +31,7 @@ from spotguard.gateway import kube, retry
 from spotguard.interruption import dispatch
 from spotguard.interruption.handler import Handler
 from spotguard.interruption.poller import Poller
-from spotguard.nodeadded import reconciler
+from spotguard.nodeadded import reconciler, service, triggers
 from spotguard.policy import config as config_mod
 from spotguard.sim import clock as clock_mod
 
@@ -150,8 +152,17 @@ class InterruptionProcess:
 
 
 def node_added(k: kube.Kube, cfg: config_mod.Config, clock: Callable[[], float], time_scale: float) -> Schedule:
-    rec = reconciler.Reconciler(k, cfg, clock=clock)
-    return Schedule("node-added", rec.reconcile, NODE_ADDED_SECONDS, time_scale)
+    """node-added as its PingSource delivers to it: a delivery a minute, each a pass that then
+    follows the moves it left in flight (``service.Service``: a pass every 10 s for up to 90 s
+    from the delivery's start, on the simulated clock), as the shipped function runs."""
+    svc = service.Service(
+        lambda: reconciler.Reconciler(k, cfg, clock=clock),
+        owner=None,
+        follow_sleep=lambda seconds: time.sleep(seconds / time_scale),
+        follow_clock=clock,
+    )
+    ping = triggers.Trigger(triggers.Kind.SCHEDULE, "chaos-ping", detail="ping")
+    return Schedule("node-added", lambda: svc.handle(ping), NODE_ADDED_SECONDS, time_scale)
 
 
 # -- as a separate process -------------------------------------------------------------------
