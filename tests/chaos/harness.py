@@ -649,6 +649,9 @@ def chaos(
         ready_delay_seconds=READY_DELAY,
         drainer=drainer,
         settings=settings,
+        # a deleted pod keeps its room for its grace period (30 s by default), as a kubelet does:
+        # not the test harness's 1 s (docs/sim.md, kubelet.terminationSeconds)
+        termination_seconds=(settings or sim_settings.Settings()).kubelet.termination_seconds,
     ) as sim:
         k = kube.Kube(sim.api_client())
         webhook = Webhook(sim, workdir, k)
