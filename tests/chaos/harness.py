@@ -424,6 +424,9 @@ class Chaos:
     def _on_change(self, event_type: str, resource: str, obj: Obj) -> None:
         if resource == "pods":
             self._dip()
+        if TRACE and resource in ("pods", "replicasets"):
+            with contextlib.suppress(Exception):  # a trace never stops the tracking above
+                _trace(event_type, resource, obj)
         if resource == "events" and event_type == "ADDED":
             with self.lock:
                 self.events_at.setdefault(obj["metadata"]["name"], self.sim.clock.now())
@@ -448,6 +451,8 @@ class Chaos:
             for key, had in self.before.items():
                 if now.get(key, 0) < had and not any(d[1] == key and d[2] <= now.get(key, 0) for d in self.dips):
                     self.dips.append((round(self.sim.clock.now() - self.t0, 1), key, now.get(key, 0)))
+                    if TRACE:
+                        _trace_log.warning("dip", extra={"workload": key, "serving": now.get(key, 0), "had": had})
 
     # -- what happens to the cluster
 
@@ -657,10 +662,106 @@ def chaos(
         webhook = Webhook(sim, workdir, k)
         webhook.start()
         c = Chaos(sim, k, Queue(sqs), webhook, cfg or config_mod.Config(), workdir)
+        json_log = _json_log(c) if TRACE else None
         try:
             c.load(workloads())
             c.start_functions(interruption_in_process=interruption_in_process)
+            if TRACE:
+                _trace_functions(c)
             yield c
         finally:
             c.stop_functions()
             webhook.stop()
+            if json_log is not None:
+                logging.getLogger().removeHandler(json_log)
+                json_log.close()
+
+
+TRACE = bool(os.environ.get("SPOTGUARD_CHAOS_LOG"))
+_trace_log = logging.getLogger("tests.chaos.cluster")
+
+
+def _trace(event_type: str, resource: str, obj: Obj) -> None:
+    """The cluster's side in the JSON log: each change of a pod or ReplicaSet after the notice."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    owner = next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    extra: dict[str, Any] = {"event": event_type, "object": meta.get("name"), "owner": owner}
+    if resource == "pods":
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        extra.update(node=spec.get("nodeName"), ready=ready, deleting=bool(meta.get("deletionTimestamp")))
+    else:
+        extra.update(replicas=spec.get("replicas"), ready=status.get("readyReplicas"))
+    _trace_log.info(resource, extra=extra)
+
+
+class _SimulatedTime(logging.Filter):
+    """Stamps each record with the simulated seconds after the first notice (``t``; before
+    it: negative, from the start) and the thread that logged it."""
+
+    def __init__(self, c: Chaos) -> None:
+        super().__init__()
+        self.c = c
+        self.start = c.sim.clock.now()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.c.sim.clock.now()
+        record.t = round(now - (self.c.t0 if self.c.t0 is not None else self.start), 2)
+        record.thread_name = record.threadName
+        return True
+
+
+def _trace_functions(c: Chaos) -> None:
+    """In the JSON log: each injected API fault (when it was answered or dropped), and when
+    the spot-interruption process's handlings and reconciles start and end."""
+    from spotguard.sim import errors as sim_errors
+    from spotguard.sim import faults as sim_faults
+
+    check = c.sim.faults.check
+
+    def traced_check(verb: str, resource: str) -> None:
+        try:
+            check(verb, resource)
+        except (sim_faults.DropConnection, sim_errors.StatusError) as exc:
+            _trace_log.info("fault", extra={"verb": verb, "resource": resource, "fault": type(exc).__name__})
+            raise
+
+    c.sim.faults.check = traced_check
+    if c.interruption is None:
+        return
+    handler = c.interruption.handler
+    handle, reconcile = handler.handle, handler.reconcile
+
+    def traced_handle(notices: Any) -> Any:
+        _trace_log.info("handling starts", extra={"notices": len(notices)})
+        try:
+            return handle(notices)
+        finally:
+            _trace_log.info("handling ends", extra={"notices": len(notices)})
+
+    def traced_reconcile(*args: Any, **kw: Any) -> Any:
+        _trace_log.info("reconcile starts")
+        try:
+            return reconcile(*args, **kw)
+        finally:
+            _trace_log.info("reconcile ends")
+
+    handler.handle = traced_handle  # type: ignore[method-assign]
+    handler.reconcile = traced_reconcile  # type: ignore[method-assign]
+
+
+def _json_log(c: Chaos) -> logging.Handler:
+    """``SPOTGUARD_CHAOS_LOG=1``: every log record of the functions (INFO and up, the
+    spotguard and tests.chaos loggers) as one JSON line in ``<workdir>/functions.jsonl``,
+    for reading back the sequence of a broken case."""
+    from spotguard.logs import JsonFormatter
+
+    handler = logging.FileHandler(c.workdir / "functions.jsonl")
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(_SimulatedTime(c))
+    handler.setLevel(logging.INFO)
+    for name in ("spotguard", "tests.chaos"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger().addHandler(handler)
+    return handler
