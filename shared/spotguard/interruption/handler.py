@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources as r
@@ -64,6 +64,7 @@ from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_OF, SURGE_REPLICA, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
+T = TypeVar("T")
 
 Obj = dict[str, Any]
 Event = tuple[Obj, str, str, str]  # involved object, reason, message, type
@@ -79,6 +80,27 @@ MANAGED_TAG_ENV = "SPOTGUARD_MANAGED_TAG"
 # Our budgets with no surge in progress are deleted once this old (a crash between
 # the scale back and the budget's deletion leaves one behind).
 ORPHAN_BUDGET_SECONDS = 60.0
+
+
+def at_once(write: Callable[[], T], attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """``write()``, tried again within the handling where it failed transiently (a 5xx, a
+    timeout, a connection dropped after the request went out: the write may or may not have
+    happened), after 0.1 s, 0.2 s, 0.3 s, instead of at the notice's redelivery or the next
+    reconcile. Under hung requests each of those costs a handling and a reconcile: tens of
+    seconds of a two-minute notice (chaos gitops-revert under timeouts: a surge copy created
+    at +58 s after one lost create, at +90 s after two, not serving by the reclaim).
+
+    Only for a write that may be made twice: a create under a fixed name (made already, it
+    answers AlreadyExists), a patch of absolute values, a delete (gone already: NotFound), a
+    patch guarded by the resourceVersion (made already: Conflict, and the caller re-reads)."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except Transient:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(TAINT_RETRY_SECONDS * (attempt + 1))
+    raise AssertionError("attempts must be at least 1")
 
 
 class Outcome(enum.StrEnum):
@@ -696,7 +718,8 @@ class Handler:
         if raw is None or step.budget is None:
             return
         try:
-            self.kube.create(r.PODDISRUPTIONBUDGETS, records.budget_object(raw, step.budget, step.record), wl.namespace)
+            body = records.budget_object(raw, step.budget, step.record)
+            at_once(functools.partial(self.kube.create, r.PODDISRUPTIONBUDGETS, body, wl.namespace))
             log.info(
                 "temporary budget created",
                 extra={"workload": wl.key, "budget": step.budget.name, "min_available": step.budget.min_available},
@@ -813,16 +836,13 @@ class Handler:
         wl = step.workload
         for _ in range(CONFLICT_ATTEMPTS):
             try:
-                self.kube.patch(
-                    r.DEPLOYMENTS,
-                    wl.name,
-                    records.surge_patch(raw, step.record, None if self.surge_copy else step.replicas),
-                    wl.namespace,
-                )
+                patch = records.surge_patch(raw, step.record, None if self.surge_copy else step.replicas)
+                at_once(functools.partial(self.kube.patch, r.DEPLOYMENTS, wl.name, patch, wl.namespace))
                 break
             except Conflict:
                 # Someone else wrote the workload (its controller's status, the user, another
-                # instance of this function): re-read it and plan this workload again.
+                # instance of this function, or this write, made though its answer was lost):
+                # re-read it and plan this workload again.
                 raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
                 raw.setdefault("kind", "Deployment")
                 again = self._replan_one(raw, snap, notices, resolved)
@@ -987,12 +1007,14 @@ class Handler:
                 if isinstance(body, surgecopy.Refusal):
                     log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
                     return
+                size = {"spec": {"replicas": step.replicas}}
                 try:
-                    self.kube.create(r.REPLICASETS, body, wl.namespace)
-                except AlreadyExists:
-                    self.kube.patch(r.REPLICASETS, name, {"spec": {"replicas": step.replicas}}, wl.namespace)
+                    at_once(functools.partial(self.kube.create, r.REPLICASETS, body, wl.namespace))
+                except AlreadyExists:  # made by a write whose answer was lost, or another pass
+                    at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
             elif step.action is surgecopy.Action.RESIZE:
-                self.kube.patch(r.REPLICASETS, name, {"spec": {"replicas": step.replicas}}, wl.namespace)
+                size = {"spec": {"replicas": step.replicas}}
+                at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
             elif step.action is surgecopy.Action.DELETE and current is not None:
                 self._delete_copy(current, step.reason)
                 return
@@ -1020,8 +1042,9 @@ class Handler:
     def _delete_copy(self, rs: Obj, reason: str) -> bool:
         """Delete a surge copy (its pods go with it); False where it may still be there."""
         meta = rs.get("metadata") or {}
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
         try:
-            self.kube.delete(r.REPLICASETS, str(meta.get("name")), str(meta.get("namespace")), uid=meta.get("uid"))
+            at_once(functools.partial(self.kube.delete, r.REPLICASETS, name, namespace, uid=meta.get("uid")))
         except NotFound:
             return True
         except ApiError as exc:  # a Conflict too: another copy under that name now
