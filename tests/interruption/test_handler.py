@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -317,7 +318,7 @@ def test_a_conflict_is_replanned(cluster: Cluster) -> None:
     # Someone scales web between the read and the write: the patch answers 409 (stale
     # resourceVersion); the handler reads it again and surges from the new count.
     c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, "shop")
-    h.snapshot = lambda: snapshot  # type: ignore[method-assign]
+    h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert c.deployment("web")["spec"]["replicas"] == 6
     assert c.record("web")["replicas"] == 5
@@ -624,6 +625,29 @@ def test_a_taint_write_answered_500_once_is_written_again_at_once(cluster: Clust
     assert c.handler().handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert c.sim.faults.injected == 1
     assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
+
+
+def test_the_nodes_are_marked_while_the_rest_of_the_cluster_is_still_read(cluster: Cluster) -> None:
+    """The taint and the notice beside it are written as soon as the nodes are read, not
+    after every list: a drainer ahead of spotguard meets the guard's short grace (8 s) for a
+    going-away spot node without spotguard's notice, and under hung requests the whole read
+    took 12 to 40 s (chaos aborted-drain under timeouts in copy mode: the guard let the
+    drainer take one of worker's serving pods before the mark, worker 8 -> 7)."""
+    c = cluster
+    seen: list[bool] = []
+
+    def workloads_listed() -> None:  # the handling's read of the Deployments, held until spot-0 is marked
+        deadline = time.monotonic() + 5
+        while not c.taints("spot-0") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(bool(c.taints("spot-0")))
+
+    c.sim.faults.set(verb="list", resource="deployments", before=workloads_listed)
+    assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert seen == [True]
+    assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
+    assert c.kube.stats.count("patch", "nodes") == 1  # written once: the plan does not write it again
+    assert c.record("web")["nodes"] == ["spot-0"]
 
 
 def copy_mode() -> config.Config:

@@ -4,9 +4,10 @@
 StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, Namespaces: a
 fixed number of list calls whatever the size of the burst), asks the pure
 :mod:`spotguard.policy.interruption` for one plan for the whole batch, then
-writes it: first the temporary budgets where the user has none (so a drainer
-acting at the notice meets them), then one taint per doomed node (with the
-notice recorded beside it, ``spotguard.io/notice``) and per affected
+writes it: one taint per doomed node (with the notice recorded beside it,
+``spotguard.io/notice``) as soon as the nodes are read (:class:`_Marking`),
+the temporary budgets where the user has none (so a drainer acting at the
+notice meets them), then per affected
 Deployment one patch (replicas and the ``spotguard.io/surge`` record
 together), the autoscaler's limits, and Events. It then scales back the
 surges that are over (to the count the owner wants now), evicts doomed pods
@@ -185,6 +186,8 @@ class Batch:
     records: dict[str, SurgeRecord | None] = field(default_factory=dict)
     # Each node's notice: its mark as read, or the notice this process is still retrying.
     marks: dict[str, NodeNotice] = field(default_factory=dict)
+    # The taints written ahead of the plan, as soon as the nodes were read (:class:`_Marking`).
+    marked: list[TaintStep] = field(default_factory=list)
 
 
 @dataclass
@@ -239,6 +242,65 @@ def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
         str((ns.get("metadata") or {}).get("name")): dict((ns.get("metadata") or {}).get("annotations") or {})
         for ns in items
     }
+
+
+class _Marking:
+    """A handling's taints, written as soon as the nodes are read, while the rest of the
+    cluster is still being read.
+
+    The taint and the notice beside it (``spotguard.io/notice``) are what a drainer acting
+    at the notice meets: the eviction guard holds a going-away spot node's pods for a short
+    grace only (8 s) until spotguard's notice is on it. Written after the whole snapshot (two
+    rounds of lists, every pod among them), a mark came 12 to 40 s after the notice under
+    hung requests (each held 6 s, then read again), and the guard let a drainer that was ahead
+    of spotguard take a serving pod (chaos aborted-drain under timeouts in copy mode:
+    worker 8 -> 7). The marks depend on the notices, the nodes and the settings only
+    (:func:`interruption.plan` with no pod or workload gives them); each node the plan then
+    asks a taint of is written here (a write that fails is tried again at once, then its
+    notices are retried), or by the plan as before where the node was found otherwise (EC2).
+    Taints are idempotent and guarded by the resourceVersion."""
+
+    def __init__(self, handler: Handler, notices: Sequence[Notice]) -> None:
+        self.handler = handler
+        self.notices = notices
+        self.pool = ThreadPoolExecutor(max_workers=handler.workers, thread_name_prefix="marking")
+        self.batch: Batch | None = None
+        self.jobs: list[Future[None]] = []
+
+    def __enter__(self) -> _Marking:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True)
+
+    def start(self, nodes: list[Obj]) -> None:
+        """Plan the taints from ``nodes`` alone and write them (on this marking's own threads)."""
+        h = self.handler
+        try:
+            snap = Snapshot(nodes, [], {}, [], [], {}, {})
+            plan = interruption.plan(
+                self.notices,
+                nodes=snap.node_views,
+                pods=(),
+                workloads=(),
+                config=h.config,
+                now=h.clock(),
+                node_notices=snap.node_notices,
+            )
+        except Exception:  # the plan after the snapshot writes them
+            log.exception("could not plan the taints ahead of the surges")
+            return
+        self.batch = Batch(self.notices, snap, {}, plan, Failures())
+        self.jobs = [self.pool.submit(h._taint, step, self.batch) for step in plan.taints]
+
+    def result(self) -> tuple[list[TaintStep], set[str], list[Event]]:
+        """The taints carried out here, the nodes whose taint failed (their notices are
+        retried), and the Events of those written."""
+        for job in self.jobs:
+            job.result()
+        if self.batch is None:
+            return [], set(), []
+        return list(self.batch.plan.taints), set(self.batch.failures.nodes), list(self.batch.events)
 
 
 class Handler:
@@ -321,9 +383,9 @@ class Handler:
         if not notices:
             return []
         started = time.perf_counter()
-        with _gc_paused():
+        with _gc_paused(), _Marking(self, notices) as marking:
             try:
-                snap = self.snapshot()
+                snap = self.snapshot(on_nodes=marking.start)
             except ApiError as exc:
                 metrics.ERRORS.labels("list").inc()
                 log.error("could not read the cluster", extra={"error": str(exc), "event_ids": _ids(notices)})
@@ -333,8 +395,9 @@ class Handler:
             resolved, lookup_failed = self._resolve(notices, snap)
             now = self.clock()
             plan = self._plan(notices, snap, resolved, now)
+            marked, unmarked, marked_events = marking.result()
         planned = time.perf_counter()
-        batch = Batch(notices, snap, resolved, plan, Failures())
+        batch = Batch(notices, snap, resolved, plan, Failures(nodes=unmarked), events=marked_events, marked=marked)
         failures = batch.failures
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             self._carry_out(batch, pool)
@@ -343,7 +406,9 @@ class Handler:
             told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
             self._upkeep(snap, pool, skip=surged, batch=batch)
-        written_marks = {t.node: t.notice for t in plan.taints if t.notice is not None and t.node not in failures.nodes}
+        written_marks = {
+            t.node: t.notice for t in (*marked, *plan.taints) if t.notice is not None and t.node not in failures.nodes
+        }
         instances = {res.node: res.notice.instance_id for res in plan.notices if res.node}
         self._lifecycle_pass(snap, {**snap.node_notices, **written_marks}, instances)
         self.last_timings = {
@@ -441,7 +506,8 @@ class Handler:
         plan = batch.plan
         # Queued first, so the workers take them first.
         budgets = [pool.submit(self._budget, s, batch) for s in plan.surges if s.budget is not None]
-        taints = [pool.submit(self._taint, s, batch) for s in plan.taints]
+        done = {t.node for t in batch.marked}  # carried out ahead of the plan (:class:`_Marking`)
+        taints = [pool.submit(self._taint, s, batch) for s in plan.taints if s.node not in done]
         # The surges wait for the taints (one round trip): a surge pod created while its
         # doomed node is still untainted (a taint write in its retry backoff) can be bound
         # there and die with the node. A taint that failed does not hold the surge back.
@@ -454,7 +520,7 @@ class Handler:
     def _tell(self, batch: Batch, pool: ThreadPoolExecutor) -> None:
         """The Events and quorum warnings of a plan (best effort, after every write)."""
         plan, snap = batch.plan, batch.snap
-        new_taints = {t.node for t in plan.taints}
+        new_taints = {t.node for t in (*batch.marked, *plan.taints)}
         for w in plan.warnings:
             if new_taints & set(w.nodes):
                 pool.submit(self._warn_quorum, w, snap)
@@ -614,12 +680,21 @@ class Handler:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, on_nodes: Callable[[list[Obj]], None] | None = None) -> Snapshot:
+        """Read the cluster. ``on_nodes``: called with the nodes as soon as they are read,
+        while the other lists are still being read (a handling marks its nodes then)."""
         # The big lists and the namespaces run beside the ordered small ones (the copies
         # among the first of those: read before the workloads).
         before_workloads = functools.partial(read_before_workloads, copies=self.surge_copy)
+
+        def read_nodes(k: kube_mod.Kube) -> list[Obj]:
+            items = k.list(r.NODES)
+            if on_nodes is not None:
+                on_nodes(items)
+            return items
+
         pods, nodes, namespace_list, (budgets, autoscalers, kept, copies, workloads) = self.kube.read_concurrently(
-            r.PODS, r.NODES, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
+            r.PODS, read_nodes, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
         snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
         snap.copies = copies_by_key(copies)
