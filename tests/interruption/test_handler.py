@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
+from spotguard.interruption import dispatch
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config, interruption, moves, surgecopy
@@ -648,6 +650,33 @@ def test_the_nodes_are_marked_while_the_rest_of_the_cluster_is_still_read(cluste
     assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
     assert c.kube.stats.count("patch", "nodes") == 1  # written once: the plan does not write it again
     assert c.record("web")["nodes"] == ["spot-0"]
+
+
+def test_a_reconcile_with_nothing_to_do_never_holds_a_notice_back(cluster: Cluster) -> None:
+    """The served process serializes the handlings and the reconciles; the reconcile's cheap
+    look (is there anything to reconcile?) only reads, and is taken before its turn. Under
+    hung requests the look held the turn 6 to 19 s of every 15 while nothing was to do, and a
+    notice arriving meanwhile waited for it (chaos aborted-drain under timeouts)."""
+    c = cluster
+    served = dispatch.Serialized(c.handler())
+    looking, handled = threading.Event(), threading.Event()
+    calls: list[bool] = []
+
+    def deployments_listed() -> None:  # the look's read of the Deployments hangs until the notice is handled
+        calls.append(True)
+        if len(calls) == 1:
+            looking.set()
+            calls[0] = handled.wait(10)
+
+    c.sim.faults.set(verb="list", resource="deployments", before=deployments_listed)
+    reconcile = threading.Thread(target=served.reconcile)
+    reconcile.start()
+    assert looking.wait(10)
+    assert served.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    handled.set()
+    reconcile.join(20)
+    assert calls[0] is True, "the notice waited for the reconcile's look"
+    assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
 
 
 def copy_mode() -> config.Config:

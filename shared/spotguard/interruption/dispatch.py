@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 from spotguard import readiness
 from spotguard.interruption import events, telemetry
@@ -48,6 +48,15 @@ class Handler(Protocol):
     def handle(self, notices: Sequence[Notice]) -> Sequence[object]: ...
 
     def reconcile(self) -> None: ...
+
+
+class Looking(Protocol):
+    """A handler whose reconcile can be told its caller looked already (see
+    :meth:`Serialized.reconcile`)."""
+
+    def anything_to_reconcile(self) -> bool: ...
+
+    def reconcile(self, *, looked: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -215,9 +224,28 @@ class Serialized:
         return outcomes
 
     def reconcile(self) -> None:
+        """The reconcile, one at a time with the handlings. A handler that can look whether
+        there is anything to reconcile (``anything_to_reconcile``: reads only) looks before
+        taking its turn: a reconcile with nothing to do then never holds a notice back. The
+        look is up to five lists one after another; under hung requests (each held seconds,
+        then read again) an idle reconcile held the turn 6 to 19 s of every 15, and a notice
+        arriving meanwhile waited for it (chaos aborted-drain under timeouts: the notice's
+        marks came 28 s after it, past the eviction guard's grace for a drainer ahead of
+        spotguard)."""
+        look = getattr(self.handler, "anything_to_reconcile", None)
+        try:
+            if look is not None and not look():
+                self._record(True)
+                return
+        except Exception as exc:
+            self._record(False, f"reconcile raised {type(exc).__name__}: {exc}")
+            raise
         with self._lock:
             try:
-                self.handler.reconcile()
+                if look is None:
+                    self.handler.reconcile()
+                else:
+                    cast(Looking, self.handler).reconcile(looked=True)
             except Exception as exc:
                 self._record(False, f"reconcile raised {type(exc).__name__}: {exc}")
                 raise

@@ -526,7 +526,7 @@ class Handler:
                 pool.submit(self._warn_quorum, w, snap)
         list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), batch.events))
 
-    def reconcile(self, snap: Snapshot | None = None) -> None:
+    def reconcile(self, snap: Snapshot | None = None, *, looked: bool = False) -> None:
         """Finish what a handling left half-done, scale back the surges that are over, drain
         (where configured), untaint the nodes that survived, and keep the ledger.
 
@@ -536,10 +536,11 @@ class Handler:
         what the objects do not record yet.
 
         ``snap``: a snapshot the caller just read (the node-added pass shares its own),
-        instead of reading the cluster again.
+        instead of reading the cluster again. ``looked``: the caller found something to
+        reconcile (:meth:`anything_to_reconcile`) just before.
         """
         if snap is None:
-            if not self._anything_to_reconcile():
+            if not looked and not self.anything_to_reconcile():
                 return
             with _gc_paused():
                 snap = self.snapshot()
@@ -601,9 +602,10 @@ class Handler:
             )
         return out
 
-    def _anything_to_reconcile(self) -> bool:
+    def anything_to_reconcile(self) -> bool:
         """A cheap look before reading every pod: a surge record, a budget of ours, a node
-        of ours, a ledger entry, a surge copy."""
+        of ours, a ledger entry, a surge copy. It only reads: a served process takes it
+        before serializing the reconcile with the handlings (:class:`dispatch.Serialized`)."""
         if self.surge_copy and self.kube.list(r.REPLICASETS, None, label_selector=SURGE_OF):
             return True
         for d in self.kube.list(r.DEPLOYMENTS):
@@ -1474,7 +1476,7 @@ NODE_EVENT_REASONS = {NoticeKind.REBALANCE: "RebalanceRecommendation", NoticeKin
 
 
 def anything_to_reconcile(snap: Snapshot) -> bool:
-    """What :meth:`Handler._anything_to_reconcile` looks for, in a snapshot already read."""
+    """What :meth:`Handler.anything_to_reconcile` looks for, in a snapshot already read."""
     if any(SURGE in w.annotations for w in snap.workload_views) or any(b.ours for b in snap.budget_views):
         return True
     if snap.node_notices or any(
