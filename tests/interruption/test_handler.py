@@ -709,15 +709,16 @@ def test_a_surge_copy_create_that_timed_out_is_created_again_at_once(cluster: Cl
     assert c.record("web")["copy"] is True and c.deployment("web")["spec"]["replicas"] == 3
 
 
-def test_a_surge_copy_created_though_its_answer_was_lost_is_sized_as_asked(cluster: Cluster) -> None:
+def test_a_surge_copy_created_though_its_answer_was_lost_is_kept(cluster: Cluster) -> None:
     """The create was made but its answer lost (a connection dropped after the server acted):
-    the create again answers AlreadyExists, and the copy is given the size this pass asks."""
+    the create tried again answers AlreadyExists, the copy made is kept, and the handling is
+    done (not retried for a write that happened)."""
     c = cluster
 
     def made_then_dropped() -> None:
         c.sim.faults.clear()
         web = {**c.deployment("web"), "kind": "Deployment"}
-        body = surgecopy.build(web, 5, copy_mode())
+        body = surgecopy.build(web, 1, copy_mode())
         assert isinstance(body, dict)
         c.store.create("replicasets", body, namespace="shop")
 
@@ -726,6 +727,30 @@ def test_a_surge_copy_created_though_its_answer_was_lost_is_sized_as_asked(clust
     assert c.sim.faults.injected == 1
     rs = surge_copy(c, "web")
     assert rs is not None and rs["spec"]["replicas"] == 1
+
+
+def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Cluster) -> None:
+    """node-added carries out the copy steps on its own snapshot at the end of its pass, tens
+    of seconds after its read under hung requests (chaos aborted-drain under timeouts: its
+    create of web's copy answered AlreadyExists 6 s after spot-interruption made it, and it
+    set the copy's size from its own count). GIVEN a read where web's record covers spot-0
+    only and no copy is listed yet, WHEN the record has since grown to spot-1 too and the
+    copy to 2, THEN the pass on the old read leaves the copy at 2 (its count, 1, would leave
+    web's pod on spot-1 without a replacement at the reclaim); a copy smaller than its count
+    is grown."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    old = h.snapshot()
+    old.copies = {}  # the copies were listed before the copy was made, the workloads after
+    assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
+    assert c.record("web")["nodes"] == ["spot-0", "spot-1"]
+    assert surge_copy(c, "web")["spec"]["replicas"] == 2
+    c.handler(config=copy_mode()).reconcile(old)
+    assert surge_copy(c, "web")["spec"]["replicas"] == 2
+    c.store.mutate("replicasets", surgecopy.name_for("web"), "shop", lambda rs: rs["spec"].update(replicas=0))
+    c.handler(config=copy_mode()).reconcile(old)
+    assert surge_copy(c, "web")["spec"]["replicas"] == 1  # its own count: grown, not shrunk
 
 
 def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: Cluster) -> None:

@@ -187,6 +187,14 @@ def test_each_transition_of_the_copy(kw: dict[str, Any], state: Any, action: Any
     assert (step.state, step.action, step.replicas) == (state, action, replicas), step.reason
 
 
+@pytest.mark.parametrize(("asked", "found", "size"), [(3, 1, 3), (1, 3, None), (2, 2, None)])
+def test_a_copy_found_made_since_the_read_is_only_grown(asked: int, found: int, size: int | None) -> None:
+    """A pass whose create answered AlreadyExists counted on a read older than the copy:
+    its count may be stale (a record since extended to more doomed nodes), so it may grow
+    the copy but never shrink it."""
+    assert surgecopy.size_of_found_copy(asked, found) == size
+
+
 def test_the_wait_that_ran_out_says_so() -> None:
     step = surgecopy.copy_step(facts(copy_replicas=2, own_on_doomed=0, now=T + 400))
     assert "waited 300s" in step.reason and "2 of 4" in step.reason

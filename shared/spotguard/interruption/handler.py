@@ -1084,11 +1084,11 @@ class Handler:
                 if isinstance(body, surgecopy.Refusal):
                     log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
                     return
-                size = {"spec": {"replicas": step.replicas}}
                 try:
                     at_once(functools.partial(self.kube.create, r.REPLICASETS, body, wl.namespace))
-                except AlreadyExists:  # made by a write whose answer was lost, or another pass
-                    at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
+                except AlreadyExists:  # made since this pass's read (see surgecopy.size_of_found_copy)
+                    self._grow_found_copy(wl, name, step.replicas)
+                    return
             elif step.action is surgecopy.Action.RESIZE:
                 size = {"spec": {"replicas": step.replicas}}
                 at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
@@ -1115,6 +1115,28 @@ class Handler:
                 "reason": step.reason,
             },
         )
+
+    def _grow_found_copy(self, wl: Workload, name: str, asked: int) -> None:
+        """A copy made since this pass's read (by another pass, or by this pass's create whose
+        answer was lost): grown to ``asked`` where it is smaller, never shrunk."""
+        found = self.kube.get(r.REPLICASETS, name, wl.namespace)
+        have = int((found.get("spec") or {}).get("replicas") or 0)
+        size = surgecopy.size_of_found_copy(asked, have)
+        if size is None:
+            log.info(
+                "surge copy made since this pass's read: left at its size",
+                extra={"workload": wl.key, "replicas": have, "asked": asked},
+            )
+            return
+        patch: Obj = {"spec": {"replicas": size}}
+        rv = (found.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            patch["metadata"] = {"resourceVersion": rv}
+        try:
+            at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
+        except Conflict:
+            return  # changed again since: the next pass decides
+        log.info("surge copy made since this pass's read: grown", extra={"workload": wl.key, "replicas": size})
 
     def _delete_copy(self, rs: Obj, reason: str) -> bool:
         """Delete a surge copy (its pods go with it); False where it may still be there."""

@@ -259,6 +259,19 @@ def copy_step(f: CopyFacts) -> CopyStep:
     return CopyStep(state, Action.KEEP, need, _why(state, need, target))
 
 
+def size_of_found_copy(asked: int, found: int) -> int | None:
+    """The size to give a copy this pass found made since its read (its create answered
+    AlreadyExists: another pass made it, or this pass's own create whose answer was lost).
+
+    This pass counted on a read older than that copy (node-added's pass carries out the copy
+    steps on its snapshot at the end of its own work, tens of seconds later under hung
+    requests): the copy's maker may have counted on a later record (more doomed nodes) or
+    later pods. So a stale count only grows a copy, never shrinks it: one replica too many
+    costs a pod until the next pass resizes it; one too few is a doomed pod left without
+    its replacement at the reclaim. None: leave it."""
+    return asked if asked > found else None
+
+
 def _why(state: CopyState, need: int, target: int) -> str:
     if state is CopyState.DONE and need > 0:
         return f"waited {int(HANDBACK_GRACE)}s past the last reclaim for {need} of {target} replacements"
