@@ -753,6 +753,22 @@ def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Clu
     assert surge_copy(c, "web")["spec"]["replicas"] == 1  # its own count: grown, not shrunk
 
 
+def test_a_reconcile_takes_one_copy_step_per_surge(cluster: Cluster) -> None:
+    """A reconcile that plans a pending notice again carries out the copy's step with the
+    surge, and not a second time in its upkeep: the second create answered AlreadyExists and
+    was one more request (each hung one holds the reconcile's turn 6 s under timeouts)."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    c.sim.faults.set(verb="create", resource="replicasets", timeout=True, error_rate=1.0, hold_seconds=0.01)
+    assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # the copies could not be made
+    c.sim.faults.clear()
+    assert c.taints("spot-0") and c.record("web") is not None and surge_copy(c, "web") is None
+    creates = c.kube.stats.count("create", "replicasets.apps")
+    h.reconcile()
+    assert surge_copy(c, "web") is not None and surge_copy(c, "single") is not None
+    assert c.kube.stats.count("create", "replicasets.apps") - creates == 2  # web's and single's, once each
+
+
 def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: Cluster) -> None:
     """The record's write (before the copy: the sweep deletes a copy with no record) held and
     dropped: guarded by the resourceVersion, it is written again within the handling (made

@@ -1016,7 +1016,9 @@ class Handler:
             log.debug("surge in progress", extra={"workload": w.workload.key, "reason": w.reason})
         list(pool.map(lambda f: self._finish(f, snap, batch), done))
         if self.surge_copy:
-            self._copies(snap, pool, views, skip | {f.workload.key for f in done}, batch)
+            # The surges of this pass's plan had their copy's step with their surge (_surge).
+            stepped = {s.workload.key for s in batch.plan.surges}
+            self._copies(snap, pool, views, skip | stepped | {f.workload.key for f in done}, batch)
         if config.drain:
             evictions = interruption.evictions(
                 workloads=[w for w in views if w.key not in {f.workload.key for f in done}],
