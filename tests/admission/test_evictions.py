@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -12,6 +13,7 @@ from spotguard.gateway import errors as api_errors
 from spotguard.gateway import resources as r
 from spotguard.policy import config
 from spotguard.policy import evictions as policy
+from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 
 from tests.admission import cluster
 from tests.admission.fakekube import FakeKube
@@ -231,3 +233,64 @@ def test_a_pod_on_an_on_demand_node_an_autoscaler_drains_is_not_let_go_when_its_
     response = answer("/evictions", review(name="web-1"), ctx)
     assert response["allowed"] is False, response
     assert response["auditAnnotations"]["spotguard.io/eviction"] == "api-error"
+
+
+class MarkedWhileReading(FakeKube):
+    """spotguard writes its notice on spot-0 while an eviction review's reads of the workload
+    are slow: the review's read of the node comes first, then (its clock read) the pods list
+    waits while the mark is written and the grace runs out."""
+
+    def __init__(self, clock: list[float], mark: dict[str, Any]) -> None:
+        super().__init__()
+        self.now, self.mark = clock, mark
+        self.reader: int | None = None
+        self.read = threading.Event()
+
+    def clock(self) -> float:
+        if self.reader == threading.get_ident():
+            self.read.set()  # the node read and its time taken
+        return self.now[0]
+
+    def get(self, res: r.Resource, name: str, namespace: str | None = None) -> Any:
+        if res.plural == "nodes" and name == "spot-0" and self.reader is None:
+            self.reader = threading.get_ident()
+        return super().get(res, name, namespace)
+
+    def list(self, res: r.Resource, *args: Any, **kwargs: Any) -> list[Any]:
+        if res.plural == "pods" and self.read.wait(10) and self.now[0] < 1010.0:
+            node = self.get(r.NODES, "spot-0")
+            node["metadata"].setdefault("annotations", {})[NODE_NOTICE] = json.dumps(self.mark)
+            self.put(r.NODES, node)
+            self.now[0] = 1010.0  # the grace (8 s from the sighting at 1000) ran out meanwhile
+        return super().list(res, *args, **kwargs)
+
+
+def test_a_review_held_by_slow_reads_does_not_take_its_old_read_of_the_node_for_no_notice() -> None:
+    """A drainer ahead of spotguard evicts web's pod on spot-0 (cordoned, no notice yet). The
+    review reads the node, then waits on the workload's reads (hung requests); meanwhile
+    spotguard marks the node and the grace for a node without notice runs out. Deciding on
+    its old read of the node, the review answered "no-notice" and let the pod go (chaos
+    aborted-drain under timeouts: read at the drain's start, marked at +8.5 s, let go at
+    +12.6 s). The
+    lack of a notice is known as of the node's read: asked again, the drainer's next review
+    reads the mark."""
+    now = [1000.0]
+    mark = NodeNotice("itn-1", NoticeKind.INTERRUPTION, 1000.0, 1120.0)
+    k = MarkedWhileReading(now, json.loads(mark.to_json()))
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=1)
+    spot = k.get(r.NODES, "spot-0")
+    spot.setdefault("spec", {})["unschedulable"] = True
+    k.put(r.NODES, spot)
+    _, rs = cluster.deployment(k, "web", 2)
+    for name, node in (("web-1", "spot-0"), ("web-2", "od-0")):
+        pod = cluster.pod_for(rs, name=name)
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        k.put(r.PODS, pod)
+    ctx = core.Context(config.Config(), k)
+    evictions.configure(ctx, evictions.Guard(clock=k.clock, timing=policy.Timing(grace=8)))
+    first = answer("/evictions", review(name="web-1"), ctx)
+    assert first["allowed"] is False, first
+    assert first["auditAnnotations"]["spotguard.io/eviction"] == "protected"
+    again = answer("/evictions", review(name="web-1"), ctx)
+    assert again["allowed"] is False and "is reclaimed at" in again["status"]["message"], again

@@ -113,6 +113,22 @@ def test_without_a_notice_a_going_away_spot_node_is_protected_for_the_grace_only
     assert allowed.reason == "no-notice"
 
 
+def test_the_grace_without_a_notice_runs_out_as_of_the_nodes_read_not_the_decision() -> None:
+    """A review held by slow reads decides seconds after it read the pod's node: that the node
+    had no notice is known as of the read only (chaos aborted-drain under timeouts: read at
+    the drain's start, spotguard's mark at +8.5 s, the review let the pod go at +12.6 s as
+    "no-notice")."""
+    pods = web(0)
+    facts = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True))
+    timing = evictions.Timing(grace=8, release=30)
+    held = decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 12, first_seen=NOW, timing=timing,
+                  node_read_at=NOW + 6)
+    assert not held.allowed and held.reason == "protected" and held.retry_after == 1
+    read_late = decide(deployment(6), pods[-1], pods, nodes=facts, now=NOW + 12, first_seen=NOW, timing=timing,
+                       node_read_at=NOW + 8)
+    assert read_late.reason == "no-notice"
+
+
 def test_a_node_the_surge_record_names_is_guarded_to_its_reclaim_time_without_its_mark() -> None:
     """The node's taint and mark failed (a 500 on each try; the notice comes back only at its
     redelivery, 40 s later at x20), but the workload's surge names the node: guarded as a

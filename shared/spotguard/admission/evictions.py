@@ -278,10 +278,10 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
     # The pod's node decides first; what a node going away needs is read beside it (the
     # review's deadline has room for about two rounds of reads after the pod's on a slow
     # API server), and not waited for unless the node is going away.
-    own_node = deadline.submit(guard.pool, kube.find, resources.NODES, pod.node_name)
+    own_node = deadline.submit(guard.pool, _read_node, kube, pod.node_name, guard.clock)
     listed_at, nodes_raw = guard.nodes(ctx, arrived)
     workload_reads = deadline.submit(guard.tasks, _workload_reads, ctx, guard, pod)
-    fresh = _result(own_node, f"GET nodes {pod.node_name}")
+    fresh, node_read_at = _result(own_node, f"GET nodes {pod.node_name}")
     node = None if fresh is None else node_facts(fresh, config)
     now = guard.clock()
     first_seen = now if node is None else guard.first_seen(ctx, node, now)
@@ -304,8 +304,15 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
     nodes[pod.node_name] = node  # its own node as read for this review
     return evictions.decide(
         pod=pod, workload=workload, floor_on_demand=floor_on_demand, pods=pods, nodes=nodes,
-        now=guard.clock(), first_seen=first_seen, timing=guard.timing,
+        now=guard.clock(), first_seen=first_seen, timing=guard.timing, node_read_at=node_read_at,
     )
+
+
+def _read_node(kube: Any, name: str, clock: Callable[[], float]) -> tuple[dict[str, Any] | None, float]:
+    """The pod's node, and when it was read: the decision may come seconds later (slow
+    workload reads), and the node's facts are as of this read only."""
+    found = kube.find(resources.NODES, name)
+    return found, clock()
 
 
 def _result(future: futures.Future[T], what: str) -> T:
