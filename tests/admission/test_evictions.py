@@ -100,6 +100,24 @@ def test_an_unwell_api_server_gets_a_retry_for_the_error_hold_then_the_eviction(
     assert released["auditAnnotations"]["spotguard.io/eviction"] == "failed-open"
 
 
+def test_a_failure_of_a_drain_long_over_does_not_start_the_error_hold_of_a_new_one() -> None:
+    """A review failed during a drain that was aborted; a minute and a half later a new drain's
+    review of the same pod fails too. Its failures in a row begin now: it gets the error
+    hold's retries, not the eviction at once (chaos aborted-drain under timeouts: api 3 -> 2,
+    failed-open 95 s after the aborted drain's failure)."""
+    ctx = core.Context(config.Config(), Unwell(), review_seconds=0.2)
+    now = [1000.0]
+    evictions.configure(ctx, evictions.Guard(clock=lambda: now[0], timing=policy.Timing(error_hold=20.0)))
+    assert answer("/evictions", review(), ctx)["auditAnnotations"]["spotguard.io/eviction"] == "api-error"
+    now[0] += 95.0
+    again = answer("/evictions", review(), ctx)
+    assert again["allowed"] is False and again["auditAnnotations"]["spotguard.io/eviction"] == "api-error", again
+    for _ in range(4):  # the new drain's retries, 5 s apart: failures in a row
+        now[0] += 5.0
+        last = answer("/evictions", review(), ctx)
+    assert last["auditAnnotations"]["spotguard.io/eviction"] == "failed-open"
+
+
 def test_not_an_eviction_is_not_judged_by_the_guard() -> None:
     ctx = core.Context(config.Config(), None)
     response = answer("/evictions", review(subResource="status", operation="UPDATE"), ctx)

@@ -129,6 +129,17 @@ def test_the_grace_without_a_notice_runs_out_as_of_the_nodes_read_not_the_decisi
     assert read_late.reason == "no-notice"
 
 
+def test_failures_in_a_row_are_one_drains_retries() -> None:
+    """A pod's failed reviews count from the first of a run; a failure more than the error
+    hold after the last one (an aborted drain's, a minute before) begins a new run."""
+    timing = evictions.Timing(error_hold=20)
+    assert evictions.errors_began(None, 100.0, timing) == 100.0
+    assert evictions.errors_began((100.0, 110.0), 125.0, timing) == 100.0  # the drainer's retries
+    assert evictions.errors_began((100.0, 110.0), 206.0, timing) == 206.0  # a new drain
+    assert evictions.on_error(error="x", first_error=100.0, now=125.0, timing=timing).reason == "failed-open"
+    assert not evictions.on_error(error="x", first_error=206.0, now=206.0, timing=timing).allowed
+
+
 def test_a_node_the_surge_record_names_is_guarded_to_its_reclaim_time_without_its_mark() -> None:
     """The node's taint and mark failed (a 500 on each try; the notice comes back only at its
     redelivery, 40 s later at x20), but the workload's surge names the node: guarded as a

@@ -92,7 +92,8 @@ class Guard:
         self.clock = clock
         self.timing = timing or timing_from_env()
         self.sightings = sightings.Sightings(clock, refresh)
-        self._first_error: dict[str, float] = {}  # pod key -> when its failures in a row began
+        # pod key -> the first and the last of its reviews' failures in a row
+        self._errors: dict[str, tuple[float, float]] = {}
         # a pod's controller (uid) -> its workload's label selector, as a LIST's labelSelector
         # (a Deployment's and a StatefulSet's selector never change): the pods are listed as
         # soon as the pod is read, beside the workload's re-read
@@ -157,18 +158,21 @@ class Guard:
             self._selectors[owner] = match
 
     def first_error(self, pod: str, now: float) -> float:
-        """When this pod's reviews began failing in a row (``now`` on the first failure)."""
+        """When this pod's reviews began failing in a row (``now`` on the first failure;
+        :func:`evictions.errors_began`)."""
         with self._lock:
-            began = self._first_error.get(pod)
-            if began is None or now - began > 600:
-                if len(self._first_error) >= MAX_REMEMBERED:
-                    self._first_error.clear()
-                began = self._first_error[pod] = now
+            previous = self._errors.get(pod)
+            if previous is not None and now - previous[0] > 600:
+                previous = None
+            began = evictions.errors_began(previous, now, self.timing)
+            if previous is None and len(self._errors) >= MAX_REMEMBERED:
+                self._errors.clear()
+            self._errors[pod] = (began, now)
             return began
 
     def succeeded(self, pod: str) -> None:
         with self._lock:
-            self._first_error.pop(pod, None)
+            self._errors.pop(pod, None)
 
 
 # A review that failed on one of these may succeed a second later: the guard asks the

@@ -408,6 +408,22 @@ def node_replaced(
 ERROR_RETRY_SECONDS = 1
 
 
+def errors_began(previous: tuple[float, float] | None, now: float, timing: Timing = Timing()) -> float:
+    """When a pod's reviews began failing in a row, given this failure at ``now`` and the
+    first and last of the failures before it since its last answered review (None: none).
+
+    Failures in a row are those of one drain's retries: a failure more than ``error_hold``
+    after the last one (no review of the pod came between) begins a new run. Counted from
+    a failure of a drain aborted a minute before, a new drain's first failed review was let
+    go at once (chaos aborted-drain under timeouts: a review of api's pod on spot-0 failed
+    during the aborted drain, none came for 95 s, and the new drain's first review, failing
+    too, answered failed-open: api 3 -> 2)."""
+    if previous is None:
+        return now
+    first, last = previous
+    return now if now - last > timing.error_hold else first
+
+
 def on_error(*, error: str, first_error: float, now: float, timing: Timing = Timing()) -> Decision:
     """The answer when the guard could not read what it needs (the API server answered
     5xx or 429, or did not answer in time).
