@@ -228,10 +228,10 @@ class Serialized:
         there is anything to reconcile (``anything_to_reconcile``: reads only) looks before
         taking its turn: a reconcile with nothing to do then never holds a notice back. The
         look is up to five lists one after another; under hung requests (each held seconds,
-        then read again) an idle reconcile held the turn 6 to 19 s of every 15, and a notice
-        arriving meanwhile waited for it (chaos aborted-drain under timeouts: the notice's
-        marks came 28 s after it, past the eviction guard's grace for a drainer ahead of
-        spotguard)."""
+        then read again) an idle reconcile held the turn up to 19 s of every 15 s period, and
+        a notice arriving meanwhile waited for it before its own reads (chaos aborted-drain
+        under timeouts: the notice's first writes came 28 s after it, past the eviction
+        guard's grace for a drainer ahead of spotguard)."""
         look = getattr(self.handler, "anything_to_reconcile", None)
         try:
             if look is not None and not look():

@@ -89,7 +89,8 @@ def at_once(write: Callable[[], T], attempts: int = CONFLICT_ATTEMPTS) -> T:
     happened), after 0.1 s, 0.2 s, 0.3 s, instead of at the notice's redelivery or the next
     reconcile. Under hung requests each of those costs a handling and a reconcile: tens of
     seconds of a two-minute notice (chaos gitops-revert under timeouts: a surge copy created
-    at +58 s after one lost create, at +90 s after two, not serving by the reclaim).
+    at +58 s after one lost create instead of +20 s; made after about +88 s, its pods are not
+    Ready by the reclaim).
 
     Only for a write that may be made twice: a create under a fixed name (made already, it
     answers AlreadyExists), a patch of absolute values, a delete (gone already: NotFound), a
