@@ -7,6 +7,13 @@ spotguard does: through its gateway, ``spotguard.gateway.kube.Kube(api_client)
 .list(resources.PODS)`` (pages of 500 following ``continue``, orjson, the
 garbage collector paused). ``--webhook`` adds a MutatingWebhookConfiguration
 that calls a local HTTPS webhook (allowing with a small JSONPatch) for every pod.
+``--spread`` gives the pods the constraints spotguard's admission patch gives them
+(``spotguard.policy.patches.build`` applied to each Deployment's template, with the default
+``Config``): three Deployments in four are spot slots (the preferred spot node affinity, the
+spot tolerations, and soft topology spread over the hostname, the zone and the spot-only
+``spotguard.io/spot`` key, maxSkew 1, ScheduleAnyway), the fourth is a floor (the required
+on-demand node affinity); the spot nodes carry ``spotguard.io/spot=true`` as node-added
+labels them.
 
 Prints ONE JSON line at the end:
 ``{"nodes", "pods", "pods_per_second", "created_per_second", "scheduled_per_second",
@@ -21,7 +28,7 @@ it took). Beside it, with the official client and one unpaged request:
 ``calibration_loop_seconds`` (a fixed pure-Python loop, about 0.1 s on an idle core)
 and ``load_average`` tell how busy the machine was.
 
-    .venv/bin/python bench/sim.py [--nodes 1000] [--pods 20000] [--webhook]
+    .venv/bin/python bench/sim.py [--nodes 1000] [--pods 20000] [--webhook] [--spread]
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ import threading
 import time
 from typing import Any
 
+import jsonpatch
 import kubernetes
+from spotguard.policy import patches
+from spotguard.policy.config import Config
+from spotguard.policy.placement import Placement
 from spotguard.sim import objects, testing, tls
 from spotguard.sim import settings as sim_settings
 
@@ -72,18 +83,27 @@ class Counters:
                 self.times["ready"] = now
 
 
-def node(i: int) -> dict[str, Any]:
+def node(i: int, spread: bool = False) -> dict[str, Any]:
     zone = f"us-east-1{'abc'[i % 3]}"
+    spot = i % 4 != 0
     return objects.node(
         f"node-{i:04d}",
-        "spot" if i % 4 != 0 else "on-demand",
+        "spot" if spot else "on-demand",
         zone=zone,
         provider=objects.provider_id(zone, objects.instance_id(i)),
+        labels={patches.SPOT_NODE_LABEL: patches.SPOT_NODE_VALUE} if spread and spot else None,
         ready_reason="KubeletReady",
     )
 
 
-def deployment(i: int, replicas: int) -> dict[str, Any]:
+def spotguard_shaped(template: dict[str, Any], placement: Placement) -> dict[str, Any]:
+    """The template as spotguard's admission patch leaves a pod of ``placement``."""
+    ops = patches.build(template, placement, Config(), spot_key=patches.SPOT_NODE_LABEL)
+    patched: dict[str, Any] = jsonpatch.JsonPatch(ops).apply(template, in_place=False)
+    return patched
+
+
+def deployment(i: int, replicas: int, spread: bool = False) -> dict[str, Any]:
     app = f"app-{i:03d}"
     spec: dict[str, Any] = {}
     if i % 2 == 0:  # half of the workloads spread softly over zones
@@ -94,6 +114,8 @@ def deployment(i: int, replicas: int) -> dict[str, Any]:
         }]
     containers = [objects.container("web", "nginx:1.27", cpu="100m", memory="128Mi")]
     template = objects.pod_template(app, containers=containers, **spec)
+    if spread:  # three in four spot slots, the fourth a floor
+        template = spotguard_shaped(template, Placement.ON_DEMAND if i % 4 == 3 else Placement.SPOT)
     return objects.deployment(app, replicas, namespace="bench", template=template)
 
 
@@ -211,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=20000)
     parser.add_argument("--replicas", type=int, default=100, help="pods per Deployment")
     parser.add_argument("--webhook", action="store_true", help="admit every pod through an HTTPS webhook")
+    parser.add_argument("--spread", action="store_true",
+                        help="give the pods the node affinity and topology spread spotguard's patch adds")
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     deployments = max(1, args.pods // args.replicas)
     result: dict[str, Any] = {"nodes": args.nodes, "pods": deployments * args.replicas,
                               "deployments": deployments, "webhook": args.webhook,
+                              "spread": args.spread,
                               "calibration_loop_seconds": calibrate(),
                               "load_average": round(os.getloadavg()[0], 2)}
     hook = None
@@ -226,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     with testing.running_cluster(settings=unlimited) as sim:
         store = sim.store
         for i in range(args.nodes):
-            store.create("nodes", node(i))
+            store.create("nodes", node(i, args.spread))
         store.create("namespaces", {"metadata": {"name": "bench"}})
         if args.webhook:
             hook, config = start_webhook()
@@ -238,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         total = result["pods"]
         start = time.monotonic()
         for i in range(deployments):
-            apps.create_namespaced_deployment("bench", deployment(i, args.replicas))
+            apps.create_namespaced_deployment("bench", deployment(i, args.replicas, args.spread))
         result["create_deployments_seconds"] = round(time.monotonic() - start, 3)
         last_report = start
         while len(counters.ready) < total:
