@@ -384,9 +384,14 @@ class Cache:
         self.order: list[str] = []
         self._usage: dict[str, Usage] = {}
         self._pods: dict[tuple[str, str], _PodEntry] = {}
+        self._by_node: dict[str, dict[tuple[str, str], _PodEntry]] = {}  # node -> its bound pods
         # (namespace, selector key) -> (selector, node -> matching non-terminating pods)
         self._matches: dict[tuple[str, str], tuple[dict[str, Any] | None, Counter[str]]] = {}
-        self._matches_by_ns: dict[str, list[tuple[str, str]]] = {}
+        # per namespace, the counted selectors a pod's labels may match: by one of their
+        # matchLabels pairs (a pod without that pair cannot match), or unanchored (no
+        # matchLabels); so a bound pod is matched against its candidates, not every selector
+        self._anchored: dict[str, dict[tuple[str, str], list[tuple[dict[str, Any] | None, Counter[str]]]]] = {}
+        self._unanchored: dict[str, list[tuple[dict[str, Any] | None, Counter[str]]]] = {}
         self._plans: dict[str, _Plan] = {}
         self._ports: dict[str, list[podaffinity.HostPort]] = {}  # node -> host ports in use
         self._anti: dict[tuple[str, str], _PodEntry] = {}  # bound pods with anti-affinity
@@ -463,6 +468,7 @@ class Cache:
             tuple(pod.preferred_pods) + tuple((HARD_POD_AFFINITY_WEIGHT, t) for t in pod.affinity),
         )
         self._pods[key] = entry
+        self._by_node.setdefault(node, {})[key] = entry
         if entry.host_ports:
             self._ports.setdefault(node, []).extend(entry.host_ports)
         if entry.anti:
@@ -477,8 +483,7 @@ class Cache:
         usage.nonzero_memory += entry.nonzero_memory
         usage.pods += 1
         if not terminating:
-            for mkey in self._matches_by_ns.get(pod.namespace, ()):
-                selector, counts = self._matches[mkey]
+            for selector, counts in self._candidates(pod.namespace, entry.labels):
                 if match_label_selector(selector, entry.labels):
                     counts[node] += 1
 
@@ -486,6 +491,10 @@ class Cache:
         entry = self._pods.pop((namespace, name), None)
         if entry is None:
             return
+        on_node = self._by_node[entry.node]
+        del on_node[(namespace, name)]
+        if not on_node:
+            del self._by_node[entry.node]
         self._anti.pop((namespace, name), None)
         self._scoring.pop((namespace, name), None)
         for port in entry.host_ports:
@@ -498,10 +507,21 @@ class Cache:
         usage.nonzero_memory -= entry.nonzero_memory
         usage.pods -= 1
         if not entry.terminating:
-            for mkey in self._matches_by_ns.get(namespace, ()):
-                selector, counts = self._matches[mkey]
+            for selector, counts in self._candidates(namespace, entry.labels):
                 if match_label_selector(selector, entry.labels):
                     counts[entry.node] -= 1
+
+    def _candidates(self, namespace: str, labels: Mapping[str, str],
+                    ) -> list[tuple[dict[str, Any] | None, Counter[str]]]:
+        """The counted selectors of ``namespace`` that may match ``labels``."""
+        found = list(self._unanchored.get(namespace, ()))
+        anchored = self._anchored.get(namespace)
+        if anchored:
+            for pair in labels.items():
+                more = anchored.get(pair)
+                if more:
+                    found += more
+        return found
 
     def ports_used(self, node: str) -> list[podaffinity.HostPort]:
         return self._ports.get(node, [])
@@ -565,7 +585,7 @@ class Cache:
         return [MAX_NODE_SCORE * (r - lo) / (hi - lo) for r in raw]
 
     def pods_on(self, node: str) -> list[tuple[tuple[str, str], _PodEntry]]:
-        return [(k, e) for k, e in self._pods.items() if e.node == node]
+        return list(self._by_node.get(node, {}).items())
 
     def matching(self, namespace: str, spread: Spread) -> Counter[str]:
         """Per node, the bound non-terminating pods of ``namespace`` matching the selector."""
@@ -580,7 +600,12 @@ class Cache:
                     counts[e.node] += 1
             found = (spread.selector, counts)
             self._matches[mkey] = found
-            self._matches_by_ns.setdefault(namespace, []).append(mkey)
+            match_labels = (spread.selector or {}).get("matchLabels") or {}
+            if match_labels:
+                anchor = next(iter(sorted(match_labels.items())))
+                self._anchored.setdefault(namespace, {}).setdefault(anchor, []).append(found)
+            else:
+                self._unanchored.setdefault(namespace, []).append(found)
         return found[1]
 
 
@@ -606,31 +631,49 @@ def _spread_eligible(pod: PodInfo, spread_list: list[Spread], node: NodeInfo) ->
 @dataclass
 class _SpreadState:
     spread: Spread
+    # matching pods per topology domain among eligible nodes: only the domains holding
+    # some (a domain of ``domains`` missing here holds none)
     domain_counts: dict[str, int]
     min_match: int
     weight: float
+    domains: set[str] = field(default_factory=set)  # every domain among eligible nodes
+    _all: dict[str, int] | None = None
+
+    def all_counts(self) -> dict[str, int]:
+        """Matching pods in every domain, those without any at 0 (built once; not to be changed)."""
+        if self._all is None:
+            self._all = dict.fromkeys(self.domains, 0)
+            self._all.update(self.domain_counts)
+        return self._all
 
 
 def _spread_states(pod: PodInfo, cache: Cache, plan: _Plan | None = None) -> list[_SpreadState]:
-    """Per constraint, matching pods per topology domain among eligible nodes."""
+    """Per constraint, matching pods per topology domain among eligible nodes.
+
+    Counted over the nodes holding matching pods, not over every domain: a domain
+    without any counts 0, so the minimum is 0 unless every domain holds some."""
     plan = plan or cache.plan(pod)
     eligible = plan.eligible
     states = []
     for idx, s in enumerate(pod.spreads):
         key = s.topology_key
-        domains = dict.fromkeys(plan.domains[idx], 0)
+        all_domains = plan.domains[idx]
+        domains: dict[str, int] = {}
         for node_name, cnt in cache.matching(pod.namespace, s).items():
             if cnt:
                 node = eligible.get(node_name)
                 if node is not None:
-                    domains[node.labels[key]] += cnt
-        if not domains:
+                    value = node.labels[key]
+                    domains[value] = domains.get(value, 0) + cnt
+        if not all_domains:
             min_match = 0
-        elif s.hard and len(domains) < s.min_domains:
+        elif s.hard and len(all_domains) < s.min_domains:
             min_match = 0  # fewer domains than minDomains: the global minimum is 0
+        elif len(domains) < len(all_domains):
+            min_match = 0  # a domain without matching pods
         else:
             min_match = min(domains.values())
-        states.append(_SpreadState(s, domains, min_match, math.log(len(domains) + 2)))
+        states.append(_SpreadState(s, domains, min_match, math.log(len(all_domains) + 2), all_domains))
     return states
 
 
@@ -971,7 +1014,7 @@ def _spread_passes(pod: PodInfo, node: NodeInfo, states: list[_SpreadState],
         value = node.labels.get(s.topology_key)
         if value is None:
             return False
-        counts = st.domain_counts
+        counts = st.all_counts()
         gone = sum(1 for e in removed if eligible and e.namespace == pod.namespace
                    and match_label_selector(s.selector, e.labels))
         if gone:
