@@ -723,8 +723,52 @@ def score_prefer_no_schedule(pod: PodInfo, node: NodeInfo) -> float:
     )
 
 
+def _score_spread_terms(pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache,
+                        plan: _Plan) -> list[int | None]:
+    """PodTopologySpread's raw score per node (None: a node lacking some constraint's key),
+    over several ScheduleAnyway constraints: per node, each soft constraint's term summed
+    in the constraints' order, rounded; a term is the matching pods on the node (hostname)
+    or in its domain, times the constraint's weight, plus maxSkew - 1.
+
+    Worked out once per distinct combination of the nodes' domains (the plan's
+    :meth:`_Plan.combos`), with no matching pod on the node, and again for each node
+    holding matching pods of a hostname constraint."""
+    # per soft constraint: its index in the combination, its term per domain (or per node
+    # for the hostname), the term where none is listed, whether per node
+    terms: list[tuple[int, dict[Any, float], float, bool]] = []
+    hosted: set[str] = set()
+    for i, st in enumerate(states):
+        x = st.spread
+        if x.hard:
+            continue
+        extra = x.max_skew - 1
+        if x.topology_key == HOSTNAME:
+            by_node = {name: c * st.weight + extra for name, c in cache.matching(pod.namespace, x).items()}
+            hosted.update(by_node)
+            terms.append((i, by_node, 0 * st.weight + extra, True))
+        else:
+            terms.append((i, {v: c * st.weight + extra for v, c in st.domain_counts.items()}, extra, False))
+
+    def exact(combo: tuple[str | bool | None, ...], name: str | None) -> int | None:
+        score = 0.0
+        for i, table, default, per_node in terms:
+            value = combo[i]
+            if value is None:
+                return None
+            score += table.get(name if per_node else value, default)
+        return round(score)
+
+    combos, distinct = plan.combos()
+    if len(distinct) > len(nodes):  # as many domains as nodes: nothing shared
+        return [exact(combos[n.name], n.name) for n in nodes]
+    memo = {combo: exact(combo, None) for combo in distinct}
+    if not hosted:
+        return [memo[combos[n.name]] for n in nodes]
+    return [exact(combos[n.name], n.name) if n.name in hosted else memo[combos[n.name]] for n in nodes]
+
+
 def score_spread(
-    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache
+    pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache, plan: _Plan | None = None,
 ) -> list[float]:
     """PodTopologySpread Score + NormalizeScore for ScheduleAnyway constraints, per node of
     ``nodes`` (a node missing a constraint's topology label is ignored: 0)."""
@@ -741,32 +785,7 @@ def score_spread(
         zero = round(extra)
         raw = [None if (value := n.labels.get(key)) is None else by_domain.get(value, zero) for n in nodes]
     else:
-        # per constraint: its key, the matching pods per node (hostname) or each domain's
-        # term (cnt * weight + maxSkew - 1, worked out once per domain), its weight and
-        # maxSkew - 1 (the term of a node or domain without matching pods)
-        terms: list[tuple[str, Counter[str] | None, dict[str, float], float, int]] = []
-        for x in soft:
-            extra = x.spread.max_skew - 1
-            if x.spread.topology_key == HOSTNAME:
-                terms.append((HOSTNAME, cache.matching(pod.namespace, x.spread), {}, x.weight, extra))
-            else:
-                terms.append((x.spread.topology_key, None,
-                              {v: c * x.weight + extra for v, c in x.domain_counts.items()}, x.weight, extra))
-        raw = []
-        for n in nodes:
-            labels = n.labels
-            score = 0.0
-            for key, counts, by_value, weight, extra in terms:
-                value = labels.get(key)
-                if value is None:
-                    raw.append(None)
-                    break
-                if counts is not None:
-                    score += counts.get(n.name, 0) * weight + extra
-                else:
-                    score += by_value.get(value, extra)
-            else:
-                raw.append(round(score))
+        raw = _score_spread_terms(pod, nodes, states, cache, plan or cache.plan(pod))
     counted = [r for r in raw if r is not None]
     lo = min(counted, default=0)
     hi = max(counted, default=0)
@@ -861,6 +880,23 @@ class _Plan:
     pod: PodInfo
     all_nodes: list[NodeInfo]
     _reasons: Counter[str] | None = None
+    _combos: dict[str, tuple[str | bool | None, ...]] | None = None
+    _combo_set: set[tuple[str | bool | None, ...]] | None = None
+
+    def combos(self) -> tuple[dict[str, tuple[str | bool | None, ...]], set[tuple[str | bool | None, ...]]]:
+        """Per node passing the static filters, what PodTopologySpread's score reads of its
+        labels, per constraint of the pod (the plan's pods share their topology keys): the
+        domain, True for the hostname (counted per node), None where the key is missing;
+        and the distinct ones (worked out on first use)."""
+        if self._combos is None or self._combo_set is None:
+            keys = [sp.topology_key for sp in self.pod.spreads]
+            self._combos = {
+                n.name: tuple((True if key == HOSTNAME else v) if (v := n.labels.get(key)) is not None else None
+                              for key in keys)
+                for n in self.nodes
+            }
+            self._combo_set = set(self._combos.values())
+        return self._combos, self._combo_set
 
     @property
     def reasons(self) -> Counter[str]:
@@ -1220,27 +1256,26 @@ def combine_scores(
         mem = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
         totals.append(fit * ((cpu + mem) // 2) + base)
     if plan.affinity is not None:
-        _add_normalized(totals, [plan.affinity[nd.name] for nd in nodes], WEIGHTS["affinity"])
+        totals = _add_normalized(totals, [plan.affinity[nd.name] for nd in nodes], WEIGHTS["affinity"])
     if plan.taints is not None:
-        _add_normalized(totals, [plan.taints[nd.name] for nd in nodes], WEIGHTS["taint"],
-                        reverse=True)
+        totals = _add_normalized(totals, [plan.taints[nd.name] for nd in nodes], WEIGHTS["taint"],
+                                 reverse=True)
     if any(not st.spread.hard for st in states):
         w = WEIGHTS["spread"]
-        totals = [t + w * x for t, x in zip(totals, score_spread(pod, nodes, states, cache), strict=True)]
+        totals = [t + w * x for t, x in zip(totals, score_spread(pod, nodes, states, cache, plan),
+                                                  strict=True)]
     if pod.preferred_pods or cache.scores_interpod:
         w = WEIGHTS["interpod"]
         totals = [t + w * x for t, x in zip(totals, cache.interpod_scores(pod, nodes), strict=True)]
     return totals
 
 
-def _add_normalized(totals: list[float], raw: list[float], weight: int, reverse: bool = False) -> None:
-    """DefaultNormalizeScore (scale by the maximum, optionally reversed), weighted, in place."""
+def _add_normalized(totals: list[float], raw: list[float], weight: int, reverse: bool = False) -> list[float]:
+    """DefaultNormalizeScore (scale by the maximum, optionally reversed), weighted, added."""
     top = max(raw, default=0)
-    for i, v in enumerate(raw):
-        if top == 0:
-            score: float = MAX_NODE_SCORE if reverse else 0
-        else:
-            score = MAX_NODE_SCORE * v / top
-            if reverse:
-                score = MAX_NODE_SCORE - score
-        totals[i] += weight * score
+    if top == 0:
+        score: float = MAX_NODE_SCORE if reverse else 0
+        return [t + weight * score for t in totals]
+    if reverse:
+        return [t + weight * (MAX_NODE_SCORE - MAX_NODE_SCORE * v / top) for t, v in zip(totals, raw, strict=True)]
+    return [t + weight * (MAX_NODE_SCORE * v / top) for t, v in zip(totals, raw, strict=True)]
