@@ -243,3 +243,24 @@ def test_the_trace_exercises_every_path() -> None:
     assert any(len(s) == 4 for s in failed)  # a preemption
     assert any(s[0] == "deleted" for s in steps) and any(s[0] == "node" for s in steps)
     assert len({s[1] for s in bound}) > 100
+
+
+def test_an_overcommitted_node_takes_no_pod_even_one_requesting_nothing() -> None:
+    """A node whose bound pods request more than its allocatable (bound by name, or its
+    allocatable shrank) is filtered for every pod, as before the per-shape room was kept;
+    the pod's own zero request gives no reason to report."""
+    cache = scheduler.Cache()
+    for name in ("a", "b"):
+        cache.set_node({"metadata": {"name": name, "labels": {HOST: name}},
+                        "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}})
+    hog = {"metadata": {"name": "hog", "namespace": "x"},
+           "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}
+    cache.set_pod(hog)
+    empty = scheduler.PodInfo.from_pod({"metadata": {"name": "e", "namespace": "x"},
+                                        "spec": {"containers": [{"name": "c"}]}})
+    assert scheduler.schedule(empty, cache).node == "b"
+    cache.remove_node("b")
+    result = scheduler.schedule(empty, cache)
+    assert result.node is None and result.message(1) == "0/1 nodes are available."
+    cache.remove_pod("x", "hog")
+    assert scheduler.schedule(empty, cache).node == "a"

@@ -20,7 +20,6 @@ Follows https://kubernetes.io/docs/concepts/scheduling-eviction/ :
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
@@ -348,6 +347,31 @@ def filter_resources(pod: PodInfo, node: NodeInfo, held: Mapping[str, int] | Non
     return reasons
 
 
+def _lacks_room(requests: Mapping[str, int], node: NodeInfo) -> bool:
+    """Whether a pod requesting ``requests`` is filtered out of ``node`` for its room: the
+    pod count, or a request above what is free (cpu and memory compared even when not
+    requested: an overcommitted node has no room)."""
+    usage = node.usage
+    return (
+        usage.pods >= node.alloc_pods
+        or requests.get("cpu", 0) > node.alloc_cpu - usage.cpu
+        or requests.get("memory", 0) > node.alloc_memory - usage.memory
+        or any(v > node.allocatable.get(k, 0) - usage.requested.get(k, 0)
+               for k, v in requests.items() if k not in ("cpu", "memory"))
+    )
+
+
+def _least_allocated(pod_cpu: int, pod_mem: int, node: NodeInfo) -> int:
+    """NodeResourcesFit LeastAllocated over cpu and memory, of a pod counting ``pod_cpu`` and
+    ``pod_mem`` (its non-zero requests)."""
+    usage = node.usage
+    alloc, used = node.alloc_cpu, usage.nonzero_cpu + pod_cpu
+    cpu = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
+    alloc, used = node.alloc_memory, usage.nonzero_memory + pod_mem
+    mem = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
+    return (cpu + mem) // 2
+
+
 # ---------------------------------------------------------------- the cache
 
 
@@ -397,6 +421,44 @@ class Cache:
         self._anti: dict[tuple[str, str], _PodEntry] = {}  # bound pods with anti-affinity
         self._scoring: dict[tuple[str, str], _PodEntry] = {}  # bound pods with scoring terms
         self.ns_labels: dict[str, dict[str, str]] = {}  # for namespaceSelector terms
+        # per pod shape (its requests), the nodes whose room it does not fit
+        # (NodeResourcesFit's filter); per (cpu, memory) the pods count for scoring, each
+        # node's LeastAllocated score: kept per node as its pods or its allocatable change
+        self._no_room: dict[tuple[tuple[str, int], ...], tuple[dict[str, int], set[str]]] = {}
+        self._fit_scores: dict[tuple[int, int], dict[str, int]] = {}
+
+    def no_room(self, pod: PodInfo) -> set[str]:
+        """The nodes whose room (requests and pod count) ``pod`` does not fit."""
+        shape = tuple(sorted(pod.requests.items()))
+        found = self._no_room.get(shape)
+        if found is None:
+            if len(self._no_room) > 256:
+                self._no_room.clear()
+            requests = dict(pod.requests)
+            found = self._no_room[shape] = (
+                requests, {name for name, node in self.nodes.items() if _lacks_room(requests, node)})
+        return found[1]
+
+    def fit_scores(self, pod: PodInfo) -> dict[str, int]:
+        """Per node (filled in as asked), NodeResourcesFit's LeastAllocated score of ``pod``."""
+        key = (pod.nonzero_cpu, pod.nonzero_memory)
+        found = self._fit_scores.get(key)
+        if found is None:
+            if len(self._fit_scores) > 256:
+                self._fit_scores.clear()
+            found = self._fit_scores[key] = {}
+        return found
+
+    def _changed(self, name: str) -> None:
+        """A node's pods or its info changed: what is kept per pod shape follows."""
+        node = self.nodes.get(name)
+        for requests, names in self._no_room.values():
+            if node is not None and _lacks_room(requests, node):
+                names.add(name)
+            else:
+                names.discard(name)
+        for scores in self._fit_scores.values():
+            scores.pop(name, None)
 
     def plan(self, pod: PodInfo) -> _Plan:
         """The static part of scheduling ``pod`` (filters and scores that depend only on
@@ -430,12 +492,14 @@ class Cache:
             return changed
         self.nodes[name] = info
         self._plans.clear()
+        self._changed(name)
         return True
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self.order.remove(name)
             self._plans.clear()
+            self._changed(name)
 
     # pods
     def bound(self, namespace: str, name: str) -> str | None:
@@ -482,6 +546,7 @@ class Cache:
         usage.nonzero_cpu += entry.nonzero_cpu
         usage.nonzero_memory += entry.nonzero_memory
         usage.pods += 1
+        self._changed(node)
         if not terminating:
             for selector, counts in self._candidates(pod.namespace, entry.labels):
                 if match_label_selector(selector, entry.labels):
@@ -506,6 +571,7 @@ class Cache:
         usage.nonzero_cpu -= entry.nonzero_cpu
         usage.nonzero_memory -= entry.nonzero_memory
         usage.pods -= 1
+        self._changed(entry.node)
         if not entry.terminating:
             for selector, counts in self._candidates(namespace, entry.labels):
                 if match_label_selector(selector, entry.labels):
@@ -1185,21 +1251,17 @@ def schedule(
     nodes = plan.nodes
     n = len(nodes)
     feasible: list[NodeInfo] = []
-    requests = [(k, v) for k, v in pod.requests.items() if k not in ("cpu", "memory")]
-    want_cpu = pod.requests.get("cpu", 0)
-    want_mem = pod.requests.get("memory", 0)
     processed = 0
     start = start % n if n else 0
-    for node in itertools.chain(nodes[start:], nodes[:start]):
+    ordered = nodes[start:] + nodes[:start]
+    no_room = cache.no_room(pod)
+    if not (no_room or nominated or hard or pod.host_ports or affinity is not None):
+        # every node has room and no other filter is left to run: the first found
+        ordered, feasible = [], ordered[:want]
+        processed = len(feasible)
+    for node in ordered:
         processed += 1
-        usage = node.usage
-        if (
-            usage.pods >= node.alloc_pods
-            or want_cpu > node.alloc_cpu - usage.cpu
-            or want_mem > node.alloc_memory - usage.memory
-            or (requests and any(v > node.allocatable.get(k, 0) - usage.requested.get(k, 0)
-                                 for k, v in requests))
-        ):
+        if node.name in no_room:
             result.reasons.update(filter_resources(pod, node))
             continue
         held = nominated.get(node.name) if nominated else None
@@ -1247,14 +1309,11 @@ def combine_scores(
     fit = WEIGHTS["fit"]
     base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
     pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory
-    totals: list[float] = []
-    for nd in nodes:  # NodeResourcesFit LeastAllocated, inlined for speed
-        usage = nd.usage
-        alloc, used = nd.alloc_cpu, usage.nonzero_cpu + pod_cpu
-        cpu = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
-        alloc, used = nd.alloc_memory, usage.nonzero_memory + pod_mem
-        mem = (alloc - used) * MAX_NODE_SCORE // alloc if alloc and used <= alloc else 0
-        totals.append(fit * ((cpu + mem) // 2) + base)
+    kept = cache.fit_scores(pod)  # NodeResourcesFit LeastAllocated, kept per node
+    for nd in nodes:
+        if nd.name not in kept:
+            kept[nd.name] = _least_allocated(pod_cpu, pod_mem, nd)
+    totals: list[float] = [fit * kept[nd.name] + base for nd in nodes]
     if plan.affinity is not None:
         totals = _add_normalized(totals, [plan.affinity[nd.name] for nd in nodes], WEIGHTS["affinity"])
     if plan.taints is not None:
