@@ -7,6 +7,7 @@ https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -38,14 +39,23 @@ Resources = dict[str, int]
 
 def parse(value: Any, *, milli: bool = False) -> int:
     """Parse a quantity; ``milli`` gives thousandths (for CPU). Raises ValueError."""
-    text = str(value).strip()
+    parsed = _parse_text(str(value).strip(), milli)
+    if parsed is None:
+        raise ValueError(f"invalid quantity {value!r}")
+    return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str, milli: bool) -> int | None:
+    """:func:`parse` of a quantity's text (None: not a quantity), remembered: the same few
+    quantities are parsed again and again (every pod's requests, every node's allocatable)."""
     m = _QUANTITY.match(text)
     if not m or m.group(2) not in _SUFFIX:
-        raise ValueError(f"invalid quantity {value!r}")
+        return None
     try:
         number = Decimal(m.group(1)) * _SUFFIX[m.group(2)]
-    except InvalidOperation as exc:
-        raise ValueError(f"invalid quantity {value!r}") from exc
+    except InvalidOperation:
+        return None
     if milli:
         number *= 1000
     return math.ceil(number)
