@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from spotguard.policy import quantities, tolerations
 from spotguard.sim import podaffinity
 
@@ -112,8 +114,16 @@ def match_label_selector(selector: Mapping[str, Any] | None, labels: Labels) -> 
     return True
 
 
+def canonical(value: Any) -> str:
+    """``value`` as canonical JSON (sorted keys): equal structures give equal keys."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # not JSON orjson takes (a non-string key): the standard encoder's
+        return json.dumps(value, sort_keys=True)
+
+
 def selector_key(selector: Mapping[str, Any] | None) -> str:
-    return json.dumps(selector, sort_keys=True)
+    return canonical(selector)
 
 
 # ---------------------------------------------------------------- nodes and pods
@@ -275,14 +285,13 @@ class PodInfo:
             required_terms=(required or {}).get("nodeSelectorTerms") if required else None,
             preferred=preferred,
             spreads=spreads,
-            signature=json.dumps(
+            signature=canonical(
                 [
                     spec.get("nodeSelector"),
                     node_aff,
                     spec.get("tolerations"),
                     [(x.topology_key, x.honor_affinity, x.honor_taints) for x in spreads],
                 ],
-                sort_keys=True,
             ),
             priority=int(spec.get("priority") or 0),
             preempts=spec.get("preemptionPolicy", "PreemptLowerPriority") != "Never",
