@@ -76,9 +76,10 @@ class Counters:
             if obj["spec"].get("nodeName") and name not in self.scheduled:
                 self.scheduled.add(name)
                 self.times["scheduled"] = now
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in (obj.get("status") or {}).get("conditions") or [])
-            if ready and name not in self.ready:
+            ready = name not in self.ready and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (obj.get("status") or {}).get("conditions") or [])
+            if ready:
                 self.ready.add(name)
                 self.times["ready"] = now
 
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             hook, config = start_webhook()
             store.create("mutatingwebhookconfigurations", config)
         counters = Counters()
-        store.subscribe(counters)
+        store.subscribe(counters, ["pods"])  # a copy of each pod write only, not of every write
         api = sim.api_client()
         apps = kubernetes.client.AppsV1Api(api)
         total = result["pods"]
