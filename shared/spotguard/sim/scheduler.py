@@ -425,6 +425,9 @@ class Cache:
         # matchLabels); so a bound pod is matched against its candidates, not every selector
         self._anchored: dict[str, dict[tuple[str, str], list[tuple[dict[str, Any] | None, Counter[str]]]]] = {}
         self._unanchored: dict[str, list[tuple[dict[str, Any] | None, Counter[str]]]] = {}
+        # per namespace and label pair, its bound pods (in binding order), for counting a
+        # new selector's matches among the pods carrying one of its pairs only
+        self._labelled: dict[str, dict[tuple[str, str], dict[tuple[str, str], _PodEntry]]] = {}
         self._plans: dict[str, _Plan] = {}
         self._ports: dict[str, list[podaffinity.HostPort]] = {}  # node -> host ports in use
         self._anti: dict[tuple[str, str], _PodEntry] = {}  # bound pods with anti-affinity
@@ -542,6 +545,9 @@ class Cache:
         )
         self._pods[key] = entry
         self._by_node.setdefault(node, {})[key] = entry
+        labelled = self._labelled.setdefault(pod.namespace, {})
+        for pair in entry.labels.items():
+            labelled.setdefault(pair, {})[key] = entry
         if entry.host_ports:
             self._ports.setdefault(node, []).extend(entry.host_ports)
         if entry.anti:
@@ -569,6 +575,12 @@ class Cache:
         del on_node[(namespace, name)]
         if not on_node:
             del self._by_node[entry.node]
+        labelled = self._labelled[namespace]
+        for pair in entry.labels.items():
+            holding = labelled[pair]
+            del holding[(namespace, name)]
+            if not holding:
+                del labelled[pair]
         self._anti.pop((namespace, name), None)
         self._scoring.pop((namespace, name), None)
         for port in entry.host_ports:
@@ -667,17 +679,21 @@ class Cache:
         mkey = (namespace, spread.selector_key)
         found = self._matches.get(mkey)
         if found is None:
+            match_labels = (spread.selector or {}).get("matchLabels") or {}
+            anchor = next(iter(sorted(match_labels.items()))) if match_labels else None
+            # a pod the selector matches carries its anchor pair
+            candidates: Iterable[_PodEntry] = (
+                self._pods.values() if anchor is None
+                else self._labelled.get(namespace, {}).get(anchor, {}).values())
             counts: Counter[str] = Counter()
-            for e in self._pods.values():
+            for e in candidates:
                 if e.namespace == namespace and not e.terminating and match_label_selector(
                     spread.selector, e.labels
                 ):
                     counts[e.node] += 1
             found = (spread.selector, counts)
             self._matches[mkey] = found
-            match_labels = (spread.selector or {}).get("matchLabels") or {}
-            if match_labels:
-                anchor = next(iter(sorted(match_labels.items())))
+            if anchor is not None:
                 self._anchored.setdefault(namespace, {}).setdefault(anchor, []).append(found)
             else:
                 self._unanchored.setdefault(namespace, []).append(found)
@@ -729,17 +745,25 @@ def _spread_states(pod: PodInfo, cache: Cache, plan: _Plan | None = None) -> lis
     without any counts 0, so the minimum is 0 unless every domain holds some."""
     plan = plan or cache.plan(pod)
     eligible = plan.eligible
-    states = []
+    counted: list[dict[str, int]] = [{} for _ in pod.spreads]
+    # the constraints sharing a selector (spotguard's three) walk its matching pods once
+    groups: dict[str, list[int]] = {}
     for idx, s in enumerate(pod.spreads):
-        key = s.topology_key
-        all_domains = plan.domains[idx]
-        domains: dict[str, int] = {}
-        for node_name, cnt in cache.matching(pod.namespace, s).items():
+        groups.setdefault(s.selector_key, []).append(idx)
+    for group in groups.values():
+        keyed = [(pod.spreads[idx].topology_key, counted[idx]) for idx in group]
+        for node_name, cnt in cache.matching(pod.namespace, pod.spreads[group[0]]).items():
             if cnt:
                 node = eligible.get(node_name)
                 if node is not None:
-                    value = node.labels[key]
-                    domains[value] = domains.get(value, 0) + cnt
+                    labels = node.labels
+                    for key, domains in keyed:
+                        value = labels[key]
+                        domains[value] = domains.get(value, 0) + cnt
+    states = []
+    for idx, s in enumerate(pod.spreads):
+        all_domains = plan.domains[idx]
+        domains = counted[idx]
         if not all_domains:
             min_match = 0
         elif s.hard and len(all_domains) < s.min_domains:
