@@ -160,7 +160,19 @@ def scenario(seed: int, nodes: int, steps: int, percentage: int = 0) -> list[Any
             cache.remove_pod(*key)
             del bound[key]
             trace.append(["deleted", "/".join(key)])
-        elif roll < 0.1:  # a node changes (cordoned, uncordoned, relabelled) or joins
+        elif roll < 0.095 and bound:  # a bound pod starts terminating, or is relabelled
+            key = rng.choice(sorted(bound))
+            node, pod = bound[key]
+            pod = json.loads(json.dumps(pod))
+            pod["spec"]["nodeName"] = node
+            if rng.random() < 0.5:
+                pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+            else:
+                pod["metadata"]["labels"]["tier"] = "db" if pod["metadata"]["labels"]["tier"] == "web" else "web"
+            cache.set_pod(pod)
+            bound[key] = (node, pod)
+            trace.append(["updated", "/".join(key)])
+        elif roll < 0.11:  # a node changes (cordoned, uncordoned, relabelled) or joins
             j = rng.randrange(len(node_objs) + 1)
             if j == len(node_objs):
                 node_objs.append(make_node(rng, j))
@@ -202,7 +214,8 @@ def check_incremental(cache: scheduler.Cache, bound: dict[tuple[str, str], tuple
     for (ns, _), (selector, counts) in list(cache._matches.items()):
         want: Counter[str] = Counter()
         for (pod_ns, _), (node, pod) in bound.items():
-            if pod_ns == ns and scheduler.match_label_selector(selector, pod["metadata"]["labels"]):
+            if pod_ns == ns and not pod["metadata"].get("deletionTimestamp") and scheduler.match_label_selector(
+                    selector, pod["metadata"]["labels"]):
                 want[node] += 1
         assert +counts == want
 
@@ -241,7 +254,7 @@ def test_the_trace_exercises_every_path() -> None:
     failed = [s for s in steps if s[1] is None]
     assert len(bound) > 800 and len(failed) > 20
     assert any(len(s) == 4 for s in failed)  # a preemption
-    assert any(s[0] == "deleted" for s in steps) and any(s[0] == "node" for s in steps)
+    assert all(any(s[0] == kind for s in steps) for kind in ("deleted", "updated", "node"))
     assert len({s[1] for s in bound}) > 100
 
 
