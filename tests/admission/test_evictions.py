@@ -218,6 +218,16 @@ def test_the_reader_ends_a_sighting_when_the_node_is_uncordoned_between_two_revi
     assert seen.held() == []
 
 
+def web_on(k: FakeKube, *nodes: str) -> None:
+    """Deployment web with one Ready replica on each of ``nodes`` (web-1, web-2, ...)."""
+    _, rs = cluster.deployment(k, "web", len(nodes))
+    for i, node in enumerate(nodes, 1):
+        pod = cluster.pod_for(rs, name=f"web-{i}")
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        k.put(r.PODS, pod)
+
+
 class PodListsFail(FakeKube):
     """An API server that answers 500 to every list of pods (the workload's reads), as under
     the chaos suite's 20 % 500s, where a review's several reads fail together often."""
@@ -240,12 +250,7 @@ def test_a_pod_on_an_on_demand_node_an_autoscaler_drains_is_not_let_go_when_its_
     node = k.get(r.NODES, "od-1")
     node.setdefault("spec", {})["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
     k.put(r.NODES, node)
-    _, rs = cluster.deployment(k, "web", 2)
-    for name, where in (("web-1", "od-1"), ("web-2", "od-0")):
-        pod = cluster.pod_for(rs, name=name)
-        pod["spec"]["nodeName"] = where
-        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        k.put(r.PODS, pod)
+    web_on(k, "od-1", "od-0")
     ctx = core.Context(config.Config(), k, review_seconds=0.2)
     evictions.configure(ctx, evictions.Guard(clock=lambda: 1000.0))
     response = answer("/evictions", review(name="web-1"), ctx)
@@ -299,12 +304,7 @@ def test_a_review_held_by_slow_reads_does_not_take_its_old_read_of_the_node_for_
     spot = k.get(r.NODES, "spot-0")
     spot.setdefault("spec", {})["unschedulable"] = True
     k.put(r.NODES, spot)
-    _, rs = cluster.deployment(k, "web", 2)
-    for name, node in (("web-1", "spot-0"), ("web-2", "od-0")):
-        pod = cluster.pod_for(rs, name=name)
-        pod["spec"]["nodeName"] = node
-        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        k.put(r.PODS, pod)
+    web_on(k, "spot-0", "od-0")
     ctx = core.Context(config.Config(), k)
     evictions.configure(ctx, evictions.Guard(clock=k.clock, timing=policy.Timing(grace=8)))
     first = answer("/evictions", review(name="web-1"), ctx)
