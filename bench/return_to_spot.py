@@ -71,7 +71,7 @@ def main() -> int:
     from spotguard.nodeadded import app, reconciler, service
     from spotguard.ops import cycle, functions, serving
     from spotguard.policy import config, floors
-    from spotguard.sim import scenario, testing
+    from spotguard.sim import scenario
 
     cfg = config.Config()
     objects = scenario.load(args.scenario)
@@ -83,10 +83,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-bench-")))
         sim = stack.enter_context(
-            testing.running_cluster(
-                kept, time_scale=scale, ready_delay_seconds=args.pod_startup, settings=cycle.settings_of(objects),
-                termination_seconds=cycle.settings_of(objects).kubelet.termination_seconds,
-            )
+            cycle.measured_cluster(kept, objects, time_scale=scale, ready_delay_seconds=args.pod_startup)
         )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)

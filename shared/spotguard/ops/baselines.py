@@ -19,7 +19,7 @@ from typing import Any
 from spotguard.logs import UserError
 from spotguard.ops import cycle, functions, money, serving, steady
 from spotguard.policy import config as config_mod
-from spotguard.sim import billing, costs, nodepools, testing
+from spotguard.sim import billing, costs, nodepools
 
 NOTICE = 120.0
 POD_STARTUP = 30.0
@@ -46,9 +46,8 @@ def without_spotguard(objects: list[dict[str, Any]], *, drainer: bool, scale: fl
     """Place the workloads (no webhook), give every spot node its notice, and bill ``window`` seconds."""
     cfg = config_mod.Config()
     infra, apps = cycle.split(objects)
-    settings = cycle.settings_of(objects)
-    with testing.running_cluster(infra, time_scale=scale, ready_delay_seconds=pod_startup, drainer=drainer,
-                                 settings=settings, termination_seconds=settings.kubelet.termination_seconds) as sim:
+    with cycle.measured_cluster(infra, objects, time_scale=scale, ready_delay_seconds=pod_startup,
+                                drainer=drainer) as sim:
         tracker = serving.Serving(sim.clock.now, lambda labels: cfg.node_capacity(labels).value)
         tracker.start(sim.store)
         try:

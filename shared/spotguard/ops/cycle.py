@@ -171,6 +171,15 @@ def settings_of(objects: list[Obj]) -> settings_mod.Settings:
     return found
 
 
+def measured_cluster(infra: list[Obj], objects: list[Obj], **kw: Any) -> Any:
+    """The simulated cluster of a measured run (the demo, simulate, replay, the benchmarks): the
+    scenario's settings, and a deleted pod keeping its room for its grace period (or the
+    scenario's ``kubelet.terminationSeconds``), not the test harness's 1 s cap."""
+    settings = settings_of(objects)
+    return testing.running_cluster(infra, settings=settings,
+                                   termination_seconds=settings.kubelet.termination_seconds, **kw)
+
+
 def check(options: Options) -> None:
     """Plain-sentence errors for what would fail later."""
     if options.time_scale <= 0:
@@ -426,13 +435,9 @@ def run(options: Options, view: View | None = None) -> Outcome:
         stack.push(lambda *exc: _close(bus_cm, bus_future, starting, exc))
         with loading():
             sim = stack.enter_context(
-                testing.running_cluster(
-                    infra,
-                    time_scale=scale,
-                    ready_delay_seconds=options.pod_startup,
+                measured_cluster(
+                    infra, options.objects, time_scale=scale, ready_delay_seconds=options.pod_startup,
                     drainer=options.drainer,
-                    settings=settings_of(options.objects),
-                    termination_seconds=settings_of(options.objects).kubelet.termination_seconds,
                 )
             )
         if options.keep_logs is not None:
@@ -821,10 +826,7 @@ def loaded_cluster(objs: list[Obj], *, time_scale: float = 20.0, pod_startup: fl
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spotguard-")))
         with loading():
             sim = stack.enter_context(
-                testing.running_cluster(
-                    infra, time_scale=time_scale, ready_delay_seconds=pod_startup, settings=settings_of(objs),
-                    termination_seconds=settings_of(objs).kubelet.termination_seconds,
-                )
+                measured_cluster(infra, objs, time_scale=time_scale, ready_delay_seconds=pod_startup)
             )
         sim.store.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spotguard"}}])
         stack.enter_context(functions.admission_server(sim, workdir))
