@@ -105,10 +105,11 @@ class Config:
     # replacement is Ready elsewhere (create before evict), before the reclaim time.
     drain: bool = False
     # Surge with a spotguard-owned copy of the Deployment (policy.surgecopy) instead of its
-    # spec.replicas, which other writers own (issue 24; not the default yet). Every process
+    # spec.replicas, which other writers own (GitOps self-heal, kubectl replace, helm --force,
+    # the HPA: issue 24). The default; false surges spec.replicas as before. Every process
     # that handles interruptions (spot-interruption, node-added) must agree; admission
     # reads the record's own "copy" mark.
-    surge_copy: bool = False
+    surge_copy: bool = True
     # admission: whether an on-demand floor may wait for a node to be launched
     on_demand_launchable: Launchable = Launchable.AUTO
     # node-added: on-demand room held by low-priority placeholder pods for the surge of the
