@@ -7,8 +7,9 @@ every surge ended at the owner's count, nothing left raised, tainted, reserved o
 temporary budget, and no notice lost. docs/chaos.md lists the matrix and its results.
 
 The default run takes the quick matrix; ``SPOTGUARD_CHAOS=full`` adds every scenario
-under every kind of API fault (``conftest``). ``SPOTGUARD_CHAOS_SURGE=copy`` runs every
-scenario with the surge as spotguard's copy of the Deployment (``surge_copy``).
+under every kind of API fault (``conftest``). Every scenario surges as shipped, with
+spotguard's copy of the Deployment (``surge_copy``); ``SPOTGUARD_CHAOS_SURGE=replicas``
+runs them with the replica surge instead.
 """
 
 from __future__ import annotations
@@ -206,57 +207,102 @@ def gitops_revert(c: Chaos) -> None:
     h.wait_until(revert, c.window(30), "GitOps reverting the surges")
 
 
-def gitops_writers(c: Chaos) -> None:
-    """The Deployments' other writers as they behave, through the whole notice window and
-    the reclaim (the surge is spotguard's copy, ``surge_copy``): Argo CD self-heal puts
-    ``spec.replicas`` back to git's within a second of any drift, and a sync with
-    ``Replace=true`` (as ``kubectl replace`` and ``helm upgrade --force``) replaces every
-    manifest every 20 s, spotguard's annotations gone; the HPA on api keeps its sync period."""
-    git = {}
-    for d in c.sim.store.list("deployments", "shop")[0]:
-        git[d["metadata"]["name"]] = (copy.deepcopy(d["spec"]), dict(d["metadata"].get("labels") or {}))
-    spot = c.spot()
-    stop = threading.Event()
+@dataclasses.dataclass(frozen=True)
+class Writers:
+    """The Deployments' other writers, as they behave, through the whole notice window and
+    the reclaim. Each puts git's manifest back its own way:
 
-    def write() -> None:
-        last_replace = c.sim.clock.now()
-        while not stop.is_set():
-            replace = c.sim.clock.now() >= last_replace + 20
-            for name, (spec, labels) in git.items():
+    - ``self_heal``: Argo CD self-heal; any drift of ``spec.replicas`` put back within this
+      many seconds (Argo CD retries a self-heal 5 s after the last one; a change is seen at
+      once through its watch);
+    - ``replace_every`` / ``replace_at``: a sync with ``Replace=true``, ``kubectl replace``,
+      ``helm upgrade --force`` (Helm 3 replaces the object instead of its three-way patch:
+      helm/helm#6681, #13001): the whole manifest PUT, every annotation not in it gone
+      (``annotations``: the tool's own, Helm's release marks);
+    - ``apply_every``: Flux's kustomize-controller, a server-side apply of the manifest at
+      each reconcile interval: the fields it manages back (``spec``, its labels), others'
+      annotations kept.
 
-                def put(
-                    d: dict[str, Any],
-                    spec: dict[str, Any] = spec,
-                    labels: dict[str, str] = labels,
-                    whole: bool = replace,
-                ) -> None:
-                    if whole:
-                        d["spec"] = copy.deepcopy(spec)
-                        d["metadata"]["annotations"] = {}
-                        d["metadata"]["labels"] = dict(labels)
-                    else:
-                        d["spec"]["replicas"] = spec["replicas"]
+    The HPA on api keeps its sync period (15 s) throughout."""
 
-                live = c.sim.store.get("deployments", name, "shop")
-                if replace or live["spec"].get("replicas") != spec["replicas"]:
-                    c.sim.store.mutate("deployments", name, "shop", put)
-            if replace:
-                last_replace = c.sim.clock.now()
-            c.sleep(1)
+    self_heal: float | None = None
+    replace_every: float | None = None
+    replace_at: tuple[float, ...] = ()
+    apply_every: float | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
+    # aws-node-termination-handler drains every spot node 0 to 2 s after the notice
+    drain: bool = False
 
-    writer = threading.Thread(target=write, name="gitops-writers", daemon=True)
-    writer.start()
-    try:
-        c.interrupt(spot)
-        h.wait_until(
-            lambda: not {n["metadata"]["name"] for n in c.sim.store.list("nodes")[0]} & set(spot),
-            c.window(60),
-            "the reclaim",
-        )
-        c.sleep(30)
-    finally:
-        stop.set()
-        writer.join(5)
+    def __call__(self, c: Chaos) -> None:
+        git = {}
+        for d in c.sim.store.list("deployments", "shop")[0]:
+            git[d["metadata"]["name"]] = (copy.deepcopy(d["spec"]), dict(d["metadata"].get("labels") or {}))
+        spot = c.spot()
+        stop = threading.Event()
+        began = c.sim.clock.now()
+        pending_at = sorted(began + t for t in self.replace_at)
+
+        def due(last: float, every: float | None) -> bool:
+            return every is not None and c.sim.clock.now() >= last + every
+
+        def write() -> None:
+            last_replace = last_apply = began
+            while not stop.is_set():
+                now = c.sim.clock.now()
+                replace = due(last_replace, self.replace_every) or bool(pending_at and now >= pending_at[0])
+                apply = not replace and due(last_apply, self.apply_every)
+                for name, (spec, labels) in git.items():
+
+                    def put(
+                        d: dict[str, Any],
+                        spec: dict[str, Any] = spec,
+                        labels: dict[str, str] = labels,
+                        replace: bool = replace,
+                        apply: bool = apply,
+                    ) -> None:
+                        if replace:
+                            d["spec"] = copy.deepcopy(spec)
+                            d["metadata"]["annotations"] = dict(self.annotations)
+                            d["metadata"]["labels"] = dict(labels)
+                        elif apply:
+                            d["spec"] = copy.deepcopy(spec)
+                            d["metadata"]["labels"] = {**(d["metadata"].get("labels") or {}), **labels}
+                        else:
+                            d["spec"]["replicas"] = spec["replicas"]
+
+                    live = c.sim.store.get("deployments", name, "shop")
+                    drifted = live["spec"].get("replicas") != spec["replicas"]
+                    if replace or apply or (self.self_heal is not None and drifted):
+                        c.sim.store.mutate("deployments", name, "shop", put)
+                if replace:
+                    last_replace = now
+                    while pending_at and now >= pending_at[0]:
+                        pending_at.pop(0)
+                if apply:
+                    last_apply = now
+                c.sleep(self.self_heal if self.self_heal is not None else 1)
+
+        writer = threading.Thread(target=write, name="other-writers", daemon=True)
+        writer.start()
+        try:
+            if self.drain:
+                drain_at_notice(c, spot, 3)
+            c.interrupt(spot)
+            h.wait_until(
+                lambda: not {n["metadata"]["name"] for n in c.sim.store.list("nodes")[0]} & set(spot),
+                c.window(60),
+                "the reclaim",
+            )
+            c.sleep(30)
+        finally:
+            stop.set()
+            writer.join(5)
+        assert not pending_at, f"replaces never made: {pending_at}"
+
+
+HELM = (("meta.helm.sh/release-name", "shop"), ("meta.helm.sh/release-namespace", "shop"))
+# Argo CD self-heal beside a sync with Replace=true every 20 s
+ARGOCD_REPLACE = Writers(self_heal=1, replace_every=20)
 
 
 def autoscaler_moves(c: Chaos) -> None:
@@ -293,21 +339,26 @@ def drainer_at_notice(seed: int) -> Callable[[Chaos], None]:
     """aws-node-termination-handler draining every spot node 0 to 2 s (seeded) after the notice."""
 
     def play(c: Chaos) -> None:
-        rnd = random.Random(seed)
         spot = c.spot()
-        c.arm()
-        t0 = c.sim.clock.now()
-        for name in spot:
-            at = c.sim.clock.iso_micro(t0 + rnd.uniform(0.0, 2.0))
-            c.sim.store.mutate(
-                "nodes",
-                name,
-                None,
-                lambda o, at=at: o["metadata"].setdefault("annotations", {}).update({drainer.DRAIN_AT: at}),
-            )
+        drain_at_notice(c, spot, seed)
         c.interrupt(spot)
 
     return play
+
+
+def drain_at_notice(c: Chaos, spot: list[str], seed: int) -> None:
+    """The drainer starts on each of ``spot`` 0 to 2 s (seeded) after now, the notice."""
+    rnd = random.Random(seed)
+    c.arm()
+    t0 = c.sim.clock.now()
+    for name in spot:
+        at = c.sim.clock.iso_micro(t0 + rnd.uniform(0.0, 2.0))
+        c.sim.store.mutate(
+            "nodes",
+            name,
+            None,
+            lambda o, at=at: o["metadata"].setdefault("annotations", {}).update({drainer.DRAIN_AT: at}),
+        )
 
 
 def drainer_after_rebalance(c: Chaos) -> None:
@@ -422,13 +473,20 @@ def consolidation_during_surge(c: Chaos) -> None:
         while not stop.is_set():
             surging = {k.rsplit("/", 1)[1] for k, w in c.workload_views().items() if SURGE in w.annotations}
             nodes = c.sim.store.list("nodes")[0]
-            disrupted = {n["metadata"]["name"] for n in nodes
-                         if any(t.get("key") == "karpenter.sh/disrupted" for t in n["spec"].get("taints") or [])}
+            disrupted = {
+                n["metadata"]["name"]
+                for n in nodes
+                if any(t.get("key") == "karpenter.sh/disrupted" for t in n["spec"].get("taints") or [])
+            }
             for p in c.sim.store.list("pods", "shop")[0]:
                 notes = p["metadata"].get("annotations") or {}
                 app = (p["metadata"].get("labels") or {}).get("app", "")
-                if (p["spec"].get("nodeName") in disrupted and notes.get("spotguard.io/surge-replica") == "true"
-                        and app in surging and not p["metadata"].get("deletionTimestamp")):
+                if (
+                    p["spec"].get("nodeName") in disrupted
+                    and notes.get("spotguard.io/surge-replica") == "true"
+                    and app in surging
+                    and not p["metadata"].get("deletionTimestamp")
+                ):
                     hit.append(f"{p['metadata']['name']} on {p['spec']['nodeName']}")
             time.sleep(0.05)
 
@@ -503,8 +561,10 @@ def consolidation_after_reclaim(c: Chaos) -> None:
         # spotguard's drain notice on a node is its taint (retried until written, unlike the
         # best-effort Event, which a fault may take or a node gone empty first never gets)
         for n in c.sim.store.list("nodes")[0]:
-            if any(t.get("key") == INTERRUPTION_TAINT and str(t.get("value", "")).startswith("drain/")
-                   for t in n["spec"].get("taints") or []):
+            if any(
+                t.get("key") == INTERRUPTION_TAINT and str(t.get("value", "")).startswith("drain/")
+                for t in n["spec"].get("taints") or []
+            ):
                 marked.add(n["metadata"]["name"])
         return not first & launched()
 
@@ -582,7 +642,12 @@ SCENARIOS: dict[str, Scenario] = {
     "capacity-short": Scenario(capacity_short, nodes=short_nodes),
     "webhook-down": Scenario(webhook_down),
     "gitops-revert": Scenario(gitops_revert),
-    "gitops-writers-copy": Scenario(gitops_writers, dataclasses.replace(config_mod.Config(), surge_copy=True)),
+    "argocd-self-heal": Scenario(Writers(self_heal=1)),
+    "argocd-replace": Scenario(ARGOCD_REPLACE),
+    "flux-reconcile": Scenario(Writers(apply_every=30)),
+    "kubectl-replace": Scenario(Writers(replace_at=(12,))),
+    "helm-force": Scenario(Writers(replace_at=(5, 60), annotations=HELM)),
+    "argocd-replace-drainer": Scenario(dataclasses.replace(ARGOCD_REPLACE, drain=True), drainer=True),
     "autoscaler-moves": Scenario(autoscaler_moves),
     "drainer-at-notice": Scenario(drainer_at_notice(1), drainer=True),
     "drainer-after-rebalance-surge": Scenario(drainer_after_rebalance, SURGE_ON_REBALANCE, drainer=True),
@@ -607,7 +672,8 @@ QUICK = {
     ("capacity-short", "no-faults"),
     ("webhook-down", "no-faults"),
     ("gitops-revert", "no-faults"),
-    ("gitops-writers-copy", "no-faults"),
+    ("argocd-replace", "no-faults"),
+    ("kubectl-replace", "no-faults"),
     ("autoscaler-moves", "no-faults"),
     ("drainer-at-notice", "no-faults"),
     ("drainer-at-notice", "faults-20pct-500"),
@@ -617,13 +683,25 @@ QUICK = {
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.
-BROKEN: dict[str, str] = {
-    "gitops-revert": (
-        "by design the owner's count wins: a GitOps revert to git's count during a surge removes the surge "
-        "replicas (the ReplicaSet deletes the not-yet-Ready ones first) and spotguard does not surge again, so "
-        "the pods on the reclaimed nodes are lost; README tells Argo CD / Flux users to ignore spec.replicas"
+# Only with SPOTGUARD_CHAOS_SURGE=replicas (the default copy keeps them: issue 24).
+_OWNERS_COUNT_WINS = (
+    "replica surge (surge_copy: false): by design the owner's count wins: a GitOps revert or a replace to "
+    "git's count during a surge removes the surge replicas (the ReplicaSet deletes the not-yet-Ready ones "
+    "first) and spotguard does not surge again, so the pods on the reclaimed nodes are lost; README tells "
+    "Argo CD / Flux users of this mode to ignore spec.replicas"
+)
+BROKEN: dict[str, str] = dict.fromkeys(
+    (
+        "gitops-revert",
+        "argocd-self-heal",
+        "argocd-replace",
+        "flux-reconcile",
+        "kubectl-replace",
+        "helm-force",
+        "argocd-replace-drainer",
     ),
-}
+    _OWNERS_COUNT_WINS,
+)
 
 # Latency faults: every request may hang (20 %) or, in the mixed column, answer 500, 429 or
 # 409 or hang. (The duplicated-reordered-foreign break described before 2026-11-26 was the
@@ -635,12 +713,13 @@ DELAY_FAULTS = ("faults-20pct-timeout", "faults-20pct-mixed")
 DELAY_TIME_SCALE = h.DELAY_TIME_SCALE
 
 
-# SPOTGUARD_CHAOS_SURGE=copy: every scenario surges with a copy (``surge_copy``).
-COPY_MODE = os.environ.get("SPOTGUARD_CHAOS_SURGE", "").lower() == "copy"
+# SPOTGUARD_CHAOS_SURGE=replicas: every scenario surges spec.replicas (``surge_copy: false``),
+# not the default copy; the GitOps cases then break the promise (``BROKEN``).
+COPY_MODE = os.environ.get("SPOTGUARD_CHAOS_SURGE", "copy").lower() != "replicas"
 
 
 def config_for(s: Scenario) -> config_mod.Config:
-    return dataclasses.replace(s.cfg, surge_copy=True) if COPY_MODE else s.cfg
+    return dataclasses.replace(s.cfg, surge_copy=COPY_MODE)
 
 
 def time_scale_for(fault: str) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy.notices import NoticeKind
-from spotguard.policy.workloads import SURGE
+from spotguard.policy.workloads import SURGE, SURGE_OF
 from spotguard.sim import readiness
 
 from tests.chaos import harness as h
@@ -40,15 +40,29 @@ def on_nodes(c: h.Chaos, names: list[str]) -> dict[str, str]:
 
 
 def highest_replicas(c: h.Chaos) -> dict[str, int]:
-    """The highest spec.replicas each Deployment reaches from now on (updated by a watch)."""
+    """The highest count each Deployment reaches from now on, its surge included: its
+    spec.replicas plus its surge copy's (``surge_copy``, the default: the copy, a ReplicaSet
+    labelled ``SURGE_OF``, carries the surge and spec.replicas stays the owner's). Updated by
+    a watch."""
     highest: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    copies: dict[str, int] = {}
 
     def seen(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
         if resource == "deployments":
-            key = f"Deployment/{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            highest[key] = max(highest.get(key, 0), int(obj["spec"].get("replicas", 1)))
+            key = f"Deployment/{meta['namespace']}/{meta['name']}"
+            counts[key] = int(obj["spec"].get("replicas", 1))
+        elif resource == "replicasets" and SURGE_OF in (meta.get("labels") or {}):
+            key = f"Deployment/{meta['namespace']}/{meta['labels'][SURGE_OF]}"
+            copies[key] = 0 if event_type == "DELETED" else int(obj["spec"].get("replicas", 1))
+        else:
+            return
+        highest[key] = max(highest.get(key, 0), counts.get(key, 0) + copies.get(key, 0))
 
     c.sim.store.subscribe(seen)
+    for d in c.sim.store.list("deployments")[0]:
+        seen("ADDED", "deployments", d)
     return highest
 
 
