@@ -3,27 +3,33 @@ reclaimed two minutes later; pods take 30 s to start; the time scale makes it se
 
 Run twice: with nobody draining (the nodes just vanish at the deadline), and with
 the simulated cluster's drainer evicting every pod at the notice, as
-aws-node-termination-handler does.
+aws-node-termination-handler does. Each in the default surge (a copy of each Deployment,
+``surge_copy``) and in the replica surge (``surge_copy=False``: spec.replicas raised).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from spotguard.policy import config
 from spotguard.policy.workloads import SURGE
 from spotguard.sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
+from tests.interruption.copy_watch import CopyWatch, copies_now
 
 TIME_SCALE = 20.0
 READY_DELAY = 30.0
 RECLAIM_AFTER = 120.0
 
 
+@pytest.mark.parametrize("surge", ["copy", "replica"])
 @pytest.mark.parametrize("drainer", [False, True], ids=["nobody-drains", "drainer-at-notice"])
-def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
+def test_every_spot_node_reclaimed_at_once(drainer: bool, surge: str, tmp_path) -> None:
+    copy_mode = surge == "copy"
     with (
         testing.running_cluster(
             sim_scenario.mixed_nodes(), time_scale=TIME_SCALE, ready_delay_seconds=READY_DELAY, drainer=drainer
@@ -35,13 +41,14 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         total = sum(replicas for replicas, _ in before.values())
         watcher = h.Watcher()
         watcher.start(store)
+        copies = CopyWatch(store)
         spot = sorted(
             n["metadata"]["name"]
             for n in store.list("nodes")[0]
             if n["metadata"]["labels"][sim_scenario.CAPACITY] == "spot"
         )
         on_spot = {h.workload_key(p) for p in store.list("pods")[0] if p["spec"].get("nodeName") in spot}
-        handler = h.handler_for(sim)
+        handler = h.handler_for(sim, config=dataclasses.replace(config.Config(), surge_copy=copy_mode))
         watcher.arm(spot)
         h.deliver(handler, h.notices_for(sim, spot))
         sim.reclaim(spot, after_seconds=RECLAIM_AFTER)
@@ -59,13 +66,23 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
         assert {f"spotguard-surge-{k.rsplit('/', 1)[1]}" for k in surged if not k.endswith("/web")} <= budgets
         records = {k: json.loads(deployments[k]["metadata"]["annotations"][SURGE]) for k in surged}
         assert "Deployment/shop/solo" in surged  # a single replica on spot
-        if "Deployment/shop/api" in surged:
-            # the autoscaler's minimum raised to the surged count (the surge's record: the count
-            # itself may meet the autoscaler's sync between the surge's write and the raise, which
-            # a real autoscaler's schedule allows; its next sync then restores the minimum)
-            hpa = store.get("horizontalpodautoscalers", "api", "shop")
-            rec = records["Deployment/shop/api"]
-            assert hpa["spec"]["minReplicas"] == rec["replicas"] + rec["surge"] > 3, (hpa["spec"], rec)
+        if copy_mode:
+            # The surge is a copy of each Deployment (the default): the owner's count and the
+            # autoscaler's minimum are untouched, the copy's pods serve beside its own.
+            assert all(records[k].get("copy") is True for k in surged), records
+            assert {k: d["spec"]["replicas"] for k, d in deployments.items()} == {
+                k: before[k][0] for k in deployments
+            }
+            assert store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"] == 3
+        else:
+            assert all(deployments[k]["spec"]["replicas"] == before[k][0] + records[k]["surge"] for k in surged)
+            if "Deployment/shop/api" in surged:
+                # the autoscaler's minimum raised to the surged count (the surge's record: the count
+                # itself may meet the autoscaler's sync between the surge's write and the raise, which
+                # a real autoscaler's schedule allows; its next sync then restores the minimum)
+                hpa = store.get("horizontalpodautoscalers", "api", "shop")
+                rec = records["Deployment/shop/api"]
+                assert hpa["spec"]["minReplicas"] == rec["replicas"] + rec["surge"] > 3, (hpa["spec"], rec)
 
         # Reconcile on a schedule until the nodes are gone and every workload is back.
         def settled() -> bool:
@@ -92,10 +109,19 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, tmp_path) -> None:
             for key, (replicas, _) in before.items():
                 if key.startswith("Deployment/"):
                     assert counts.get(key, 0) >= replicas, (node, key, counts.get(key), replicas)
-        # The surge replicas were placed on on-demand (their floor rose by the surge).
-        for key, record in records.items():
-            assert watcher.created[key][: record["surge"]] == ["on-demand"] * record["surge"], key
+        if copy_mode:
+            # The surge replicas were the copies' pods, placed on on-demand (pinned by the copy's
+            # template); a copy for each surged Deployment, none for anything else.
+            assert copies.surged() == surged
+            for key, record in records.items():
+                copies.assert_copied_on_demand(key, record["surge"], before[key][0], exact=not drainer)
+        else:
+            # The surge replicas were placed on on-demand (their floor rose by the surge).
+            assert copies.surged() == set()
+            for key, record in records.items():
+                assert watcher.created[key][: record["surge"]] == ["on-demand"] * record["surge"], key
         # Back where the user left them; nothing of spotguard's left behind.
+        assert copies_now(store) == {}
         assert {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]} == {"web"}
         assert store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"] == 3
         events = [e for e in store.list("events")[0] if e.get("reason", "").startswith("SpotInterruption")]
