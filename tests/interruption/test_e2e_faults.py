@@ -5,19 +5,24 @@ warning, each warning arrives ten times, and one in five API requests fails
 with a 500. Notices that come back RETRY are delivered again, as SQS would.
 In the end every workload was surged exactly once (by its pods on the doomed
 nodes), no notice was lost, and once the nodes are gone every workload is back.
+In the default surge (one copy of each Deployment, ``surge_copy``) and in the replica
+surge (``surge_copy=False``: spec.replicas raised).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
 from collections import Counter
 
+import pytest
 from spotguard.gateway import stats as stats_mod
 from spotguard.gateway.errors import ApiError
 from spotguard.interruption import ledger
 from spotguard.interruption.handler import Handler, Outcome
+from spotguard.policy import config
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import SURGE
@@ -25,6 +30,7 @@ from spotguard.sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
+from tests.interruption.copy_watch import CopyWatch, copies_now
 
 TIME_SCALE = 20.0
 
@@ -34,7 +40,9 @@ def writes_by_resource(handler: Handler) -> Counter[str]:
     return Counter({r: sum(stats.count(v, r) for v in stats_mod.WRITE_VERBS) for r in stats.by_resource})
 
 
-def test_duplicates_reordering_and_faults_surge_once() -> None:
+@pytest.mark.parametrize("surge", ["copy", "replica"])
+def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
+    copy_mode = surge == "copy"
     objs = sim_scenario.mixed_nodes() + sim_scenario.mixed_workloads()
     with testing.running_cluster(objs, time_scale=TIME_SCALE, ready_delay_seconds=30.0) as sim:
         store = sim.store
@@ -65,8 +73,9 @@ def test_duplicates_reordering_and_faults_surge_once() -> None:
         for p in store.list("pods")[0]:
             on_change("ADDED", "pods", p)
         store.subscribe(on_change)
+        copies = CopyWatch(store)
 
-        handler = h.handler_for(sim)
+        handler = h.handler_for(sim, config=dataclasses.replace(config.Config(), surge_copy=copy_mode))
         rnd = random.Random(7)
         # The state change for half of the nodes comes first, on its own; its first delivery
         # meets every Deployment write failing, so it certainly comes back RETRY (whatever
@@ -86,6 +95,7 @@ def test_duplicates_reordering_and_faults_surge_once() -> None:
 
         # Exactly one surge per workload: by its pods on the doomed nodes, never twice.
         sim.faults.clear()
+        assert copies.surged() == ({k for k, n in doomed.items() if n} if copy_mode else set())
         for d in store.list("deployments")[0]:
             key = f"Deployment/{d['metadata']['namespace']}/{d['metadata']['name']}"
             record = json.loads((d["metadata"].get("annotations") or {}).get(SURGE) or "null")
@@ -93,7 +103,14 @@ def test_duplicates_reordering_and_faults_surge_once() -> None:
                 assert record is None, key
                 continue
             assert doomed[key] <= record["surge"] <= len(ever[key]), (key, record, len(ever[key]))
-            assert d["spec"]["replicas"] == before[key][0] + record["surge"], key
+            if copy_mode:
+                # One copy, never sized above the pods that ran on doomed nodes; the owner's
+                # count untouched.
+                assert d["spec"]["replicas"] == before[key][0], key
+                assert copies.names[key] == {f"spotguard-surge-{d['metadata']['name']}"}, key
+                assert copies.sizes[key] and max(copies.sizes[key]) <= len(ever[key]), (key, copies.sizes[key])
+            else:
+                assert d["spec"]["replicas"] == before[key][0] + record["surge"], key
             assert record["replicas"] == before[key][0]
             assert len(record["events"]) == len(set(record["events"]))
         # The Events tell the same story (best effort: under faults one may be missing, never one too many).
@@ -145,5 +162,6 @@ def test_duplicates_reordering_and_faults_surge_once() -> None:
 
         h.wait_until(settled, 60, "every workload back", step=0.25)
         sim.faults.clear()
+        assert copies_now(store) == {}
         assert not [b for b in store.list("poddisruptionbudgets")[0] if b["metadata"]["name"].startswith("spotguard-")]
         assert store.get("horizontalpodautoscalers", "api", "shop")["spec"]["minReplicas"] == 3
