@@ -1069,11 +1069,14 @@ class Handler:
         alive = {n.name for n in snap.node_views}
         deadlines, last = interruption.node_deadlines(record, marks)
         current = snap.copies.get(wl.key)
+        # A rebalance's node that lives on past its end stays, with its pods; only where this
+        # process ends rebalance surges (a reclaim for it may be retried by another process).
+        staying = interruption.rebalance_survivors(record, alive, now, marks) if self.ends_rebalance_surges else set()
         facts = surgecopy.facts_for(
             wl,
             record.ready,
             snap.pod_views,
-            doomed=set(record.nodes),
+            doomed=set(record.nodes) - staying,
             live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
             copy_replicas=None if current is None else int((current.get("spec") or {}).get("replicas") or 0),
             last_deadline=last,
@@ -1083,7 +1086,13 @@ class Handler:
         name = surgecopy.name_for(wl.name)
         try:
             if step.action is surgecopy.Action.CREATE:
-                body = surgecopy.build(raw, step.replicas, self.config, record.events)
+                # A surge whose replicas need no on-demand (they replace pods a node autoscaler
+                # only drains) has its copy's pods placed as spot slots (surgecopy.build).
+                spot_slots = record.on_demand_surge == 0
+                key = patches.spot_only_key((n.labels for n in snap.node_views), self.config) if spot_slots else None
+                body = surgecopy.build(
+                    raw, step.replicas, self.config, record.events, on_demand=not spot_slots, spot_key=key
+                )
                 if isinstance(body, surgecopy.Refusal):
                     log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
                     return
