@@ -20,7 +20,7 @@ from spotguard.gateway import resources as r
 from spotguard.interruption import dispatch
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
-from spotguard.policy import config, interruption, moves, surgecopy
+from spotguard.policy import config, interruption, moves, patches, surgecopy
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE
 from spotguard.sim import testing
@@ -89,6 +89,44 @@ class Cluster:
         self.store.mutate("pods", pod_name, "shop", edit)
 
 
+# Both surge modes: the copy (the default: a spotguard-owned ReplicaSet) and the replica
+# surge (surge_copy=False: the Deployment's spec.replicas raised).
+MODES = pytest.mark.parametrize("copy", [True, False], ids=["copy", "replica"])
+
+
+def mode(copy: bool, **settings: Any) -> config.Config:
+    return dataclasses.replace(config.Config(**settings), surge_copy=copy)
+
+
+def replica_mode(**settings: Any) -> config.Config:
+    return mode(False, **settings)
+
+
+def pinned_on_demand(rs: Obj) -> bool:
+    """Every required node term of the copy's pods asks for on-demand (as admission does)."""
+    terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
+    wanted = patches.on_demand_expressions(config.Config())
+    return bool(terms) and all(e in t.get("matchExpressions", []) for t in terms for e in wanted)
+
+
+def assert_surged(c: Cluster, name: str, replicas: int, surge: int, copy: bool) -> None:
+    """``name`` (at ``replicas``) surged by ``surge``: in copy mode its copy holds the surge, pinned
+    to on-demand, and its spec.replicas is untouched; in replica mode spec.replicas holds it."""
+    rs = surge_copy(c, name)
+    if copy:
+        assert c.deployment(name)["spec"]["replicas"] == replicas
+        if surge == 0:
+            assert rs is None, rs
+            return
+        assert rs is not None, f"no surge copy of {name}"
+        assert rs["spec"]["replicas"] == surge
+        assert pinned_on_demand(rs), rs["spec"]["template"]["spec"]
+        assert c.record(name)["copy"] is True
+    else:
+        assert rs is None, rs
+        assert c.deployment(name)["spec"]["replicas"] == replicas + surge
+
+
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     web = sc.deployment("web", 3)
@@ -103,9 +141,10 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(sim)
 
 
-def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster) -> None:
+@MODES
+def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster, copy: bool) -> None:
     c = cluster
-    h = c.handler()
+    h = c.handler(config=mode(copy))
     notices = [
         c.notice("spot-0"),
         Notice("ev-x", NoticeKind.INTERRUPTION, "i-0123456789abcdef0", datetime.now(UTC)),  # another cluster's
@@ -117,28 +156,37 @@ def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster) -> None:
         {"key": "spotguard.io/interruption", "value": "interruption-spot-0", "effect": "NoSchedule"}
     ]
     assert c.taints("spot-1") == []
-    assert c.deployment("web")["spec"]["replicas"] == 4
-    assert c.deployment("single")["spec"]["replicas"] == 2
+    assert_surged(c, "web", 3, 1, copy)
+    assert_surged(c, "single", 1, 1, copy)
     web = c.record("web")
     assert (web["replicas"], web["surge"], web["nodes"], web["events"]) == (3, 1, ["spot-0"], ["interruption-spot-0"])
-    # The temporary budget holds the Ready count; the autoscaler keeps the surge.
+    # The temporary budget holds the Ready count.
     pdb = c.store.get("poddisruptionbudgets", "spotguard-surge-web", "shop")
     assert pdb["spec"] == {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}}
     assert pdb["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "spotguard"}
     assert pdb["metadata"]["ownerReferences"][0]["name"] == "web"
     hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
-    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 2)
-    assert c.record("single")["hpa"] == {
-        "name": "single",
-        "minReplicas": 1,
-        "maxReplicas": 1,
-        "setMin": 2,
-        "setMax": 2,
-    }
-    # Writes: one taint, a patch per workload, a budget each, the autoscaler, Events.
+    if copy:
+        # The autoscaler's writes do not touch the copy: its limits stay as they are.
+        assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)
+        assert not c.record("single").get("hpa")
+    else:
+        # replica surge (surge_copy=False): the autoscaler's limits are raised to keep the surge.
+        assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 2)
+        assert c.record("single")["hpa"] == {
+            "name": "single",
+            "minReplicas": 1,
+            "maxReplicas": 1,
+            "setMin": 2,
+            "setMax": 2,
+        }
+    # Writes: one taint, a patch per workload, a budget each, a copy each or the autoscaler, Events.
     assert c.kube.stats.count("patch", "nodes") == 1
     assert c.kube.stats.count("patch", "deployments.apps") == 2
-    assert c.kube.stats.count("list") == 8  # nodes, pods, budgets, autoscalers, namespaces, ledger, 2 workloads
+    assert c.kube.stats.count("create", "replicasets.apps") == (2 if copy else 0)
+    assert c.kube.stats.count("patch", "horizontalpodautoscalers.autoscaling") == (0 if copy else 1)
+    # nodes, pods, budgets, autoscalers, namespaces, ledger, 2 workloads (and the copies)
+    assert c.kube.stats.count("list") == (9 if copy else 8)
     reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in c.store.list("events")[0]}
     assert {("Node", "SpotInterruption"), ("Deployment", "SpotInterruptionSurge")} <= reasons
 
@@ -167,8 +215,10 @@ def test_a_user_budget_gets_no_second_budget(cluster: Cluster) -> None:
 
 
 def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Cluster) -> None:
+    # replica surge (surge_copy=False): the scale back keeps a count the user wrote during the
+    # surge and puts the autoscaler's limits back (the copy's end: the test after this one).
     c = cluster
-    h = c.handler()
+    h = c.handler(config=replica_mode())
     h.handle([c.notice("spot-0")])
     # While it runs, the user scales web from 3 to 5 (4 + 1 surge -> 6).
     c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 6}}, "shop")
@@ -206,24 +256,76 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     assert c.deployment("web")["spec"]["replicas"] == 5
 
 
-def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Cluster) -> None:
+def test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing(cluster: Cluster) -> None:
+    """The copy's end (the default mode): the user's count written during the surge stays,
+    the copies and budgets go, the autoscaler was never touched, a replay changes nothing."""
+    c = cluster
+    h = c.handler()
+    h.handle([c.notice("spot-0")])
+    assert_surged(c, "web", 3, 1, copy=True)
+    assert_surged(c, "single", 1, 1, copy=True)
+    # While it runs, the user scales web from 3 to 5: the copy still holds what the doomed pod serves.
+    c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, "shop")
+    h.reconcile()
+    assert c.record("web") is not None  # the doomed pods are still Ready
+    assert_surged(c, "web", 5, 1, copy=True)
+    # The Deployments' own replacements come up on on-demand; the doomed pods go not Ready.
+    new = [pod(c.deployment("web"), i, "od-0") for i in range(10, 13)]
+    new += [pod(c.deployment("single"), 10, "od-0")]
+    c.store.apply_objects(new)
+    c.set_ready("web-5d4f8-00001", False)
+    c.set_ready("single-5d4f8-00000", False)
+    h.reconcile()
+    assert surge_copy(c, "web") is None and surge_copy(c, "single") is None
+    assert c.deployment("web")["spec"]["replicas"] == 5
+    assert c.deployment("single")["spec"]["replicas"] == 1
+    # spot-0 still exists: a finished record stays (surge 0), so a replay changes nothing.
+    web = c.record("web")
+    assert web["done"] is True and web["surge"] == 0
+    hpa = c.store.get("horizontalpodautoscalers", "single", "shop")
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 1)
+    assert c.kube.stats.count("patch", "horizontalpodautoscalers.autoscaling") == 0
+    assert [b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets")[0]] == []
+    writes = c.kube.stats.writes
+    h.handle([c.notice("spot-0")])
+    assert c.kube.stats.writes == writes
+    assert surge_copy(c, "web") is None and c.deployment("web")["spec"]["replicas"] == 5
+    # The node goes (a state change says so): the record is removed.
+    c.store.remove("nodes", "spot-0")
+    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
+        c.store.remove("pods", p, "shop")
+    assert h.handle([c.notice("spot-0", NoticeKind.STATE_CHANGE, state="terminated")]) == [Outcome.IGNORED]
+    assert c.record("web") is None and c.record("single") is None
+    assert c.deployment("web")["spec"]["replicas"] == 5
+    assert c.store.list("replicasets", namespace="shop")[0] == []
+
+
+@MODES
+def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Cluster, copy: bool) -> None:
     # Seen in the chaos suite under timeouts: a scale back went through, its ledger write timed
     # out, and the next pass took the entry for a lost record: a second "scaled back" Event
     # saying the workload was replaced, and a Deployment write for nothing.
     from spotguard.interruption import ledger
 
     c = cluster
-    h = c.handler()
+    h = c.handler(config=mode(copy))
     h.handle([c.notice("spot-0")])
     assert "Deployment/shop/web" in ledger.read(c.kube)
-    # The surge is over and scaled back (record removed, budgets gone); the ledger keeps the entry.
+    # The surge is over and ended (record removed, budgets gone); the ledger keeps the entry.
     for name, replicas in (("web", 3), ("single", 1)):
         c.kube.patch(
             r.DEPLOYMENTS, name, {"metadata": {"annotations": {SURGE: None}}, "spec": {"replicas": replicas}}, "shop"
         )
     for b in c.store.list("poddisruptionbudgets")[0]:
         c.store.remove("poddisruptionbudgets", b["metadata"]["name"], "shop")
-    c.kube.patch(r.HPAS, "single", {"spec": {"minReplicas": 1, "maxReplicas": 1}}, "shop")
+    if copy:
+        # The copies went with the end; the Deployments' own replacements serve.
+        for name in ("web", "single"):
+            c.store.remove("replicasets", surgecopy.name_for(name), "shop")
+        c.store.apply_objects([pod(c.deployment("web"), 10, "od-0"), pod(c.deployment("single"), 10, "od-0")])
+    else:
+        # replica surge (surge_copy=False): the scale back put the autoscaler's limits back too.
+        c.kube.patch(r.HPAS, "single", {"spec": {"minReplicas": 1, "maxReplicas": 1}}, "shop")
     c.store.remove("nodes", "spot-0")
     for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
         c.store.remove("pods", p, "shop")
@@ -234,6 +336,7 @@ def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Clus
     told = [e["involvedObject"]["name"] for e in c.store.list("events", namespace="shop")[0]]
     assert told.count("web") == 1  # the surge's; no scale back told
     assert c.deployment("web")["spec"]["replicas"] == 3
+    assert surge_copy(c, "web") is None and c.kube.stats.count("create", "replicasets.apps") == (2 if copy else 0)
 
 
 def test_a_workload_opted_out_before_its_surge_is_written_gets_no_ledger_entry(cluster: Cluster) -> None:
@@ -269,60 +372,74 @@ def test_a_workload_opted_out_before_its_surge_is_written_gets_no_ledger_entry(c
     assert "Deployment/shop/single" in ledger.read(c.kube)
 
 
-def test_state_change_before_the_warning(cluster: Cluster) -> None:
+@MODES
+def test_state_change_before_the_warning(cluster: Cluster, copy: bool) -> None:
     c = cluster
-    h = c.handler()
+    h = c.handler(config=mode(copy))
     assert h.handle([c.notice("spot-1", NoticeKind.STATE_CHANGE, state="shutting-down")]) == [Outcome.DONE]
     assert c.record("web")["surge"] == 1
     assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     assert c.record("web")["surge"] == 1
-    assert c.deployment("web")["spec"]["replicas"] == 4
+    assert_surged(c, "web", 3, 1, copy)
 
 
+@MODES
 @pytest.mark.parametrize(
-    ("action", "taints", "replicas", "outcome"),
-    [("ignore", 0, 3, Outcome.IGNORED), ("taint", 1, 3, Outcome.DONE), ("surge", 1, 4, Outcome.DONE)],
+    ("action", "taints", "surge", "outcome"),
+    [("ignore", 0, 0, Outcome.IGNORED), ("taint", 1, 0, Outcome.DONE), ("surge", 1, 1, Outcome.DONE)],
 )
-def test_rebalance_recommendation(cluster: Cluster, action: str, taints: int, replicas: int, outcome: Outcome) -> None:
+def test_rebalance_recommendation(
+    cluster: Cluster, action: str, taints: int, surge: int, outcome: Outcome, *, copy: bool
+) -> None:
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction(action))
+    cfg = mode(copy, rebalance_action=config.RebalanceAction(action))
     assert c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)]) == [outcome]
     assert len(c.taints("spot-0")) == taints
-    assert c.deployment("web")["spec"]["replicas"] == replicas
+    assert_surged(c, "web", 3, surge, copy)
     reasons = {e["reason"] for e in c.store.list("events")[0]}
     assert ("RebalanceRecommendation" in reasons) == bool(taints)
     # Never a drain: every pod is still there.
     assert len(c.store.list("pods")[0]) == 7
 
 
-def test_transient_failures_retry_only_what_failed(cluster: Cluster) -> None:
+@MODES
+def test_transient_failures_retry_only_what_failed(cluster: Cluster, copy: bool) -> None:
     c = cluster
-    h = c.handler()
+    h = c.handler(config=mode(copy))
     c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
     out = h.handle([c.notice("spot-0"), c.notice("spot-1", NoticeKind.REBALANCE)])
     assert out == [Outcome.RETRY, Outcome.DONE]  # the rebalance only taints
     assert len(c.taints("spot-0")) == 1  # what succeeded stays
+    assert c.record("web") is None and surge_copy(c, "web") is None  # no copy without its record
     c.sim.faults.clear()
     c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=409)
     assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # a conflict that never clears
     c.sim.faults.clear()
+    if copy:
+        # The records are written but the copies cannot be made: retried, the records kept.
+        c.sim.faults.set(verb="create", resource="replicasets", error_rate=1.0, status=500)
+        assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]
+        assert c.record("web")["surge"] == 1 and surge_copy(c, "web") is None
+        c.sim.faults.clear()
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    assert c.record("web")["surge"] == 1 and c.deployment("web")["spec"]["replicas"] == 4
+    assert c.record("web")["surge"] == 1
+    assert_surged(c, "web", 3, 1, copy)
     c.sim.faults.set(verb="list", resource="*", error_rate=1.0, status=500)
-    quick = Handler(c.kube.with_policy(retry.Policy(attempts=2, deadline=2.0, base_delay=0.01)), config.Config())
+    quick = Handler(c.kube.with_policy(retry.Policy(attempts=2, deadline=2.0, base_delay=0.01)), mode(copy))
     assert quick.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # the cluster cannot be read
 
 
-def test_a_conflict_is_replanned(cluster: Cluster) -> None:
+@MODES
+def test_a_conflict_is_replanned(cluster: Cluster, copy: bool) -> None:
     c = cluster
-    h = c.handler()
+    h = c.handler(config=mode(copy))
     snapshot = h.snapshot()
     # Someone scales web between the read and the write: the patch answers 409 (stale
     # resourceVersion); the handler reads it again and surges from the new count.
     c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, "shop")
     h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    assert c.deployment("web")["spec"]["replicas"] == 6
+    assert_surged(c, "web", 5, 1, copy)
     assert c.record("web")["replicas"] == 5
 
 
@@ -389,8 +506,9 @@ def test_from_environment(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> 
     h = Handler.from_environment()
     assert h.ec2 is not None and h.ec2.meta.region_name == "eu-west-1"
     assert h.config.rebalance_action is config.RebalanceAction.SURGE
+    assert h.config.surge_copy is True  # the default
     assert h.handle([cluster.notice("spot-0", NoticeKind.REBALANCE)]) == [Outcome.DONE]
-    assert cluster.deployment("web")["spec"]["replicas"] == 4
+    assert_surged(cluster, "web", 3, 1, copy=True)
 
 
 def test_metrics_count_notices_surges_and_the_time_to_surge(cluster: Cluster) -> None:
@@ -427,9 +545,10 @@ def test_scale_back_ranks_dead_pods_before_a_node_added_moves_pod(cluster: Clust
     terminated, the API still Ready for the node lifecycle grace) must rank strictly
     below it: on a tie the ReplicaSet's next criterion (doubled-up pods first) removed the
     move's serving pod and kept the dead one (tests/chaos webhook-down: fresh 5 -> 4)."""
+    # replica surge (surge_copy=False): the deletion-cost ranking of the scale back.
     c = cluster
-    h = c.handler(clock=lambda: c.now() + 200)  # past the reclaim (two minutes after the notice)
-    c.handler().handle([c.notice("spot-0")])
+    h = c.handler(config=replica_mode(), clock=lambda: c.now() + 200)  # past the reclaim (two minutes after the notice)
+    c.handler(config=replica_mode()).handle([c.notice("spot-0")])
     assert c.deployment("web")["spec"]["replicas"] == 4
     move_pod = "web-5d4f8-00000"
     c.store.mutate(
@@ -454,8 +573,9 @@ def test_an_interruption_whose_node_mark_failed_still_ranks_its_dead_pods_first(
     takes the interruption's deadline. Past the reclaim the scale back must still rank the dead
     node's pods first to go (chaos drainer-after-rebalance-surge under 500s: web 6 -> 5 at the
     scale back, when the stale mark made them count as pods of a living node)."""
+    # replica surge (surge_copy=False): the deletion-cost ranking of the scale back.
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=900)
+    cfg = replica_mode(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=900)
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
     record = c.record("web")
     assert record is not None and record["rebalance"] == ["spot-0"]
@@ -476,9 +596,10 @@ def test_an_interruption_whose_node_mark_failed_still_ranks_its_dead_pods_first(
 def _rebalance_then_interruption(c: Cluster, cfg: config.Config, *fail: tuple[str, str]) -> Handler:
     """A rebalance surge for spot-0 (its end at +120 s), then at +80 s the interruption warning
     (reclaim at +200 s) while every request of ``fail`` (verb, resource) answers 500. Returns
-    the handler that took the warning."""
+    the handler that took the warning. In copy mode the surge replica is the copy's pod."""
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
-    assert c.record("web")["rebalance"] == ["spot-0"] and c.deployment("web")["spec"]["replicas"] == 4
+    assert c.record("web")["rebalance"] == ["spot-0"]
+    assert_surged(c, "web", 3, 1, cfg.surge_copy)
     at = c.now() + 80
     warning = Notice("ev-late", NoticeKind.INTERRUPTION, sc.instance_id("spot-0"), datetime.fromtimestamp(at, UTC))
     for verb, resource in fail:
@@ -487,43 +608,77 @@ def _rebalance_then_interruption(c: Cluster, cfg: config.Config, *fail: tuple[st
     assert h.handle([warning]) == [Outcome.RETRY]
     c.sim.faults.clear()
     assert c.record("web")["rebalance"] == ["spot-0"]  # the takeover was not written
-    surge = pod(c.deployment("web"), 10, "od-0")
+    surge = copy_pod(c, "web", 10, "od-0") if cfg.surge_copy else pod(c.deployment("web"), 10, "od-0")
     surge["metadata"]["annotations"] = {"spotguard.io/surge-replica": "true"}
     c.store.apply_objects([surge])  # the surge replica, Ready
     return h
 
 
-def test_a_rebalance_surge_holds_past_its_end_when_the_node_mark_says_a_reclaim_follows(cluster: Cluster) -> None:
+def copy_pod(c: Cluster, name: str, index: int, node: str) -> Obj:
+    """A pod of ``name``'s surge copy (owned by the copy, labelled as its template says)."""
+    rs = surge_copy(c, name)
+    assert rs is not None, f"no surge copy of {name}"
+    out = pod(c.deployment(name), index, node)
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"], "uid": "copy"}
+    out["metadata"].update(
+        name=f"{rs['metadata']['name']}-{index:05d}",
+        labels=dict(rs["spec"]["template"]["metadata"]["labels"]),
+        ownerReferences=[{**ref, "controller": True}],
+    )
+    return out
+
+
+def replaced(c: Cluster, dead: str, name: str, index: int, node: str) -> None:
+    """The node lifecycle controller removed ``dead``; the Deployment's replacement is Ready on ``node``."""
+    c.store.remove("pods", dead, "shop")
+    c.store.apply_objects([pod(c.deployment(name), index, node)])
+
+
+@MODES
+def test_a_rebalance_surge_holds_past_its_end_when_the_node_mark_says_a_reclaim_follows(
+    cluster: Cluster, copy: bool
+) -> None:
     """The warning came 80 s after the recommendation; its write to the workload failed (it is
     retried), its node mark did not. Another process's reconcile (node-added's) past the
-    rebalance's end must not scale back while the doomed pod still serves: the record alone
+    rebalance's end must not end the surge while the doomed pod still serves: the record alone
     said the node lives on (chaos drainer-after-rebalance-surge under timeouts, cart 4 -> 3)."""
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
     _rebalance_then_interruption(c, cfg, ("patch", "deployments"))
     mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
     assert (mark["kind"], mark["event"]) == ("interruption", "ev-late")
     other = c.handler(config=cfg, clock=lambda: c.now() + 130)
     other.reconcile()
-    assert c.deployment("web")["spec"]["replicas"] == 4
+    assert_surged(c, "web", 3, 1, copy)
     # The reconcile re-planned the pending notice from the node's mark: the takeover is written.
     assert c.record("web")["rebalance"] == []
     dying = c.store.get("pods", "web-5d4f8-00001", "shop")
     assert DELETION_COST not in (dying["metadata"].get("annotations") or {})
-    # Past the reclaim the dead node's pod goes first, not the surge replica.
+    if copy:
+        # Past the reclaim the copy stands in for the dead pod until the Deployment's own
+        # replacement is Ready on a node that stays; then it goes.
+        c.handler(config=cfg, clock=lambda: c.now() + 210).reconcile()
+        assert_surged(c, "web", 3, 1, copy)
+        assert not c.record("web").get("done")
+        replaced(c, "web-5d4f8-00001", "web", 11, "od-0")
+        c.handler(config=cfg, clock=lambda: c.now() + 215).reconcile()
+        assert_surged(c, "web", 3, 0, copy)
+        return
+    # replica surge (surge_copy=False): past the reclaim the dead node's pod goes first, not the surge replica.
     c.handler(config=cfg, clock=lambda: c.now() + 210).reconcile()
     assert c.deployment("web")["spec"]["replicas"] == 3
     dying = c.store.get("pods", "web-5d4f8-00001", "shop")
     assert dying["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
 
 
+@MODES
 @pytest.mark.parametrize(
     "fail",
     [(("patch", "deployments"), ("patch", "nodes")), (("list", "*"),)],
     ids=["every-write-failed", "the-read-failed"],
 )
 def test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could_not_write(
-    cluster: Cluster, fail: tuple[tuple[str, str], ...]
+    cluster: Cluster, fail: tuple[tuple[str, str], ...], copy: bool
 ) -> None:
     """Neither the node's mark nor the workload's record took the warning (every write failed,
     or the read before the plan did): only the handler retrying it knows the reclaim. Its own
@@ -531,26 +686,39 @@ def test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could
     and the node's taint until the reclaim, instead of treating the node as a rebalance's
     survivor (chaos drainer-after-rebalance-surge under timeouts: web 6 -> 4)."""
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
     h = _rebalance_then_interruption(c, cfg, *fail)
     mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
     assert mark["kind"] == "rebalance"
     h.clock = lambda: c.now() + 130
     h.reconcile()
-    assert c.deployment("web")["spec"]["replicas"] == 4
+    assert_surged(c, "web", 3, 1, copy)
     h.clock = lambda: c.now() + 185  # past the rebalance's end and its staleness: still tainted
     h.reconcile()
     assert [t["value"] for t in c.taints("spot-0")] == ["rebalance-spot-0"]
-    assert c.deployment("web")["spec"]["replicas"] == 4
-    h.clock = lambda: c.now() + 210  # past the reclaim: the dead node's pod goes first
+    assert_surged(c, "web", 3, 1, copy)
+    if copy:
+        # Past the reclaim the copy stands in for the dead pod until the Deployment's own
+        # replacement is Ready on a node that stays; then it goes.
+        h.clock = lambda: c.now() + 210
+        h.reconcile()
+        assert_surged(c, "web", 3, 1, copy)
+        replaced(c, "web-5d4f8-00001", "web", 11, "od-0")
+        h.clock = lambda: c.now() + 215
+        h.reconcile()
+        assert_surged(c, "web", 3, 0, copy)
+        return
+    # replica surge (surge_copy=False): past the reclaim the dead node's pod goes first
+    h.clock = lambda: c.now() + 210
     h.reconcile()
     assert c.deployment("web")["spec"]["replicas"] == 3
     dying = c.store.get("pods", "web-5d4f8-00001", "shop")
     assert dying["metadata"]["annotations"][DELETION_COST] == str(moves.DOOMED_FIRST)
 
 
+@MODES
 def test_the_node_added_pass_leaves_a_rebalance_surge_to_the_function_that_may_hold_its_reclaim(
-    cluster: Cluster,
+    cluster: Cluster, copy: bool
 ) -> None:
     """Every write of the warning failed: the cluster still says "rebalance" for spot-0, and only
     the spot-interruption process retrying the warning knows the reclaim. The node-added pass
@@ -559,15 +727,15 @@ def test_the_node_added_pass_leaves_a_rebalance_surge_to_the_function_that_may_h
     spot-interruption function's own reconcile decides. (One that does not hold the warning, its
     message redelivered to another process, ends it: all the cluster says is "rebalance".)"""
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
     _rebalance_then_interruption(c, cfg, ("patch", "deployments"), ("patch", "nodes"))
     pass_ = reconciler.Reconciler(c.kube, cfg, clock=lambda: c.now() + 130)
     assert pass_.reconcile(dry_run=True).surges_over == []
     pass_.reconcile()
-    assert c.deployment("web")["spec"]["replicas"] == 4
+    assert_surged(c, "web", 3, 1, copy)
     # A fresh spot-interruption handler (its notice redelivered elsewhere) ends it as over.
     c.handler(config=cfg, clock=lambda: c.now() + 130).reconcile()
-    assert c.deployment("web")["spec"]["replicas"] == 3
+    assert_surged(c, "web", 3, 0, copy)
 
 
 def test_a_surge_replica_the_webhook_let_through_unmarked_still_goes_first(cluster: Cluster) -> None:
@@ -575,8 +743,9 @@ def test_a_surge_replica_the_webhook_let_through_unmarked_still_goes_first(clust
     no on-demand deletion cost, like the spot pods. At the end of a rebalance-only surge it is
     still ranked first to go (created since the surge began), not a spot pod doubled up on the
     living node (chaos rebalance-storm-surge under timeouts: cart's pod on spot-1 went)."""
+    # replica surge (surge_copy=False): the deletion-cost ranking of the scale back.
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
+    cfg = replica_mode(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
     c.store.apply_objects([pod(c.deployment("web"), 11, "spot-0")])  # doubled up on the living node
     c.sim.clock.advance(5)
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
@@ -597,8 +766,10 @@ def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_livin
     """A rebalance recommendation never followed by an interruption: at the end of its surge
     the spot pod on the (living) node stays and the surge replica goes (tests/chaos
     rebalance-storm-surge: the ReplicaSet removed the doubled-up spot pods instead)."""
+    # replica surge (surge_copy=False): the deletion-cost ranking of the scale back (the copy's
+    # end: the test after this one).
     c = cluster
-    cfg = config.Config(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
+    cfg = replica_mode(rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
     c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
     extra = pod(c.deployment("web"), 10, "od-0")
     extra["metadata"]["labels"]["spotguard.io/placement"] = "on-demand"
@@ -615,6 +786,28 @@ def test_a_rebalance_only_surge_ends_by_removing_its_surge_replica_not_the_livin
     ranks = [on_node.count(n) for n in on_node]  # the ReplicaSet's doubled-up rank
     order = [p["metadata"]["name"] for p in pod_util.deletion_order(pods, ranks, c.now())]
     assert order[0] == extra["metadata"]["name"], order
+
+
+def test_a_rebalance_only_surge_ends_with_its_copy_at_the_rebalances_end(cluster: Cluster) -> None:
+    """A rebalance recommendation never followed by an interruption, in copy mode: at the end
+    of its surge the node lives on and its pod serves, so the Deployment serves its count on
+    nodes that stay; the copy goes then (not 300 s later, waiting for replacements of a pod
+    that never dies) and the spot pod stays. A reclaim the handler still retries for the node
+    keeps it (test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could_not_write)."""
+    c = cluster
+    cfg = mode(True, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60)
+    c.handler(config=cfg).handle([c.notice("spot-0", NoticeKind.REBALANCE)])
+    assert_surged(c, "web", 3, 1, copy=True)
+    extra = copy_pod(c, "web", 10, "od-0")
+    c.store.apply_objects([extra])
+    c.handler(config=cfg, clock=lambda: c.now() + 30).reconcile()  # before its end: kept
+    assert_surged(c, "web", 3, 1, copy=True)
+    c.handler(config=cfg, clock=lambda: c.now() + 70).reconcile()
+    assert_surged(c, "web", 3, 0, copy=True)
+    assert c.record("web") is None or c.record("web")["done"] is True
+    living = c.store.get("pods", "web-5d4f8-00001", "shop")
+    assert DELETION_COST not in (living["metadata"].get("annotations") or {})
+    assert c.deployment("web")["spec"]["replicas"] == 3
 
 
 def test_a_taint_write_answered_500_once_is_written_again_at_once(cluster: Cluster) -> None:
@@ -802,8 +995,10 @@ def test_a_notice_retried_after_a_surges_end_put_the_limits_back_does_not_raise_
     surged count: it raised it again, the retried end (its snapshot from before that raise)
     found nothing of its own to restore, and the autoscaler held the surged count for good
     (chaos consolidation-after-reclaim). The end marks the autoscaler in the same patch."""
+    # replica surge (surge_copy=False): the autoscaler's limits raised and put back (a copy's
+    # surge never touches them: test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing).
     c = cluster
-    h = c.handler()
+    h = c.handler(config=replica_mode())
     h.handle([c.notice("spot-0")])
     record = c.record("single")
     assert record is not None and c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]["minReplicas"] == 2
