@@ -43,6 +43,7 @@ from tests.interruption.transport_support import (
     NTH_INSTANCE,
     SPOT_INSTANCE,
     Moto,
+    assert_copy_surge,
     interruption_taint,
     lambda_batch,
     node,
@@ -95,12 +96,14 @@ def queue(aws_env: Moto) -> dict[str, Any]:
     return {"sqs": sqs_client, "url": url, "arn": arn}
 
 
-def ready_on(api: kube.Kube, node_name: str) -> int:
+def ready_on(api: kube.Kube, node_name: str, copy_of: str = "") -> int:
+    """Ready pods on ``node_name`` (only those of ``copy_of``'s surge copy, where given)."""
     return sum(
         1
         for p in api.list(resources.PODS, "shop")
         if p["spec"].get("nodeName") == node_name
         and not p["metadata"].get("deletionTimestamp")
+        and (not copy_of or p["metadata"].get("labels", {}).get("spotguard.io/surge-of") == copy_of)
         and any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions") or [])
     )
 
@@ -141,7 +144,8 @@ def test_a_lifecycle_hook_is_held_until_the_surge_is_ready_then_completed(
         HeartbeatTimeout=300,
         DefaultResult="CONTINUE",
     )
-    calls = LifecycleCalls(autoscaling, probe=lambda: ready_on(api, "od-a"))
+    # The surge is web's copy (the default): its pods on the node that stays are what the hook waits for.
+    calls = LifecycleCalls(autoscaling, probe=lambda: ready_on(api, "od-a", copy_of="web"))
     handler = handler_mod.Handler(api, config.Config(), clock=sim.clock.now, autoscaling=calls)
     token = str(uuid.uuid4())
     now = datetime.now(UTC).replace(microsecond=0)
@@ -171,6 +175,8 @@ def test_a_lifecycle_hook_is_held_until_the_surge_is_ready_then_completed(
     assert recorded.lifecycle is not None and recorded.lifecycle.token == token
     # the hook's global timeout: 100 heartbeat timeouts (at most 48 hours)
     assert recorded.until - recorded.time == pytest.approx(100 * 300)
+    # the surge: web's copy of two, web's own count untouched
+    assert_copy_surge(api, "web", 2, 2)
     # held while the surge is not Ready
     assert [name for name, _, _ in calls.calls] == ["heartbeat"]
 
@@ -187,7 +193,8 @@ def test_a_lifecycle_hook_is_held_until_the_surge_is_ready_then_completed(
         "InstanceId": SPOT_INSTANCE,
         "LifecycleActionResult": "CONTINUE",
     }
-    assert ready_then >= 2, "completed before the replacements were Ready"
+    assert ready_then >= 2, "completed before the copy's replacements were Ready"
+    assert api.get(resources.DEPLOYMENTS, "web", "shop")["spec"]["replicas"] == 2
     # one heartbeat per half heartbeat timeout at most, and one completion
     assert [name for name, _, _ in calls.calls] == ["heartbeat", "complete"]
     handler.reconcile()
@@ -212,6 +219,7 @@ def test_an_aws_health_scheduled_change_dooms_the_node_at_its_start_time(
     recorded = mark(api, "spot-a")
     assert str(recorded.kind) == "scheduled-change"
     assert recorded.until == pytest.approx(start.timestamp())
-    # the surge starts now, days before the retirement
-    wait_for(lambda: ready_on(api, "od-a") >= 2, timeout=30)
+    # the surge starts now, days before the retirement: web's copy, on the node that stays
+    assert_copy_surge(api, "web", 2, 2)
+    wait_for(lambda: ready_on(api, "od-a", copy_of="web") >= 2, timeout=30)
     assert interruption_taint(api.get(resources.NODES, "od-a")) is None

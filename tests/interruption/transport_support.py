@@ -268,3 +268,37 @@ def knative_function() -> ModuleType:
 
 def lambda_function() -> ModuleType:
     return load_module(FUNCTION_DIR / "lambda_function.py", f"spot_interruption_lambda_{next(_names)}")
+
+
+# -- the surge copy (the default surge: a spotguard-owned ReplicaSet) ---------------------------
+
+
+def surge_copy(api: Any, name: str, namespace: str = "shop") -> dict[str, Any] | None:
+    """``name``'s surge copy (``spotguard-surge-<name>``), or None."""
+    from spotguard.gateway import resources
+    from spotguard.gateway.errors import NotFound
+    from spotguard.policy import surgecopy
+
+    try:
+        return dict(api.get(resources.REPLICASETS, surgecopy.name_for(name), namespace))
+    except NotFound:
+        return None
+
+
+def assert_copy_surge(api: Any, name: str, replicas: int, surge: int, namespace: str = "shop") -> dict[str, Any]:
+    """``name`` surged by its copy: ``surge`` replicas pinned to on-demand, the Deployment's
+    spec.replicas untouched at ``replicas``, its record marked ``copy``. Returns the record."""
+    from spotguard.gateway import resources
+    from spotguard.policy import config, patches
+
+    deployment = api.get(resources.DEPLOYMENTS, name, namespace)
+    assert deployment["spec"]["replicas"] == replicas, deployment["spec"]
+    record = json.loads(deployment["metadata"]["annotations"]["spotguard.io/surge"])
+    assert record.get("copy") is True, record
+    rs = surge_copy(api, name, namespace)
+    assert rs is not None, f"no surge copy of {name}"
+    assert rs["spec"]["replicas"] == surge, rs["spec"]
+    terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
+    wanted = patches.on_demand_expressions(config.Config())
+    assert terms and all(e in t.get("matchExpressions", []) for t in terms for e in wanted), terms
+    return dict(record)

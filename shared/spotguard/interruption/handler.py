@@ -674,7 +674,7 @@ class Handler:
                 workloads=managed,
                 pods=snap.pod_views,
                 nodes=facts,
-                owner_of=interruption.workload_key_of,
+                owner_of=_serving_for,
             )
             if replaced:
                 self.hooks.complete(life, instance)
@@ -1518,6 +1518,14 @@ def anything_to_reconcile(snap: Snapshot) -> bool:
     ):
         return True
     return bool(snap.ledger) or bool(snap.copies)
+
+
+def _serving_for(pod: PodView) -> str | None:
+    """The workload a pod serves: its own, or the Deployment its surge copy stands in for
+    (``interruption.copy_workload_key``, as the eviction guard counts them). Without the
+    copy's pods a lifecycle action was held until its global timeout in copy mode: the
+    Deployment's own replacements come only once the doomed pods go with the instance."""
+    return interruption.workload_key_of(pod) or interruption.copy_workload_key(pod)
 
 
 def _marked(node: Obj, step: TaintStep) -> bool:
