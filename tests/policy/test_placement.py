@@ -333,3 +333,14 @@ def test_once_the_surge_has_its_replicas_the_next_pod_is_spot() -> None:
         surge_created=(SURGE_AT - 60,),
     )
     assert extra.placement is Placement.ON_DEMAND and extra.surge
+
+
+def test_a_pod_of_spotguards_surge_copy_is_placed_by_its_template() -> None:
+    # A copy's pods go where its template says (on-demand, or a spot slot for an autoscaler's
+    # drain: surgecopy.build); a ReplicaSet named like one but not the label's is not a copy.
+    labels = {"app": "web", "spotguard.io/surge-of": "web"}
+    got = placement.skip_reason(pod("p", labels=labels, owner=("ReplicaSet", "spotguard-surge-web")), CFG)
+    assert got is not None and "surge copy" in got
+    assert placement.skip_reason(pod("p", labels=labels, owner=("ReplicaSet", "web-abc12")), CFG) is None
+    plain = pod("p", labels={"app": "web"}, owner=("ReplicaSet", "spotguard-surge-web"))
+    assert placement.skip_reason(plain, CFG) is None

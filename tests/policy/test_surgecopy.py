@@ -11,7 +11,7 @@ from spotguard.policy import config, patches, surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
-from spotguard.policy.workloads import SURGE_OF, SURGE_REPLICA
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
 
 CFG = config.Config()
 NO_X = {"key": "x", "operator": "DoesNotExist"}
@@ -91,6 +91,30 @@ def test_the_copys_pods_require_on_demand() -> None:
     rs = built(deployment())
     terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": patches.on_demand_terms(CFG)[0]}]
+
+
+def test_a_copy_whose_surge_needs_no_on_demand_is_made_of_spot_slots() -> None:
+    """A surge replacing pods an autoscaler only drains (SurgeRecord.on_demand_surge == 0):
+    the copy's pods are spot slots, as the admission patch makes them (spot preferred, no
+    on-demand requirement, spread with the Deployment's own pods), labelled so."""
+    dep = deployment()
+    before = copy.deepcopy(dep)
+    out = surgecopy.build(dep, 2, CFG, on_demand=False, spot_key="spotguard.io/spot")
+    assert not isinstance(out, Refusal), out
+    template = out["spec"]["template"]
+    spec = template["spec"]
+    assert patches.REQUIRED not in spec.get("affinity", {}).get("nodeAffinity", {})
+    assert spec["affinity"]["nodeAffinity"][patches.PREFERRED] == patches.spot_preferences(CFG)
+    spread = spec["topologySpreadConstraints"]
+    assert spread and all(c["labelSelector"] == {"matchLabels": {"app": "web", "tier": "front"}} for c in spread)
+    assert "spotguard.io/spot" in {c["topologyKey"] for c in spread}
+    assert template["metadata"]["labels"] == {"app": "web", "tier": "front", SURGE_OF: "web", PLACEMENT_LABEL: "spot"}
+    # the same spec as the webhook gives a pod of the Deployment placed as a spot slot
+    own = {"metadata": {"labels": {"app": "web", "tier": "front"}}, "spec": dep["spec"]["template"]["spec"]}
+    assert spec == patches.spot_slot_spec(own, CFG, "spotguard.io/spot")
+    # its selector still adds SURGE_OF only: the placement label is no part of it
+    assert out["spec"]["selector"] == {"matchLabels": {"app": "web", SURGE_OF: "web"}}
+    assert dep == before
 
 
 def test_the_on_demand_requirement_is_anded_into_the_users_terms_and_the_deployment_is_untouched() -> None:
@@ -252,3 +276,10 @@ def test_the_webhook_leaves_the_copys_pods_where_their_template_pins_them() -> N
     view = PodView.from_json(raw)
     assert placement.skip_reason(view, CFG) == "the pod's spec already pins a capacity type"
     assert surgecopy.workload_of_copy_pod(view) == "Deployment/shop/web"
+    # A copy of spot slots (an autoscaler's drain): left to its template too.
+    spot = surgecopy.build(deployment(), 2, CFG, on_demand=False)
+    assert not isinstance(spot, Refusal)
+    raw["metadata"]["labels"] = dict(spot["spec"]["template"]["metadata"]["labels"])
+    raw["spec"] = copy.deepcopy(spot["spec"]["template"]["spec"])
+    reason = placement.skip_reason(PodView.from_json(raw), CFG)
+    assert reason == "a pod of spotguard's surge copy (placed by its template)"

@@ -320,6 +320,15 @@ def _spot_ops(pod: Mapping[str, Any], spec: Mapping[str, Any], config: Config, s
     return ops
 
 
+def spot_slot_spec(pod: Mapping[str, Any], config: Config, spot_key: str | None = None) -> dict[str, Any]:
+    """``pod``'s spec as a spot slot's (what :func:`build` gives it for :attr:`Placement.SPOT`:
+    spot preferred, the spot tolerations, the soft spread over ``pod``'s labels), a copy; for a
+    pod template that no admission decision places (a surge copy's,
+    :func:`spotguard.policy.surgecopy.build`)."""
+    spec = pod.get("spec") or {}
+    return _applied(spec, _spot_ops(pod, spec, config, spot_key))
+
+
 def _annotated(pod: Mapping[str, Any], wanted: Mapping[str, str]) -> list[Op]:
     """Ops that set ``wanted`` in the pod's annotations (creating the map where it is none)."""
     if not wanted:

@@ -73,8 +73,9 @@ from spotguard.policy.interruption import (
     selector_matches,
     workload_key_of,
 )
+from spotguard.policy.placement import Placement
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
 
 # On the copy: "Deployment/<name>" and the Deployment's uid when the copy was made.
 SURGE_FOR = "spotguard.io/surge-for"
@@ -115,9 +116,26 @@ def copy_labels(deployment: str) -> dict[str, str]:
 
 
 def build(
-    deployment: Mapping[str, Any], size: int, config: Config, events: Sequence[str] = ()
+    deployment: Mapping[str, Any],
+    size: int,
+    config: Config,
+    events: Sequence[str] = (),
+    *,
+    on_demand: bool = True,
+    spot_key: str | None = None,
 ) -> dict[str, Any] | Refusal:
-    """The surge copy of ``deployment`` with ``size`` replicas pinned to on-demand, or why not."""
+    """The surge copy of ``deployment`` with ``size`` replicas pinned to on-demand, or why not.
+
+    ``on_demand=False``: a surge none of whose replicas must be on-demand (every one replaces
+    a pod of a spot node a node autoscaler only drains, or one its floor does not need on an
+    on-demand node it drains: ``SurgeRecord.on_demand_surge`` is 0). Its pods are spot slots
+    instead (the admission patch's: spot preferred, the spot tolerations, the soft spread
+    with the Deployment's pods, ``spot_key`` as :func:`patches.spread_constraints`), labelled
+    ``spotguard.io/placement: spot``: they go where the Deployment's spot replicas go, into
+    the room the autoscaler's own simulation found for the drained pods, as the replica
+    surge's do (:func:`spotguard.policy.floors.floor_for`). Pinned to on-demand they would
+    make the autoscaler launch an on-demand node for every consolidation of a spot node, a
+    node it consolidates in turn once the surge is over: the cluster never settles."""
     kind = str(deployment.get("kind") or "Deployment")
     if kind != "Deployment":
         return Refusal(f"a {kind} is not surged: its floor is kept by placement")
@@ -147,7 +165,12 @@ def build(
     copy_selector["matchLabels"] = {**(copy_selector.get("matchLabels") or {}), SURGE_OF: name}
     pod_annotations = {**(tmeta.get("annotations") or {}), SURGE_REPLICA: "true"}
     pod_spec = copy.deepcopy(dict(template.get("spec") or {}))
-    pod_spec["affinity"] = pin_on_demand(pod_spec.get("affinity"), config)
+    if on_demand:
+        pod_spec["affinity"] = pin_on_demand(pod_spec.get("affinity"), config)
+    else:
+        # Spread with the Deployment's own pods (its template's labels, not the copy's).
+        pod_spec = patches.spot_slot_spec({"metadata": {"labels": pod_labels}, "spec": pod_spec}, config, spot_key)
+        labels[PLACEMENT_LABEL] = Placement.SPOT.value
     annotations = {SURGE_FOR: f"Deployment/{name}", EVENTS: ",".join(events)[:1000]}
     if meta.get("uid"):
         annotations[SURGE_FOR_UID] = str(meta["uid"])
