@@ -8,7 +8,6 @@ simulated cluster's kubeconfig, EC2 on moto), exactly as in a Knative pod.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from spotguard.sim import testing
 from tests.interruption.test_cloudevents import asgi_request
 from tests.interruption.transport_support import (
     Moto,
+    assert_copy_surge,
     interruption_taint,
     knative_function,
     pods_on,
@@ -87,9 +87,8 @@ def test_knative_function_on_the_cluster(aws_env: Moto, monkeypatch: pytest.Monk
         ]
         assert interruption_taint(api.get(resources.NODES, "spot-a")) == "12345678-1234-1234-1234-123456789012"
         assert interruption_taint(api.get(resources.NODES, "spot-b")) == "1e5527d7-bb36-4607-3370-4164db56a40e"
-        web = api.get(resources.DEPLOYMENTS, "web", "shop")
-        assert web["spec"]["replicas"] == 4  # one surge for two deliveries
-        assert json.loads(web["metadata"]["annotations"]["spotguard.io/surge"])["surge"] == 2
+        # one surge for two deliveries: web's copy of two, its own count untouched
+        assert assert_copy_surge(api, "web", 2, 2)["surge"] == 2
 
 
 def test_knative_function_retries_while_the_cluster_fails(aws_env: Moto, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from spotguard.sim import testing
 from tests.interruption.transport_support import (
     REGION,
     Moto,
+    assert_copy_surge,
     interruption_taint,
     pods_on,
     sample,
@@ -100,7 +101,7 @@ def test_serves_cloudevents_polls_sqs_and_stops_on_sigterm(served: dict[str, Any
     assert response.headers["content-type"].startswith("application/cloudevents+json")
     assert json.loads(response.content)["data"]["result"] == "done"
     assert interruption_taint(api.get(resources.NODES, "spot-a")) == "12345678-1234-1234-1234-123456789012"
-    assert api.get(resources.DEPLOYMENTS, "web", "shop")["spec"]["replicas"] == 4
+    assert_copy_surge(api, "web", 2, 2)  # web's copy holds its two pods on spot-a
     # AND a structured-mode ping runs the reconcile; a request that is not a CloudEvent gets 400
     assert json.loads(post_sample(url, "cloudevent-ping.structured.json").content)["data"]["result"] == "reconciled"
     plain = requests.post(f"{url}/", json=sample("ec2-spot-instance-interruption-warning.json"), timeout=10)

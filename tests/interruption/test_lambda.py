@@ -21,6 +21,7 @@ from tests.interruption.transport_support import (
     SPOT_INSTANCE,
     Moto,
     RecordingHandler,
+    assert_copy_surge,
     interruption_taint,
     lambda_function,
     pods_on,
@@ -127,16 +128,16 @@ def test_lambda_function_surges_from_an_sqs_batch(cluster: tuple[Any, kube.Kube]
     }
     # WHEN Lambda calls the function
     answer = module.lambda_handler(batch, None)
-    # THEN nothing comes back, the node is tainted with the event id and the Deployment surged
+    # THEN nothing comes back, the node is tainted with the event id and the Deployment surged:
+    # its copy holds the two pods on spot-a, its own count is untouched
     assert answer == {"batchItemFailures": []}
     node = api.get(resources.NODES, "spot-a")
     assert interruption_taint(node) == "12345678-1234-1234-1234-123456789012"
-    web = api.get(resources.DEPLOYMENTS, "web", "shop")
-    assert web["spec"]["replicas"] == 4
-    assert "spotguard.io/surge" in web["metadata"]["annotations"]
+    surge = assert_copy_surge(api, "web", 2, 2)
+    assert surge["surge"] == 2 and surge["events"] == ["12345678-1234-1234-1234-123456789012"]
     # AND the same batch again changes nothing (idempotent)
     assert module.lambda_handler(batch, None) == {"batchItemFailures": []}
-    assert api.get(resources.DEPLOYMENTS, "web", "shop")["spec"]["replicas"] == 4
+    assert assert_copy_surge(api, "web", 2, 2) == surge
 
 
 def test_lambda_function_reports_only_the_failed_messages(cluster: tuple[Any, kube.Kube]) -> None:

@@ -29,6 +29,7 @@ from tests.interruption.transport_support import (
     SPOT_INSTANCE,
     Moto,
     RecordingHandler,
+    assert_copy_surge,
     interruption_taint,
     lambda_batch,
     lambda_function,
@@ -138,10 +139,8 @@ def test_eventbridge_rule_to_sqs_to_lambda_taints_and_surges(
     assert interruption_taint(api.get(resources.NODES, "spot-a")) == ids[0]
     # AND the rebalance recommendation tainted spot-b (the default rebalance action)
     assert interruption_taint(api.get(resources.NODES, "spot-b")) == ids[1]
-    # AND web surged by the two replicas on spot-a, recorded on the Deployment
-    web = api.get(resources.DEPLOYMENTS, "web", "shop")
-    assert web["spec"]["replicas"] == 4
-    record = json.loads(web["metadata"]["annotations"]["spotguard.io/surge"])
+    # AND web surged by the two replicas on spot-a: its copy of two, recorded on the Deployment
+    record = assert_copy_surge(api, "web", 2, 2)
     assert ids[0] in record["events"]
     # AND the queue is empty
     assert bus["sqs"].receive_message(QueueUrl=bus["queue_url"], WaitTimeSeconds=0).get("Messages", []) == []
@@ -179,13 +178,11 @@ def test_failed_messages_come_back_and_malformed_ones_do_not(
     answer = lambda_function().lambda_handler(lambda_batch(again, bus["queue_arn"]), None)
     assert answer == {"batchItemFailures": []}
     assert interruption_taint(api.get(resources.NODES, "spot-a")) == ids[0]
-    # AND web is surged for every pod of its on spot-a: the two there at the notice, and any
-    # surge pod bound there while spot-a's taint was failing (it dies with the node too)
-    web = api.get(resources.DEPLOYMENTS, "web", "shop")
-    record = json.loads(web["metadata"]["annotations"]["spotguard.io/surge"])
-    on_a = record["counts"]["spot-a"]
-    assert on_a >= 2 and web["spec"]["replicas"] == 2 + on_a
-    assert len(pods_on(api, "spot-a")) >= on_a  # (one bound after the retry's read: the reconcile's)
+    # AND web is surged by its copy for its two pods on spot-a (the copy's own pods are pinned
+    # to on-demand: none is bound there while spot-a's taint was failing)
+    record = assert_copy_surge(api, "web", 2, 2)
+    assert record["counts"]["spot-a"] == 2
+    assert len(pods_on(api, "spot-a")) == 2
 
 
 def receive_after_visibility(

@@ -26,6 +26,7 @@ from spotguard.sim import testing
 from tests.interruption.transport_support import (
     EC2_PATTERN,
     Moto,
+    assert_copy_surge,
     deployment,
     interruption_taint,
     lambda_batch,
@@ -154,9 +155,9 @@ def test_faults_duplicates_and_reordering_through_sqs(setup: dict[str, Any]) -> 
         n = api.get(resources.NODES, name)
         assert [t["key"] for t in n["spec"].get("taints") or []].count("spotguard.io/interruption") == 1
         assert interruption_taint(n) == event_id
-    # AND each Deployment surged exactly once, by its pods on the doomed node
+    # AND each Deployment surged exactly once, by its pods on the doomed node: one copy of
+    # that size, its own count untouched
     for name, (_, replicas) in REPLICAS.items():
-        d = api.get(resources.DEPLOYMENTS, name, "shop")
-        record = json.loads(d["metadata"]["annotations"]["spotguard.io/surge"])
+        record = assert_copy_surge(api, name, replicas, replicas)
         assert record["surge"] == replicas, (name, record)
-        assert d["spec"]["replicas"] == 2 * replicas, name
+    assert len(api.list(resources.REPLICASETS, "shop", label_selector="spotguard.io/surge-of")) == len(REPLICAS)
