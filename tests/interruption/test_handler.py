@@ -443,6 +443,23 @@ def test_a_conflict_is_replanned(cluster: Cluster, copy: bool) -> None:
     assert c.record("web")["replicas"] == 5
 
 
+def test_a_copy_after_a_conflict_is_sized_from_the_owners_new_count(cluster: Cluster) -> None:
+    """The owner scales web from 3 to 2 between the read and the record's write: the re-plan
+    reads the new count, and so must the copy's step (it holds what the Deployment's own pods
+    on nodes that stay lack of min(the owner's count now, Ready before)): web keeps its 2 on
+    od-0 and spot-1, so no copy. Sized from the read before the write, it held one replica
+    too many until the next pass."""
+    c = cluster
+    h = c.handler()
+    snapshot = h.snapshot()
+    c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 2}}, "shop")
+    h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert c.record("web")["replicas"] == 2
+    assert_surged(c, "web", 2, 0, copy=True)
+    assert_surged(c, "single", 1, 1, copy=True)
+
+
 def test_left_over_budgets_are_deleted(cluster: Cluster) -> None:
     c = cluster
     c.store.apply_objects(

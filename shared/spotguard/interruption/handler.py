@@ -887,6 +887,8 @@ class Handler:
                     return  # read again, the workload wants no surge now: nothing was written
                 step = written
                 batch.records[wl.key] = step.record
+                # As re-read where the write met a conflict: the copy is sized from the owner's count now.
+                wl = step.workload
             if self.surge_copy and wl.kind is Kind.DEPLOYMENT:
                 self._copy(wl, step.record, raw, batch, retry=True)
             if step.autoscaler is not None:
