@@ -81,15 +81,15 @@ class CopyWatch:
         """A copy named ``spotguard-surge-<name>`` was made for ``key`` and every pod of it was
         bound to an on-demand node. Its sizes never exceeded ``count`` (the Deployment's count
         before the notice: the copy holds what its own pods on nodes that stay lack of it);
-        ``exact``: it was first sized at the record's ``surge`` (nothing else took a pod
-        between the notice and the read: the doomed pods were all Ready and counted)."""
+        ``exact``: at its largest it held the record's ``surge`` (nothing else took a pod
+        between the notices and the reads: the doomed pods were all Ready and counted)."""
         with self.lock:
             name = key.rsplit("/", 1)[1]
             sizes = self.sizes[key]
             assert self.names[key] == {surgecopy.name_for(name)}, (key, self.names[key])
             assert sizes and sizes[0] >= 1 and max(sizes) <= count, (key, sizes, count)
             if exact:
-                assert sizes[0] == surge, (key, sizes, surge)
+                assert max(sizes) == surge, (key, sizes, surge)
             assert self.pods[key], (key, "no pod of the copy")
             places = {n: self.capacity.get(n) for n in self.pod_nodes[key]}
             assert places and all(c == "on-demand" for c in places.values()), (key, places)

@@ -5,6 +5,11 @@ settings that change and records that are lost.
 Every notice is an EventBridge event in a structured CloudEvent; the reconcile is a
 PingSource CloudEvent, as Knative sends them. The simulated cluster runs 20 times faster
 than real time; pods take 10 s to be Ready.
+
+The surge is a copy of the Deployment by default (``surge_copy``: spec.replicas never
+written); the tests of the replica surge's own mechanics (spec.replicas and the
+autoscaler's minimum raised and put back) say ``surge_copy=False`` (:func:`replica_mode`),
+and where a situation applies to both they run in both.
 """
 
 from __future__ import annotations
@@ -30,10 +35,28 @@ from spotguard.sim.controllers import hpa as hpa_ctl
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
+from tests.interruption.copy_watch import CopyWatch, copies_now
 
 TIME_SCALE = 20.0
 READY_DELAY = 10.0
 TAINT = "spotguard.io/interruption"
+KEY = "Deployment/shop/web"
+SURGES = ["copy", "replica"]
+
+
+def mode(surge: str, cfg: config.Config | None = None) -> config.Config:
+    """The settings with the surge ``surge`` ("copy", the default, or "replica")."""
+    return dataclasses.replace(cfg or config.Config(), surge_copy=surge == "copy")
+
+
+def replica_mode(cfg: config.Config | None = None) -> config.Config:
+    """The replica surge (``surge_copy=False``): spec.replicas and the autoscaler's minimum raised."""
+    return mode("replica", cfg)
+
+
+def web_copy(store: Any) -> dict[str, Any] | None:
+    """web's surge copy (spotguard-surge-web) now, or None."""
+    return copies_now(store).get(KEY)
 
 
 def scenario(replicas: int = 6, hpa: bool = False, budget: bool = False) -> list[dict[str, Any]]:
@@ -163,6 +186,7 @@ def running(
 # -- 1. the owner's count after the scale back ------------------------------------------------
 
 
+@pytest.mark.parametrize("surge", SURGES)
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -172,14 +196,23 @@ def running(
         ("scale-up-by-2", lambda pre, written: pre + 2),
     ],
 )
-def test_scale_back_ends_at_the_owners_count(change: str, expected: Any) -> None:
-    with running() as (sim, handler, spot):
+def test_scale_back_ends_at_the_owners_count(change: str, expected: Any, surge: str) -> None:
+    """Someone writes web's count during the surge. The replica surge scales back to the
+    owner's count (the surge taken off what they wrote). The copy never writes spec.replicas:
+    whatever the owner wrote stays, and the copy (its pods on on-demand) goes at the end."""
+    with running(config=mode(surge)) as (sim, handler, spot):
         store = sim.store
+        copies = CopyWatch(store)
         warning(handler, sim, spot)
         rec = record(store)
         assert rec is not None and rec["surge"] > 0
         pre, written = rec["replicas"], replicas(store)
-        assert (pre, written) == (6, 6 + rec["surge"])
+        if surge == "copy":
+            rs = web_copy(store)
+            assert rec.get("copy") is True and (pre, written) == (6, 6), (rec, written)
+            assert rs is not None and rs["spec"]["replicas"] == rec["surge"], rs
+        else:
+            assert (pre, written) == (6, 6 + rec["surge"])
         if change == "revert":
             set_replicas(store, 6)
         elif change == "scale-to-3":
@@ -189,13 +222,21 @@ def test_scale_back_ends_at_the_owners_count(change: str, expected: Any) -> None
         reclaim_and_settle(handler, sim, spot)
         assert replicas(store) == expected(pre, written)
         assert replicas(store) > 0
+        assert web_copy(store) is None
+        if surge == "copy":
+            copies.assert_copied_on_demand(KEY, rec["surge"], 6, exact=True)
+        else:
+            assert not copies.surged()
 
 
 def test_an_autoscaler_that_moved_keeps_its_count_and_gets_its_minimum_back() -> None:
     """The handler stopped between the Deployment and the autoscaler writes; the autoscaler
     then moved the count. The reconcile raises its minimum (the surge is not undone), and
-    the scale back leaves it at the user's minimum, never at 0."""
-    with running(hpa=True) as (sim, handler, spot):
+    the scale back leaves it at the user's minimum, never at 0.
+
+    The replica surge's mechanics (its minReplicas raise): surge_copy=False. The copy raises
+    no minimum: test_an_autoscaler_that_moves_during_a_copy_surge_keeps_its_count."""
+    with running(hpa=True, config=replica_mode()) as (sim, handler, spot):
         store = sim.store
         # The autoscaler write fails: the notice is handled up to the Deployment.
         sim.faults.set(verb="patch", resource="horizontalpodautoscalers", error_rate=1.0, status=500)
@@ -221,8 +262,35 @@ def test_an_autoscaler_that_moved_keeps_its_count_and_gets_its_minimum_back() ->
         assert replicas(store) == 6 + 1  # the count before the surge plus the autoscaler's step
 
 
-def test_a_user_change_to_the_autoscaler_minimum_is_kept() -> None:
+def test_an_autoscaler_that_moves_during_a_copy_surge_keeps_its_count() -> None:
+    """The same situation with the copy (the default): the autoscaler's minimum is never
+    raised, its step during the surge stays, and the copy goes at the end."""
     with running(hpa=True) as (sim, handler, spot):
+        store = sim.store
+        warning(handler, sim, spot)
+        rec = record(store)
+        assert rec is not None and rec["surge"] > 0 and rec.get("copy") is True
+        assert replicas(store) == 6 and web_copy(store) is not None
+        store.mutate(
+            "horizontalpodautoscalers",
+            "web",
+            "shop",
+            lambda a: a["metadata"]["annotations"].__setitem__("sim.spotguard.io/load-replicas", "7"),
+        )
+        set_replicas(store, 7)  # the autoscaler's own scale up: load arrived that needs one more
+        reconcile(handler)
+        assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
+        reclaim_and_settle(handler, sim, spot)
+        assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 6
+        assert replicas(store) == 6 + 1  # the count before the surge plus the autoscaler's step
+        assert web_copy(store) is None
+
+
+@pytest.mark.parametrize("surge", SURGES)
+def test_a_user_change_to_the_autoscaler_minimum_is_kept(surge: str) -> None:
+    # (the replica surge raised the minimum and puts it back only where nobody changed it;
+    # the copy never writes it)
+    with running(hpa=True, config=mode(surge)) as (sim, handler, spot):
         store = sim.store
         warning(handler, sim, spot)
         store.mutate("horizontalpodautoscalers", "web", "shop", lambda a: a["spec"].__setitem__("minReplicas", 7))
@@ -236,11 +304,12 @@ def test_a_user_change_to_the_autoscaler_minimum_is_kept() -> None:
 # -- 2. later notices, 5. nodes that survive ---------------------------------------------------
 
 
-def test_a_warning_after_a_finished_rebalance_surge_gets_its_own_surge() -> None:
+@pytest.mark.parametrize("surge", SURGES)
+def test_a_warning_after_a_finished_rebalance_surge_gets_its_own_surge(surge: str) -> None:
     cfg = dataclasses.replace(
         config.Config(), rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=60
     )
-    with running(config=cfg) as (sim, handler, spot):
+    with running(config=mode(surge, cfg)) as (sim, handler, spot):
         store = sim.store
         rebalance(handler, sim, spot)
         first = record(store)
@@ -249,12 +318,17 @@ def test_a_warning_after_a_finished_rebalance_surge_gets_its_own_surge() -> None
         settle(handler, store, "the rebalance surge to end")
         untainted(handler, store, spot)
         assert replicas(store) == 6
+        assert web_copy(store) is None
         # The interruption warning, later: a new event id, a new surge.
         warning(handler, sim, spot)
         second = record(store)
         assert second is not None and second["surge"] > 0
         assert all(e.startswith("itn-") for e in second["events"])
-        assert replicas(store) == 6 + second["surge"]
+        if surge == "copy":
+            rs = web_copy(store)
+            assert replicas(store) == 6 and rs is not None and rs["spec"]["replicas"] == second["surge"], rs
+        else:
+            assert replicas(store) == 6 + second["surge"]
         assert all(taints(store, n) == [f"itn-{n}"] for n in spot)
 
 
@@ -369,6 +443,7 @@ def nothing_left_raised(handler: Handler, sim: Any, spot: list[str]) -> None:
     )
     assert replicas(store) == 6
     assert record(store) is None
+    assert web_copy(store) is None
     ledgers = [
         c
         for c in store.list("configmaps", namespace="spotguard")[0]
@@ -377,11 +452,13 @@ def nothing_left_raised(handler: Handler, sim: Any, spot: list[str]) -> None:
     assert all(not (c.get("data") or {}) for c in ledgers)
 
 
-def test_a_record_removed_by_a_replace_leaves_nothing_raised() -> None:
-    with running(hpa=True) as (sim, handler, spot):
+@pytest.mark.parametrize("surge", SURGES)
+def test_a_record_removed_by_a_replace_leaves_nothing_raised(surge: str) -> None:
+    with running(hpa=True, config=mode(surge)) as (sim, handler, spot):
         store = sim.store
         warning(handler, sim, spot)
         assert record(store) is not None
+        assert (web_copy(store) is not None) is (surge == "copy")
         assert [b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]] == ["spotguard-surge-web"]
         replace_without_record(sim)
         nothing_left_raised(handler, sim, spot)
@@ -410,8 +487,10 @@ def test_a_lost_record_planned_again_after_a_conflict_keeps_the_autoscalers_orig
     # met a conflict (the Deployment controller's status write after the replace). The
     # workload read again carries no record, and was planned as a fresh surge that took the
     # autoscaler's minimum raised to 9 by spotguard for its original: it stayed at 9 for good.
+    # The replica surge's mechanics (its minReplicas raise): surge_copy=False. The copy raises
+    # no minimum; its record lost to a replace: test_a_record_removed_by_a_replace_leaves_nothing_raised.
     def writer_before_the_patch(sim: Any) -> Handler:
-        return Handler(WriterBeforeThePatch(sim), config.Config(), clock=sim.clock.now)
+        return Handler(WriterBeforeThePatch(sim), replica_mode(), clock=sim.clock.now)
 
     with running(hpa=True, make=writer_before_the_patch) as (sim, handler, spot):
         store = sim.store
@@ -431,10 +510,11 @@ def test_a_lost_record_planned_again_after_a_conflict_keeps_the_autoscalers_orig
 # -- 4. half-done handling finished by the reconcile, and the gauges an operator alerts on ----
 
 
-def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
+@pytest.mark.parametrize("surge", SURGES)
+def test_the_reconcile_finishes_a_taint_without_a_surge(surge: str) -> None:
     from prometheus_client import REGISTRY
 
-    with running() as (sim, handler, spot):
+    with running(config=mode(surge)) as (sim, handler, spot):
         store = sim.store
         # Every Deployment write fails: the nodes are tainted, nothing is surged.
         sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
@@ -449,10 +529,15 @@ def test_the_reconcile_finishes_a_taint_without_a_surge() -> None:
         rec = record(store)
         assert rec is not None and rec["surge"] > 0
         assert sorted(rec["events"]) == [f"itn-{n}" for n in spot]
-        assert replicas(store) == 6 + rec["surge"]
+        if surge == "copy":
+            rs = web_copy(store)
+            assert replicas(store) == 6 and rs is not None and rs["spec"]["replicas"] == rec["surge"], rs
+        else:
+            assert replicas(store) == 6 + rec["surge"]
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 1
         reclaim_and_settle(handler, sim, spot)
         assert replicas(store) == 6
+        assert web_copy(store) is None
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_surging") == 0
         assert REGISTRY.get_sample_value("spotguard_interruption_surges_overdue") == 0
         assert REGISTRY.get_sample_value("spotguard_interruption_workloads_below_floor") == 0
