@@ -20,7 +20,7 @@ from spotguard.gateway import resources as r
 from spotguard.interruption import dispatch
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
-from spotguard.policy import config, interruption, moves, patches, surgecopy
+from spotguard.policy import config, interruption, moves, patches, surgecopy, surges
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE
 from spotguard.sim import testing
@@ -1035,3 +1035,56 @@ def test_a_notice_retried_after_a_surges_end_put_the_limits_back_does_not_raise_
     assert c.deployment("single")["spec"]["replicas"] == 1
     hpa = c.store.get("horizontalpodautoscalers", "single", "shop")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 1)
+
+
+def test_a_record_a_replace_took_while_the_ledger_could_not_be_written_stands_in_from_its_copy(
+    cluster: Cluster,
+) -> None:
+    """Chaos argocd-replace-drainer under 500s (worker 8 -> 7 at +87 s): a Replace=true sync took
+    the surge records while the ledger's writes failed; the next plan saw no surge, surged
+    again from what it saw then (the pods the drainer had evicted not counted) and shrank the
+    copy from 7 to 2 while the Deployment's own replacements were still starting. The copy
+    carries its surge's record (surgecopy.RECORD): the plans read it as a ledger entry.
+    GIVEN web 3 (od-0, spot-0, spot-1) surged by a copy of 2, its ledger write failed, WHEN
+    its manifest is replaced (annotations gone) and the drainer's eviction took its pod on
+    spot-0, THEN neither the reconcile nor the notice handled again shrinks or sweeps the
+    copy: 2, until the Deployment's own replacements serve."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    for verb in ("create", "update", "patch"):
+        c.sim.faults.set(verb=verb, resource="configmaps", error_rate=1.0, status=500)
+    assert h.handle([c.notice("spot-0"), c.notice("spot-1")]) == [Outcome.DONE, Outcome.DONE]
+    c.sim.faults.clear()
+    from spotguard.interruption import ledger
+
+    assert ledger.read(c.kube) == {}  # the ledger write failed
+    copy_rs = surge_copy(c, "web")
+    assert copy_rs is not None and copy_rs["spec"]["replicas"] == 2
+    record = surges.SurgeRecord.parse(json.dumps(c.record("web")))
+    c.store.mutate("deployments", "web", "shop", lambda d: d["metadata"].update(annotations={}))
+    spot_0_pod = next(
+        p["metadata"]["name"]
+        for p in c.store.list("pods", "shop")[0]
+        if p["metadata"]["name"].startswith("web") and p["spec"].get("nodeName") == "spot-0"
+    )
+    c.store.delete("pods", spot_0_pod, "shop")
+    h.reconcile()
+    rs = surge_copy(c, "web")
+    assert rs is not None and rs["spec"]["replicas"] == 2, rs and rs["spec"]
+    assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
+    rs = surge_copy(c, "web")
+    assert rs is not None and rs["spec"]["replicas"] == 2, rs and rs["spec"]
+    assert surgecopy.record_of(rs) == record  # the record it carries, as written at its surge
+
+
+def test_an_unreadable_ledger_fails_the_handling_its_notices_retried(cluster: Cluster) -> None:
+    """The ledger is the only place a record a replace took survives: a plan made without it
+    would surge again as if nothing were in progress. Unreadable, the handling is retried
+    (it read as empty before)."""
+    c = cluster
+    c.sim.faults.set(verb="list", resource="configmaps", error_rate=1.0, status=500)
+    assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.RETRY]
+    assert surge_copy(c, "web") is None and c.record("web") is None
+    c.sim.faults.clear()
+    assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert surge_copy(c, "web") is not None

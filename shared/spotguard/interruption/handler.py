@@ -143,14 +143,26 @@ class Snapshot:
                 self.node_notices[str(meta.get("name"))] = mark
         self.pod_views = [_pod_view(p) for p in self.pods]
         self.workload_views = []
+        # A record lost to a replace stands in from the ledger, else from its copy (the copy
+        # carries its surge's record: surgecopy.RECORD; read where the ledger write failed).
+        kept = {**self.copy_records(), **self.ledger}
         for key, w in self.workloads.items():
             own = Workload.from_json(w)
-            view = _with_ledger(own, self.ledger)
+            view = _with_ledger(own, kept)
             if view is not own:
-                self.lost[key] = self.ledger[key]
+                self.lost[key] = kept[key]
             self.workload_views.append(view)
         self.budget_views = [Budget.from_json(b) for b in self.budgets]
         self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
+
+    def copy_records(self) -> dict[str, SurgeRecord]:
+        """Deployment key -> the surge record its copy carries."""
+        out = {}
+        for key, rs in self.copies.items():
+            record = surgecopy.record_of(rs)
+            if record is not None and not record.done:
+                out[key] = record
+        return out
 
     def node(self, name: str) -> Obj | None:
         if not self._nodes_by_name:
@@ -699,9 +711,8 @@ class Handler:
         pods, nodes, namespace_list, (budgets, autoscalers, kept, copies, workloads) = self.kube.read_concurrently(
             r.PODS, read_nodes, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
-        snap = Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces_of(namespace_list), kept)
-        snap.copies = copies_by_key(copies)
-        return snap
+        namespaces = namespaces_of(namespace_list)
+        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept, copies=copies_by_key(copies))
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
         """instance id -> node for the instances no providerID names (asks EC2 once)."""
@@ -1093,7 +1104,13 @@ class Handler:
                 spot_slots = record.on_demand_surge == 0
                 key = patches.spot_only_key((n.labels for n in snap.node_views), self.config) if spot_slots else None
                 body = surgecopy.build(
-                    raw, step.replicas, self.config, record.events, on_demand=not spot_slots, spot_key=key
+                    raw,
+                    step.replicas,
+                    self.config,
+                    record.events,
+                    on_demand=not spot_slots,
+                    spot_key=key,
+                    record=record,
                 )
                 if isinstance(body, surgecopy.Refusal):
                     log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
@@ -1104,7 +1121,7 @@ class Handler:
                     self._grow_found_copy(wl, name, step.replicas)
                     return
             elif step.action is surgecopy.Action.RESIZE:
-                size = {"spec": {"replicas": step.replicas}}
+                size = surgecopy.resize(step.replicas, record)
                 at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
             elif step.action is surgecopy.Action.DELETE and current is not None:
                 self._delete_copy(current, step.reason)

@@ -405,8 +405,10 @@ class Reconciler:
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
-        shared = interruption_handler.Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept)
-        shared.copies = interruption_handler.copies_by_key(found)
+        copies_found = interruption_handler.copies_by_key(found)
+        shared = interruption_handler.Snapshot(
+            nodes, pods, workloads, budgets, autoscalers, namespaces, kept, copies=copies_found
+        )
         return Snapshot(shared, replicasets, leases, [nodepools.NodePool.from_json(p) for p in pools])
 
     def _states(

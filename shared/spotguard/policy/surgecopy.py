@@ -59,6 +59,7 @@ placement (on-demand quorum) and are never surged.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ from spotguard.policy.interruption import (
     workload_key_of,
 )
 from spotguard.policy.placement import Placement
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import PodView
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
 
@@ -81,6 +83,10 @@ from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_COPY_PREFIX, SURGE
 SURGE_FOR = "spotguard.io/surge-for"
 SURGE_FOR_UID = "spotguard.io/surge-for-uid"
 EVENTS = "spotguard.io/events"
+# On the copy: its surge's record as of the copy's last write (made or resized). Nobody else
+# writes the copy, so this outlives a replace of the Deployment that took the record while
+# the ledger could not be written: the plans read it as they read a ledger entry.
+RECORD = "spotguard.io/surge-record"
 PREFIX = SURGE_COPY_PREFIX
 MAX_NAME = 253
 
@@ -123,6 +129,7 @@ def build(
     *,
     on_demand: bool = True,
     spot_key: str | None = None,
+    record: SurgeRecord | None = None,
 ) -> dict[str, Any] | Refusal:
     """The surge copy of ``deployment`` with ``size`` replicas pinned to on-demand, or why not.
 
@@ -174,6 +181,8 @@ def build(
     annotations = {SURGE_FOR: f"Deployment/{name}", EVENTS: ",".join(events)[:1000]}
     if meta.get("uid"):
         annotations[SURGE_FOR_UID] = str(meta["uid"])
+    if record is not None:
+        annotations[RECORD] = _plain(record)
     out_spec: dict[str, Any] = {
         "replicas": size,
         "selector": copy_selector,
@@ -187,6 +196,24 @@ def build(
         "metadata": {"name": name_for(name), "namespace": namespace, "labels": own, "annotations": annotations},
         "spec": out_spec,
     }
+
+
+def resize(replicas: int, record: SurgeRecord | None = None) -> dict[str, Any]:
+    """The merge patch that sizes the copy, its record (:data:`RECORD`) brought up to date."""
+    out: dict[str, Any] = {"spec": {"replicas": replicas}}
+    if record is not None:
+        out["metadata"] = {"annotations": {RECORD: _plain(record)}}
+    return out
+
+
+def record_of(replicaset: Mapping[str, Any]) -> SurgeRecord | None:
+    """The surge record a copy carries (:data:`RECORD`), or None."""
+    text = ((replicaset.get("metadata") or {}).get("annotations") or {}).get(RECORD)
+    return SurgeRecord.parse(str(text)) if text else None
+
+
+def _plain(record: SurgeRecord) -> str:
+    return dataclasses.replace(record, lost=False).to_json()
 
 
 def pin_on_demand(affinity: Mapping[str, Any] | None, config: Config) -> dict[str, Any]:
