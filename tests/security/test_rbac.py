@@ -428,16 +428,15 @@ def evictions_reviewed(metrics_url: str, verify: str | bool) -> dict[str, float]
 @pytest.mark.timeout(1500)
 # Helm is the default install; the kustomize base binds the same grants to the same accounts
 # (test_each_service_account_is_bound_to_exactly_its_functions_needs), so its run proves
-# nothing more and is in the full end-to-end run only (SPOTGUARD_E2E=full). Copy mode
-# (SPOTGUARD_SURGE_COPY, off by default) runs beside the replica surge in the full run: its
-# writes are other grants.
+# nothing more and is in the full end-to-end run only (SPOTGUARD_E2E=full). The replica
+# surge (SPOTGUARD_SURGE_COPY=false; the copy is the default) runs beside it in the full
+# run: its writes are other grants.
 @pytest.mark.parametrize(
     ("source", "mode"),
     [
-        pytest.param("kubernetes/base", "replicas", marks=pytest.mark.e2e_full),
-        ("helm", "replicas"),
-        # copy surges are off by default; their grants are declared and checked statically above
-        pytest.param("helm", "copy", marks=pytest.mark.e2e_full),
+        pytest.param("kubernetes/base", "copy", marks=pytest.mark.e2e_full),
+        ("helm", "copy"),
+        pytest.param("helm", "replicas", marks=pytest.mark.e2e_full),
     ],
 )
 def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source: str, mode: str) -> None:
@@ -448,7 +447,7 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source
     are admitted, a notice is handled to the end, and new spot nodes join, THEN the guard
     decided every eviction (never failed open), every request they made is declared, and
     every declared permission was used."""
-    copy = {"SPOTGUARD_SURGE_COPY": "true"} if mode == "copy" else {}
+    copy = {"SPOTGUARD_SURGE_COPY": "true" if mode == "copy" else "false"}
     with testing.running_cluster(scenario(), time_scale=10, termination_seconds=0.2, drainer=True) as sim:
         kubeconfigs = install_rbac(sim, source, tmp_path)
         with (
@@ -463,7 +462,7 @@ def test_the_servers_use_exactly_the_declared_permissions(tmp_path: Path, source
                 tmp_path, kubeconfigs["node-added"], env={"SPOTGUARD_NODE_JOIN_WAIT_SECONDS": "1", **copy}
             ) as node_added,
         ):
-            seen = interrupt(sim, webhook, interruption, node_added, copy=bool(copy))
+            seen = interrupt(sim, webhook, interruption, node_added, copy=mode == "copy")
     admission_used, interruption_used, node_added_used, guard = seen
 
     assert sum(guard.values()) > 0, "the drainer's evictions never reached the eviction guard"
