@@ -33,8 +33,20 @@ def gone_after(objects: list[dict[str, Any]]) -> float:
     """Simulated seconds from a workload pod's deletion to its removal, in the cluster the
     measured runs use (cycle.loaded_cluster: the scenario's settings)."""
     with cycle.loaded_cluster(objects, time_scale=20.0) as sim:
-        pod = next(p for p in sim.store.list("pods")[0] if (p["metadata"].get("ownerReferences") or [{}])[0]
-                   .get("kind") == "ReplicaSet")
+
+        def bound_replica() -> dict[str, Any] | None:
+            # The controllers create the pods after the load (a fresh-clone CI run found none
+            # yet): a Deployment's pod bound to a node, whose kubelet then runs its grace period.
+            for p in sim.store.list("pods")[0]:
+                owner = (p["metadata"].get("ownerReferences") or [{}])[0]
+                if owner.get("kind") == "ReplicaSet" and p["spec"].get("nodeName"):
+                    return p
+            return None
+
+        ends = time.monotonic() + 60
+        while (pod := bound_replica()) is None:
+            assert time.monotonic() < ends, "no Deployment pod was bound within 60 s"
+            time.sleep(0.05)
         name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
         start = sim.clock.now()
         sim.store.delete("pods", name, ns)
