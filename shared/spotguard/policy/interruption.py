@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotguard.policy import floors
+from spotguard.policy import floors, surgelife
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config, RebalanceAction
@@ -903,12 +903,14 @@ class Finish:
     # Remove the annotation (its nodes are gone); False: keep it as a done record.
     remove: bool = True
     scale: bool = True  # False: the replicas were already put back (a done record), or never raised (a copy)
+    event: surgelife.Event = surgelife.Event.REPLACEMENTS_READY  # what ended it
 
 
 @dataclass(frozen=True)
 class Waiting:
     workload: Workload
     reason: str
+    state: surgelife.SurgeState = surgelife.SurgeState.COVERING  # COVERING or WAITING
 
 
 def finish(
@@ -939,6 +941,10 @@ def finish(
     ``surge_copy``: the surge is a copy (``surgecopy``), which no replace of the workload
     undoes: a lost record waits for the replacements like any other, and the finish
     scales nothing back (``scale`` False: the owner's count was never written).
+
+    This counts; :func:`surgelife.life_step` decides (the surge's state machine): a surge
+    UNWINDING is a :class:`Finish` (its steps: ``spotguard.policy.unwind``), one COVERING
+    or WAITING a :class:`Waiting`, one HELD neither.
     """
     alive = {n.name for n in nodes}
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
@@ -957,8 +963,10 @@ def finish(
         nodes_gone = not (doomed_nodes & alive)
         over = nodes_gone or now >= last + STALE_SECONDS
         if record.done:
-            if over:
-                done.append(Finish(wl, record, wl.replicas, None, None, "", "doomed nodes gone", True, False))
+            step = surgelife.life_step(surgelife.held_facts(over=over, lost=record.lost, copy=surge_copy, now=now))
+            if step.state is surgelife.SurgeState.UNWINDING:
+                done.append(Finish(wl, record, wl.replicas, None, None, "", step.reason, step.remove, step.scale,
+                                   step.event))  # fmt: skip
             continue
         live = {n for n, t in deadlines.items() if n in alive and now < t}
         wl_pods = pods_by_key.get(wl.key, [])
@@ -991,41 +999,31 @@ def finish(
                     hpa_max = max(record.hpa_max, hpa_min or 1)
             floor = hpa.min_replicas if hpa_min is None else hpa_min
         target = max(_owner_count(record, wl.replicas, hpa), floor)
-        if doomed_ready:
-            holding = {p.node_name for p in wl_pods if p.active and p.ready and p.node_name in live}
-            if (
-                ready_elsewhere >= target
-                and not record.lost
-                and not surge_copy
-                and all(drained_only(record, marks, n) for n in holding)
-            ):
-                # A node an autoscaler drains: its pods go with the scale back (ranked first), not
-                # by the autoscaler's evictions (which the guard holds for this): an evicted pod's
-                # ReplicaSet, still at the surged count, would create one more pod, and the
-                # autoscaler launch a node for it, a node it removes again once the surge is over.
-                done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget,
-                                   "replacements Ready: the drained pods go with the scale back", False, True))
-                continue
-            waiting.append(Waiting(wl, f"{doomed_ready} pods still Ready on doomed nodes"))
-            continue
-        if record.lost and not surge_copy:
-            reason = "the surge record was lost (the workload was replaced): the owner's spec wins"
-        elif ready_elsewhere < target and now < last + REPLACEMENT_GRACE:
-            waiting.append(Waiting(wl, f"{ready_elsewhere} of {target} replacements Ready"))
-            continue
-        elif ready_elsewhere < target:
-            reason = f"surge older than its deadline by {int(REPLACEMENT_GRACE)}s"
-        else:
-            reason = "replacements Ready and the doomed pods gone"
-        # A copy's surge never wrote the owner's count: nothing to scale back.
-        done.append(
-            Finish(wl, record, target, hpa_min, hpa_max, record.budget, reason, over or record.lost, not surge_copy)
+        holding = {p.node_name for p in wl_pods if p.active and p.ready and p.node_name in live}
+        step = surgelife.life_step(
+            surgelife.LifeFacts(
+                held=False,
+                over=over,
+                doomed_ready=doomed_ready,
+                drained_only=all(drained_only(record, marks, n) for n in holding),
+                ready_elsewhere=ready_elsewhere,
+                target=target,
+                lost=record.lost,
+                copy=surge_copy,
+                last_deadline=last,
+                now=now,
+            )
         )
+        if step.state is not surgelife.SurgeState.UNWINDING:
+            waiting.append(Waiting(wl, step.reason, step.state))
+            continue
+        end = (step.reason, step.remove, step.scale, step.event)
+        done.append(Finish(wl, record, target, hpa_min, hpa_max, record.budget, *end))
     return done, waiting
 
 
 # How long past its last deadline a surge waits for replacements that are not Ready.
-REPLACEMENT_GRACE = 300.0
+REPLACEMENT_GRACE = surgelife.REPLACEMENT_GRACE
 
 
 def drained_only(record: SurgeRecord, marks: Mapping[str, NodeNotice] | None, node: str) -> bool:
