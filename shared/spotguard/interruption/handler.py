@@ -53,16 +53,15 @@ from spotguard.gateway.errors import (
     Transient,
 )
 from spotguard.interruption import finder, ledger, lifecycle, metrics, records
-from spotguard.policy import drains, evictions, floors, interruption, patches, surgecopy, surges
+from spotguard.policy import drains, evictions, floors, interruption, patches, surgecopy, surges, unwind
 from spotguard.policy import notices as notices_mod
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, SurgeStep, TaintStep, Verdict
-from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, INTERRUPTION_TAINT, SURGE, SURGE_OF, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF, Kind, Workload
 
 log = logging.getLogger("spotguard.interruption")
 T = TypeVar("T")
@@ -852,10 +851,10 @@ class Handler:
                 want_max = max(fresh.max_replicas, want_min)
         raise Transient(409, "Conflict", f"autoscaler {namespace}/{step.name} kept changing")
 
-    def _restore_autoscaler(self, namespace: str, fin: Finish, hpa: Autoscaler | None) -> bool:
+    def _restore_autoscaler(self, namespace: str, step: unwind.RestoreAutoscaler, hpa: Autoscaler | None) -> bool:
         """Put the autoscaler's limits back where they still hold spotguard's values."""
         rv = hpa.resource_version if hpa is not None else ""
-        want_min, want_max = fin.hpa_min, fin.hpa_max
+        want_min, want_max = step.min_replicas, step.max_replicas
         for _ in range(CONFLICT_ATTEMPTS):
             spec: Obj = {}
             if want_min is not None:
@@ -867,21 +866,17 @@ class Handler:
             body: Obj = {
                 "spec": spec,
                 "metadata": {"annotations": {interruption.HPA_SET_MIN: None, interruption.HPA_SET_MAX: None,
-                                             interruption.HPA_RESTORED: interruption.restore_key(fin.record)}},
+                                             interruption.HPA_RESTORED: interruption.restore_key(step.record)}},
             }
             if rv:
                 body["metadata"]["resourceVersion"] = rv
             try:
-                self.kube.patch(r.HPAS, fin.record.hpa, body, namespace)
+                self.kube.patch(r.HPAS, step.record.hpa, body, namespace)
                 return True
             except Conflict:
-                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, fin.record.hpa, namespace))
+                fresh = Autoscaler.from_json(self.kube.get(r.HPAS, step.record.hpa, namespace))
                 rv = fresh.resource_version
-                rec = fin.record
-                if rec.hpa_set is not None and not rec.min_is_ours(fresh):
-                    want_min = None  # the user changed it meanwhile: theirs wins
-                if rec.hpa_max_set is not None and not rec.max_is_ours(fresh):
-                    want_max = None
+                want_min, want_max = unwind.limits_after_conflict(step.record, fresh, want_min, want_max)
         return False
 
     def _surge(self, step: SurgeStep, batch: Batch) -> None:
@@ -1261,93 +1256,47 @@ class Handler:
         metrics.BELOW_FLOOR.set(_below_floor(snap, config))
 
     def _finish(self, fin: Finish, snap: Snapshot, batch: Batch) -> None:
+        """Carry out the end of a surge that is over (:func:`unwind.steps`), step by step; the
+        first that fails stops it there (the next reconcile finishes again)."""
         wl = fin.workload
         raw = snap.workloads.get(wl.key)
+        if raw is None:
+            return
         try:
-            if raw is None:
-                return
-            # The pods to go first are ranked before the autoscaler's minimum comes down: the
-            # autoscaler may scale down itself right after, and must remove the same pods.
-            if self.surge_copy:
-                # The copy goes before the record (a failure leaves the record: finished again).
-                # (By name where this snapshot did not list the copies: node-added's.)
-                current = snap.copies.get(wl.key) or {
-                    "metadata": {"name": surgecopy.name_for(wl.name), "namespace": wl.namespace}
-                }
-                if not self._delete_copy(current, fin.reason):
-                    return  # the next reconcile finishes again
-            if (
-                fin.scale
-                and fin.replicas < wl.replicas
-                and not self._rank_first_to_go(wl, fin.record, snap, wl.replicas - fin.replicas, batch.marks)
-            ):
-                return  # the next reconcile scales back
-            if not self._unprotect_surge_replicas(wl, snap):
-                return  # the next reconcile finishes again
-            if fin.hpa_min is not None or fin.hpa_max is not None:
-                hpa = next(
-                    (h for h in snap.autoscaler_views if h.namespace == wl.namespace and h.name == fin.record.hpa),
-                    None,
-                )
-                if not self._restore_autoscaler(wl.namespace, fin, hpa):
-                    return  # the autoscaler kept changing: the next reconcile decides again
-            # The budget goes before the record: a failure here leaves the record, and the
-            # next reconcile finishes again (a record removed first would orphan the budget).
-            if fin.budget:
-                with contextlib.suppress(NotFound):
-                    self.kube.delete(r.PODDISRUPTIONBUDGETS, fin.budget, wl.namespace)
-            if fin.record.lost and (not fin.scale or fin.replicas == wl.replicas):
-                # Nothing to put back on the workload (a scale back of ours whose ledger write
-                # failed, a replace at the owner's count, a copy's surge): only the ledger entry goes.
-                batch.records[wl.key] = None
-                log.info(
-                    "surge over: no record on the workload and it is at its owner's count; ledger entry dropped",
-                    extra={"workload": wl.key, "event_ids": list(fin.record.events), "replicas": wl.replicas},
-                )
-                return
-            for _ in range(CONFLICT_ATTEMPTS):
-                keep = None if fin.remove else interruption.finished_record(fin.record)
-                try:
-                    self.kube.patch(
-                        r.DEPLOYMENTS,
-                        wl.name,
-                        records.finish_patch(raw, fin.replicas if fin.scale else None, keep),
-                        wl.namespace,
-                    )
-                    batch.records[wl.key] = keep
-                    break
-                except Conflict:
-                    raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
-                    raw.setdefault("kind", "Deployment")
-                    view = Workload.from_json(raw)
-                    if fin.record.lost and SURGE not in view.annotations:
-                        view = dataclasses.replace(
-                            view,
-                            annotations={**view.annotations, SURGE: fin.record.to_json(), surges.LOST: "true"},
+            for step in unwind.steps(fin, snap.pod_views, batch.marks, surge_copy=self.surge_copy):
+                match step:
+                    case unwind.DeleteCopy():
+                        # (By name where this snapshot did not list the copies: node-added's.)
+                        stub = {"metadata": {"name": step.name, "namespace": wl.namespace}}
+                        done = self._delete_copy(snap.copies.get(wl.key) or stub, step.reason)
+                    case unwind.RankFirstToGo():
+                        done = self._annotate_pods(wl, step.changes, "could not rank a pod first to go")
+                    case unwind.EndProtection():
+                        done = self._annotate_pods(wl, step.changes, "could not end a surge replica's protection")
+                    case unwind.RestoreAutoscaler():
+                        hpas = snap.autoscaler_views
+                        hpa = next((h for h in hpas if h.namespace == wl.namespace and h.name == step.record.hpa), None)
+                        done = self._restore_autoscaler(wl.namespace, step, hpa)
+                    case unwind.DeleteBudget():
+                        with contextlib.suppress(NotFound):
+                            self.kube.delete(r.PODDISRUPTIONBUDGETS, step.name, wl.namespace)
+                        done = True
+                    case unwind.DropLedgerEntry():
+                        batch.records[wl.key] = None
+                        log.info(
+                            "surge over: no record on the workload and it is at its owner's count; "
+                            "ledger entry dropped",
+                            extra={"workload": wl.key, "event_ids": list(fin.record.events), "replicas": wl.replicas},
                         )
-                    again, _ = interruption.finish(
-                        workloads=[view],
-                        pods=snap.pod_views,
-                        nodes=snap.node_views,
-                        now=self.clock(),
-                        marks=batch.marks,
-                        surge_copy=self.surge_copy,
-                    )
-                    if not again:
                         return
-                    fin = Finish(
-                        again[0].workload,
-                        again[0].record,
-                        again[0].replicas,
-                        None,
-                        None,
-                        again[0].budget,
-                        again[0].reason,
-                        again[0].remove,
-                        again[0].scale,
-                    )
-            else:
-                return  # the next reconcile tries again
+                    case unwind.WriteBack():
+                        written = self._write_back(fin, step, raw, snap, batch)
+                        if written is None:
+                            return  # not over now, or the workload kept changing: the next reconcile
+                        fin, raw = written
+                        done = True
+                if not done:
+                    return  # the next reconcile finishes again
         except NotFound:
             return
         except ApiError as exc:
@@ -1373,15 +1322,36 @@ class Handler:
                 best_effort=True,
             )
 
-    def _unprotect_surge_replicas(self, wl: Workload, snap: Snapshot) -> bool:
-        """The surge is over: its replicas that stay are ordinary replicas again, which the
-        node autoscalers may move (admission protected them from consolidation and
-        scale-down while the surge was needed: ``patches.surge_protection``). The replicas
-        the scale back removes go with their pods. False where a pod could not be patched
-        (the next reconcile finishes again)."""
-        mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
-        undo = [(p, patches.surge_unprotection(p.annotations)) for p in mine]
-        return self._annotate_pods(wl, [(p, a) for p, a in undo if a], "could not end a surge replica's protection")
+    def _write_back(
+        self, fin: Finish, step: unwind.WriteBack, raw: Obj, snap: Snapshot, batch: Batch
+    ) -> tuple[Finish, Obj] | None:
+        """The end's last write (``spec.replicas`` and the record), guarded by the
+        resourceVersion; on a conflict, read again and ask the policy how it ends now
+        (:func:`unwind.again`). The end as written and the workload it was written on; None
+        where nothing was (not over now, or it kept changing)."""
+        wl = fin.workload
+        for _ in range(CONFLICT_ATTEMPTS):
+            try:
+                patch = records.finish_patch(raw, step.replicas, step.keep)
+                self.kube.patch(r.DEPLOYMENTS, wl.name, patch, wl.namespace)
+                batch.records[wl.key] = step.keep
+                return fin, raw
+            except Conflict:
+                raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
+                raw.setdefault("kind", "Deployment")
+                fresh = unwind.again(
+                    Workload.from_json(raw),
+                    fin,
+                    pods=snap.pod_views,
+                    nodes=snap.node_views,
+                    now=self.clock(),
+                    marks=batch.marks,
+                    surge_copy=self.surge_copy,
+                )
+                if fresh is None:
+                    return None
+                fin, step = fresh, unwind.write_back(fresh)
+        return None
 
     def _annotate_pods(
         self, wl: Workload, changes: Sequence[tuple[PodView, Mapping[str, str | None]]], failed: str
@@ -1398,58 +1368,6 @@ class Handler:
                 log.warning(failed, extra={"workload": wl.key, "error": str(exc)})
                 return False
         return True
-
-    def _rank_first_to_go(
-        self, wl: Workload, record: SurgeRecord, snap: Snapshot, remove: int, marks: Mapping[str, NodeNotice]
-    ) -> bool:
-        """Rank the workload's pods on its doomed nodes first to go before a scale back of
-        ``remove`` replicas, and where those are fewer, its surge replicas next.
-
-        Past its deadline a doomed node serves nothing, but the API keeps its pods Ready
-        until the node lifecycle controller notices (50 s and more): among equally Ready
-        pods the ReplicaSet would as soon remove a serving replacement as a dead pod
-        (found by tests/chaos). Only where the node's notice says its instance is
-        terminated (or the node is gone): a rebalance recommendation's node lives on, and
-        a stopped instance may start again, with spot pods worth keeping. False where a
-        pod could not be ranked (try again later). The surge record says which of its nodes
-        only had a rebalance recommendation: a node whose own notice is still the
-        rebalance's (the interruption's taint write failed, and is retried) is doomed when
-        the record says an interruption took over; and the other way round, a node the record
-        still names for a rebalance dies where its mark (``marks``) says a reclaim came.
-        """
-
-        def dies(n: str) -> bool:
-            mark = marks.get(n)
-            if record.rebalance is not None:
-                if n in record.rebalance:  # dead only where a reclaim's mark came since
-                    if mark is None:
-                        return False
-                    return mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate")
-                return mark is None or mark.kind is NoticeKind.REBALANCE or mark.action in ("", "terminate")
-            return mark is None or (mark.kind is not NoticeKind.REBALANCE and mark.action in ("", "terminate"))
-
-        doomed = {n for n in record.nodes if dies(n)}
-        mine = [p for p in snap.pod_views if not p.terminating and interruption.workload_key_of(p) == wl.key]
-        dead = [p for p in mine if p.node_name in doomed]
-
-        # Then the surge's own replicas, newest first (a rebalance recommendation not followed
-        # by an interruption: the spot pods on its living node stay, the extras go; tests/chaos
-        # rebalance-storm-surge), as many as the dead pods leave to remove. Its own: marked so
-        # by the webhook, or created since the surge began (a surge pod the webhook let through
-        # unchanged, failing open, has no mark; without a rank the ReplicaSet removed a spot
-        # pod doubled up on the living node instead: rebalance-storm-surge under timeouts).
-        # (creationTimestamp has whole seconds.)
-        def surge_replica(p: PodView) -> bool:
-            return p.annotations.get(SURGE_REPLICA) == "true" or (p.created > 0 and p.created >= int(record.started))
-
-        extras = sorted(
-            (p for p in mine if p.node_name not in record.nodes and surge_replica(p)),
-            key=lambda p: (p.annotations.get(SURGE_REPLICA) == "true", p.created, p.name),
-            reverse=True,
-        )[: max(0, remove - len(dead))]
-        ranks = [(p, str(DOOMED_FIRST)) for p in dead] + [(p, str(SURGE_FIRST)) for p in extras]
-        changes = [(p, {DELETION_COST: cost}) for p, cost in ranks if p.annotations.get(DELETION_COST) != cost]
-        return self._annotate_pods(wl, changes, "could not rank a pod first to go")
 
     def _sweep_budgets(self, snap: Snapshot, pool: ThreadPoolExecutor) -> None:
         """Delete our budgets whose workload has no surge in progress (left by a crash)."""
