@@ -84,7 +84,11 @@ def test_the_copy_carries_no_gitops_tracking_and_is_sized_and_marked() -> None:
         surgecopy.EVENTS: "e-1",
     }
     assert rs["spec"]["replicas"] == 3 and rs["spec"]["minReadySeconds"] == 5
-    assert rs["spec"]["template"]["metadata"]["annotations"] == {"a": "b", SURGE_REPLICA: "true"}
+    assert rs["spec"]["template"]["metadata"]["annotations"] == {
+        "a": "b",
+        SURGE_REPLICA: "true",
+        **patches.surge_protection({}),  # test_the_copys_pods_keep_their_nodes_from_the_node_autoscalers
+    }
 
 
 def test_the_copys_pods_require_on_demand() -> None:
@@ -283,3 +287,23 @@ def test_the_webhook_leaves_the_copys_pods_where_their_template_pins_them() -> N
     raw["spec"] = copy.deepcopy(spot["spec"]["template"]["spec"])
     reason = placement.skip_reason(PodView.from_json(raw), CFG)
     assert reason == "a pod of spotguard's surge copy (placed by its template)"
+
+
+@pytest.mark.parametrize("on_demand", [True, False], ids=["on-demand", "spot-slots"])
+def test_the_copys_pods_keep_their_nodes_from_the_node_autoscalers(on_demand: bool) -> None:
+    """As the replica surge's replicas (admission protects those, and skips the copy's pods):
+    Karpenter does not consolidate, the Cluster Autoscaler does not scale down, a node holding
+    a copy's pod while the surge needs it. (The demo's rebalance surge: Karpenter consolidated
+    an on-demand node with copy pods, and its drain took db below its floor.)"""
+    rs = surgecopy.build(deployment(), 2, CFG, on_demand=on_demand)
+    assert not isinstance(rs, Refusal), rs
+    notes = rs["spec"]["template"]["metadata"]["annotations"]
+    assert notes["karpenter.sh/do-not-disrupt"] == "true"
+    assert notes["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    assert notes["a"] == "b" and notes[SURGE_REPLICA] == "true"
+    # a template that says otherwise keeps its own value
+    mine = deployment()
+    mine["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "false"
+    rs = surgecopy.build(mine, 2, CFG, on_demand=on_demand)
+    assert not isinstance(rs, Refusal), rs
+    assert rs["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "false"

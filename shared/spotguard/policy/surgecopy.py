@@ -171,6 +171,12 @@ def build(
     copy_selector = copy.deepcopy(dict(selector))
     copy_selector["matchLabels"] = {**(copy_selector.get("matchLabels") or {}), SURGE_OF: name}
     pod_annotations = {**(tmeta.get("annotations") or {}), SURGE_REPLICA: "true"}
+    # Kept where they are while the surge needs them, as the replica surge's are (admission
+    # protects those; it skips the copy's pods): no node autoscaler consolidates or scales down
+    # their node. Without it Karpenter consolidated an on-demand node holding copy pods in the
+    # middle of the demo's rebalance surge, and its drain took db below its floor once the
+    # eviction guard's floor hold was over. The copy's deletion ends the protection with them.
+    pod_annotations.update(patches.surge_protection(pod_annotations))
     pod_spec = copy.deepcopy(dict(template.get("spec") or {}))
     if on_demand:
         pod_spec["affinity"] = pin_on_demand(pod_spec.get("affinity"), config)
