@@ -127,6 +127,15 @@ def assert_surged(c: Cluster, name: str, replicas: int, surge: int, copy: bool) 
         assert c.deployment(name)["spec"]["replicas"] == replicas + surge
 
 
+def replacements_ready_doomed_pods_not(c: Cluster) -> None:
+    """web's and single's own replacements Ready on od-0; their pods on spot-0 not Ready."""
+    new = [pod(c.deployment("web"), i, "od-0") for i in range(10, 13)]
+    new += [pod(c.deployment("single"), 10, "od-0")]
+    c.store.apply_objects(new)
+    c.set_ready("web-5d4f8-00001", False)
+    c.set_ready("single-5d4f8-00000", False)
+
+
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     web = sc.deployment("web", 3)
@@ -225,11 +234,7 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     h.reconcile()
     assert c.record("web") is not None  # the doomed pods are still Ready
     # The replacements come up on on-demand; the doomed pods go not Ready (the node is going).
-    new = [pod(c.deployment("web"), i, "od-0") for i in range(10, 13)]
-    new += [pod(c.deployment("single"), 10, "od-0")]
-    c.store.apply_objects(new)
-    c.set_ready("web-5d4f8-00001", False)
-    c.set_ready("single-5d4f8-00000", False)
+    replacements_ready_doomed_pods_not(c)
     h.reconcile()
     assert c.deployment("web")["spec"]["replicas"] == 5
     assert c.deployment("single")["spec"]["replicas"] == 1
@@ -270,11 +275,7 @@ def test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing(cluster:
     assert c.record("web") is not None  # the doomed pods are still Ready
     assert_surged(c, "web", 5, 1, copy=True)
     # The Deployments' own replacements come up on on-demand; the doomed pods go not Ready.
-    new = [pod(c.deployment("web"), i, "od-0") for i in range(10, 13)]
-    new += [pod(c.deployment("single"), 10, "od-0")]
-    c.store.apply_objects(new)
-    c.set_ready("web-5d4f8-00001", False)
-    c.set_ready("single-5d4f8-00000", False)
+    replacements_ready_doomed_pods_not(c)
     h.reconcile()
     assert surge_copy(c, "web") is None and surge_copy(c, "single") is None
     assert c.deployment("web")["spec"]["replicas"] == 5
