@@ -22,7 +22,7 @@ from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config, interruption, moves, patches, surgecopy, surges
 from spotguard.policy.notices import Notice, NoticeKind
-from spotguard.policy.workloads import DELETION_COST, SURGE
+from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_OF
 from spotguard.sim import testing
 from spotguard.sim.controllers import pods as pod_util
 
@@ -1089,3 +1089,27 @@ def test_an_unreadable_ledger_fails_the_handling_its_notices_retried(cluster: Cl
     c.sim.faults.clear()
     assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert surge_copy(c, "web") is not None
+
+
+def test_a_snapshots_pods_of_a_workload_are_its_own(cluster: Cluster) -> None:
+    """The index the copy steps and the ends count over (Snapshot.pods_of) holds exactly the
+    pods interruption.workload_key_of gives each workload; a copy's pods are nobody's own."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    web = {**c.deployment("web"), "kind": "Deployment"}
+    body = surgecopy.build(web, 1, copy_mode())
+    assert isinstance(body, dict)
+    copy_pod = pod(web, 9, "od-0")
+    copy_pod["metadata"]["labels"][SURGE_OF] = "web"
+    copy_pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": body["metadata"]["name"], "uid": "c-1"}
+    ]
+    c.store.apply_objects([copy_pod])
+    snap = h.snapshot()
+    keys = {interruption.workload_key_of(p) for p in snap.pod_views} - {None}
+    assert keys >= {"Deployment/shop/web", "Deployment/shop/single", "StatefulSet/shop/db"}
+    for key in keys:
+        assert snap.pods_of(str(key)) == [p for p in snap.pod_views if interruption.workload_key_of(p) == key]
+    assert all(p.labels.get(SURGE_OF) is None for p in snap.pods_of("Deployment/shop/web"))
+    assert len(snap.pods_of("Deployment/shop/web")) == 3
