@@ -15,7 +15,7 @@ from spotguard.policy.moves import Action, Direction, Method, MoveRecord
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, Kind, Workload
 
 from tests.policy.builders import node, pod
 
@@ -312,8 +312,19 @@ def test_a_batch_record_round_trips_and_names_every_pod_it_removes() -> None:
     assert [m.pod for m in r.marked] == ["web-7d9f-00000", "web-7d9f-00001", "web-7d9f-00002"] and r.size == 3
 
 
-def batch_pods(ready_new: int, pending_new: int) -> list[PodView]:
-    old = [wpod(i, "od-1") for i in range(4)]  # 0, 1, 2 ranked by the move; 3 the floor
+def batch_pods(ready_new: int, pending_new: int, *, restored: Sequence[int] = ()) -> list[PodView]:
+    # 0, 1, 2 ranked first by the move (``restored``: their cost already back); 3 the floor
+    before = {1: None, 2: "1000"}
+    ranked = {DELETION_COST: str(moves.FIRST_TO_GO)}
+
+    def cost(i: int) -> dict[str, str]:
+        if i >= 3:
+            return {}
+        if i in restored:
+            return {} if before.get(i) is None else {DELETION_COST: str(before[i])}
+        return ranked
+
+    old = [wpod(i, "od-1", annotations=cost(i)) for i in range(4)]
     fresh = [new(wpod(10 + i, "spot-1")) for i in range(ready_new)]
     fresh += [new(wpod(20 + i, None, ready=False)) for i in range(pending_new)]
     return old + fresh
@@ -339,6 +350,19 @@ def test_a_launch_that_never_comes_keeps_what_arrived_and_undoes_the_rest() -> N
     # none arrived: undone, every rank back, and a hold
     p = progress(batch_pods(0, 3), r, replicas=7, now=NOW + 301)
     assert p.action is Action.ABORT and p.replicas == 4 and len(p.restore) == 3 and p.hold is not None
+
+
+def test_a_cost_already_back_is_not_restored_again() -> None:
+    """A pass whose restores failed half-way (one patch a pod) keeps those it made; the next
+    restores only the rest. Patching every ranked pod each pass, a move of 30 replicas under
+    20 % failed requests never got all 30 through in one pass and stayed in progress for good
+    (chaos spot-refused-after-reclaim under 500s)."""
+    r = batch_record()
+    p = progress(batch_pods(0, 3, restored=(1,)), r, replicas=7, now=NOW + 301)
+    assert p.action is Action.ABORT
+    assert [(m.pod, m.cost) for m in p.restore] == [("web-7d9f-00000", "1000"), ("web-7d9f-00002", "1000")]
+    p = progress(batch_pods(0, 3, restored=(1, 2)), r, replicas=7, now=NOW + 301)
+    assert [m.pod for m in p.restore] == ["web-7d9f-00000"]
 
 
 def test_a_move_to_spot_under_way_asks_new_replicas_to_require_spot() -> None:
