@@ -199,7 +199,8 @@ def test_spot_interruption_zip_handles_an_sqs_batch(packaged: tuple[Path, str], 
         assert result == {"batchItemFailures": []}
         node = api.get(r.NODES, "spot-a")
         assert transport_support.interruption_taint(node)
-        assert api.get(r.DEPLOYMENTS, "web", "shop")["spec"]["replicas"] > 2
+        # the surge is web's copy (the default): its two pods on spot-a, spec.replicas untouched
+        transport_support.assert_copy_surge(api, "web", 2, 2)
     [metrics] = emf_lines(stdout)
     assert metrics["service"] == "spot-interruption"
     assert (metrics["Messages"], metrics["BatchItemFailures"]) == ([float(len(event["Records"]))], [0.0])
