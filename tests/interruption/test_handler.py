@@ -136,6 +136,14 @@ def replacements_ready_doomed_pods_not(c: Cluster) -> None:
     c.set_ready("single-5d4f8-00000", False)
 
 
+def spot_0_goes(c: Cluster, h: Handler) -> None:
+    """spot-0 and its pods leave the API; its state change (terminated) is handled, ignored."""
+    c.store.remove("nodes", "spot-0")
+    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
+        c.store.remove("pods", p, "shop")
+    assert h.handle([c.notice("spot-0", NoticeKind.STATE_CHANGE, state="terminated")]) == [Outcome.IGNORED]
+
+
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     web = sc.deployment("web", 3)
@@ -253,10 +261,7 @@ def test_scale_back_keeps_the_users_change_and_restores_everything(cluster: Clus
     assert c.kube.stats.writes == writes
     assert c.deployment("web")["spec"]["replicas"] == 5
     # The node goes (a state change says so): the record is removed.
-    c.store.remove("nodes", "spot-0")
-    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
-        c.store.remove("pods", p, "shop")
-    assert h.handle([c.notice("spot-0", NoticeKind.STATE_CHANGE, state="terminated")]) == [Outcome.IGNORED]
+    spot_0_goes(c, h)
     assert c.record("web") is None and c.record("single") is None
     assert c.deployment("web")["spec"]["replicas"] == 5
 
@@ -292,10 +297,7 @@ def test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing(cluster:
     assert c.kube.stats.writes == writes
     assert surge_copy(c, "web") is None and c.deployment("web")["spec"]["replicas"] == 5
     # The node goes (a state change says so): the record is removed.
-    c.store.remove("nodes", "spot-0")
-    for p in ("web-5d4f8-00001", "single-5d4f8-00000", "db-1"):
-        c.store.remove("pods", p, "shop")
-    assert h.handle([c.notice("spot-0", NoticeKind.STATE_CHANGE, state="terminated")]) == [Outcome.IGNORED]
+    spot_0_goes(c, h)
     assert c.record("web") is None and c.record("single") is None
     assert c.deployment("web")["spec"]["replicas"] == 5
     assert c.store.list("replicasets", namespace="shop")[0] == []

@@ -131,12 +131,14 @@ class Snapshot:
     lost: dict[str, SurgeRecord] = field(default_factory=dict)  # records only the ledger still has
     # The surge copies (surge_copy): Deployment key -> its copy (a ReplicaSet of spotguard's).
     copies: dict[str, Obj] = field(default_factory=dict)
-    _nodes_by_name: dict[str, Obj] = field(default_factory=dict)
-    _pods_by_workload: dict[str, list[PodView]] | None = None
-    _index_lock: threading.Lock = field(default_factory=threading.Lock)
+    node_names: frozenset[str] = field(default=frozenset(), init=False)  # of node_views
+    _nodes_by_name: dict[str, Obj] = field(default_factory=dict, repr=False, compare=False)
+    _pods_by_workload: dict[str, list[PodView]] | None = field(default=None, repr=False, compare=False)
+    _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.node_views = [NodeView.from_json(n) for n in self.nodes]
+        self.node_names = frozenset(n.name for n in self.node_views)
         for n in self.nodes:
             meta = n.get("metadata") or {}
             mark = NodeNotice.parse((meta.get("annotations") or {}).get(notices_mod.NODE_NOTICE))
@@ -1026,7 +1028,7 @@ class Handler:
             surge_copy=self.surge_copy,
         )
         if not self.ends_rebalance_surges:
-            alive = {n.name for n in snap.node_views}
+            alive = snap.node_names
             kept = []
             for f in done:
                 if interruption.rebalance_node_lives(f.record, alive):
@@ -1090,12 +1092,16 @@ class Handler:
         snap = batch.snap
         now = self.clock()
         marks = batch.marks or snap.node_notices
-        alive = {n.name for n in snap.node_views}
+        alive = snap.node_names
         deadlines, last = interruption.node_deadlines(record, marks)
         current = snap.copies.get(wl.key)
         # A rebalance's node that lives on past its end stays, with its pods; only where this
         # process ends rebalance surges (a reclaim for it may be retried by another process).
-        staying = interruption.rebalance_survivors(record, alive, now, marks) if self.ends_rebalance_surges else set()
+        staying = (
+            interruption.rebalance_survivors(record, alive, now, marks, deadlines)
+            if self.ends_rebalance_surges
+            else set()
+        )
         facts = surgecopy.facts_for(
             wl,
             record.ready,

@@ -457,16 +457,16 @@ def rebalance_survivors(
     record: SurgeRecord,
     alive: Collection[str],
     now: float,
-    marks: Mapping[str, NodeNotice] | None = None,
-    max_seconds: float = SURGE_MAX_SECONDS,
+    marks: Mapping[str, NodeNotice] | None,
+    deadlines: Mapping[str, float],
 ) -> set[str]:
     """A surge's nodes that only had a rebalance recommendation, still exist, are past the
     rebalance's end and have no reclaim marked since (``marks``: the nodes' notices, with the
     reclaims the caller still retries): they live on, and their pods serve on a node that stays.
 
     A copy's surge counts them so (its own pods never count as the Deployment's): without them
-    the copy waited for replacements of pods that never die, 300 s past the rebalance's end."""
-    deadlines, _ = node_deadlines(record, marks, max_seconds)
+    the copy waited for replacements of pods that never die, 300 s past the rebalance's end.
+    ``deadlines``: the record's :func:`node_deadlines` (each caller has them already)."""
     out: set[str] = set()
     for n in record.rebalance or ():
         mark = (marks or {}).get(n)
@@ -972,7 +972,7 @@ def finish(
         wl_pods = pods_by_key.get(wl.key, [])
         doomed_ready = sum(1 for p in wl_pods if p.active and p.ready and p.node_name in live)
         # A copy's surge: a rebalance's node that lives on serves (the copy's pods do not count).
-        staying = rebalance_survivors(record, alive, now, marks, max_seconds) if surge_copy else set()
+        staying = rebalance_survivors(record, alive, now, marks, deadlines) if surge_copy else set()
         ready_elsewhere = sum(
             1 for p in wl_pods if p.active and p.ready and (p.node_name not in doomed_nodes or p.node_name in staying)
         )
