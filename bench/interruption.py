@@ -113,6 +113,7 @@ def child(args: argparse.Namespace) -> int:
     k = kube.connect(args.kubeconfig)
     handler = Handler(k, Config(surge_copy=args.surge == "copy"), workers=args.workers)
     started = time.perf_counter()  # the first message received
+    cpu = time.process_time()
     notices = [
         Notice(
             event_id=n["id"],
@@ -140,10 +141,11 @@ def child(args: argparse.Namespace) -> int:
         "lists": k.stats.count("list"),
         "taint_writes": k.stats.count("patch", "nodes"),
         "workload_writes": k.stats.count("patch", "deployments.apps"),
-        "copy_writes": k.stats.count("create", "replicasets.apps"),
+        "copy_writes": k.stats.count("create", "replicasets.apps") + k.stats.count("update", "replicasets.apps"),
         "budget_writes": k.stats.count("create", "poddisruptionbudgets.policy"),
         "autoscaler_writes": k.stats.count("patch", "horizontalpodautoscalers.autoscaling"),
         "event_writes": k.stats.count("create", "events"),
+        "client_cpu_seconds": round(time.process_time() - cpu, 3),
     }
     print(json.dumps(out))
     return 0
@@ -207,13 +209,21 @@ def main() -> int:
             path = Path(tmp) / "notices.json"
             path.write_text(json.dumps(notices))
             extra = ["--notices-file", str(path), "--workers", str(args.workers), "--surge", args.surge]
+            server_cpu = time.process_time()
             result = _served.run_child(__file__, sim.kubeconfig, extra, profile=args.profile)
+            server_cpu = time.process_time() - server_cpu
         if isinstance(result, int):
             return result
+        # A surge's record: on its copy (the copy's surge: the Deployment is not written), or
+        # on the Deployment (the replica surge).
         surged = sum(
             1
             for d in sim.store.list("deployments")[0]
             if "spotguard.io/surge" in (d["metadata"].get("annotations") or {})
+        ) + sum(
+            1
+            for rs in sim.store.list("replicasets")[0]
+            if "spotguard.io/surge-record" in (rs["metadata"].get("annotations") or {})
         )
     line = {
         "surge": args.surge,
@@ -232,6 +242,7 @@ def main() -> int:
         **{k: v for k, v in result.items() if k not in ("seconds", "api_writes")},
         **counts,
         "load_seconds": round(load_seconds, 1),
+        "server_cpu_seconds": round(server_cpu, 3),
     }
     print(json.dumps(line))
     return 0

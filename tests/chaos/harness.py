@@ -47,6 +47,7 @@ from spotguard.sim import objects, readiness, testing
 from spotguard.sim import settings as sim_settings
 
 from tests.chaos import functions
+from tests.records import with_copy_records
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,7 +293,7 @@ class Chaos:
                 obj.setdefault("kind", kind)
                 w = Workload.from_json(obj)
                 out[w.key] = w
-        return out
+        return with_copy_records(self.sim.store, out)
 
     def serving(self) -> dict[str, int]:
         counts: dict[str, int] = {}

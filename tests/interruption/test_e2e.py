@@ -10,16 +10,15 @@ aws-node-termination-handler does. Each in the default surge (a copy of each Dep
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 from spotguard.policy import config
-from spotguard.policy.workloads import SURGE
 from spotguard.sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
 from tests.interruption.copy_watch import CopyWatch, copies_now
+from tests.records import surge_record
 
 TIME_SCALE = 20.0
 READY_DELAY = 30.0
@@ -59,12 +58,12 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, surge: str, tmp_path) 
             taints = nodes[name]["spec"].get("taints") or []
             assert {"key": "spotguard.io/interruption", "value": f"itn-{name}", "effect": "NoSchedule"} in taints
         deployments = {f"Deployment/shop/{d['metadata']['name']}": d for d in store.list("deployments")[0]}
-        surged = {k for k, d in deployments.items() if SURGE in (d["metadata"].get("annotations") or {})}
+        records = {k: rec for k in deployments if (rec := surge_record(store, k.rsplit("/", 1)[1])) is not None}
+        surged = set(records)
         assert surged == {k for k in on_spot if k and k.startswith("Deployment/")}
         budgets = {b["metadata"]["name"] for b in store.list("poddisruptionbudgets")[0]}
         assert "spotguard-surge-web" not in budgets  # the user has a budget on web
         assert {f"spotguard-surge-{k.rsplit('/', 1)[1]}" for k in surged if not k.endswith("/web")} <= budgets
-        records = {k: json.loads(deployments[k]["metadata"]["annotations"][SURGE]) for k in surged}
         assert "Deployment/shop/solo" in surged  # a single replica on spot
         if copy_mode:
             # The surge is a copy of each Deployment (the default): the owner's count and the
@@ -91,7 +90,7 @@ def test_every_spot_node_reclaimed_at_once(drainer: bool, surge: str, tmp_path) 
             if names & set(spot):
                 return False
             for d in store.list("deployments")[0]:
-                if SURGE in (d["metadata"].get("annotations") or {}):
+                if surge_record(store, d["metadata"]["name"]) is not None:
                     return False
             now = h.floors_of(store)
             if any(now[k][0] != before[k][0] for k in before):

@@ -25,12 +25,12 @@ from spotguard.interruption.handler import Handler, Outcome
 from spotguard.policy import config
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.surges import SurgeRecord
-from spotguard.policy.workloads import SURGE
 from spotguard.sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
 from tests.interruption.copy_watch import CopyWatch, copies_now
+from tests.records import surge_record
 
 TIME_SCALE = 20.0
 
@@ -78,10 +78,11 @@ def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
         handler = h.handler_for(sim, config=dataclasses.replace(config.Config(), surge_copy=copy_mode))
         rnd = random.Random(7)
         # The state change for half of the nodes comes first, on its own; its first delivery
-        # meets every Deployment write failing, so it certainly comes back RETRY (whatever
+        # meets every surge write failing, so it certainly comes back RETRY (whatever
         # requests the random faults below happen to hit)...
         first = h.notices_for(sim, spot[::2], NoticeKind.STATE_CHANGE, state="shutting-down")
-        sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+        verb, res = ("create", "replicasets") if copy_mode else ("patch", "deployments")
+        sim.faults.set(verb=verb, resource=res, error_rate=1.0, status=500)
         assert Outcome.RETRY in handler.handle(first)
         sim.faults.clear()
         sim.faults.set(error_rate=0.2, status=500)
@@ -98,7 +99,7 @@ def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
         assert copies.surged() == ({k for k, n in doomed.items() if n} if copy_mode else set())
         for d in store.list("deployments")[0]:
             key = f"Deployment/{d['metadata']['namespace']}/{d['metadata']['name']}"
-            record = json.loads((d["metadata"].get("annotations") or {}).get(SURGE) or "null")
+            record = surge_record(store, d["metadata"]["name"])
             if not doomed[key]:
                 assert record is None, key
                 continue
@@ -119,7 +120,7 @@ def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
             if e.get("reason") == "SpotInterruptionSurge":
                 added[e["involvedObject"]["name"]] += int(re.search(r"\(\+(\d+) on on-demand\)", e["message"]).group(1))
         for d in store.list("deployments")[0]:
-            record = json.loads((d["metadata"].get("annotations") or {}).get(SURGE) or '{"surge": 0}')
+            record = surge_record(store, d["metadata"]["name"]) or {"surge": 0}
             assert added[d["metadata"]["name"]] <= record["surge"]
         assert sum(added.values()) > 0
         for node in spot:
@@ -141,7 +142,8 @@ def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
         kept = ledger.read(handler.kube)
         for d in store.list("deployments")[0]:
             key = f"Deployment/{d['metadata']['namespace']}/{d['metadata']['name']}"
-            on_workload = SurgeRecord.parse((d["metadata"].get("annotations") or {}).get(SURGE) or "null")
+            found = surge_record(store, d["metadata"]["name"])
+            on_workload = None if found is None else SurgeRecord.parse(json.dumps(found))
             assert kept.get(key) == on_workload, key
 
         # The nodes go; with faults again, the scheduled reconcile still brings everything back.
@@ -156,7 +158,7 @@ def test_duplicates_reordering_and_faults_surge_once(surge: str) -> None:
             if {n["metadata"]["name"] for n in store.list("nodes")[0]} & set(spot):
                 return False
             deployments = store.list("deployments")[0]
-            if any(SURGE in (d["metadata"].get("annotations") or {}) for d in deployments):
+            if any(surge_record(store, d["metadata"]["name"]) is not None for d in deployments):
                 return False
             return all(h.floors_of(store)[k][0] == before[k][0] for k in before)
 

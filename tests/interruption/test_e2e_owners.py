@@ -36,6 +36,7 @@ from spotguard.sim.controllers import hpa as hpa_ctl
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
 from tests.interruption.copy_watch import CopyWatch, copies_now
+from tests.records import surge_record
 
 TIME_SCALE = 20.0
 READY_DELAY = 10.0
@@ -123,8 +124,7 @@ def reconcile(handler: Handler) -> None:
 
 
 def record(store: Any, name: str = "web") -> dict[str, Any] | None:
-    raw = (store.get("deployments", name, "shop")["metadata"].get("annotations") or {}).get(SURGE)
-    return json.loads(raw) if raw else None
+    return surge_record(store, name)
 
 
 def replicas(store: Any, name: str = "web") -> int:
@@ -422,7 +422,8 @@ def replace_without_record(sim: Any) -> None:
         return True
 
     h.wait_until(replaced, 10, "the replace to go through")
-    assert record(sim.store) is None
+    # Nothing of the surge's on the Deployment now (a copy's surge keeps its record on the copy).
+    assert SURGE not in (sim.store.get("deployments", "web", "shop")["metadata"].get("annotations") or {})
 
 
 def nothing_left_raised(handler: Handler, sim: Any, spot: list[str]) -> None:
@@ -516,8 +517,10 @@ def test_the_reconcile_finishes_a_taint_without_a_surge(surge: str) -> None:
 
     with running(config=mode(surge)) as (sim, handler, spot):
         store = sim.store
-        # Every Deployment write fails: the nodes are tainted, nothing is surged.
-        sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+        # Every surge write fails (the copy's create with its record, or the Deployment's
+        # patch): the nodes are tainted, nothing is surged.
+        verb, res = ("create", "replicasets") if surge == "copy" else ("patch", "deployments")
+        sim.faults.set(verb=verb, resource=res, error_rate=1.0, status=500)
         for n in spot:
             answer = send(handler, eventbridge(sim, n, "EC2 Spot Instance Interruption Warning", f"itn-{n}"))
             assert answer["result"] == "retry"

@@ -183,10 +183,11 @@ def copy_ready(store: Any) -> bool:
 
 def test_node_added_leaves_a_deployment_its_copy_serves_alone_though_a_replace_took_its_record() -> None:
     """GIVEN a copy surge for one spot node of web (6, some pods on on-demand above its
-    floor of 1, room on the other spot node), WHEN ``kubectl replace`` takes web's record
-    (the ledger keeps it) and node-added passes in copy mode, THEN node-added reads the copy
-    with its snapshot and leaves web to the surge: no move to spot, no repair, the copy
-    kept; its pass skips web as a surge in progress."""
+    floor of 1, room on the other spot node), WHEN ``kubectl replace`` puts the manifest back
+    (the record is the copy's: nothing of the surge's is on the Deployment to take) and
+    node-added passes in copy mode, THEN node-added reads the copy with its snapshot and
+    leaves web to the surge: no move to spot, no repair, the copy kept; its pass skips web as
+    a surge in progress."""
     from spotguard.gateway import kube
     from spotguard.nodeadded import reconciler
     from spotguard.policy.rebalance import SkipReason
@@ -197,7 +198,9 @@ def test_node_added_leaves_a_deployment_its_copy_serves_alone_though_a_replace_t
         warning(handler, sim, [spot[0]])
         h.wait_until(lambda: (reconcile(handler), copy_ready(store))[1], 30, "the copy's pods Ready")
         replace(store, git)
-        assert record(store) is None
+        annotations = store.get("deployments", "web", "shop")["metadata"].get("annotations") or {}
+        assert "spotguard.io/surge" not in annotations
+        assert record(store) is not None  # on the copy
         sim.clock.sleep(40)  # past node-added's settle time for web's newest pod
         cfg = dataclasses.replace(config.Config(), surge_copy=True)
         node_added = reconciler.Reconciler(kube.Kube(sim.api_client()), cfg, clock=sim.clock.now)

@@ -27,6 +27,7 @@ from spotguard.sim import testing
 from spotguard.sim.controllers import pods as pod_util
 
 from tests.interruption import sim_scenario as sc
+from tests.records import surge_record
 
 Obj = dict[str, Any]
 
@@ -74,8 +75,7 @@ class Cluster:
         return self.store.get("deployments", name, "shop")
 
     def record(self, name: str) -> Obj | None:
-        raw = (self.deployment(name)["metadata"].get("annotations") or {}).get(SURGE)
-        return json.loads(raw) if raw else None
+        return surge_record(self.store, name)
 
     def taints(self, node: str) -> list[Obj]:
         return [
@@ -102,6 +102,12 @@ def replica_mode(**settings: Any) -> config.Config:
     return mode(False, **settings)
 
 
+def record_write(copy: bool) -> tuple[str, str]:
+    """The request that writes a surge's record once its copy exists: the copy's (a replace),
+    or the Deployment's patch (the replica surge)."""
+    return ("update", "replicasets") if copy else ("patch", "deployments")
+
+
 def pinned_on_demand(rs: Obj) -> bool:
     """Every required node term of the copy's pods asks for on-demand (as admission does)."""
     terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
@@ -116,7 +122,9 @@ def assert_surged(c: Cluster, name: str, replicas: int, surge: int, copy: bool) 
     if copy:
         assert c.deployment(name)["spec"]["replicas"] == replicas
         if surge == 0:
-            assert rs is None, rs
+            # No copy, or one at 0 keeping its record (a surge in progress that needs no pod,
+            # or a finished one while a doomed node exists).
+            assert rs is None or rs["spec"]["replicas"] == 0, rs
             return
         assert rs is not None, f"no surge copy of {name}"
         assert rs["spec"]["replicas"] == surge
@@ -197,9 +205,10 @@ def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster, copy: bool
             "setMin": 2,
             "setMax": 2,
         }
-    # Writes: one taint, a patch per workload, a budget each, a copy each or the autoscaler, Events.
+    # Writes: one taint; a copy each carrying its record (the Deployments untouched), or a patch
+    # each and the autoscaler; a budget each; Events.
     assert c.kube.stats.count("patch", "nodes") == 1
-    assert c.kube.stats.count("patch", "deployments.apps") == 2
+    assert c.kube.stats.count("patch", "deployments.apps") == (0 if copy else 2)
     assert c.kube.stats.count("create", "replicasets.apps") == (2 if copy else 0)
     assert c.kube.stats.count("patch", "horizontalpodautoscalers.autoscaling") == (0 if copy else 1)
     # nodes, pods, budgets, autoscalers, namespaces, ledger, 2 workloads (and the copies)
@@ -282,10 +291,13 @@ def test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing(cluster:
     # The Deployments' own replacements come up on on-demand; the doomed pods go not Ready.
     replacements_ready_doomed_pods_not(c)
     h.reconcile()
-    assert surge_copy(c, "web") is None and surge_copy(c, "single") is None
+    # spot-0 still exists: each copy stays at 0, its pods gone, keeping the finished record
+    # (surge 0), so a replay changes nothing. The Deployments were never written.
+    assert surge_copy(c, "web")["spec"]["replicas"] == 0 and surge_copy(c, "single")["spec"]["replicas"] == 0
     assert c.deployment("web")["spec"]["replicas"] == 5
     assert c.deployment("single")["spec"]["replicas"] == 1
-    # spot-0 still exists: a finished record stays (surge 0), so a replay changes nothing.
+    assert SURGE not in (c.deployment("web")["metadata"].get("annotations") or {})
+    assert c.kube.stats.count("patch", "deployments.apps") == 1  # the user's scale, no write of spotguard's
     web = c.record("web")
     assert web["done"] is True and web["surge"] == 0
     hpa = c.store.get("horizontalpodautoscalers", "single", "shop")
@@ -295,8 +307,8 @@ def test_a_copy_surge_ends_keeping_the_users_change_and_leaving_nothing(cluster:
     writes = c.kube.stats.writes
     h.handle([c.notice("spot-0")])
     assert c.kube.stats.writes == writes
-    assert surge_copy(c, "web") is None and c.deployment("web")["spec"]["replicas"] == 5
-    # The node goes (a state change says so): the record is removed.
+    assert surge_copy(c, "web")["spec"]["replicas"] == 0 and c.deployment("web")["spec"]["replicas"] == 5
+    # The node goes (a state change says so): the copies go, and their records with them.
     spot_0_goes(c, h)
     assert c.record("web") is None and c.record("single") is None
     assert c.deployment("web")["spec"]["replicas"] == 5
@@ -367,7 +379,9 @@ def test_a_workload_opted_out_before_its_surge_is_written_gets_no_ledger_entry(c
             return super().patch(res, name, body, namespace, **kw)
 
     connection = OptOutBeforeThePatch(c.sim.api_client())
-    h = Handler(connection, config.Config(), clock=c.now)
+    # The replica surge's patch of the Deployment (a copy's surge does not write the Deployment:
+    # its conflicts are the copy's, test_a_conflict_is_replanned).
+    h = Handler(connection, config.Config(surge_copy=False), clock=c.now)
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert not connection.armed
     assert c.record("web") is None and c.deployment("web")["spec"]["replicas"] == 3
@@ -409,21 +423,18 @@ def test_rebalance_recommendation(
 def test_transient_failures_retry_only_what_failed(cluster: Cluster, copy: bool) -> None:
     c = cluster
     h = c.handler(config=mode(copy))
-    c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    # The surge's write: the copy with its record (one create), or the Deployment's patch.
+    verb, res = ("create", "replicasets") if copy else ("patch", "deployments")
+    c.sim.faults.set(verb=verb, resource=res, error_rate=1.0, status=500)
     out = h.handle([c.notice("spot-0"), c.notice("spot-1", NoticeKind.REBALANCE)])
     assert out == [Outcome.RETRY, Outcome.DONE]  # the rebalance only taints
     assert len(c.taints("spot-0")) == 1  # what succeeded stays
-    assert c.record("web") is None and surge_copy(c, "web") is None  # no copy without its record
+    assert c.record("web") is None and surge_copy(c, "web") is None  # nothing half-written
     c.sim.faults.clear()
-    c.sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=409)
+    c.sim.faults.set(verb=verb, resource=res, error_rate=1.0, status=409)
     assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # a conflict that never clears
+    assert c.record("web") is None and surge_copy(c, "web") is None
     c.sim.faults.clear()
-    if copy:
-        # The records are written but the copies cannot be made: retried, the records kept.
-        c.sim.faults.set(verb="create", resource="replicasets", error_rate=1.0, status=500)
-        assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]
-        assert c.record("web")["surge"] == 1 and surge_copy(c, "web") is None
-        c.sim.faults.clear()
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
     assert c.record("web")["surge"] == 1
     assert_surged(c, "web", 3, 1, copy)
@@ -432,34 +443,56 @@ def test_transient_failures_retry_only_what_failed(cluster: Cluster, copy: bool)
     assert quick.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # the cluster cannot be read
 
 
-@MODES
-def test_a_conflict_is_replanned(cluster: Cluster, copy: bool) -> None:
+def test_a_conflict_is_replanned(cluster: Cluster) -> None:
+    """The replica surge: someone scales web between the read and the write: the patch answers
+    409 (stale resourceVersion); the handler reads it again and surges from the new count."""
     c = cluster
-    h = c.handler(config=mode(copy))
+    h = c.handler(config=mode(False))
     snapshot = h.snapshot()
-    # Someone scales web between the read and the write: the patch answers 409 (stale
-    # resourceVersion); the handler reads it again and surges from the new count.
     c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, "shop")
     h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    assert_surged(c, "web", 5, 1, copy)
+    assert_surged(c, "web", 5, 1, copy=False)
     assert c.record("web")["replicas"] == 5
 
 
-def test_a_copy_after_a_conflict_is_sized_from_the_owners_new_count(cluster: Cluster) -> None:
-    """The owner scales web from 3 to 2 between the read and the record's write: the re-plan
-    reads the new count, and so must the copy's step (it holds what the Deployment's own pods
-    on nodes that stay lack of min(the owner's count now, Ready before)): web keeps its 2 on
-    od-0 and spot-1, so no copy. Sized from the read before the write, it held one replica
-    too many until the next pass."""
+def test_a_copy_made_since_the_read_is_replanned_on_its_record(cluster: Cluster) -> None:
+    """A copy's surge writes the copy and its record in one conditional write: where another
+    pass made the copy since this one read (another instance handling spot-1's notice), the
+    create answers AlreadyExists, and the handler reads the copy again and plans on its record:
+    both nodes covered, one record, never the other pass's notice lost."""
+    c = cluster
+    h = c.handler()
+    snapshot = h.snapshot()
+    assert c.handler().handle([c.notice("spot-1")]) == [Outcome.DONE]
+    assert c.record("web")["nodes"] == ["spot-1"]
+    h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    web = c.record("web")
+    assert web["nodes"] == ["spot-0", "spot-1"] and web["surge"] == 2, web
+    assert web["events"] == ["interruption-spot-1", "interruption-spot-0"], web
+    assert_surged(c, "web", 3, 2, copy=True)
+    assert c.kube.stats.count("create", "replicasets.apps") == 3  # web's and single's, then web's refused
+    assert c.kube.stats.count("update", "replicasets.apps") == 1  # web's, on the copy as read again
+
+
+def test_a_copy_surge_made_from_a_stale_count_is_resized_by_the_next_pass(cluster: Cluster) -> None:
+    """The owner scales web from 3 to 2 between the read and the copy's write. A copy's surge
+    does not write the Deployment (no conflict tells it): the copy is sized from the read (one
+    replica, for the doomed pod of 3), one too many for 2, which web keeps on od-0 and
+    spot-1; the next pass sizes it from the owner's count now: 0, the copy kept for its
+    record while the surge runs. Money for one pass, never service."""
     c = cluster
     h = c.handler()
     snapshot = h.snapshot()
     c.kube.patch(r.DEPLOYMENTS, "web", {"spec": {"replicas": 2}}, "shop")
     h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    assert c.record("web")["replicas"] == 2
-    assert_surged(c, "web", 2, 0, copy=True)
+    assert surge_copy(c, "web")["spec"]["replicas"] == 1
+    del h.snapshot
+    h.reconcile()
+    assert surge_copy(c, "web")["spec"]["replicas"] == 0
+    assert not c.record("web").get("done")
     assert_surged(c, "single", 1, 1, copy=True)
 
 
@@ -664,7 +697,7 @@ def test_a_rebalance_surge_holds_past_its_end_when_the_node_mark_says_a_reclaim_
     said the node lives on (chaos drainer-after-rebalance-surge under timeouts, cart 4 -> 3)."""
     c = cluster
     cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
-    _rebalance_then_interruption(c, cfg, ("patch", "deployments"))
+    _rebalance_then_interruption(c, cfg, record_write(copy))
     mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
     assert (mark["kind"], mark["event"]) == ("interruption", "ev-late")
     other = c.handler(config=cfg, clock=lambda: c.now() + 130)
@@ -694,11 +727,11 @@ def test_a_rebalance_surge_holds_past_its_end_when_the_node_mark_says_a_reclaim_
 @MODES
 @pytest.mark.parametrize(
     "fail",
-    [(("patch", "deployments"), ("patch", "nodes")), (("list", "*"),)],
+    [(("record",), ("patch", "nodes")), (("list", "*"),)],
     ids=["every-write-failed", "the-read-failed"],
 )
 def test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could_not_write(
-    cluster: Cluster, fail: tuple[tuple[str, str], ...], copy: bool
+    cluster: Cluster, fail: tuple[tuple[str, ...], ...], copy: bool
 ) -> None:
     """Neither the node's mark nor the workload's record took the warning (every write failed,
     or the read before the plan did): only the handler retrying it knows the reclaim. Its own
@@ -707,6 +740,7 @@ def test_a_rebalance_surge_holds_while_this_process_retries_the_reclaim_it_could
     survivor (chaos drainer-after-rebalance-surge under timeouts: web 6 -> 4)."""
     c = cluster
     cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
+    fail = tuple(record_write(copy) if f == ("record",) else f for f in fail)
     h = _rebalance_then_interruption(c, cfg, *fail)
     mark = json.loads(c.store.get("nodes", "spot-0")["metadata"]["annotations"]["spotguard.io/notice"])
     assert mark["kind"] == "rebalance"
@@ -748,7 +782,7 @@ def test_the_node_added_pass_leaves_a_rebalance_surge_to_the_function_that_may_h
     message redelivered to another process, ends it: all the cluster says is "rebalance".)"""
     c = cluster
     cfg = mode(copy, rebalance_action=config.RebalanceAction.SURGE, rebalance_surge_seconds=120)
-    _rebalance_then_interruption(c, cfg, ("patch", "deployments"), ("patch", "nodes"))
+    _rebalance_then_interruption(c, cfg, record_write(copy), ("patch", "nodes"))
     pass_ = reconciler.Reconciler(c.kube, cfg, clock=lambda: c.now() + 130)
     assert pass_.reconcile(dry_run=True).surges_over == []
     pass_.reconcile()
@@ -928,8 +962,13 @@ def test_a_surge_copy_created_though_its_answer_was_lost_is_kept(cluster: Cluste
     done (not retried for a write that happened)."""
     c = cluster
 
+    made = threading.Lock()
+
     def made_then_dropped() -> None:
+        # (web's and single's creates run at once: both may meet the rule; web's copy is made once.)
         c.sim.faults.clear()
+        if not made.acquire(blocking=False):
+            return
         web = {**c.deployment("web"), "kind": "Deployment"}
         body = surgecopy.build(web, 1, copy_mode())
         assert isinstance(body, dict)
@@ -937,9 +976,11 @@ def test_a_surge_copy_created_though_its_answer_was_lost_is_kept(cluster: Cluste
 
     dropped_once(c, "create", "replicasets", before=made_then_dropped)
     assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.DONE]
-    assert c.sim.faults.injected == 1
+    assert c.sim.faults.injected >= 1
     rs = surge_copy(c, "web")
     assert rs is not None and rs["spec"]["replicas"] == 1
+    # The copy made by the lost create is read again and given the record.
+    assert c.record("web")["nodes"] == ["spot-0"]
 
 
 def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Cluster) -> None:
@@ -975,24 +1016,37 @@ def test_a_reconcile_takes_one_copy_step_per_surge(cluster: Cluster) -> None:
     c.sim.faults.set(verb="create", resource="replicasets", timeout=True, error_rate=1.0, hold_seconds=0.01)
     assert h.handle([c.notice("spot-0")]) == [Outcome.RETRY]  # the copies could not be made
     c.sim.faults.clear()
-    assert c.taints("spot-0") and c.record("web") is not None and surge_copy(c, "web") is None
+    # Nothing half-written: the record is the copy's, made in the same write.
+    assert c.taints("spot-0") and c.record("web") is None and surge_copy(c, "web") is None
     creates = c.kube.stats.count("create", "replicasets.apps")
     h.reconcile()
     assert surge_copy(c, "web") is not None and surge_copy(c, "single") is not None
+    assert c.record("web")["nodes"] == ["spot-0"]
     assert c.kube.stats.count("create", "replicasets.apps") - creates == 2  # web's and single's, once each
 
 
-def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: Cluster) -> None:
-    """The record's write (before the copy: the sweep deletes a copy with no record) held and
-    dropped: guarded by the resourceVersion, it is written again within the handling (made
-    already, it answers Conflict and the workload is planned again), and the copy follows."""
+@pytest.mark.parametrize("made", [False, True], ids=["dropped", "made-then-dropped"])
+def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: Cluster, made: bool) -> None:
+    """A later notice's write of the record on the copy (a replace guarded by the copy's
+    resourceVersion) held and dropped: it is written again within the handling. Where the
+    server acted on it, or anyone wrote the copy meanwhile, the write again answers Conflict:
+    the copy is read again and the workload planned on its record."""
     c = cluster
-    dropped_once(c, "patch", "deployments")
-    assert c.handler(config=copy_mode()).handle([c.notice("spot-0")]) == [Outcome.DONE]
+    h = c.handler(config=copy_mode())
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    name = surgecopy.name_for("web")
+
+    def bumped() -> None:
+        c.sim.faults.clear()
+        c.store.mutate("replicasets", name, "shop", lambda rs: rs["metadata"].setdefault("labels", {}).update(x="y"))
+
+    dropped_once(c, "update", "replicasets", before=bumped if made else None)
+    assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     assert c.sim.faults.injected == 1
-    assert c.record("web")["copy"] is True
+    web = c.record("web")
+    assert web["copy"] is True and web["nodes"] == ["spot-0", "spot-1"] and web["surge"] == 2, web
     rs = surge_copy(c, "web")
-    assert rs is not None and rs["spec"]["replicas"] == 1
+    assert rs is not None and rs["spec"]["replicas"] == 2
 
 
 def test_a_temporary_budget_create_that_timed_out_is_created_again_at_once(cluster: Cluster) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from spotguard.gateway import kube, resources
+from spotguard.policy import surgecopy
 from spotguard.sim import objects, testing
 
 from tests.interruption.transport_support import (
@@ -37,6 +38,7 @@ from tests.interruption.transport_support import (
     record,
     sample,
     scenario,
+    surge_copy,
     unique,
     wait_for,
 )
@@ -210,8 +212,8 @@ def test_a_failed_notice_comes_back_within_seconds_not_after_the_visibility_time
     monkeypatch.setenv("SPOTGUARD_SQS_RETRY_SECONDS", "1")
     [event_id] = put(bus, "ec2-spot-instance-interruption-warning.json")
     messages = receive(bus, 1)
-    # WHEN every Deployment write fails (the API server answers 500)
-    sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    # WHEN every surge write fails (the copy's create, carrying its record: the API server answers 500)
+    sim.faults.set(verb="create", resource="replicasets", error_rate=1.0, status=500)
     function = lambda_function()
     answer = function.lambda_handler(lambda_batch(messages, bus["queue_arn"]), None)
     settle(bus, messages, answer)
@@ -226,8 +228,8 @@ def test_a_failed_notice_comes_back_within_seconds_not_after_the_visibility_time
     answer = function.lambda_handler(lambda_batch(again, bus["queue_arn"]), None)
     settle(bus, again, answer)
     assert answer == {"batchItemFailures": []}
-    web = api.get(resources.DEPLOYMENTS, "web", "shop")
-    assert event_id in json.loads(web["metadata"]["annotations"]["spotguard.io/surge"])["events"]
+    web = surge_copy(api, "web")
+    assert web is not None and event_id in json.loads(web["metadata"]["annotations"][surgecopy.RECORD])["events"]
 
 
 def test_fifo_a_failed_message_takes_the_rest_of_its_group_with_it() -> None:

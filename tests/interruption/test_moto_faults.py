@@ -113,10 +113,11 @@ def test_faults_duplicates_and_reordering_through_sqs(setup: dict[str, Any]) -> 
     for junk in ["Hello from SQS!", json.dumps({"source": "aws.autoscaling", "detail-type": "x", "detail": {}})]:
         sqs.send_message(QueueUrl=url, MessageBody=junk)
     total = 6 + 3 * 3 + 2
-    # AND one API request in five fails; every Deployment write fails until the first answer
-    # lists a notice for redelivery (so one certainly does, whatever the random faults hit)
+    # AND one API request in five fails; every surge write (the copy's create, carrying its
+    # record) fails until the first answer lists a notice for redelivery (so one certainly does,
+    # whatever the random faults hit)
     sim.faults.set(error_rate=0.2, status=500)
-    sim.faults.set(verb="patch", resource="deployments", error_rate=1.0, status=500)
+    sim.faults.set(verb="create", resource="replicasets", error_rate=1.0, status=500)
     first_failure = True
     # WHEN the queue is drained as the event source mapping does
     handler = lambda_function()

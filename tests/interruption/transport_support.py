@@ -286,17 +286,19 @@ def surge_copy(api: Any, name: str, namespace: str = "shop") -> dict[str, Any] |
 
 
 def assert_copy_surge(api: Any, name: str, replicas: int, surge: int, namespace: str = "shop") -> dict[str, Any]:
-    """``name`` surged by its copy: ``surge`` replicas pinned to on-demand, the Deployment's
-    spec.replicas untouched at ``replicas``, its record marked ``copy``. Returns the record."""
+    """``name`` surged by its copy: ``surge`` replicas pinned to on-demand, carrying the surge's
+    record (marked ``copy``); the Deployment untouched (its spec.replicas at ``replicas``, no
+    record of spotguard's on it). Returns the record."""
     from spotguard.gateway import resources
-    from spotguard.policy import config, patches
+    from spotguard.policy import config, patches, surgecopy
 
     deployment = api.get(resources.DEPLOYMENTS, name, namespace)
     assert deployment["spec"]["replicas"] == replicas, deployment["spec"]
-    record = json.loads(deployment["metadata"]["annotations"]["spotguard.io/surge"])
-    assert record.get("copy") is True, record
+    assert "spotguard.io/surge" not in (deployment["metadata"].get("annotations") or {})
     rs = surge_copy(api, name, namespace)
     assert rs is not None, f"no surge copy of {name}"
+    record = json.loads(rs["metadata"]["annotations"][surgecopy.RECORD])
+    assert record.get("copy") is True, record
     assert rs["spec"]["replicas"] == surge, rs["spec"]
     terms = rs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][patches.REQUIRED]["nodeSelectorTerms"]
     wanted = patches.on_demand_expressions(config.Config())

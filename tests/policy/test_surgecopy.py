@@ -11,6 +11,7 @@ from spotguard.policy import config, patches, surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
 
 CFG = config.Config()
@@ -157,8 +158,13 @@ def test_refused_where_the_copy_could_not_stay_apart(change: Any, reason: str) -
     assert isinstance(out, Refusal) and reason in out.reason
 
 
-def test_nothing_to_surge() -> None:
-    assert isinstance(surgecopy.build(deployment(), 0, CFG), Refusal)
+def test_a_copy_of_no_pod_holds_its_record() -> None:
+    """A surge in progress that needs no pod keeps its copy at 0: the copy holds the record."""
+    record = SurgeRecord(replicas=3, surge=1, events=("e",), nodes=("n",), started=1.0, copy=True)
+    out = surgecopy.build(deployment(), 0, CFG, record=record)
+    assert isinstance(out, dict) and out["spec"]["replicas"] == 0
+    assert surgecopy.record_of(out) == record
+    assert isinstance(surgecopy.build(deployment(), -1, CFG), Refusal)
 
 
 # --- the copy's life -------------------------------------------------------------------

@@ -146,14 +146,15 @@ class Snapshot:
                 self.node_notices[str(meta.get("name"))] = mark
         self.pod_views = [_pod_view(p) for p in self.pods]
         self.workload_views = []
-        # A record lost to a replace stands in from the ledger, else from its copy (the copy
-        # carries its surge's record: surgecopy.RECORD; read where the ledger write failed).
-        kept = {**self.copy_records(), **self.ledger}
+        # A copy's surge keeps its record on the copy only (surgecopy.RECORD): the Deployment
+        # carries none. A record lost to a replace (the replica surge's, on the workload)
+        # stands in from the ledger.
+        on_copies = self.copy_records(done=True)
         for key, w in self.workloads.items():
-            own = Workload.from_json(w)
-            view = _with_ledger(own, kept)
+            own = surgecopy.with_record(Workload.from_json(w), on_copies.get(key))
+            view = _with_ledger(own, self.ledger)
             if view is not own:
-                self.lost[key] = kept[key]
+                self.lost[key] = self.ledger[key]
             self.workload_views.append(view)
         self.budget_views = [Budget.from_json(b) for b in self.budgets]
         self.autoscaler_views = [Autoscaler.from_json(a) for a in self.autoscalers]
@@ -172,12 +173,13 @@ class Snapshot:
                 self._pods_by_workload = index
             return self._pods_by_workload.get(key, [])
 
-    def copy_records(self) -> dict[str, SurgeRecord]:
-        """Deployment key -> the surge record its copy carries."""
+    def copy_records(self, *, done: bool = False) -> dict[str, SurgeRecord]:
+        """Deployment key -> the surge record its copy carries (a finished one, kept while a
+        doomed node still exists, too where ``done``)."""
         out = {}
         for key, rs in self.copies.items():
             record = surgecopy.record_of(rs)
-            if record is not None and not record.done:
+            if record is not None and (done or not record.done):
                 out[key] = record
         return out
 
@@ -187,7 +189,7 @@ class Snapshot:
         return self._nodes_by_name.get(name)
 
 
-def _with_ledger(view: Workload, kept: dict[str, SurgeRecord]) -> Workload:
+def _with_ledger(view: Workload, kept: Mapping[str, SurgeRecord]) -> Workload:
     """The workload as the plans see it: where it lost its record (replaced) but the ledger
     holds one, the ledger's copy stands in for it (marked lost)."""
     record = kept.get(view.key)
@@ -218,6 +220,12 @@ class Batch:
     marks: dict[str, NodeNotice] = field(default_factory=dict)
     # The taints written ahead of the plan, as soon as the nodes were read (:class:`_Marking`).
     marked: list[TaintStep] = field(default_factory=list)
+    # The surge copies as this handling wrote them (Deployment key -> the API's answer): a
+    # later step of the same pass is guarded by the copy's resourceVersion now, not as read.
+    copies: dict[str, Obj] = field(default_factory=dict)
+
+    def copy_of(self, key: str) -> Obj | None:
+        return self.copies.get(key) or self.snap.copies.get(key)
 
 
 @dataclass
@@ -905,15 +913,16 @@ class Handler:
         try:
             if raw is None:
                 return
+            copied = self.surge_copy and wl.kind is Kind.DEPLOYMENT
             if step.write_workload:
-                written, raw = self._write_surge(step, raw, batch)
+                write = self._write_copy_surge if copied else self._write_surge
+                written, raw = write(step, raw, batch)
                 if written is None:
                     return  # read again, the workload wants no surge now: nothing was written
                 step = written
                 batch.records[wl.key] = step.record
-                # As re-read where the write met a conflict: the copy is sized from the owner's count now.
                 wl = step.workload
-            if self.surge_copy and wl.kind is Kind.DEPLOYMENT:
+            elif copied:
                 self._copy(wl, step.record, raw, batch, retry=True)
             if step.autoscaler is not None:
                 a = step.autoscaler
@@ -936,7 +945,9 @@ class Handler:
             )
 
     def _write_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
-        snap, notices, resolved, events_out = batch.snap, batch.notices, batch.resolved, batch.events
+        """The replica surge: ``spec.replicas`` and the record in one patch of the workload,
+        guarded by its resourceVersion (a conflict: read again, plan again)."""
+        snap, notices, resolved = batch.snap, batch.notices, batch.resolved
         wl = step.workload
         for _ in range(CONFLICT_ATTEMPTS):
             try:
@@ -957,6 +968,49 @@ class Handler:
                 step = again
         else:
             raise Conflict(409, "Conflict", f"{wl.key} kept changing")
+        return self._surge_written(step, raw, batch)
+
+    def _write_copy_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
+        """A copy's surge: the copy made or resized with its record (``surgecopy.RECORD``) in one
+        write, conditional (a create, or a replace guarded by the copy's resourceVersion); the
+        Deployment is not written. On a conflict (another pass wrote the copy meanwhile) the
+        copy and the Deployment are read again and the workload planned again on the copy's
+        record. A Deployment that cannot be copied keeps its record on itself (no surge)."""
+        snap, notices, resolved = batch.snap, batch.notices, batch.resolved
+        current = fresh = batch.copy_of(step.workload.key)
+        for _ in range(CONFLICT_ATTEMPTS):
+            wl = step.workload
+            try:
+                if not self._put_copy(wl, step.record, raw, current, batch, grow_only=current is not fresh):
+                    return self._write_surge(step, raw, batch)
+                break
+            except (Conflict, AlreadyExists):
+                # Another pass (another instance of this function, or node-added's reconcile)
+                # wrote the copy since this one read it: plan again on the copy's record.
+                current = self._get_copy(wl)
+                raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
+                raw.setdefault("kind", "Deployment")
+                again = self._replan_one(raw, snap, notices, resolved, copy=current)
+                if again is None or not again.write_workload:
+                    if again is not None:  # the copy holds the record already: its size step
+                        w, rec = again.workload, again.record
+                        self._copy(w, rec, raw, batch, retry=True, current=current, grow_only=True)
+                    return again, raw
+                step = again
+        else:
+            raise Conflict(409, "Conflict", f"the surge copy of {step.workload.key} kept changing")
+        return self._surge_written(step, raw, batch)
+
+    def _get_copy(self, wl: Workload) -> Obj | None:
+        try:
+            return self.kube.get(r.REPLICASETS, surgecopy.name_for(wl.name), wl.namespace)
+        except NotFound:
+            return None
+
+    def _surge_written(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
+        """Count, log and tell a surge written (its record at least)."""
+        notices, events_out = batch.notices, batch.events
+        wl = step.workload
         if step.added <= 0:
             log.info(
                 "surge record updated",
@@ -983,12 +1037,20 @@ class Handler:
         return step, raw
 
     def _replan_one(
-        self, raw: Obj, snap: Snapshot, notices: Sequence[Notice], resolved: dict[str, str]
+        self,
+        raw: Obj,
+        snap: Snapshot,
+        notices: Sequence[Notice],
+        resolved: dict[str, str],
+        copy: Obj | None = None,
     ) -> SurgeStep | None:
-        # The fresh copy lacks the record where it was replaced: the ledger's copy stands in,
-        # as in the snapshot (else a fresh surge takes the autoscaler's raised minimum for
-        # its original and leaves it raised for good).
-        wl = _with_ledger(Workload.from_json(raw), snap.ledger)
+        # The record as in the snapshot: the copy's (``copy``, as read again); else, where the
+        # workload was replaced, the ledger's stands in (else a fresh surge takes the
+        # autoscaler's raised minimum for its original and leaves it raised for good).
+        own = Workload.from_json(raw)
+        if self.surge_copy and own.kind is Kind.DEPLOYMENT:
+            own = surgecopy.with_record(own, None if copy is None else surgecopy.record_of(copy))
+        wl = _with_ledger(own, snap.ledger)
         plan = interruption.plan(
             notices,
             nodes=snap.node_views,
@@ -1065,19 +1127,21 @@ class Handler:
     def _copies(
         self, snap: Snapshot, pool: ThreadPoolExecutor, views: Sequence[Workload], skip: set[str], batch: Batch
     ) -> None:
-        """Each surge in progress: its copy's step; each copy without a surge in progress
-        (left by a crash, or its record gone): deleted."""
+        """Each surge in progress: its copy's step; each copy without a surge record (left by
+        a crash, its Deployment gone): deleted. A copy holding a finished record (kept while a
+        doomed node exists) stays at 0: the surge's end deletes it (:meth:`_finish`)."""
         active: set[str] = set(skip)
         jobs: list[Future[Any]] = []
         for wl in views:
             record = SurgeRecord.of(wl)
             raw = snap.workloads.get(wl.key)
+            if record is not None and raw is not None:
+                active.add(wl.key)
             if wl.key in skip or record is None or record.done or raw is None or wl.kind is not Kind.DEPLOYMENT:
                 continue
-            active.add(wl.key)
             jobs.append(pool.submit(self._copy, wl, record, raw, batch))
         for key, rec in batch.records.items():
-            if rec is not None and not rec.done:
+            if rec is not None:
                 active.add(key)
         for key, rs in snap.copies.items():
             if key not in active:
@@ -1085,16 +1149,13 @@ class Handler:
         for j in jobs:
             j.result()
 
-    def _copy(self, wl: Workload, record: SurgeRecord, raw: Obj, batch: Batch, retry: bool = False) -> None:
-        """Count what the copy's state machine decides on, ask it, carry out its step.
-        ``retry``: a write that fails is raised (a handling: its notices are retried, as for
-        a failed surge write), not only logged for the next reconcile."""
+    def _copy_step(self, wl: Workload, record: SurgeRecord, batch: Batch, current: Obj | None) -> surgecopy.CopyStep:
+        """Count what the copy's state machine decides on and ask it."""
         snap = batch.snap
         now = self.clock()
         marks = batch.marks or snap.node_notices
         alive = snap.node_names
         deadlines, last = interruption.node_deadlines(record, marks)
-        current = snap.copies.get(wl.key)
         # A rebalance's node that lives on past its end stays, with its pods; only where this
         # process ends rebalance surges (a reclaim for it may be retried by another process).
         staying = (
@@ -1108,45 +1169,105 @@ class Handler:
             snap.pods_of(wl.key),
             doomed=set(record.nodes) - staying,
             live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
-            copy_replicas=None if current is None else int((current.get("spec") or {}).get("replicas") or 0),
+            copy_replicas=None if current is None else _replicas(current),
             last_deadline=last,
             now=now,
         )
-        step = surgecopy.copy_step(facts)
-        name = surgecopy.name_for(wl.name)
+        return surgecopy.copy_step(facts)
+
+    def _put_copy(
+        self, wl: Workload, record: SurgeRecord, raw: Obj, current: Obj | None, batch: Batch, *, grow_only: bool = False
+    ) -> bool:
+        """Write the copy with ``record`` at the size its step asks for, in one conditional
+        write: a create (AlreadyExists where another pass made it), or a replace of
+        ``current`` guarded by its resourceVersion (Conflict). While its surge is in progress
+        a copy that needs no pod stays at 0: it holds the record. False where the Deployment
+        cannot be copied (logged). ``grow_only``: ``current`` was read after this pass's pods
+        (surgecopy.size_of_found_copy: a stale count never shrinks a copy)."""
+        step = self._copy_step(wl, record, batch, current)
+        size = _copy_size(step, current, grow_only)
+        # A surge whose replicas need no on-demand (they replace pods a node autoscaler only
+        # drains) has its copy's pods placed as spot slots (surgecopy.build).
+        spot_slots = record.on_demand_surge == 0
+        snap = batch.snap
+        if current is None:
+            key = patches.spot_only_key((n.labels for n in snap.node_views), self.config) if spot_slots else None
+            body = surgecopy.build(
+                raw, size, self.config, record.events, on_demand=not spot_slots, spot_key=key, record=record
+            )
+            if isinstance(body, surgecopy.Refusal):
+                log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
+                return False
+            batch.copies[wl.key] = at_once(functools.partial(self.kube.create, r.REPLICASETS, body, wl.namespace))
+        else:
+            template = None
+            if not spot_slots and surgecopy.spot_slots(current):
+                # A warning came for a node an autoscaler only drained: the copy's next pods go
+                # to on-demand (a reclaim leaves no time for a spot launch that may be refused).
+                fresh = surgecopy.build(raw, size, self.config, record.events, record=record)
+                if not isinstance(fresh, surgecopy.Refusal):
+                    template = fresh["spec"]["template"]
+            body = surgecopy.updated(current, size, record, on_demand_template=template)
+            batch.copies[wl.key] = at_once(functools.partial(self.kube.replace, r.REPLICASETS, body))
+        log.info(
+            "surge copy written",
+            extra={
+                "workload": wl.key,
+                "state": str(step.state),
+                "replicas": size,
+                "reason": step.reason,
+                "event_ids": list(record.events),
+                "on_demand": template is not None if current is not None else not spot_slots,
+            },
+        )
+        return True
+
+    def _copy(
+        self,
+        wl: Workload,
+        record: SurgeRecord,
+        raw: Obj,
+        batch: Batch,
+        *,
+        retry: bool = False,
+        current: Obj | None = None,
+        grow_only: bool = False,
+    ) -> None:
+        """A surge in progress whose record is written: its copy's size step. ``retry``: a
+        write that fails is raised (a handling: its notices are retried, as for a failed
+        surge write), not only logged for the next reconcile. ``current``: the copy as read
+        again (else the snapshot's)."""
+        if current is None:
+            current = batch.copy_of(wl.key)
+        # A copy read again (``grow_only``) may hold a newer record than this pass's: only its
+        # size is written then.
+        on_copy = (wl.annotations.get(surges.ON_COPY) == "true" or grow_only) and current is not None
         try:
-            if step.action is surgecopy.Action.CREATE:
-                # A surge whose replicas need no on-demand (they replace pods a node autoscaler
-                # only drains) has its copy's pods placed as spot slots (surgecopy.build).
-                spot_slots = record.on_demand_surge == 0
-                key = patches.spot_only_key((n.labels for n in snap.node_views), self.config) if spot_slots else None
-                body = surgecopy.build(
-                    raw,
-                    step.replicas,
-                    self.config,
-                    record.events,
-                    on_demand=not spot_slots,
-                    spot_key=key,
-                    record=record,
-                )
-                if isinstance(body, surgecopy.Refusal):
-                    log.warning("no surge copy", extra={"workload": wl.key, "reason": body.reason})
-                    return
-                try:
-                    at_once(functools.partial(self.kube.create, r.REPLICASETS, body, wl.namespace))
-                except AlreadyExists:  # made since this pass's read (see surgecopy.size_of_found_copy)
-                    self._grow_found_copy(wl, name, step.replicas)
-                    return
-            elif step.action is surgecopy.Action.RESIZE:
-                size = surgecopy.resize(step.replicas, record)
-                at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, size, wl.namespace))
-            elif step.action is surgecopy.Action.DELETE and current is not None:
-                self._delete_copy(current, step.reason)
+            if not on_copy:
+                # The record is not on a copy yet (a surge begun before records moved to the
+                # copy, or one whose copy was deleted by someone: the ledger's): write it there.
+                self._put_copy(wl, record, raw, current, batch, grow_only=grow_only)
                 return
-            else:
+            step = self._copy_step(wl, record, batch, current)
+            assert current is not None
+            # Only the size is written, guarded by the copy's resourceVersion (a record written
+            # meanwhile by another pass is never overwritten by this one's).
+            size = _copy_size(step, current, grow_only)
+            if size == _replicas(current):
                 return
-        except NotFound:
-            return  # the copy (or its namespace) is gone: the next pass decides again
+            patch: Obj = {"spec": {"replicas": size}}
+            rv = (current.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                patch["metadata"] = {"resourceVersion": rv}
+            name = surgecopy.name_for(wl.name)
+            batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
+        except AlreadyExists:
+            # Made since this pass's read (another pass's surge): read again, grown only.
+            if not grow_only and (fresh := self._get_copy(wl)) is not None:
+                self._copy(wl, record, raw, batch, retry=retry, current=fresh, grow_only=True)
+            return
+        except (NotFound, Conflict):
+            return  # the copy changed (or went) since this pass's read: the next pass decides again
         except ApiError as exc:
             metrics.ERRORS.labels("copy").inc()
             log.warning("could not write the surge copy", extra={"workload": wl.key, "error": str(exc)})
@@ -1159,32 +1280,10 @@ class Handler:
                 "workload": wl.key,
                 "state": str(step.state),
                 "action": str(step.action),
-                "replicas": step.replicas,
+                "replicas": size,
                 "reason": step.reason,
             },
         )
-
-    def _grow_found_copy(self, wl: Workload, name: str, asked: int) -> None:
-        """A copy made since this pass's read (by another pass, or by this pass's create whose
-        answer was lost): grown to ``asked`` where it is smaller, never shrunk."""
-        found = self.kube.get(r.REPLICASETS, name, wl.namespace)
-        have = int((found.get("spec") or {}).get("replicas") or 0)
-        size = surgecopy.size_of_found_copy(asked, have)
-        if size is None:
-            log.info(
-                "surge copy made since this pass's read: left at its size",
-                extra={"workload": wl.key, "replicas": have, "asked": asked},
-            )
-            return
-        patch: Obj = {"spec": {"replicas": size}}
-        rv = (found.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            patch["metadata"] = {"resourceVersion": rv}
-        try:
-            at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
-        except Conflict:
-            return  # changed again since: the next pass decides
-        log.info("surge copy made since this pass's read: grown", extra={"workload": wl.key, "replicas": size})
 
     def _delete_copy(self, rs: Obj, reason: str) -> bool:
         """Delete a surge copy (its pods go with it); False where it may still be there."""
@@ -1285,12 +1384,21 @@ class Handler:
         if raw is None:
             return
         try:
-            for step in unwind.steps(fin, snap.pods_of(wl.key), batch.marks, surge_copy=self.surge_copy):
+            on_workload = SURGE in ((raw.get("metadata") or {}).get("annotations") or {})
+            steps = unwind.steps(
+                fin, snap.pods_of(wl.key), batch.marks, surge_copy=self.surge_copy, on_workload=on_workload
+            )
+            for step in steps:
                 match step:
                     case unwind.DeleteCopy():
-                        # (By name where this snapshot did not list the copies: node-added's.)
+                        # (By name where this snapshot did not list the copies.)
                         stub = {"metadata": {"name": step.name, "namespace": wl.namespace}}
-                        done = self._delete_copy(snap.copies.get(wl.key) or stub, step.reason)
+                        done = self._delete_copy(batch.copy_of(wl.key) or stub, step.reason)
+                        if done:
+                            batch.records[wl.key] = None  # the record went with the copy
+                    case unwind.HoldCopy():
+                        done = self._hold_copy(wl, step, batch.copy_of(wl.key))
+                        batch.records[wl.key] = step.keep
                     case unwind.RankFirstToGo():
                         done = self._annotate_pods(wl, step.changes, "could not rank a pod first to go")
                     case unwind.EndProtection():
@@ -1343,6 +1451,23 @@ class Handler:
                 "Normal",
                 best_effort=True,
             )
+
+    def _hold_copy(self, wl: Workload, step: unwind.HoldCopy, current: Obj | None) -> bool:
+        """The copy at 0 with the finished record (guarded by its resourceVersion as read). A
+        copy gone or changed since: the ledger keeps the record; the next pass decides again."""
+        patch: Obj = {
+            "spec": {"replicas": 0},
+            "metadata": {"annotations": {surgecopy.RECORD: surgecopy.plain(step.keep)}},
+        }
+        rv = ((current or {}).get("metadata") or {}).get("resourceVersion")
+        if rv:
+            patch["metadata"]["resourceVersion"] = rv
+        try:
+            at_once(functools.partial(self.kube.patch, r.REPLICASETS, step.name, patch, wl.namespace))
+        except (NotFound, Conflict):
+            return True
+        log.info("surge over: its copy at 0 keeps the record while a doomed node exists", extra={"workload": wl.key})
+        return True
 
     def _write_back(
         self, fin: Finish, step: unwind.WriteBack, raw: Obj, snap: Snapshot, batch: Batch
@@ -1477,6 +1602,21 @@ def anything_to_reconcile(snap: Snapshot) -> bool:
     ):
         return True
     return bool(snap.ledger) or bool(snap.copies)
+
+
+def _replicas(obj: Obj) -> int:
+    return int((obj.get("spec") or {}).get("replicas") or 0)
+
+
+def _copy_size(step: surgecopy.CopyStep, current: Obj | None, grow_only: bool) -> int:
+    """The copy's size for its step while its surge is in progress: at 0 where it needs no
+    pod (it stays: it holds the record; the surge's end deletes it). ``grow_only``: never
+    below ``current``'s (surgecopy.size_of_found_copy)."""
+    keeps = (surgecopy.Action.CREATE, surgecopy.Action.RESIZE, surgecopy.Action.KEEP)
+    size = step.replicas if step.action in keeps else 0
+    if grow_only and current is not None:
+        size = max(size, _replicas(current))
+    return size
 
 
 def _serving_for(pod: PodView) -> str | None:

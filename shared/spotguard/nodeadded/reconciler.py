@@ -61,7 +61,7 @@ from spotguard.gateway.errors import ApiError, Conflict, Forbidden, Invalid, Not
 from spotguard.interruption import handler as interruption_handler
 from spotguard.nodeadded import cleanup, metrics
 from spotguard.nodeadded import headroom as headroom_keeper
-from spotguard.policy import floors, headroom, interruption, moves, nodepools, patches, rebalance
+from spotguard.policy import floors, headroom, interruption, moves, nodepools, patches, rebalance, surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.moves import MOVE, Action, Direction, Marked, Method, MoveRecord, Progress
@@ -436,14 +436,19 @@ class Reconciler:
         states: dict[str, WorkloadState] = {}
         records: dict[str, MoveRecord] = {}
         budgets: dict[str, int] = {}
+        # A copy's surge keeps its record on the copy: the Deployment is seen with it (a move
+        # waits while a surge is in progress: moves.surge_in_progress).
+        on_copies = snap.shared.copy_records(done=True)
         for key, raw in snap.workloads.items():
-            wl = Workload.from_json(raw)
+            wl = surgecopy.with_record(Workload.from_json(raw), on_copies.get(key))
             record = MoveRecord.of(wl)
             # The floor at the owner's count: a scale move adds a replica the owner did not ask for.
             replicas = record.replicas if record is not None and not record.held else None
             floor = floors.floor_for(wl, config, snap.namespaces.get(wl.namespace), replicas)
             wl_pods = tuple(pods_by_key.get(key, ()))
-            states[key] = WorkloadState(wl, floor, wl_pods, surge_copy=key in snap.shared.copies)
+            # A copy at 0 keeping a finished record (its doomed node still exists) serves nothing.
+            held = key in on_copies and on_copies[key].done
+            states[key] = WorkloadState(wl, floor, wl_pods, surge_copy=key in snap.shared.copies and not held)
             if record is not None:
                 records[key] = record
             elif MOVE in wl.annotations:

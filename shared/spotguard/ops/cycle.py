@@ -37,10 +37,10 @@ from spotguard.logs import JsonFormatter, UserError
 from spotguard.ops import aws, functions, money, serving, steady
 from spotguard.ops import objects as objects_mod
 from spotguard.policy import config as config_mod
-from spotguard.policy import floors, moves, quantities, surges
+from spotguard.policy import floors, moves, quantities, surgecopy, surges
 from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
-from spotguard.policy.workloads import SURGE, Kind, Workload
+from spotguard.policy.workloads import SURGE, SURGE_OF, Kind, Workload
 from spotguard.sim import billing, costs, nodepools, readiness, scheduler, testing
 from spotguard.sim import errors as sim_errors
 from spotguard.sim import scenario as scenario_mod
@@ -1037,6 +1037,14 @@ class WorkloadViews:
                 seen[key] = known
                 out[known[1].key] = known[1]
         self._seen = seen
+        # A copy's surge keeps its record on the copy (surgecopy.RECORD), not on the Deployment.
+        for entry in self.store.list_entries("replicasets")[0]:
+            meta = entry.obj.get("metadata") or {}
+            of = (meta.get("labels") or {}).get(SURGE_OF)
+            deployment = f"{Kind.DEPLOYMENT}/{meta.get('namespace', '')}/{of}"
+            if of and meta.get("name") == surgecopy.name_for(str(of)) and deployment in out:
+                record = surgecopy.record_of(entry.obj)
+                out[deployment] = surgecopy.with_record(out[deployment], record)
         return out
 
     def busy(self, tracker: serving.Serving) -> bool:

@@ -75,9 +75,9 @@ from spotguard.policy.interruption import (
     workload_key_of,
 )
 from spotguard.policy.placement import Placement
-from spotguard.policy.surges import SurgeRecord
+from spotguard.policy.surges import ON_COPY, SurgeRecord
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE, SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
 
 # On the copy: "Deployment/<name>" and the Deployment's uid when the copy was made.
 SURGE_FOR = "spotguard.io/surge-for"
@@ -146,8 +146,8 @@ def build(
     kind = str(deployment.get("kind") or "Deployment")
     if kind != "Deployment":
         return Refusal(f"a {kind} is not surged: its floor is kept by placement")
-    if size < 1:
-        return Refusal("nothing to surge")
+    if size < 0:
+        return Refusal("a negative size")
     meta = deployment.get("metadata") or {}
     spec = deployment.get("spec") or {}
     name = str(meta.get("name") or "")
@@ -188,7 +188,7 @@ def build(
     if meta.get("uid"):
         annotations[SURGE_FOR_UID] = str(meta["uid"])
     if record is not None:
-        annotations[RECORD] = _plain(record)
+        annotations[RECORD] = plain(record)
     out_spec: dict[str, Any] = {
         "replicas": size,
         "selector": copy_selector,
@@ -204,12 +204,57 @@ def build(
     }
 
 
+def spot_slots(replicaset: Mapping[str, Any]) -> bool:
+    """Whether a copy's pods are spot slots (a drain-only surge's, :func:`build`)."""
+    template = (replicaset.get("spec") or {}).get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    return labels.get(PLACEMENT_LABEL) == Placement.SPOT.value
+
+
+def updated(
+    current: Mapping[str, Any],
+    size: int,
+    record: SurgeRecord,
+    *,
+    on_demand_template: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The copy ``current`` (as read: its ``resourceVersion`` makes the replace conditional)
+    at ``size`` replicas carrying ``record``. ``on_demand_template``: the template of a fresh
+    :func:`build` pinned to on-demand, for a copy of spot slots whose surge now needs
+    on-demand (an interruption warning came for a node an autoscaler only drained): the
+    copy's next pods go to on-demand; the ones it has stay where they are (a ReplicaSet does
+    not replace its pods for a template change)."""
+    out = copy.deepcopy(dict(current))
+    meta = out.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations[RECORD] = plain(record)
+    annotations[EVENTS] = ",".join(record.events)[:1000]
+    meta["annotations"] = annotations
+    spec = out.setdefault("spec", {})
+    spec["replicas"] = max(0, size)
+    if on_demand_template is not None:
+        spec["template"] = copy.deepcopy(dict(on_demand_template))
+    out.pop("status", None)
+    return out
+
+
 def resize(replicas: int, record: SurgeRecord | None = None) -> dict[str, Any]:
     """The merge patch that sizes the copy, its record (:data:`RECORD`) brought up to date."""
     out: dict[str, Any] = {"spec": {"replicas": replicas}}
     if record is not None:
-        out["metadata"] = {"annotations": {RECORD: _plain(record)}}
+        out["metadata"] = {"annotations": {RECORD: plain(record)}}
     return out
+
+
+def with_record(view: Workload, record: SurgeRecord | None) -> Workload:
+    """The Deployment as the plans see it: its copy's record (a copy's surge writes nothing
+    on the Deployment) as its surge record, marked :data:`surges.ON_COPY`. A record on the
+    Deployment itself (a surge begun before records moved to the copy) gives way to the
+    copy's, which each copy write brings up to date."""
+    if record is None:
+        return view
+    extra = {SURGE: plain(record), ON_COPY: "true"}
+    return dataclasses.replace(view, annotations={**view.annotations, **extra})
 
 
 def record_of(replicaset: Mapping[str, Any]) -> SurgeRecord | None:
@@ -218,7 +263,8 @@ def record_of(replicaset: Mapping[str, Any]) -> SurgeRecord | None:
     return SurgeRecord.parse(str(text)) if text else None
 
 
-def _plain(record: SurgeRecord) -> str:
+def plain(record: SurgeRecord) -> str:
+    """The record as the copy carries it (never marked lost)."""
     return dataclasses.replace(record, lost=False).to_json()
 
 

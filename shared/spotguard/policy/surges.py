@@ -15,6 +15,8 @@ from spotguard.policy.workloads import SURGE, Workload
 # Set (on the workload view only, never on the cluster) by the adapter when the record
 # came from the ledger because the workload's own annotation is gone.
 LOST = "spotguard.io/surge-lost"
+# In a workload's view only (never written): its surge record is its surge copy's.
+ON_COPY = "spotguard.io/surge-on-copy"
 
 
 class AutoscalerLimits(Protocol):

@@ -6,19 +6,24 @@ order, each written only after the one before succeeded (a step that fails stops
 there; the next pass finds the surge over again and lists the steps again, each of which
 asks only for what is still to be done):
 
-1. :class:`DeleteCopy` (the copy's surge): its pods go with it. Before the record: a
-   failure leaves the record, finished again.
-2. :class:`RankFirstToGo`: the deletion costs of the pods the scale back removes first
+1. :class:`RankFirstToGo`: the deletion costs of the pods the scale back removes first
    (:func:`first_to_go`), before the autoscaler's minimum comes down: the autoscaler may
    scale down itself right after, and must remove the same pods.
-3. :class:`EndProtection`: the surge replicas that stay are ordinary replicas again.
-4. :class:`RestoreAutoscaler`: its limits back where they still hold spotguard's values.
-5. :class:`DeleteBudget`: the temporary budget. Before the record: a record removed first
+2. :class:`EndProtection`: the surge replicas that stay are ordinary replicas again.
+3. :class:`RestoreAutoscaler`: its limits back where they still hold spotguard's values.
+4. :class:`DeleteBudget`: the temporary budget. Before the record: a record removed first
    would orphan the budget.
-6. The last: :class:`DropLedgerEntry` (a lost record whose workload is at the owner's
+5. The last: :class:`DropLedgerEntry` (a lost record whose workload is at the owner's
    count: nothing to put back on it) or :class:`WriteBack` (``spec.replicas`` and the
    record in one patch guarded by the resourceVersion). On a conflict the handler reads the
    workload again and asks :func:`again` how it ends now.
+
+A copy's surge (``surge_copy``, a Deployment) keeps its record on its copy
+(``surgecopy.RECORD``): its last step is :class:`DeleteCopy` (the copy, its pods and the
+record go in one delete) or, where a doomed node still exists, :class:`HoldCopy` (the copy at
+0 keeps the finished record, so a notice delivered again for that node surges nothing). A
+record still on the Deployment itself (a surge begun before records moved to the copy) is
+removed first (:class:`WriteBack`, ``on_workload``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Workload
+from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload
 
 # A merge patch of one pod's annotations (None removes one).
 PodNotes = tuple[tuple[PodView, Mapping[str, str | None]], ...]
@@ -43,6 +48,14 @@ PodNotes = tuple[tuple[PodView, Mapping[str, str | None]], ...]
 class DeleteCopy:
     name: str  # the copy's name (surgecopy.name_for): the handler deletes it by name where unlisted
     reason: str
+
+
+@dataclass(frozen=True)
+class HoldCopy:
+    """The copy at 0 replicas, keeping the finished record while a doomed node exists."""
+
+    name: str
+    keep: SurgeRecord
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,16 @@ class WriteBack:
     keep: SurgeRecord | None  # the record left on the workload (None: removed)
 
 
-Step = DeleteCopy | RankFirstToGo | EndProtection | RestoreAutoscaler | DeleteBudget | DropLedgerEntry | WriteBack
+Step = (
+    DeleteCopy
+    | HoldCopy
+    | RankFirstToGo
+    | EndProtection
+    | RestoreAutoscaler
+    | DeleteBudget
+    | DropLedgerEntry
+    | WriteBack
+)
 
 
 def steps(
@@ -87,14 +109,13 @@ def steps(
     marks: Mapping[str, NodeNotice],
     *,
     surge_copy: bool,
+    on_workload: bool = True,
 ) -> list[Step]:
     """The end of ``fin``'s surge, step by step (the module's docstring says why this order).
     ``pods``: the pods as read (the workload's own are picked here); ``marks``: each node's
-    notice."""
+    notice; ``on_workload``: the workload object itself carries a surge record."""
     wl, record = fin.workload, fin.record
     out: list[Step] = []
-    if surge_copy:
-        out.append(DeleteCopy(surgecopy.name_for(wl.name), fin.reason))
     mine = [p for p in pods if not p.terminating and workload_key_of(p) == wl.key]
     if fin.scale and fin.replicas < wl.replicas:
         ranks = first_to_go(record, mine, wl.replicas - fin.replicas, marks)
@@ -108,6 +129,13 @@ def steps(
         out.append(RestoreAutoscaler(record, fin.hpa_min, fin.hpa_max))
     if fin.budget:
         out.append(DeleteBudget(fin.budget))
+    if surge_copy and wl.kind is Kind.DEPLOYMENT:
+        last = write_back(fin)
+        if on_workload:
+            out.append(last)
+        name = surgecopy.name_for(wl.name)
+        out.append(DeleteCopy(name, fin.reason) if last.keep is None else HoldCopy(name, last.keep))
+        return out
     if record.lost and (not fin.scale or fin.replicas == wl.replicas):
         # A scale back of ours whose ledger write failed, a replace at the owner's count, a
         # copy's surge: the workload holds nothing of the surge.
