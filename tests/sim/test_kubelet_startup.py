@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotguard.sim import clock as simclock
 from spotguard.sim import testing
+from spotguard.sim.controllers import pods
 
 from tests.sim import controller_helpers as h
 
@@ -20,16 +22,6 @@ DELAY = 150.0  # five kubelet resyncs
 def test_a_slow_pod_waits_its_whole_startup_through_resyncs() -> None:
     with testing.running_cluster(time_scale=SCALE, ready_delay_seconds=DELAY) as sim:
         sim.store.create("nodes", h.node("n1"))
-        ready_at: dict[str, float] = {}
-        bound_at: dict[str, float] = {}
-
-        def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
-            if resource == "pods" and (obj.get("spec") or {}).get("nodeName"):
-                bound_at.setdefault(obj["metadata"]["name"], sim.clock.now())
-            if resource == "pods" and h.is_ready(obj):
-                ready_at.setdefault(obj["metadata"]["name"], sim.clock.now())
-
-        sim.store.subscribe(on_change)
         sim.store.create(
             "pods",
             {
@@ -39,8 +31,28 @@ def test_a_slow_pod_waits_its_whole_startup_through_resyncs() -> None:
                 "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]},
             },
         )
-        h.wait_for(lambda: "p" in ready_at, timeout=30, what="ready")
-        # (this subscriber may see the bind a moment after the kubelet does: at x100 a tenth
-        # of a millisecond late is 10 ms of simulated time, which once made a 149.996 s wait
-        # look short; the resync defect this catches started pods 30 s or more early)
-        assert ready_at["p"] - bound_at["p"] >= DELAY - 0.05
+        pod = h.wait_for(lambda: _if_ready(sim.store.get("pods", "p", "default")), timeout=30, what="ready")
+        # The pod's own record, not a clock read by an observer: the scheduler stamps
+        # PodScheduled=True when it binds (before the write), the kubelet stamps Ready and
+        # startTime when it starts the pod (after its wait). A subscriber reading the clock
+        # on each notification measured the bind late whenever the binding thread was
+        # descheduled between the kubelet's notification and its own (149.94 s for 150 s
+        # under load). Both stamps are whole seconds rounded down: with the start really
+        # DELAY or more after the bind, the stamps differ by more than DELAY - 1, so by
+        # DELAY or more (DELAY is whole); the resync defect started pods 30 s or more early.
+        bound = _transition(pod, "PodScheduled")
+        ready = _transition(pod, "Ready")
+        started = simclock.parse_iso(pod["status"]["startTime"])
+        assert ready == started
+        assert ready - bound >= DELAY
+
+
+def _if_ready(pod: dict[str, Any]) -> dict[str, Any] | None:
+    return pod if h.is_ready(pod) else None
+
+
+def _transition(pod: dict[str, Any], kind: str) -> float:
+    """When the pod's ``kind`` condition last changed (it must be True)."""
+    cond = pods.condition(pod, kind)
+    assert cond is not None and cond.get("status") == "True", (kind, cond)
+    return simclock.parse_iso(cond["lastTransitionTime"])
