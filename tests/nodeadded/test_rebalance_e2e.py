@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config
@@ -277,12 +278,26 @@ def test_a_move_whose_count_changed_before_its_scale_up_ends_without_a_hold(tmp_
         assert [m.workload.key for m in again.started][:1] == ["Deployment/shop/web"], again.plan
 
 
-def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: Any) -> None:
+@pytest.mark.parametrize("set_written", [False, True], ids=["as-it-comes", "set-written-before-the-refusal"])
+def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: Any, set_written: bool) -> None:
     """The budget allowed a disruption when the pass read it, but another evictor (a drainer,
     the autoscaler's consolidation) took it before spotguard's eviction arrived: refused (429,
     no retry hint). The move waits for the budget to allow one again, a short hold, not the
     hold of a move that made no progress (600 s here): the workload is back within a few
-    minutes of the rival's pod being Ready, and the refused evictions are few (no retry loop)."""
+    minutes of the rival's pod being Ready, and the refused evictions are few (no retry loop).
+
+    The rival's pod is re-created while the set is above its floor: the admission webhook places
+    it on spot once its node list has the spot nodes (a list without any is read again at most
+    every second of real time: 20 simulated seconds here, so a loaded machine crosses it), and
+    then the rival's eviction did the move; before that, on on-demand, and the move is
+    spotguard's, after the hold. Both are counted exactly below.
+
+    ``set_written``: the StatefulSet controller writes the set's status (the rival's pod going)
+    between spotguard's record and the refusal of its eviction, as it did now and then under
+    load: the hold, guarded by the resourceVersion the record's write returned, was refused
+    (409) and the move stayed recorded without it (its eviction retried every pass; the rival's
+    pod came back as the move's, on spot, so the recorded pod came back on on-demand for the
+    floor: "queue-3 did not land on spot", a 600 s hold)."""
     cfg = dataclasses.replace(CFG, rebalance_hold_seconds=600, rebalance_settle_seconds=0)
     nodes = [sim_scenario.namespace(NS)] + [sim_scenario.node(f"od-{i}", "on-demand") for i in range(2)]
     with (
@@ -297,6 +312,7 @@ def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: 
         h.wait_until(lambda: h.ready_pods(store) == 4, 30, "every pod Ready")
         store.apply_objects(spot_nodes("spot", 2))
         rival: list[str] = []
+        came_back_on: list[str] = []  # the node of the rival's pod once re-created and bound
 
         def rival_evicts() -> None:
             # Once, just before spotguard's first eviction is served: another evictor takes the
@@ -304,9 +320,23 @@ def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: 
             if rival:
                 return
             pods = [p for p in store.list("pods", NS)[0] if h.live(p) and p["metadata"]["name"].startswith("queue-")]
-            victim = sorted(p["metadata"]["name"] for p in pods)[0]
-            rival.append(victim)
-            k.evict(victim, NS)
+            victim = min(pods, key=lambda p: str(p["metadata"]["name"]))
+            rival.extend([victim["metadata"]["name"], victim["metadata"]["uid"]])
+            k.evict(rival[0], NS)
+            if set_written:
+
+                def one_fewer_ready(sts: dict[str, Any]) -> None:
+                    status = sts.setdefault("status", {})
+                    status["readyReplicas"] = int(status.get("readyReplicas") or 0) - 1
+
+                store.mutate("statefulsets", "queue", NS, one_fewer_ready)
+
+        def returned(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+            meta, node = obj["metadata"], (obj.get("spec") or {}).get("nodeName")
+            if rival and meta.get("name") == rival[0] and meta.get("uid") != rival[1] and node and not came_back_on:
+                came_back_on.append(node)
+
+        store.subscribe(returned, ["pods"])
 
         sim.faults.set(verb="create", resource="pods", before=rival_evicts)
         rec = h.reconciler_for(sim, cfg)
@@ -319,9 +349,12 @@ def test_a_budget_taken_by_another_evictor_delays_a_move_not_holds_it(tmp_path: 
             h.summary(rep) for rep in reports
         ]
         assert took < 300, f"back at the optimum after {took:.0f} simulated s (a 600 s hold would be the cause)"
-        # One eviction per replica moved, and the refused one: the short hold is no retry loop.
+        # One eviction per replica spotguard moved, and the refused one: the short hold is no
+        # retry loop. The rival's pod back on spot was one replica moved without spotguard.
+        assert came_back_on, "the rival's pod never came back"
+        rival_moved = h.capacity_of(store)[came_back_on[0]] == "spot"
         replicas, floor = h.floors_of(store)["StatefulSet/shop/queue"]
-        assert rec.kube.stats.count(resource="pods/eviction") == replicas - floor + 1
+        assert rec.kube.stats.count(resource="pods/eviction") == replicas - floor - int(rival_moved) + 1, came_back_on
 
 
 def test_a_move_whose_count_changed_during_its_wait_is_not_begun(tmp_path: Any, caplog: Any) -> None:

@@ -543,7 +543,15 @@ class Reconciler:
                 log.info("eviction refused by a budget: waiting for it",
                          extra={"workload": wl.key, "pod": move.pod.name, "seconds": wait})  # fmt: skip
                 hold = moves.held(record, now, "a budget refused the eviction", wait)
-                self._patch_workload(written, {MOVE: hold.to_json()})
+                # Guarded by the record, not the resourceVersion the record's write returned: the
+                # StatefulSet controller writes the set's status as its pods change (the rival's
+                # eviction itself, a readyReplicas behind the pass's read), and a 409 here left the
+                # move recorded without its hold: its eviction retried every pass, and the rival's
+                # pod came back as the move's new replica (spot only), so the recorded pod, evicted
+                # once the budget allowed, came back on on-demand for the floor: a 600 s hold.
+                if not self._swap_record(written, record.to_json(), hold.to_json()):
+                    log.info("the move's record changed since it was written: its hold not written",
+                             extra={"workload": wl.key, "pod": move.pod.name})  # fmt: skip
                 return True
             except NotFound:
                 pass
@@ -788,6 +796,20 @@ class Reconciler:
         written = self.kube.patch(WORKLOAD_RESOURCES[kind], str(meta.get("name")), patch, str(meta.get("namespace")))
         written["kind"] = str(kind)
         return written
+
+    def _swap_record(self, raw: Obj, was: str, now: str) -> bool:
+        """The move record ``was`` becomes ``now``, only while the workload still carries ``was``
+        (a JSON patch's test): other writes to the workload since (its controller's status) do
+        not stop it, another reconcile's record or its removal does (False)."""
+        meta = raw.get("metadata") or {}
+        path = "/metadata/annotations/" + MOVE.replace("~", "~0").replace("/", "~1")
+        ops = [{"op": "test", "path": path, "value": was}, {"op": "replace", "path": path, "value": now}]
+        kind = Kind(raw.get("kind", "Deployment"))
+        try:
+            self.kube.patch(WORKLOAD_RESOURCES[kind], str(meta.get("name")), ops, str(meta.get("namespace")), "json")
+        except Invalid:
+            return False
+        return True
 
     def _label_node(self, change: tuple[str, str | None]) -> bool:
         """Sets or removes one node's ``spotguard.io/spot`` label; True when it failed."""
