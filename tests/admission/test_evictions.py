@@ -11,9 +11,11 @@ from typing import Any
 from spotguard.admission import core, evictions, transport
 from spotguard.gateway import errors as api_errors
 from spotguard.gateway import resources as r
-from spotguard.policy import config
+from spotguard.policy import config, surgecopy
 from spotguard.policy import evictions as policy
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
+from spotguard.policy.surges import SurgeRecord
+from spotguard.policy.workloads import SURGE_OF
 
 from tests.admission import cluster
 from tests.admission.fakekube import FakeKube
@@ -312,3 +314,139 @@ def test_a_review_held_by_slow_reads_does_not_take_its_old_read_of_the_node_for_
     assert first["auditAnnotations"]["spotguard.io/eviction"] == "protected"
     again = answer("/evictions", review(name="web-1"), ctx)
     assert again["allowed"] is False and "is reclaimed at" in again["status"]["message"], again
+
+
+# --- the surge copy: its pods are the Deployment's, its record is the surge's -------------
+
+
+def surge_copy(
+    k: FakeKube, deployment: str, *, namespace: str = "shop", record: SurgeRecord | None = None
+) -> dict[str, Any]:
+    """spotguard's surge copy of ``deployment`` (no owner reference, as ``surgecopy.build``
+    makes it), carrying ``record`` where given."""
+    meta: dict[str, Any] = {"name": surgecopy.name_for(deployment), "namespace": namespace,
+                            "labels": surgecopy.copy_labels(deployment)}
+    if record is not None:
+        meta["annotations"] = {surgecopy.RECORD: record.to_json()}
+    return k.put(r.REPLICASETS, {"metadata": meta, "spec": {"replicas": 1, "selector": {"matchLabels": {
+        "app": deployment, SURGE_OF: deployment}}}})
+
+
+def serving(k: FakeKube, owner: dict[str, Any], name: str, node: str, labels: dict[str, str]) -> None:
+    pod = cluster.pod_for(owner, name=name)
+    pod["metadata"]["labels"] = labels
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    k.put(r.PODS, pod)
+
+
+def noticed(k: FakeKube, node: str, mark: NodeNotice | None = None) -> None:
+    """``node`` cordoned, with spotguard's notice on it where ``mark`` is given."""
+    obj = k.get(r.NODES, node)
+    obj.setdefault("spec", {})["unschedulable"] = True
+    if mark is not None:
+        obj["metadata"].setdefault("annotations", {})[NODE_NOTICE] = mark.to_json()
+    k.put(r.NODES, obj)
+
+
+def guarded(k: FakeKube, now: list[float], **settings: Any) -> core.Context:
+    ctx = core.Context(config.Config(), k, **settings)
+    evictions.configure(ctx, evictions.Guard(clock=lambda: now[0], timing=policy.Timing(grace=8.0, error_hold=20.0)))
+    return ctx
+
+
+def reason(response: dict[str, Any]) -> str:
+    return str(response["auditAnnotations"]["spotguard.io/eviction"])
+
+
+def test_a_pod_of_the_surge_copy_is_held_as_the_deployments_own() -> None:
+    """A drain-only copy's pod placed on spot-0 beside web's own; spot-0 gets spotguard's
+    notice and a drainer evicts the copy's pod. The copy's ReplicaSet has no controller, and
+    the guard answered "not-managed": the pod went while web had nothing Ready on nodes that
+    stay. It is web's replica (its surge-of label, its controller the copy so named): held."""
+    k = FakeKube()
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=1)
+    _, rs = cluster.deployment(k, "web", 2)
+    copy = surge_copy(k, "web")
+    serving(k, rs, "web-1", "spot-0", {"app": "web", "pod-template-hash": "abc123"})
+    serving(k, copy, "spotguard-surge-web-x", "spot-0", {"app": "web", SURGE_OF: "web"})
+    noticed(k, "spot-0", NodeNotice("itn-1", NoticeKind.INTERRUPTION, 1000.0, 1120.0))
+    ctx = guarded(k, [1000.0])
+    response = answer("/evictions", review(name="spotguard-surge-web-x"), ctx)
+    assert response["allowed"] is False, response
+    assert reason(response) == "protected"
+    message = response["status"]["message"]
+    assert "Deployment shop/web has 0 Ready pods on nodes that stay and keeps 2" in message, message
+
+
+def test_a_pod_merely_labelled_surge_of_or_of_a_copy_elsewhere_is_not_the_deployments() -> None:
+    """The label alone does not make a pod the copy's: its controller must be the ReplicaSet
+    ``spotguard-surge-<name>``; and the Deployment it names is looked for in the pod's own
+    namespace."""
+    k = FakeKube()
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=1)
+    cluster.deployment(k, "web", 2)
+    impostor = k.put(r.REPLICASETS, {"metadata": {"name": "impostor", "namespace": "shop"},
+                                     "spec": {"selector": {"matchLabels": {"app": "web"}}}})
+    serving(k, impostor, "impostor-x", "spot-0", {"app": "web", SURGE_OF: "web"})
+    elsewhere = surge_copy(k, "web", namespace="default")  # no Deployment web in default
+    serving(k, elsewhere, "spotguard-surge-web-y", "spot-0", {"app": "web", SURGE_OF: "web"})
+    noticed(k, "spot-0", NodeNotice("itn-1", NoticeKind.INTERRUPTION, 1000.0, 1120.0))
+    ctx = guarded(k, [1000.0])
+    assert reason(answer("/evictions", review(name="impostor-x"), ctx)) == "not-managed"
+    assert reason(answer("/evictions", review(name="spotguard-surge-web-y", namespace="default"), ctx)) == (
+        "not-managed")
+
+
+def covering(node: str, until: float) -> SurgeRecord:
+    return SurgeRecord(replicas=2, surge=1, events=("itn-1",), nodes=(node,), started=1000.0, ready=2,
+                       written=2, until=((node, until),), copy=True)
+
+
+def test_a_replaced_deployments_surge_record_is_read_from_its_copy() -> None:
+    """web was replaced (kubectl replace: its spotguard.io/surge annotation gone) while its copy
+    carries the surge's record, which names spot-0 (cordoned; spotguard's mark on it never
+    written). Past the grace for a node without a notice, the guard let web's pod go
+    ("no-notice"); the copy's record covers the node to its reclaim time: held."""
+    k = FakeKube()
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=1)
+    _, rs = cluster.deployment(k, "web", 2)
+    surge_copy(k, "web", record=covering("spot-0", 1120.0))
+    serving(k, rs, "web-1", "spot-0", {"app": "web", "pod-template-hash": "abc123"})
+    noticed(k, "spot-0")
+    now = [1000.0]
+    ctx = guarded(k, now)
+    first = answer("/evictions", review(name="web-1"), ctx)
+    assert first["allowed"] is False, first
+    now[0] = 1060.0  # the grace (8 s) long over
+    held = answer("/evictions", review(name="web-1"), ctx)
+    assert held["allowed"] is False and reason(held) == "protected", held
+    assert "the workload's surge covers it" in held["status"]["message"], held
+    now[0] = 1090.0  # 30 s before the reclaim time the record names
+    assert reason(answer("/evictions", review(name="web-1"), ctx)) == "reclaim-near"
+
+
+class CopyReadsFail(FakeKube):
+    """An API server that answers 500 to every GET of a surge copy."""
+
+    def get(self, res: r.Resource, name: str, namespace: str | None = None) -> Any:
+        if res.plural == "replicasets" and name.startswith(surgecopy.PREFIX):
+            self.stats.record("get", res.name, 500)
+            raise api_errors.Transient(500, "InternalError", "injected fault: get replicasets answered 500")
+        return super().get(res, name, namespace)
+
+
+def test_a_copy_that_cannot_be_read_gets_the_retry_of_any_failed_read_then_the_eviction() -> None:
+    """The copy's read failing (500s) is one of the guard's reads failing: a 1 s retry for the
+    error hold, then the eviction (it never wedges the drain)."""
+    k = CopyReadsFail()
+    cluster.basic_cluster(k, on_demand_nodes=1, spot_nodes=1)
+    _, rs = cluster.deployment(k, "web", 2)
+    serving(k, rs, "web-1", "spot-0", {"app": "web", "pod-template-hash": "abc123"})
+    noticed(k, "spot-0", NodeNotice("itn-1", NoticeKind.INTERRUPTION, 1000.0, 1120.0))
+    now = [1000.0]
+    ctx = guarded(k, now, review_seconds=0.2)
+    first = answer("/evictions", review(name="web-1"), ctx)
+    assert first["allowed"] is False and reason(first) == "api-error", first
+    now[0] = 1020.0
+    assert reason(answer("/evictions", review(name="web-1"), ctx)) == "failed-open"

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 import pytest
-from spotguard.policy import drains, evictions
+from spotguard.policy import drains, evictions, surges
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.views import Owner, PodView
 from spotguard.policy.workloads import SURGE, Kind, Workload
@@ -386,3 +386,45 @@ def test_a_drained_nodes_pods_whose_surge_is_ready_wait_for_spotguards_scale_bac
     reclaimed = {**nodes(), "od-2": dataclasses.replace(drained, notice=NOTICE)}
     at_reclaim = {**running, "events": [NOTICE.event_id]}
     assert decide(deployment(9, at_reclaim), pods[-1], pods, nodes=reclaimed, now=NOW + 40).reason == "replaced"
+
+
+def test_the_record_the_surge_copy_carries_is_the_guards_where_the_deployment_lost_its_own() -> None:
+    """A ``kubectl replace`` (or a GitOps replace) of web took its ``spotguard.io/surge``
+    annotation, or a copy's surge keeps its record on its copy only: the record the copy
+    carries (``surgecopy.RECORD``, read by the adapter) still names spot-1, whose mark was
+    never written. The guard holds web's pod there per that record's cover and keeps its
+    Ready count; the copy's record wins over the Deployment's annotation, and a finished
+    one says nothing (the Deployment's, where it has one, decides)."""
+    pods = web(0)
+    facts = nodes(doomed=evictions.NodeFacts("spot-1", spot=True, unschedulable=True))
+    timing = evictions.Timing(grace=8, release=30)
+    covering = {"replicas": 6, "surge": 4, "events": ["itn-1"], "nodes": ["spot-1"], "started": NOW, "ready": 5,
+                "written": 6, "until": {"spot-1": NOW + 120}, "copy": True}
+    copy_record = surges.SurgeRecord.parse(json.dumps(covering))
+    assert copy_record is not None
+    at = {"nodes": facts, "now": NOW + 60, "first_seen": NOW, "timing": timing}
+    replaced = deployment(6)  # no annotation left
+    # GIVEN the replaced Deployment alone: a spot node without a notice, the grace only
+    assert decide(replaced, pods[-1], pods, **at).reason == "no-notice"
+    # WHEN the copy's record is read too: held to the reclaim time it names, 5 kept serving
+    held = decide(replaced, pods[-1], pods, copy_record=copy_record, **at)
+    assert not held.allowed and held.reason == "protected", held
+    assert "the workload's surge covers it" in held.message and "keeps 5" in held.message
+    assert decide(replaced, pods[-1], pods, copy_record=copy_record, **{**at, "now": NOW + 90}).reason == (
+        "reclaim-near")
+    # AND it wins over an annotation the replace put back (a manifest's old record, another node)
+    elsewhere = {**covering, "nodes": ["spot-9"], "until": {"spot-9": NOW + 120}}
+    assert not decide(deployment(6, elsewhere), pods[-1], pods, copy_record=copy_record, **at).allowed
+    # AND a finished copy record leaves the Deployment's own to decide
+    finished = dataclasses.replace(copy_record, surge=0, done=True)
+    assert decide(deployment(6, elsewhere), pods[-1], pods, copy_record=finished, **at).reason == "no-notice"
+    assert not decide(deployment(6, covering), pods[-1], pods, copy_record=finished, **at).allowed
+    # AND off spot (an on-demand node drained, no notice), the copy's running surge guards it
+    drained = {**nodes(), "od-2": evictions.NodeFacts("od-2", spot=False, unschedulable=True)}
+    off = [pod(f"o-{i}", "od-1") for i in range(3)] + [pod(f"n-{i}", "od-2") for i in range(3)]
+    assert decide(replaced, off[-1], off, nodes=drained).reason == "not-spot"
+    guarded = decide(replaced, off[-1], off, nodes=drained, copy_record=copy_record)
+    assert not guarded.allowed and "surge for a spot notice is still running" in guarded.message
+    # AND a StatefulSet has no copy: a record given for it is not read
+    sts = Workload(Kind.STATEFULSET, "shop", "web", 2, {})
+    assert evictions.record_for(sts, copy_record) is None

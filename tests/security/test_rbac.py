@@ -101,7 +101,8 @@ INTERRUPTION_RECONCILE = set().union(
 NEEDS: dict[str, set[Grant]] = {
     "spotguard-admission": set().union(
         needs(CLUSTER, "", "namespaces", "get"),  # admission/resolve.py: opted-out namespaces
-        needs(CLUSTER, "apps", "replicasets deployments statefulsets", "get"),  # resolve.py: the pod's owners
+        # resolve.py: the pod's owners; admission/evictions.py: a Deployment's surge copy (its record)
+        needs(CLUSTER, "apps", "replicasets deployments statefulsets", "get"),
         needs(CLUSTER, "", "nodes", "list"),  # resolve.py: node capacity
         needs(CLUSTER, "", "pods", "list"),  # admission/reservations.py: the pods placed so far
         needs(CLUSTER, "", "pods nodes", "get"),  # admission/evictions.py: the pod under eviction, its node

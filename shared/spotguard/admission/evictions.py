@@ -8,7 +8,8 @@ returned to the caller as 429 TooManyRequests (the message prefixed with
 becomes the ``Retry-After`` header): ``kubectl drain``,
 aws-node-termination-handler and Karpenter retry it as they retry a budget.
 
-This module reads (the pod, its workload, the workload's pods, the nodes), asks
+This module reads (the pod, its workload, the workload's pods, a Deployment's surge
+copy for the record it carries, the nodes), asks
 :func:`spotguard.policy.evictions.decide` and answers. It writes nothing (a
 dry-run eviction is answered the same way). It fails open (no cluster connection,
 RBAC, a bug: "allowed"), except where the API server is unwell (5xx, 429, timeouts,
@@ -31,12 +32,13 @@ from typing import Any, TypeVar
 from spotguard.admission import core, deadline, errors, metrics, resolve, reviews, sightings
 from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources
-from spotguard.policy import evictions, floors, interruption
+from spotguard.policy import evictions, floors, interruption, surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice
+from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import Owner, PodView
-from spotguard.policy.workloads import ENABLED, Kind, Workload
+from spotguard.policy.workloads import ENABLED, SURGE_OF, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -297,7 +299,7 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
         found = _result(workload_reads, "the workload's reads")
         if found is None:
             return evictions.Decision(True, "not-managed")
-        workload, floor_on_demand, pods = found
+        workload, floor_on_demand, pods, copy_record = found
         nodes = {n.name: n for n in (node_facts(o, config) for o in _result(nodes_raw, "LIST nodes"))}
     except RETRYABLE:
         known = evictions.without_workload(node=node)
@@ -309,6 +311,7 @@ def _decide(request: reviews.Request, ctx: core.Context, arrived: float) -> evic
     return evictions.decide(
         pod=pod, workload=workload, floor_on_demand=floor_on_demand, pods=pods, nodes=nodes,
         now=guard.clock(), first_seen=first_seen, timing=guard.timing, node_read_at=node_read_at,
+        copy_record=copy_record,
     )
 
 
@@ -329,14 +332,21 @@ def _result(future: futures.Future[T], what: str) -> T:
 
 def _workload_reads(
     ctx: core.Context, guard: Guard, pod: PodView
-) -> tuple[Workload, int, list[PodView]] | None:
-    """The pod's workload as it is now, its floor and its own pods; None where spotguard
-    does not manage it."""
+) -> tuple[Workload, int, list[PodView], SurgeRecord | None] | None:
+    """The pod's workload as it is now, its floor, its own pods and the surge record its
+    surge copy carries (a Deployment's; None: no copy, or one without a record); None where
+    spotguard does not manage it.
+
+    A pod of a surge copy (``spotguard.policy.surgecopy``: its controller the ReplicaSet
+    ``spotguard-surge-<name>``, its ``spotguard.io/surge-of`` label ``<name>``) is a replica of
+    the Deployment ``<name>`` in its namespace (:func:`interruption.copy_workload_key`): the
+    copy has no controller of its own, so it is decided as that Deployment's pods are."""
     kube = ctx.kube
     assert kube is not None
     resolver = ctx.resolver
     namespace = pod.namespace
     owner = pod.owner.uid if pod.owner is not None else ""
+    surged = surgecopy.surge_of(pod.labels) if interruption.copy_workload_key(pod) is not None else None
     # A workload's selector never changes (apps/v1): once known, its pods are listed beside
     # the (re-)read of the workload (the surge record as it is now), not after it.
     listing: futures.Future[Any] | None = None
@@ -344,7 +354,11 @@ def _workload_reads(
     if known is not False:
         listing = deadline.submit(guard.pool, kube.list, resources.PODS, namespace, known)
     annotations = deadline.submit(guard.pool, resolver.namespace_annotations, namespace)
-    resolved = resolver.resolve(pod)
+    # The Deployment's copy (its record), read from the start under the name its ReplicaSet's
+    # name says (``<deployment>-<pod-template-hash>``), again below where that was wrong.
+    guess = surged or resolve.deployment_name(pod)
+    copy_read = None if guess is None else deadline.submit(guard.pool, _copy_record, kube, namespace, guess)
+    resolved = resolver.resolve(pod) if surged is None else resolver.deployment(namespace, surged)
     if isinstance(resolved, resolve.Unresolved):
         return None
     match = resolve.label_selector(resolved.workload.selector)
@@ -354,6 +368,10 @@ def _workload_reads(
         guard.remember_selector(owner, match)
     resolved = resolver.refresh_workload(resolved)
     workload = resolved.workload
+    if workload.kind is not Kind.DEPLOYMENT:
+        copy_read = None  # a StatefulSet is never surged by a copy
+    elif copy_read is None or guess != workload.name:
+        copy_read = deadline.submit(guard.pool, _copy_record, kube, namespace, workload.name)
     floor = floors.floor_for(workload, ctx.config, _result(annotations, "GET namespaces"))
     if not floor.enabled:
         return None
@@ -362,7 +380,19 @@ def _workload_reads(
         p for p in (PodView.from_json(o, scheduling=False) for o in _result(listing, "LIST pods"))
         if interruption.selector_matches(selector, p.labels)
     ]
-    return workload, floor.on_demand, _own(ctx, guard, resolved, candidates)
+    own = _own(ctx, guard, resolved, candidates)
+    record = None if copy_read is None else _result(copy_read, "GET replicasets (the surge copy)")
+    return workload, floor.on_demand, own, record
+
+
+def _copy_record(kube: Any, namespace: str, deployment: str) -> SurgeRecord | None:
+    """The surge record the copy of the Deployment ``deployment`` carries (None: no copy, a
+    ReplicaSet so named that is not its copy, or a copy without a record). Read as it is now
+    (not cached): the copy's record changes with each of its writes."""
+    rs = kube.find(resources.REPLICASETS, surgecopy.name_for(deployment), namespace)
+    if rs is None or ((rs.get("metadata") or {}).get("labels") or {}).get(SURGE_OF) != deployment:
+        return None
+    return surgecopy.record_of(rs)
 
 
 def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list[PodView]) -> list[PodView]:

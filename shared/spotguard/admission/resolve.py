@@ -356,6 +356,16 @@ class Resolver:
             return Unresolved(f"Deployment {pod.namespace}/{dep_ref.get('name')} not found")
         return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, rs, fresh)
 
+    def deployment(self, namespace: str, name: str) -> Resolved | Unresolved:
+        """The Deployment ``name`` in ``namespace`` (cached as :meth:`resolve`'s): a surge
+        copy's pods name theirs by label (``spotguard.policy.surgecopy``), no ReplicaSet of it
+        owns them. No uid to check: a replace (``--force``) re-creates the Deployment, and its
+        copy serves the new one."""
+        dep, fresh = self._lookup(r.DEPLOYMENTS, name, namespace, self.workload_ttl)
+        if dep is None:
+            return Unresolved(f"Deployment {namespace}/{name} not found")
+        return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, fresh=fresh)
+
     def refresh_workload(self, resolved: Resolved) -> Resolved:
         """Read the workload again, bypassing the cache (its replicas may be newer)."""
         if resolved.fresh:

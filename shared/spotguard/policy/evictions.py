@@ -143,6 +143,19 @@ def wanted(workload: Workload, floor_on_demand: int, record: surges.SurgeRecord 
     return max(0, workload.replicas)
 
 
+def record_for(workload: Workload, copy_record: surges.SurgeRecord | None = None) -> surges.SurgeRecord | None:
+    """The surge record the guard decides on: the one the Deployment's surge copy carries
+    (``copy_record``, :data:`spotguard.policy.surgecopy.RECORD`, read by the caller) while
+    that surge runs, else the Deployment's own ``spotguard.io/surge`` annotation.
+
+    The copy's wins where both are there: nobody else writes the copy, while a ``kubectl
+    replace`` or a GitOps replace of the Deployment drops its annotation (or puts back one
+    from the manifest), and a copy's surge may keep its record on the copy only."""
+    if workload.kind is Kind.DEPLOYMENT and copy_record is not None and not copy_record.done:
+        return copy_record
+    return surges.SurgeRecord.of(workload)
+
+
 def guarded_without_notice(
     workload: Workload, record: surges.SurgeRecord | None, *, short: bool, autoscaler: bool = False
 ) -> str | None:
@@ -262,17 +275,21 @@ def decide(
     first_seen: float,
     timing: Timing = Timing(),
     node_read_at: float | None = None,
+    copy_record: surges.SurgeRecord | None = None,
 ) -> Decision:
     """May ``pod`` be evicted now?
 
     ``workload`` is None when it is not one spotguard manages (no controller, a
     DaemonSet or Job, an excluded namespace, ``spotguard.io/enabled: "false"`` on the
-    pod, its workload or namespace). ``pods`` are the workload's own pods; ``nodes``
+    pod, its workload or namespace); a surge copy's pod's is the Deployment it surges
+    (:func:`spotguard.policy.interruption.copy_workload_key`). ``pods`` are the workload's
+    own pods (its copy's among them); ``nodes``
     every node by name. ``now`` is the deciding process's clock (epoch seconds);
     ``first_seen`` when this process first saw the pod's node with its current drain
     signals (:attr:`NodeFacts.drain_signals`), without seeing it stop going away since
     (``now`` if it is the first time). ``node_read_at``: when the pod's node was read (its
-    facts are as of then; ``now`` if not given).
+    facts are as of then; ``now`` if not given). ``copy_record``: the surge record a
+    Deployment's surge copy carries, where it has one (:func:`record_for`).
 
     A going-away spot node without spotguard's notice is let go once the grace has run out
     *as of the node's read*: a review held seconds by slow reads decides with a node read
@@ -288,7 +305,7 @@ def decide(
     assert node is not None
     if workload is None:
         return Decision(True, "not-managed")
-    record = surges.SurgeRecord.of(workload)  # read once: the cover and the count to keep
+    record = record_for(workload, copy_record)  # read once: the cover and the count to keep
     noticed = _notices(node, record)
     # A spot node a node autoscaler drains without spotguard's notice: a consolidation (Karpenter
     # deletes an under-used spot node too) or a reclaim whose warning is on its way. A
