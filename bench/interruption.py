@@ -141,7 +141,7 @@ def child(args: argparse.Namespace) -> int:
         "lists": k.stats.count("list"),
         "taint_writes": k.stats.count("patch", "nodes"),
         "workload_writes": k.stats.count("patch", "deployments.apps"),
-        "copy_writes": k.stats.count("create", "replicasets.apps") + k.stats.count("update", "replicasets.apps"),
+        "copy_writes": k.stats.count("create", "replicasets.apps") + k.stats.count("patch", "replicasets.apps"),
         "budget_writes": k.stats.count("create", "poddisruptionbudgets.policy"),
         "autoscaler_writes": k.stats.count("patch", "horizontalpodautoscalers.autoscaling"),
         "event_writes": k.stats.count("create", "events"),

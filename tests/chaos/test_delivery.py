@@ -87,7 +87,9 @@ def test_process_killed_mid_handling_then_redelivered(fault: str, tmp_path: Path
         spot = c.spot()
         doomed = on_nodes(c, spot)
         highest = highest_replicas(c)
-        # Every Deployment write takes a second: the process dies with its surges in flight.
+        # Every surge write takes a second (the copy's create with its record; the replica
+        # surge's patch of the Deployment): the process dies with its surges in flight.
+        c.sim.faults.set(verb="create", resource="replicasets", latency_seconds=1.0)
         c.sim.faults.set(verb="patch", resource="deployments", latency_seconds=1.0)
         c.interrupt(spot)
         h.wait_until(lambda: bool(c.taints_seen), c.window(30), "the handling to start (the first taint)")

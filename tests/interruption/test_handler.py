@@ -103,9 +103,9 @@ def replica_mode(**settings: Any) -> config.Config:
 
 
 def record_write(copy: bool) -> tuple[str, str]:
-    """The request that writes a surge's record once its copy exists: the copy's (a replace),
-    or the Deployment's patch (the replica surge)."""
-    return ("update", "replicasets") if copy else ("patch", "deployments")
+    """The request that writes a surge's record once its copy exists: the copy's merge patch
+    (guarded by its resourceVersion), or the Deployment's patch (the replica surge)."""
+    return ("patch", "replicasets") if copy else ("patch", "deployments")
 
 
 def pinned_on_demand(rs: Obj) -> bool:
@@ -473,7 +473,7 @@ def test_a_copy_made_since_the_read_is_replanned_on_its_record(cluster: Cluster)
     assert web["events"] == ["interruption-spot-1", "interruption-spot-0"], web
     assert_surged(c, "web", 3, 2, copy=True)
     assert c.kube.stats.count("create", "replicasets.apps") == 3  # web's and single's, then web's refused
-    assert c.kube.stats.count("update", "replicasets.apps") == 1  # web's, on the copy as read again
+    assert c.kube.stats.count("patch", "replicasets.apps") == 1  # web's, on the copy as read again
 
 
 def test_a_copy_surge_made_from_a_stale_count_is_resized_by_the_next_pass(cluster: Cluster) -> None:
@@ -1040,7 +1040,7 @@ def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: C
         c.sim.faults.clear()
         c.store.mutate("replicasets", name, "shop", lambda rs: rs["metadata"].setdefault("labels", {}).update(x="y"))
 
-    dropped_once(c, "update", "replicasets", before=bumped if made else None)
+    dropped_once(c, "patch", "replicasets", before=bumped if made else None)
     assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     assert c.sim.faults.injected == 1
     web = c.record("web")
@@ -1169,3 +1169,52 @@ def test_a_snapshots_pods_of_a_workload_are_its_own(cluster: Cluster) -> None:
         assert snap.pods_of(str(key)) == [p for p in snap.pod_views if interruption.workload_key_of(p) == key]
     assert all(p.labels.get(SURGE_OF) is None for p in snap.pods_of("Deployment/shop/web"))
     assert len(snap.pods_of("Deployment/shop/web")) == 3
+
+
+def test_a_drain_only_copy_switches_to_on_demand_when_a_warning_comes_for_its_node(cluster: Cluster) -> None:
+    """Karpenter drains spot-0 (its disruption taint): the reconcile's surge for it makes a copy
+    of spot slots (a consolidation must not launch on-demand). Then the market's warning comes
+    for spot-0: the copy is rewritten with the on-demand template (with its record), so its
+    next pods go where no reclaim takes them; spot slots would wait for a spot launch that a
+    reclaim wave may refuse. Before, the copy kept its spot-slot template for good."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    c.store.mutate(
+        "nodes",
+        "spot-0",
+        None,
+        lambda n: n["spec"].setdefault("taints", []).append(
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+        ),
+    )
+    h.reconcile()
+    rs = surge_copy(c, "web")
+    assert rs is not None and surgecopy.spot_slots(rs) and not pinned_on_demand_or_none(rs), rs["spec"]["template"]
+    assert c.record("web")["spotDrains"] == ["spot-0"]
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    rs = surge_copy(c, "web")
+    assert rs is not None and not surgecopy.spot_slots(rs) and pinned_on_demand(rs), rs["spec"]["template"]
+    web = c.record("web")
+    assert not web.get("spotDrains") and "interruption-spot-0" in web["events"], web
+
+
+def pinned_on_demand_or_none(rs: Obj) -> bool:
+    affinity = rs["spec"]["template"]["spec"].get("affinity") or {}
+    return patches.REQUIRED in (affinity.get("nodeAffinity") or {}) and pinned_on_demand(rs)
+
+
+def test_a_copy_deleted_since_the_read_is_made_again_with_the_new_notice(cluster: Cluster) -> None:
+    """spot-1's warning is planned on a read that still lists web's copy, deleted since (a
+    surge's end in another pass, or a person): its replace answers NotFound. The surge is not
+    dropped as if the Deployment were gone: the copy is made again, on the ledger's record
+    and the new notice."""
+    c = cluster
+    h = c.handler()
+    assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    snapshot = h.snapshot()
+    c.store.remove("replicasets", surgecopy.name_for("web"), "shop")
+    h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
+    assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
+    web = c.record("web")
+    assert web is not None and web["nodes"] == ["spot-0", "spot-1"], web
+    assert surge_copy(c, "web")["spec"]["replicas"] == 2

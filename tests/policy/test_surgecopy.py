@@ -313,3 +313,35 @@ def test_the_copys_pods_keep_their_nodes_from_the_node_autoscalers(on_demand: bo
     rs = surgecopy.build(mine, 2, CFG, on_demand=on_demand)
     assert not isinstance(rs, Refusal), rs
     assert rs["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "false"
+
+
+def test_a_copys_update_is_a_merge_patch_guarded_by_its_resource_version() -> None:
+    """The record and the size in one merge patch carrying the copy's resourceVersion (a 409
+    where anyone wrote the copy since); a copy of spot slots switched to on-demand gets the
+    on-demand template, every key of the spot slot's it lacks set to null (RFC 7386)."""
+    record = SurgeRecord(replicas=3, surge=2, events=("e1", "e2"), nodes=("n1", "n2"), started=1.0, copy=True)
+    spot_copy = surgecopy.build(deployment(), 1, CFG, on_demand=False, record=record)
+    assert isinstance(spot_copy, dict) and surgecopy.spot_slots(spot_copy)
+    spot_copy["metadata"]["resourceVersion"] = "41"
+    patch = surgecopy.update_patch(spot_copy, 2, record)
+    assert patch["metadata"]["resourceVersion"] == "41" and patch["spec"] == {"replicas": 2}
+    assert surgecopy.record_of(patch) == record
+    on_demand = surgecopy.build(deployment(), 2, CFG, record=record)
+    assert isinstance(on_demand, dict)
+    switched = surgecopy.update_patch(spot_copy, 2, record, on_demand_template=on_demand["spec"]["template"])
+    applied = merge(spot_copy, switched)
+    assert applied["spec"]["template"] == on_demand["spec"]["template"]
+    assert not surgecopy.spot_slots(applied) and applied["spec"]["replicas"] == 2
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out

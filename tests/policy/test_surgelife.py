@@ -199,14 +199,37 @@ def test_the_replica_surges_end_in_order() -> None:
     assert write == unwind.WriteBack(4, None)
 
 
-def test_the_copys_end_deletes_the_copy_first_and_scales_nothing_back() -> None:
+def test_the_copys_end_deletes_the_copy_and_its_record_last_and_scales_nothing_back() -> None:
+    """The copy carries the record: it goes last, after the budget (a failure before it leaves
+    the record, finished again), and the Deployment is not written."""
     web = surged(replicas=4, surge=2, copy=True, budget="spotguard-surge-web")
     fin = dataclasses.replace(end(web, 4, budget="spotguard-surge-web"), scale=False)
-    steps = unwind.steps(fin, [web_pod(0, "s1"), web_pod(1, "od1")], {}, surge_copy=True)
+    steps = unwind.steps(fin, [web_pod(0, "s1"), web_pod(1, "od1")], {}, surge_copy=True, on_workload=False)
     assert steps == [
-        unwind.DeleteCopy("spotguard-surge-web", "replacements Ready"),
         unwind.DeleteBudget("spotguard-surge-web"),
-        unwind.WriteBack(None, None),
+        unwind.DeleteCopy("spotguard-surge-web", "replacements Ready"),
+    ]
+
+
+def test_a_held_copy_end_keeps_the_done_record_on_the_copy_at_zero() -> None:
+    web = surged(replicas=4, surge=2, copy=True)
+    fin = dataclasses.replace(end(web, 4), scale=False, remove=False)
+    steps = unwind.steps(fin, [], {}, surge_copy=True, on_workload=False)
+    assert steps == [unwind.HoldCopy("spotguard-surge-web", interruption.finished_record(fin.record))]
+
+
+def test_a_copy_surge_whose_record_is_still_on_the_deployment_removes_it_first() -> None:
+    """A surge begun before the record moved to the copy: the Deployment's record is removed
+    (or kept done) before the copy goes, so nothing of the surge is left on the Deployment."""
+    web = surged(replicas=4, surge=2, copy=True)
+    fin = dataclasses.replace(end(web, 4), scale=False)
+    steps = unwind.steps(fin, [], {}, surge_copy=True, on_workload=True)
+    assert steps == [unwind.WriteBack(None, None), unwind.DeleteCopy("spotguard-surge-web", "replacements Ready")]
+    held = dataclasses.replace(fin, remove=False)
+    keep = interruption.finished_record(fin.record)
+    assert unwind.steps(held, [], {}, surge_copy=True, on_workload=True) == [
+        unwind.WriteBack(None, keep),
+        unwind.HoldCopy("spotguard-surge-web", keep),
     ]
 
 
@@ -223,7 +246,8 @@ def test_a_held_end_keeps_a_done_record_and_ranks_nothing_already_ranked() -> No
     [
         (False, 4, 4, unwind.DropLedgerEntry()),  # a replace at the owner's count: nothing to write
         (False, 6, 4, unwind.WriteBack(4, None)),  # a replace above it: scaled back
-        (True, 6, 6, unwind.DropLedgerEntry()),  # the copy's: the owner's count was never written
+        # the copy's: the owner's count was never written; the copy (if any) goes with the record
+        (True, 6, 6, unwind.DeleteCopy("spotguard-surge-web", "lost")),
     ],
 )
 def test_a_lost_records_end(surge_copy: bool, replicas_now: int, to: int, last: unwind.Step) -> None:

@@ -45,12 +45,13 @@ from spotguard.admission import registration
 from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
 from spotguard.policy.moves import MOVE
-from spotguard.policy.workloads import SURGE, SURGE_OF
+from spotguard.policy.workloads import SURGE_OF
 from spotguard.sim import objects, testing
 
 from tests.fuzz import processes
 from tests.infra import test_manifests as manifests
 from tests.nodeadded import test_transports as node_added_transports
+from tests.records import surge_record
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
@@ -92,9 +93,11 @@ INTERRUPTION_RECONCILE = set().union(
     needs(CLUSTER, "policy", "poddisruptionbudgets", "create delete"),  # handler.py: the temporary budget
     needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "get patch"),  # minReplicas raised (re-read on conflict)
     needs(CLUSTER, "", "events", "create"),  # handler.py: what it did, on the objects
-    # handler.py: the surge copies (surge_copy), spotguard's own ReplicaSets: listed with the
-    # snapshot (and by the reconcile's first look), created, resized, deleted.
-    needs(CLUSTER, "apps", "replicasets", "list create patch delete"),
+    # handler.py: the surge copies (surge_copy), spotguard's own ReplicaSets carrying each
+    # surge's record: listed with the snapshot (and by the reconcile's first look), created,
+    # resized and given a newer record (a patch guarded by the resourceVersion; read again
+    # after a conflict), deleted.
+    needs(CLUSTER, "apps", "replicasets", "get list create patch delete"),
     LEDGER,
     CONFIG,
 )
@@ -130,8 +133,10 @@ NEEDS: dict[str, set[Grant]] = {
 }
 
 # Declared but not exercised by the run below, each with the reason.
-CONFLICT_REREADS = needs(CLUSTER, "apps", "deployments", "get") | needs(
-    CLUSTER, "autoscaling", "horizontalpodautoscalers", "get"
+CONFLICT_REREADS = (
+    needs(CLUSTER, "apps", "deployments", "get")
+    | needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "get")
+    | needs(CLUSTER, "apps", "replicasets", "get")
 )
 # The run surges one way: ``spec.replicas`` (the autoscaler's minimum raised with it) or a
 # copy (SPOTGUARD_SURGE_COPY: a ReplicaSet of spotguard's; the autoscaler left alone).
@@ -142,7 +147,10 @@ NOT_IN_MODE: dict[str, dict[str, set[Grant]]] = {
         "spotguard-node-added": COPY_WRITES,
     },
     "copy": {
-        "spotguard-spot-interruption": needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch")
+        # A copy's surge writes nothing on the Deployment: its patch is the replica surge's
+        # (and the end of a record a surge begun before wrote there).
+        "spotguard-spot-interruption": needs(CLUSTER, "apps", "deployments", "patch")
+        | needs(CLUSTER, "autoscaling", "horizontalpodautoscalers", "patch")
         # A resize between the copy's creation and its deletion happens only where the
         # Deployment's replacements come Ready one pass apart (tests/interruption proves it).
         | needs(CLUSTER, "apps", "replicasets", "patch"),
@@ -532,7 +540,8 @@ def interrupt(
     )
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.content)["data"]["result"] == "done", answer.text
-    surged = lambda: SURGE in (k.get(r.DEPLOYMENTS, "web", "shop")["metadata"].get("annotations") or {})  # noqa: E731
+    # The record: on the copy (a copy's surge writes nothing on the Deployment), or on the Deployment.
+    surged = lambda: surge_record(sim.store, "web") is not None  # noqa: E731
     copies = lambda: k.list(r.REPLICASETS, "shop", label_selector=SURGE_OF)  # noqa: E731
     assert surged()
     assert bool(copies()) == copy

@@ -383,8 +383,8 @@ class Handler:
 
     @property
     def surge_copy(self) -> bool:
-        """Work in progress (issue 24): the surge is a spotguard-owned copy of the Deployment
-        (spotguard.policy.surgecopy), not its spec.replicas. Off by default."""
+        """The surge is a spotguard-owned copy of the Deployment (spotguard.policy.surgecopy),
+        not its spec.replicas (the default)."""
         return self.config.surge_copy
 
     @classmethod
@@ -972,7 +972,7 @@ class Handler:
 
     def _write_copy_surge(self, step: SurgeStep, raw: Obj, batch: Batch) -> tuple[SurgeStep | None, Obj]:
         """A copy's surge: the copy made or resized with its record (``surgecopy.RECORD``) in one
-        write, conditional (a create, or a replace guarded by the copy's resourceVersion); the
+        write, conditional (a create, or a merge patch guarded by the copy's resourceVersion); the
         Deployment is not written. On a conflict (another pass wrote the copy meanwhile) the
         copy and the Deployment are read again and the workload planned again on the copy's
         record. A Deployment that cannot be copied keeps its record on itself (no surge)."""
@@ -984,9 +984,10 @@ class Handler:
                 if not self._put_copy(wl, step.record, raw, current, batch, grow_only=current is not fresh):
                     return self._write_surge(step, raw, batch)
                 break
-            except (Conflict, AlreadyExists):
+            except (Conflict, AlreadyExists, NotFound):
                 # Another pass (another instance of this function, or node-added's reconcile)
-                # wrote the copy since this one read it: plan again on the copy's record.
+                # wrote the copy since this one read it, or deleted it (a surge's end): plan
+                # again on the copy as it is now (NotFound from the Deployment's read: it is gone).
                 current = self._get_copy(wl)
                 raw = self.kube.get(r.DEPLOYMENTS, wl.name, wl.namespace)
                 raw.setdefault("kind", "Deployment")
@@ -1122,7 +1123,7 @@ class Handler:
         self._keep_ledger(snap, batch)
         self._gauges(snap, now, config, batch)
 
-    # -- the surge copy (work in progress, issue 24) -------------------------------------------
+    # -- the surge copy -----------------------------------------------------------------------
 
     def _copies(
         self, snap: Snapshot, pool: ThreadPoolExecutor, views: Sequence[Workload], skip: set[str], batch: Batch
@@ -1179,7 +1180,7 @@ class Handler:
         self, wl: Workload, record: SurgeRecord, raw: Obj, current: Obj | None, batch: Batch, *, grow_only: bool = False
     ) -> bool:
         """Write the copy with ``record`` at the size its step asks for, in one conditional
-        write: a create (AlreadyExists where another pass made it), or a replace of
+        write: a create (AlreadyExists where another pass made it), or a merge patch of
         ``current`` guarded by its resourceVersion (Conflict). While its surge is in progress
         a copy that needs no pod stays at 0: it holds the record. False where the Deployment
         cannot be copied (logged). ``grow_only``: ``current`` was read after this pass's pods
@@ -1207,8 +1208,9 @@ class Handler:
                 fresh = surgecopy.build(raw, size, self.config, record.events, record=record)
                 if not isinstance(fresh, surgecopy.Refusal):
                     template = fresh["spec"]["template"]
-            body = surgecopy.updated(current, size, record, on_demand_template=template)
-            batch.copies[wl.key] = at_once(functools.partial(self.kube.replace, r.REPLICASETS, body))
+            patch = surgecopy.update_patch(current, size, record, on_demand_template=template)
+            name = surgecopy.name_for(wl.name)
+            batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         log.info(
             "surge copy written",
             extra={

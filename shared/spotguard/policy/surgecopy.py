@@ -1,10 +1,9 @@
 """The surge copy: a temporary spotguard-owned ReplicaSet that surges a Deployment
 without writing anything the Deployment's owner owns. Pure; no I/O.
 
-Work in progress (issue 24): the object, the rules that keep it apart from the
-Deployment and its life (:func:`copy_step`) are here and tested; the handler
-creates, resizes and deletes it only behind the ``surge_copy`` setting (off by
-default; docs/interruption-handling.md lists what is left).
+The default surge (``surge_copy``; ``false`` keeps the replica surge). The copy carries
+its surge's record (:data:`RECORD`): a copy's surge writes nothing on the Deployment, and
+the plans read a Deployment's record from its copy (:func:`with_record`).
 
 Why a copy. A surge in ``spec.replicas`` is a field other writers own: Argo CD's
 self-heal reverts it within seconds, ``kubectl replace``, Argo CD ``Replace=true``
@@ -83,9 +82,9 @@ from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE, SURGE_COPY_PREFIX
 SURGE_FOR = "spotguard.io/surge-for"
 SURGE_FOR_UID = "spotguard.io/surge-for-uid"
 EVENTS = "spotguard.io/events"
-# On the copy: its surge's record as of the copy's last write (made or resized). Nobody else
-# writes the copy, so this outlives a replace of the Deployment that took the record while
-# the ledger could not be written: the plans read it as they read a ledger entry.
+# On the copy: its surge's record, the only one (the Deployment carries none), written with
+# the copy's create and each record change in one conditional write. Nobody else writes the
+# copy, so no replace of the Deployment takes it.
 RECORD = "spotguard.io/surge-record"
 PREFIX = SURGE_COPY_PREFIX
 MAX_NAME = 253
@@ -211,30 +210,44 @@ def spot_slots(replicaset: Mapping[str, Any]) -> bool:
     return labels.get(PLACEMENT_LABEL) == Placement.SPOT.value
 
 
-def updated(
+def update_patch(
     current: Mapping[str, Any],
     size: int,
     record: SurgeRecord,
     *,
     on_demand_template: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The copy ``current`` (as read: its ``resourceVersion`` makes the replace conditional)
-    at ``size`` replicas carrying ``record``. ``on_demand_template``: the template of a fresh
-    :func:`build` pinned to on-demand, for a copy of spot slots whose surge now needs
-    on-demand (an interruption warning came for a node an autoscaler only drained): the
-    copy's next pods go to on-demand; the ones it has stay where they are (a ReplicaSet does
-    not replace its pods for a template change)."""
-    out = copy.deepcopy(dict(current))
-    meta = out.setdefault("metadata", {})
-    annotations = dict(meta.get("annotations") or {})
-    annotations[RECORD] = plain(record)
-    annotations[EVENTS] = ",".join(record.events)[:1000]
-    meta["annotations"] = annotations
-    spec = out.setdefault("spec", {})
-    spec["replicas"] = max(0, size)
+    """The merge patch that brings the copy ``current`` (as read) to ``size`` replicas carrying
+    ``record``, guarded by its resourceVersion (a 409 Conflict where anyone wrote it since).
+    ``on_demand_template``: the template of a fresh :func:`build` pinned to on-demand, for a
+    copy of spot slots whose surge now needs on-demand (an interruption warning came for a
+    node an autoscaler only drained): the copy's next pods go to on-demand; the ones it has
+    stay where they are (a ReplicaSet does not replace its pods for a template change)."""
+    meta = current.get("metadata") or {}
+    out: dict[str, Any] = {
+        "metadata": {"annotations": {RECORD: plain(record), EVENTS: ",".join(record.events)[:1000]}},
+        "spec": {"replicas": max(0, size)},
+    }
+    if meta.get("resourceVersion"):
+        out["metadata"]["resourceVersion"] = meta["resourceVersion"]
     if on_demand_template is not None:
-        spec["template"] = copy.deepcopy(dict(on_demand_template))
-    out.pop("status", None)
+        old = (current.get("spec") or {}).get("template") or {}
+        out["spec"]["template"] = merge_diff(old, on_demand_template)
+    return out
+
+
+def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys ``new`` lacks
+    set to null, objects patched key by key, anything else (lists too) replaced."""
+    out: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        was = old.get(k)
+        if isinstance(v, Mapping) and isinstance(was, Mapping):
+            inner = merge_diff(was, v)
+            if inner:
+                out[k] = inner
+        elif k not in old or was != v:
+            out[k] = copy.deepcopy(v)
     return out
 
 
