@@ -13,7 +13,9 @@ from spotguard.admission import core, deadline, errors, metrics
 from spotguard.admission.reservations import ANNOTATION, POD_ANNOTATION, lease_name
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
+from spotguard.policy import moves
 from spotguard.policy.config import Config
+from spotguard.policy.workloads import MOVE_REQUIRES_SPOT
 
 from tests.admission import cluster
 from tests.admission.fakekube import FakeKube
@@ -183,6 +185,43 @@ def test_spot_nodes_that_join_after_a_reclaim_get_spot_slots_at_once_not_after_t
     assert {"key": cluster.CAPACITY, "operator": "In", "values": ["spot"]} in [
         p["preference"]["matchExpressions"][0] for p in preferred
     ]
+
+
+# -- a move back to spot under way -------------------------------------------------------
+
+
+def _required_spot(pod: dict[str, Any]) -> bool:
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    return any(e.get("operator") == "In" and "spot" in str(e.get("values")).lower()
+               for t in terms for e in t.get("matchExpressions") or [])  # fmt: skip
+
+
+def test_a_moves_new_replica_requires_spot_and_is_marked_not_one_the_owner_added(k: FakeKube) -> None:
+    """While node-added's move to spot is under way (its record on the Deployment: the owner's 4,
+    the move's 7) a new replica is the move's: it requires spot, marked with the move. With the
+    count above the move's (the owner or an autoscaler grew it during the move) the new replicas
+    are theirs: a spot slot's preferences only, no mark, so none waits Pending for a spot launch
+    that may never come (chaos spot-refused-after-reclaim under 500s); so are those created
+    while an interruption surge is in progress (the move waits for it)."""
+    started = 1_800_000_000.0
+    record = moves.MoveRecord(moves.Direction.TO_SPOT, moves.Method.SCALE, "web-abc123-x", "u", 4, 7, started, 4)
+    annotations = {"spotguard.io/min-on-demand": "0", moves.MOVE: record.to_json()}
+    _, moving = cluster.deployment(k, "web", 7, annotations=annotations)
+    _, grown = cluster.deployment(k, "api", 8, annotations=annotations)
+    surge = {**annotations, "spotguard.io/surge": '{"replicas": 7}'}
+    _, surging = cluster.deployment(k, "cart", 7, annotations=surge)
+    ctx = make_ctx(k)
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(moving))
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+    assert _required_spot(pod)
+    assert pod["metadata"]["annotations"][MOVE_REQUIRES_SPOT] == f"{started:.3f}"
+    # the owner grew it during the move, or an interruption surge replaces pods going away
+    for owner in (grown, surging):
+        _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(owner))
+        assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+        assert not _required_spot(pod)
+        assert MOVE_REQUIRES_SPOT not in (pod["metadata"].get("annotations") or {})
 
 
 # -- idempotency, dry run, opt-out ------------------------------------------------------

@@ -15,7 +15,7 @@ from spotguard.policy.moves import Action, Direction, Method, MoveRecord
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import DELETION_COST, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, MOVE_REQUIRES_SPOT, SURGE, Kind, Workload
 
 from tests.policy.builders import node, pod
 
@@ -373,6 +373,75 @@ def test_a_move_to_spot_under_way_asks_new_replicas_to_require_spot() -> None:
                       {moves.MOVE: record(direction=Direction.TO_ON_DEMAND).to_json()})  # fmt: skip
     assert not moves.launching(held) and not moves.launching(repair)
     assert not moves.launching(Workload(Kind.DEPLOYMENT, "shop", "web", 4, {}))
+
+
+def test_replicas_the_owner_adds_during_a_move_to_spot_do_not_require_spot() -> None:
+    """The move set the count to 7 (4 + 3). A count above that is someone else's (the owner, an
+    autoscaler): the replicas created for it are placed as any spot slot (spot preferred), not
+    given the move's requirement. Before, with spot refused, three of worker's owner's new
+    replicas waited Pending for good (chaos spot-refused-after-reclaim under 500s)."""
+    r = batch_record()  # replicas 4, scaled_to 7
+    for count in (4, 7):  # the "+k" to come (the admission webhook's copy read before it), or made
+        wl = Workload(Kind.DEPLOYMENT, "shop", "web", count, {moves.MOVE: r.to_json()})
+        assert moves.launching_move(wl) == r
+    grown = Workload(Kind.DEPLOYMENT, "shop", "web", 8, {moves.MOVE: r.to_json()})
+    assert moves.launching_move(grown) is None and not moves.launching(grown)
+
+
+def test_replicas_created_during_an_interruption_surge_do_not_require_spot() -> None:
+    """An interruption surge on the workload (a notice; a node autoscaler's drain) while a move to
+    spot is recorded: the move waits, and the replicas created now replace pods going away. With
+    the move's requirement, a drained pod's replacement waited Pending while EC2 refused spot and
+    the surge's copy went at its deadline: a replica fewer serving (chaos spot-refused-after-
+    reclaim under 500s: web 6 -> 5 after a Karpenter consolidation's drain)."""
+    r = batch_record()
+    surging = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {moves.MOVE: r.to_json(), SURGE: '{"replicas": 7}'})
+    assert moves.launching_move(surging) is None
+    over = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {moves.MOVE: r.to_json(), SURGE: '{"done": true}'})
+    assert moves.launching_move(over) == r
+
+
+def stranded_pod(i: int, tag: str | None, *, node_name: str | None = None, age: float = 60.0) -> PodView:
+    p = new(wpod(i, node_name, ready=False), seconds_after_start=0)
+    p = dataclasses.replace(p, annotations={MOVE_REQUIRES_SPOT: tag} if tag is not None else {})
+    stamp = datetime.datetime.fromtimestamp(NOW + 1000 - age, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dataclasses.replace(p, creation_timestamp=stamp)
+
+
+def test_a_pod_pending_on_a_moves_spot_requirement_is_stranded_once_the_move_is_no_longer_under_way() -> None:
+    """The rule node-added follows to take the pods nothing else takes: Pending, with the spot
+    requirement a move gave them (the admission webhook's mark names the move), once that move
+    is over (no record, held, another move since): their controller makes them again, placed
+    as usual. Never the pods of the move under way, a pod on a node, a pod just created, or a
+    pod without spotguard's mark (a user's own spot requirement)."""
+    now = NOW + 1000
+    r = batch_record()
+    tag = moves.move_id(r)
+    assert tag == f"{NOW:.3f}"
+    under_way = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {moves.MOVE: r.to_json()})
+    held = Workload(Kind.DEPLOYMENT, "shop", "web", 8, {moves.MOVE: moves.held(r, now, "replicas changed").to_json()})
+    over = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {})
+    another = dataclasses.replace(r, started=NOW + 900)
+    later = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {moves.MOVE: another.to_json()})
+    grown = Workload(Kind.DEPLOYMENT, "shop", "web", 8, {moves.MOVE: r.to_json()})
+    surging = Workload(Kind.DEPLOYMENT, "shop", "web", 7, {moves.MOVE: r.to_json(), SURGE: '{"replicas": 7}'})
+    pending = stranded_pod(20, tag)
+    # the move under way: its replicas wait for the launch
+    assert not moves.stranded(pending, under_way, now)
+    # the move held (someone else set the count), ended, or another move since: stranded
+    assert moves.stranded(pending, held, now)
+    assert moves.stranded(pending, over, now)
+    assert moves.stranded(pending, later, now)
+    # what admission would not give now either: the count the owner's, an interruption surge
+    # (its record on the workload, or its copy serving it)
+    assert moves.stranded(pending, grown, now)
+    assert moves.stranded(pending, surging, now)
+    assert moves.stranded(pending, under_way, now, surge_copy=True)
+    # never a pod that has a node, is gone, is younger than the settle time, or has no mark
+    assert not moves.stranded(stranded_pod(21, tag, node_name="spot-1"), over, now)
+    assert not moves.stranded(dataclasses.replace(pending, terminating=True), over, now)
+    assert not moves.stranded(stranded_pod(22, tag, age=moves.START_SECONDS - 1), over, now)
+    assert not moves.stranded(stranded_pod(23, None), over, now)
 
 
 def test_a_move_whose_count_has_not_followed_its_record_yet_is_starting_not_someone_elses_change() -> None:

@@ -11,6 +11,7 @@ import pytest
 from spotguard.policy import capacity, config, patches
 from spotguard.policy.placement import Placement
 from spotguard.policy.tolerations import Toleration
+from spotguard.policy.workloads import MOVE_REQUIRES_SPOT
 
 from tests.policy.builders import expr, pod_json, required
 
@@ -449,3 +450,27 @@ def test_a_moves_new_replica_requires_spot_and_keeps_its_preferences() -> None:
     # and again: nothing more to add to the spec (reinvocation)
     again = patches.build(out, Placement.SPOT, cfg, require_spot=True, node_keys={"karpenter.sh/capacity-type"})
     assert not [op for op in again if op["path"].startswith("/spec")]
+
+
+def test_a_moves_new_replica_is_marked_with_its_move() -> None:
+    """The requirement comes with spotguard's mark naming the move (what node-added reads to
+    take the pod if it is still Pending once the move is over: a user's spot pin has none);
+    beside an annotation the pod has, or one the patch adds (the deletion cost's op after it
+    must not replace the map)."""
+    cfg = config.Config()
+    for theirs in ({}, {"team": "a"}):
+        pod = {"metadata": {"labels": {"app": "web"}, **({"annotations": theirs} if theirs else {})},
+               "spec": {"containers": [{"name": "c"}]}}  # fmt: skip
+        ops = patches.build(pod, Placement.SPOT, cfg, require_spot=True, cost=5, move="1800000000.000")
+        out = jsonpatch.apply_patch(pod, ops)
+        assert out["metadata"]["annotations"] == {
+            **theirs,
+            MOVE_REQUIRES_SPOT: "1800000000.000",
+            "controller.kubernetes.io/pod-deletion-cost": "5",
+        }
+        again = patches.build(out, Placement.SPOT, cfg, require_spot=True, cost=5, move="1800000000.000")
+        assert not [op for op in again if op["path"].startswith("/metadata")]
+    # no mark without the requirement
+    plain = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
+    out = jsonpatch.apply_patch(plain, patches.build(plain, Placement.SPOT, cfg, move="1800000000.000"))
+    assert MOVE_REQUIRES_SPOT not in (out["metadata"].get("annotations") or {})

@@ -119,7 +119,8 @@ NEEDS: dict[str, set[Grant]] = {
         INTERRUPTION_RECONCILE,  # nodeadded/reconciler.py: every pass runs that reconcile first
         needs(CLUSTER, "", "nodes", "get"),  # nodeadded/service.py: has the added node joined?
         needs(CLUSTER, "", "pods", "patch"),  # reconciler.py: the pod a move removes is ranked first
-        needs(CLUSTER, "", "pods/eviction", "create"),  # reconciler.py: StatefulSet moves (budgets respected)
+        # reconciler.py: StatefulSet moves (budgets respected); pods left Pending on a move's spot requirement
+        needs(CLUSTER, "", "pods/eviction", "create"),
         needs(CLUSTER, "apps", "deployments statefulsets", "patch"),  # reconciler.py: the move record, replicas
         needs(CLUSTER, "apps", "replicasets", "list"),  # reconciler.py: Leases whose ReplicaSet is gone
         needs(OWN, "coordination.k8s.io", "leases", "list delete"),  # nodeadded/cleanup.py: those Leases
@@ -180,6 +181,8 @@ NOT_EXERCISED: dict[str, set[Grant]] = {
     "spotguard-node-added": CONFLICT_REREADS
     # StatefulSet moves: db sits at its optimum when spot returns in this run (proven
     # in-process by tests/nodeadded/test_rebalance_e2e.py, which has no per-grant counter).
+    # The eviction of a pod left Pending on a move's spot requirement: no move here leaves
+    # one (tests/nodeadded/test_launch_e2e.py evicts one under the shipped roles).
     | needs(CLUSTER, "apps", "statefulsets", "patch")
     | needs(CLUSTER, "", "pods/eviction", "create")
     | needs(CLUSTER, "", "nodes", "patch")

@@ -306,12 +306,18 @@ def placement_patch(
     require_spot: bool = False,
     node_keys: Iterable[str] | None = None,
     keep: bool = False,
+    move: str = "",
 ) -> list[dict[str, Any]]:
     """The policy's patch, plus the reservation token annotation for a recorded slot."""
+    options: dict[str, Any] = {
+        "cost": cost,
+        "require_spot": require_spot,
+        "node_keys": node_keys,
+        "keep": keep,
+        "move": move,
+    }
     if token is None:
-        return patches.build(
-            pod, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys, keep=keep
-        )
+        return patches.build(pod, where, config, surge, spot_key, **options)
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
@@ -323,9 +329,7 @@ def placement_patch(
         first = [{"op": "add", "path": "/metadata/annotations", "value": {POD_ANNOTATION: token}}]
         annotations = {POD_ANNOTATION: token}
     with_token = {**pod, "metadata": {**meta, "annotations": annotations}}
-    return first + patches.build(
-        with_token, where, config, surge, spot_key, cost=cost, require_spot=require_spot, node_keys=node_keys, keep=keep
-    )
+    return first + patches.build(with_token, where, config, surge, spot_key, **options)
 
 
 # -- the decision ------------------------------------------------------------------------
@@ -559,8 +563,11 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         return Outcome("skipped", decision.reason)
     spot_key = _spot_key(nodes_future.result(), config) if decision.placement is Placement.SPOT else None
     # A replica created for a move back to spot requires spot: the provisioner launches a spot
-    # node for it where none has room (spotguard.policy.moves.launching).
-    require_spot = decision.placement is Placement.SPOT and moves.launching(latest[0])
+    # node for it where none has room (spotguard.policy.moves.launching_move); not one the owner
+    # added above the move's count. It is marked with the move, so that node-added takes it if it
+    # is still Pending once the move is over (spotguard.policy.moves.stranded).
+    move = moves.launching_move(latest[0]) if decision.placement is Placement.SPOT else None
+    require_spot = move is not None
     keys = {k for n in nodes_future.result() for k in n.labels} if require_spot else None
     # A StatefulSet whose every replica is its floor: no drain may take its pods (floors.every_pod_is_floor).
     # Only an on-demand StatefulSet pod can be one: a Deployment's review computes no second floor.
@@ -583,6 +590,7 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
         require_spot=require_spot,
         node_keys=keys,
         keep=keep,
+        move=moves.move_id(move) if move is not None else "",
     )
     return Outcome("patched", decision.reason, decision.placement, ops, degraded=degraded)
 

@@ -348,19 +348,36 @@ class Kube:
             options["preconditions"] = preconditions
         return self._call("delete", res, "DELETE", res.path(_ns(res, namespace), name), body=options, dry_run=dry_run)
 
-    def evict(self, name: str, namespace: str, dry_run: bool = False, grace_period_seconds: int | None = None) -> Obj:
+    def evict(
+        self,
+        name: str,
+        namespace: str,
+        dry_run: bool = False,
+        grace_period_seconds: int | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Obj:
         """POST a ``policy/v1`` Eviction for a pod.
 
         A PodDisruptionBudget that forbids it answers 429: :class:`TooManyRequests` is raised at
         once (no waiting here), with ``retry_after`` set from the server's hint.
+        ``uid``/``resource_version`` become the deletion's preconditions (409 Conflict when the
+        pod is another one, or changed since it was read).
         """
         body: Obj = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
+        options: Obj = {}
         if grace_period_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+            options["gracePeriodSeconds"] = grace_period_seconds
+        preconditions = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
+        if preconditions:
+            options["preconditions"] = preconditions
+        if options:
+            body["deleteOptions"] = options
         return self._call(
             "create",
             resources.PODS,

@@ -34,7 +34,8 @@ OFF_OPTIMUM = Gauge(
 )
 CLEANUPS = Counter(
     "spotguard_nodeadded_cleanups_total",
-    "Leftovers removed: reservation Leases of ReplicaSets that no longer exist.",
+    "Leftovers removed: reservation Leases of ReplicaSets that no longer exist (lease); pods left Pending on the "
+    "spot requirement of a move that spotguard no longer asks for, evicted (pending-spot-pod).",
     ["what"],
 )
 AUTOSCALER = Counter(
@@ -44,8 +45,8 @@ AUTOSCALER = Counter(
 )
 ERRORS = Counter(
     "spotguard_nodeadded_errors_total",
-    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, label, taint, interruption, "
-    "headroom).",
+    "Kubernetes API calls that failed, by step (list, move, finish, autoscaler, lease, stranded, label, taint, "
+    "interruption, headroom).",
     ["step"],
 )
 HEADROOM = Gauge(

@@ -20,7 +20,9 @@ reconcile of step 3, which runs first on it), then
    evict: one patch (guarded by the resourceVersion) writes the move record and
    ``spec.replicas + k``, then the k pods that go get the lowest
    ``controller.kubernetes.io/pod-deletion-cost``; the admission webhook places
-   the new pods (on spot only, while the record says a move to spot is under way). With an
+   the new pods (on spot only, while the record says a move to spot is under way, the count is
+   the move's and no interruption surge is in progress; a pod still Pending on that requirement
+   once the webhook would not give it is evicted, below). With an
    autoscaler, its ``minReplicas`` goes up for the move (record, then the
    autoscaler, then the "+1") and back after it (the count, then the
    autoscaler, then the record), only while it holds the move's value. A
@@ -31,7 +33,11 @@ reconcile of step 3, which runs first on it), then
    (:meth:`spotguard.interruption.handler.Handler.reconcile`), which also
    finishes half-done handlings and untaints nodes that survived their notice;
    reservation Leases of ReplicaSets that no longer exist are deleted
-   (:mod:`spotguard.nodeadded.cleanup`).
+   (:mod:`spotguard.nodeadded.cleanup`); a pod left Pending on the spot requirement a move to
+   spot gave it, once the webhook would not give it (the move over, the count the owner's, a
+   surge in progress), is evicted (a Pending pod: no budget
+   counts it) so that its controller creates it again, placed as usual
+   (:func:`spotguard.policy.moves.stranded`).
 
 A cluster at its optimum costs only the list calls and writes nothing. A pass
 never undoes the previous one: a move to spot stops at the floor and a repair
@@ -68,7 +74,7 @@ from spotguard.policy.moves import MOVE, Action, Direction, Marked, Method, Move
 from spotguard.policy.placement import Placement
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, MOVE_REQUIRES_SPOT, Kind, Workload
 
 log = logging.getLogger("spotguard.nodeadded")
 
@@ -157,6 +163,8 @@ class Report:
     progress: list[Progress] = field(default_factory=list)
     started: list[rebalance.Move] = field(default_factory=list)
     leases: list[cleanup.OrphanLease] = field(default_factory=list)
+    # Pods Pending on a move's spot requirement no longer asked for (spotguard.policy.moves.stranded).
+    stranded: list[PodView] = field(default_factory=list)
     surges_over: list[str] = field(default_factory=list)  # workloads whose surge the interruption reconcile ends
     # Nodes whose spotguard.io/spot label this pass sets ("true") or removes (None).
     node_labels: dict[str, str | None] = field(default_factory=dict)
@@ -186,6 +194,7 @@ class Report:
             and not self.plan.deficits
             and not self.progress
             and not self.leases
+            and not self.stranded
             and not self.surges_over
         )
 
@@ -303,6 +312,14 @@ class Reconciler:
         report = Report(plan=plan, progress=progress, dry_run=dry_run)
         workload_views = [Workload.from_json(w) for w in snap.workloads.values()]
         report.leases = cleanup.orphan_leases(snap.leases, snap.replicasets)
+        # Judged on the records as read, before this pass ends any move: a move this pass undoes
+        # scales its own Pending replicas away; what is left is the next pass's.
+        report.stranded = [
+            p
+            for st in states.values()
+            for p in st.pods
+            if moves.stranded(p, st.workload, now, surge_copy=st.surge_copy)
+        ]
         done, _waiting = interruption.finish(
             workloads=workload_views,
             pods=snap.pod_views,
@@ -344,6 +361,9 @@ class Reconciler:
             report.again = sum(1 for ok in starts if ok is None)
             failures += [ok is False for ok in starts]
             failures += list(pool.map(self._delete_lease, report.leases))
+            if report.stranded:
+                versions = _resource_versions(snap.pods, {p.uid for p in report.stranded})
+                failures += list(pool.map(lambda p: self._evict_stranded(p, versions.get(p.uid)), report.stranded))
             failures += list(pool.map(self._label_node, report.node_labels.items()))
         report.headroom_step = self.headroom.keep(report.headroom, current_headroom, config)
         failures.append(report.headroom_step is headroom_keeper.Step.FAILED)
@@ -826,6 +846,28 @@ class Reconciler:
 
     # -- cleanup -----------------------------------------------------------------------------------
 
+    def _evict_stranded(self, pod: PodView, resource_version: str | None) -> bool:
+        """Evicts a pod left Pending on a move's spot requirement (:func:`moves.stranded`), only
+        if it is still the pod read, unchanged (bound since: its resourceVersion moved); its
+        controller creates it again. True when it failed."""
+        try:
+            self.kube.evict(pod.name, pod.namespace, uid=pod.uid or None, resource_version=resource_version)
+        except (NotFound, Conflict):
+            return False  # gone, or changed since the read (the next pass reads it again)
+        except ApiError as exc:
+            metrics.ERRORS.labels("stranded").inc()
+            log.warning(
+                "could not evict a pod left Pending on a move's spot requirement",
+                extra={"pod": f"{pod.namespace}/{pod.name}", "error": str(exc)},
+            )
+            return True
+        metrics.CLEANUPS.labels("pending-spot-pod").inc()
+        log.info(
+            "pod left Pending on a move's spot requirement no longer asked for evicted: its controller makes it again",
+            extra={"pod": f"{pod.namespace}/{pod.name}", "move": pod.annotations.get(MOVE_REQUIRES_SPOT)},
+        )
+        return False
+
     def _delete_lease(self, lease: cleanup.OrphanLease) -> bool:
         try:
             self.kube.delete(r.LEASES, lease.name, lease.namespace, resource_version=lease.resource_version or None)
@@ -848,6 +890,17 @@ def _start_failed(wl: Workload, labels: tuple[str, str], exc: ApiError) -> bool:
     metrics.ERRORS.labels("move").inc()
     log.warning("could not start a move", extra={"workload": wl.key, "error": str(exc)})
     return False
+
+
+def _resource_versions(pods: Sequence[Obj], uids: set[str]) -> dict[str, str]:
+    """The resourceVersion of each pod in ``uids``, as read (None-free)."""
+    out: dict[str, str] = {}
+    for p in pods:
+        meta = p.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if uid in uids and meta.get("resourceVersion"):
+            out[uid] = str(meta["resourceVersion"])
+    return out
 
 
 def _autoscaler_min(snap: Snapshot, workload: Workload, record: moves.MoveRecord) -> int | None:

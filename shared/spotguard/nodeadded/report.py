@@ -28,6 +28,10 @@ def text(rep: Report) -> str:
         lines.append(f"  {s.workload.key}: left alone, {s.reason}: {s.detail}")
     for lease in rep.leases:
         lines.append(f"  lease {lease.namespace}/{lease.name}: {verb}delete (ReplicaSet {lease.replicaset} is gone)")
+    for pod in rep.stranded:
+        lines.append(
+            f"  pod {pod.namespace}/{pod.name}: {verb}evict (Pending on a move's spot requirement no longer asked for)"
+        )
     for key in rep.surges_over:
         lines.append(f"  {key}: surge over; the spot-interruption reconcile {verb}scale(s) it back")
     if rep.headroom.cover is not Cover.OFF or rep.headroom_step is not Step.UNCHANGED:

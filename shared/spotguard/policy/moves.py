@@ -54,7 +54,7 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.placement import Placement, placement_of
 from spotguard.policy.state import WorkloadState
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import DELETION_COST, SURGE, Workload
+from spotguard.policy.workloads import DELETION_COST, MOVE_REQUIRES_SPOT, SURGE, Workload
 
 MOVE = "spotguard.io/rebalance"
 # A scale move's pass writes its record, waits for the admission webhook's cached copy of the
@@ -279,12 +279,75 @@ class Progress:
         return bool(self.restore)
 
 
-def launching(workload: Workload) -> bool:
-    """A move to spot is under way on the workload: the replicas created for it now are its new
-    ones, to be placed on spot only (a required spot affinity, so the provisioner launches a spot
-    node for them rather than the scheduler putting them in on-demand room)."""
+def launching_move(workload: Workload) -> MoveRecord | None:
+    """The move to spot under way on the workload whose new replicas are being created now, or
+    None. Its replicas are placed on spot only (a required spot affinity, so the provisioner
+    launches a spot node for them rather than the scheduler putting them in on-demand room).
+
+    Not where the workload's count is above what the move set (``scaled_to``): someone else (its
+    owner, an autoscaler) grew it during the move, and the replicas created for that are theirs,
+    placed as any spot slot is (spot preferred, not required). With the requirement they waited
+    Pending for a spot launch that might never come, and stayed Pending after the move (chaos
+    spot-refused-after-reclaim under 500s: worker served 35 of the 38 its owner asked).
+
+    Nor while an interruption surge is in progress on the workload (a notice, a node
+    autoscaler's drain): the move waits for it (:func:`progress`), and the replicas created now
+    replace pods going away. With the requirement, a drained pod's replacement waited Pending
+    while EC2 refused spot, the surge's copy kept serving for it until the surge's deadline and
+    went then: one replica fewer serving (chaos spot-refused-after-reclaim under 500s: web 6 -> 5,
+    api 3 -> 2, cart 4 -> 3 when the copy of a Karpenter consolidation's drain surge went, 300 s
+    past the surge's deadline).
+
+    A replica re-created during the move otherwise (one of its pods evicted or deleted) cannot
+    be told from the move's own and still gets it: :func:`stranded` is the net for those."""
     record = MoveRecord.of(workload)
-    return record is not None and not record.held and record.direction is Direction.TO_SPOT
+    if record is None or record.held or record.direction is not Direction.TO_SPOT:
+        return None
+    if workload.replicas > record.scaled_to or surge_in_progress(workload):
+        return None
+    return record
+
+
+def launching(workload: Workload) -> bool:
+    """A move to spot is under way on the workload and its new replicas are being created now
+    (:func:`launching_move`)."""
+    return launching_move(workload) is not None
+
+
+def move_id(record: MoveRecord) -> str:
+    """The name of a move, as its new replicas carry it (``MOVE_REQUIRES_SPOT``): when it began,
+    as its record holds it (milliseconds), distinct for each move of one workload."""
+    return f"{round(record.started, 3):.3f}"
+
+
+def stranded(
+    pod: PodView, workload: Workload, now: float, *, settle: float = START_SECONDS, surge_copy: bool = False
+) -> bool:
+    """Whether ``pod`` (of ``workload``) waits Pending on the spot requirement a move to spot gave
+    it (``MOVE_REQUIRES_SPOT``, set by the admission webhook with the requirement) when the
+    admission webhook would not give it now (:func:`launching_move`): that move ended, undone,
+    held, another move since, the count above the move's (its owner's replicas), or an
+    interruption surge in progress (``surge_copy``: a surge copy serves the workload, whether
+    or not its record is on it). Nothing else ever takes such a pod: an undone move's scale
+    back removes as many Pending pods as it added, not one re-created meanwhile (a drained or
+    evicted replica's replacement admitted during the move), and where the owner changed the
+    count during the move nothing scales back at all. While EC2 refuses spot it would stay
+    Pending for good (or, under a surge, until the surge's copy went at its deadline); deleted
+    (through the Eviction API: budgets do not count a Pending pod), its controller creates it
+    again, placed as usual. It never served, so nothing is lost.
+
+    Only a pod with no node and at least ``settle`` seconds old (``now`` and its creation on the
+    API server's clock): a read of the workload that predates the move's record (a list retried
+    under faults) beside a later read of its pods cannot take a new replica of a move just begun.
+    A user's own spot requirement never carries the annotation."""
+    tag = pod.annotations.get(MOVE_REQUIRES_SPOT)
+    if not tag or pod.node_name or not pod.active:
+        return False
+    created = pod.created
+    if not created or now - created < settle:
+        return False
+    move = None if surge_copy else launching_move(workload)
+    return move is None or move_id(move) != tag
 
 
 def autoscaler_restore(record: MoveRecord, current_min: int | None) -> int | None:

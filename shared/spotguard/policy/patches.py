@@ -20,6 +20,7 @@ from spotguard.policy.tolerations import Toleration
 from spotguard.policy.workloads import (
     DELETION_COST,
     FLOOR_PROTECTED,
+    MOVE_REQUIRES_SPOT,
     PLACEMENT_LABEL,
     SURGE_PROTECTED,
     SURGE_PROTECTION,
@@ -390,6 +391,7 @@ def build(
     require_spot: bool = False,
     node_keys: Iterable[str] | None = None,
     keep: bool = False,
+    move: str = "",
 ) -> list[Op]:
     """The JSONPatch that puts ``pod`` in ``placement``; empty when it already is.
 
@@ -403,7 +405,11 @@ def build(
     ``require_spot``: a spot slot created for a move back to spot
     (:func:`spotguard.policy.moves.launching`) also requires spot, ANDed into the user's
     terms as the on-demand requirement is: where no spot node has room it waits Pending
-    for the provisioner to launch one, rather than filling on-demand room. ``keep``: an
+    for the provisioner to launch one, rather than filling on-demand room; ``move`` names that
+    move (:func:`spotguard.policy.moves.move_id`), written as ``spotguard.io/move-requires-spot``
+    so that the node-added reconcile can tell spotguard's requirement from a user's and take the
+    pod if it is still Pending once the move is over (:func:`spotguard.policy.moves.stranded`).
+    ``keep``: an
     on-demand pod of a StatefulSet whose every replica is its floor: protected from the node
     autoscalers for good (:func:`floor_protection`)."""
     spec = pod.get("spec") or {}
@@ -418,6 +424,11 @@ def build(
         ops += _spot_ops(pod, spec, config, spot_key)
     ops += _set_in_map(pod, ("metadata", "labels"), PLACEMENT_LABEL, placement.value)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if placement is Placement.SPOT and require_spot and move:
+        marker = {MOVE_REQUIRES_SPOT: move}
+        ops += _annotated(pod, marker)
+        annotations = {**annotations, **marker}
+        pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations}}
     if placement is Placement.ON_DEMAND and surge:
         ops += _annotated(pod, {SURGE_REPLICA: "true", **surge_protection(annotations)})
         return ops

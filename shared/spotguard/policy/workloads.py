@@ -15,6 +15,11 @@ SURGE = "spotguard.io/surge"
 # On a pod: admitted as one of a surge's extra on-demand replicas (no deletion cost; the
 # scale back removes these first after the dead pods).
 SURGE_REPLICA = "spotguard.io/surge-replica"
+# On a pod: admitted as a new replica of a move to spot with a required spot node affinity
+# (policy.moves.launching_move); the value names the move (policy.moves.move_id). The node-added
+# reconcile takes such a pod that is still Pending once that move is no longer under way
+# (policy.moves.stranded): a user's own spot requirement never carries it.
+MOVE_REQUIRES_SPOT = "spotguard.io/move-requires-spot"
 # On a surge replica while its surge is needed: the node autoscalers must not move it
 # (Karpenter's consolidation; the Cluster Autoscaler's scale-down). Set by admission where
 # the pod does not carry the key already; SURGE_PROTECTED lists the keys spotguard set, which
