@@ -365,6 +365,19 @@ def test_a_cost_already_back_is_not_restored_again() -> None:
     assert [m.pod for m in p.restore] == ["web-7d9f-00000"]
 
 
+def test_a_never_begun_batch_restores_only_the_costs_not_back() -> None:
+    """A batch whose "+k" never followed its record ends (no hold), its ranks back: only those
+    not back yet. Restoring all ten of worker's each pass under 20 % failed requests, its record
+    stayed (a move in progress) for minutes (chaos spot-refused-after-reclaim under 500s)."""
+    r = dataclasses.replace(batch_record(), scaled=False)
+    pods = batch_pods(0, 0, restored=(1,))
+    p = progress(pods, r, replicas=4, now=NOW + moves.START_SECONDS + 1)
+    assert p.action is Action.END and p.hold is None
+    assert [m.pod for m in p.restore] == ["web-7d9f-00000", "web-7d9f-00002"]
+    p = progress(batch_pods(0, 0, restored=(1, 2)), r, replicas=4, now=NOW + moves.START_SECONDS + 1)
+    assert p.action is Action.END and [m.pod for m in p.restore] == ["web-7d9f-00000"]
+
+
 def test_a_move_to_spot_under_way_asks_new_replicas_to_require_spot() -> None:
     wl = Workload(Kind.DEPLOYMENT, "shop", "web", 5, {moves.MOVE: batch_record().to_json()})
     assert moves.launching(wl)
