@@ -224,6 +224,34 @@ def test_a_moves_new_replica_requires_spot_and_is_marked_not_one_the_owner_added
         assert MOVE_REQUIRES_SPOT not in (pod["metadata"].get("annotations") or {})
 
 
+def test_a_copy_surge_in_progress_makes_new_replicas_replacements_not_the_moves(k: FakeKube) -> None:
+    """A copy's surge keeps its record on the copy (the Deployment carries none): while one is
+    in progress on a Deployment whose move to spot is recorded, the replicas created now replace
+    pods going away (a drained pod's replacement): no spot requirement, no mark. Read from the
+    Deployment alone, they required spot and waited Pending while EC2 refused it."""
+    from spotguard.policy import surgecopy
+    from spotguard.policy.surges import SurgeRecord
+
+    started = 1_800_000_000.0
+    record = moves.MoveRecord(moves.Direction.TO_SPOT, moves.Method.SCALE, "web-abc123-x", "u", 4, 7, started, 4)
+    annotations = {"spotguard.io/min-on-demand": "0", moves.MOVE: record.to_json()}
+    dep, moving = cluster.deployment(k, "web", 7, annotations=annotations)
+    ctx = make_ctx(k)
+    _, before = cluster.admit_and_create(ctx, k, cluster.pod_for(moving))
+    assert _required_spot(before)  # no surge yet: the move's replica
+    surge = SurgeRecord(replicas=7, surge=1, events=("e",), nodes=("spot-9",), started=started, copy=True)
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    full = {**dep, "kind": "Deployment", "spec": {**dep["spec"], "template": template}}
+    body = surgecopy.build(full, 1, Config(), record=surge)
+    assert isinstance(body, dict)
+    k.put(r.REPLICASETS, body)
+    ctx = make_ctx(k)  # (a fresh cache: the copy is read as the workload is, within its lifetime)
+    _, pod = cluster.admit_and_create(ctx, k, cluster.pod_for(moving))
+    assert pod["metadata"]["labels"]["spotguard.io/placement"] == "spot"
+    assert not _required_spot(pod)
+    assert MOVE_REQUIRES_SPOT not in (pod["metadata"].get("annotations") or {})
+
+
 # -- idempotency, dry run, opt-out ------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from spotguard.admission.reservations import LIST_RESERVE, POD_ANNOTATION, UNANS
 from spotguard.admission.resolve import Resolved, Resolver, Unresolved
 from spotguard.gateway import kube as kube_mod
 from spotguard.gateway import resources, retry
-from spotguard.policy import fit, floors, moves, patches, placement, ranks
+from spotguard.policy import fit, floors, moves, patches, placement, ranks, surgecopy, surges
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
@@ -567,6 +567,10 @@ def _admit(request: reviews.Request, ctx: Context) -> Outcome:
     # added above the move's count. It is marked with the move, so that node-added takes it if it
     # is still Pending once the move is over (spotguard.policy.moves.stranded).
     move = moves.launching_move(latest[0]) if decision.placement is Placement.SPOT else None
+    if move is not None and latest[0].kind is Kind.DEPLOYMENT and config.surge_copy:
+        # A copy's surge keeps its record on the copy (the Deployment carries none): a surge in
+        # progress makes the replicas created now replacements, never the move's.
+        move = moves.launching_move(surgecopy.with_record(latest[0], _copy_record(ctx, latest[0])))
     require_spot = move is not None
     keys = {k for n in nodes_future.result() for k in n.labels} if require_spot else None
     # A StatefulSet whose every replica is its floor: no drain may take its pods (floors.every_pod_is_floor).
@@ -783,3 +787,15 @@ def serve(review: Any, ctx: Context) -> reviews.ResponseReview:
         },
     )
     return answer
+
+
+def _copy_record(ctx: Context, workload: Workload) -> surges.SurgeRecord | None:
+    """The record of the Deployment's surge copy (cached), or None: no copy, or the copy could
+    not be read (the move's requirement stands then; node-added's pass takes a pod it strands,
+    ``moves.stranded``)."""
+    try:
+        rs = ctx.resolver.surge_copy(workload.namespace, workload.name)
+    except (kube_mod.ApiError, deadline.DeadlineExceeded) as exc:
+        log.debug("could not read the surge copy", extra={"workload": workload.key, "error": str(exc)})
+        return None
+    return None if rs is None else surgecopy.record_of(rs)

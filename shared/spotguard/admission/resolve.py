@@ -45,6 +45,7 @@ from spotguard.admission import deadline
 from spotguard.gateway import errors as gateway_errors
 from spotguard.gateway import resources as r
 from spotguard.gateway import settings
+from spotguard.policy import surgecopy
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import selector_matches
@@ -365,6 +366,15 @@ class Resolver:
         if dep is None:
             return Unresolved(f"Deployment {namespace}/{name} not found")
         return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, fresh=fresh)
+
+    def surge_copy(self, namespace: str, deployment: str) -> Obj | None:
+        """The surge copy of the Deployment ``deployment`` (``spotguard.policy.surgecopy``: it
+        carries the surge's record; the Deployment carries none), cached as a workload is;
+        None where there is none."""
+        rs = self._get(r.REPLICASETS, surgecopy.name_for(deployment), namespace, self.workload_ttl)
+        if rs is None or surgecopy.surge_of((rs.get("metadata") or {}).get("labels") or {}) != deployment:
+            return None
+        return rs
 
     def refresh_workload(self, resolved: Resolved) -> Resolved:
         """Read the workload again, bypassing the cache (its replicas may be newer)."""
