@@ -12,7 +12,9 @@ notice in one delivery and carries out one plan.
 ``seconds`` is the time from the first message received to the last surge
 written (every taint, surge record, surge copy, budget and autoscaler write done;
 ``seconds_with_events``: the end of ``handle()``, its Events written too);
-``api_writes`` is counted by the gateway (``Kube.stats``). ``--surge replicas``
+``api_writes`` is counted by the gateway (``Kube.stats``); ``client_cpu_seconds`` is the
+handler process's CPU over the handling, ``server_cpu_seconds`` the simulated API server's
+(this process) meanwhile: both share the machine's cores. ``--surge replicas``
 measures the replica surge (``surge_copy: false``) instead of the default copy.
 
 Prints ONE JSON line at the end::
