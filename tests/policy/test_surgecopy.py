@@ -13,6 +13,7 @@ from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
+from spotguard.sim import patching
 
 CFG = config.Config()
 NO_X = {"key": "x", "operator": "DoesNotExist"}
@@ -329,19 +330,7 @@ def test_a_copys_update_is_a_merge_patch_guarded_by_its_resource_version() -> No
     on_demand = surgecopy.build(deployment(), 2, CFG, record=record)
     assert isinstance(on_demand, dict)
     switched = surgecopy.update_patch(spot_copy, 2, record, on_demand_template=on_demand["spec"]["template"])
-    applied = merge(spot_copy, switched)
+    applied = patching.merge(spot_copy, switched)  # as the API server applies it
     assert applied["spec"]["template"] == on_demand["spec"]["template"]
     assert not surgecopy.spot_slots(applied) and applied["spec"]["replicas"] == 2
 
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge(out.get(k), v)
-    return out
