@@ -1198,6 +1198,55 @@ def test_a_drain_only_copy_switches_to_on_demand_when_a_warning_comes_for_its_no
     assert not web.get("spotDrains") and "interruption-spot-0" in web["events"], web
 
 
+def test_a_copys_own_pods_on_a_node_a_later_warning_dooms_get_replacements(cluster: Cluster) -> None:
+    """Karpenter drains spot-0: web's copy is made of spot slots and its pod lands on spot-2,
+    where web has no pod of its own. Then the market's warning comes for spot-2. The copy's
+    pod there is one of web's serving replicas and dies at the reclaim; a ReplicaSet makes
+    its replacement only once it is gone. So web's surge covers spot-2 too and the copy grows
+    by one at the warning, with the on-demand template. Before, no surge step was planned for
+    web (it has no pod of its own on spot-2): the copy stayed at 1 on spot slots and web
+    served one fewer from the reclaim until the replacement started."""
+    c = cluster
+    h = c.handler(config=copy_mode())
+    c.store.create("nodes", sc.node("spot-2", "spot"))
+    c.store.mutate(
+        "nodes",
+        "spot-0",
+        None,
+        lambda n: n["spec"].setdefault("taints", []).append({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}),
+    )
+    h.reconcile()
+    rs = surge_copy(c, "web")
+    assert rs is not None and surgecopy.spot_slots(rs) and rs["spec"]["replicas"] == 1
+    meta = rs["metadata"]
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": meta["name"], "uid": meta["uid"], "controller": True}
+    c.store.create(
+        "pods",
+        {
+            "metadata": {
+                "name": meta["name"] + "-abcde",
+                "namespace": "shop",
+                "labels": dict(rs["spec"]["template"]["metadata"]["labels"]),
+                "ownerReferences": [ref],
+            },
+            "spec": {"nodeName": "spot-2", "containers": [{"name": "c", "image": "pause"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        },
+        namespace="shop",
+    )
+    assert h.handle([c.notice("spot-2")]) == [Outcome.DONE]
+    web = c.record("web")
+    assert web is not None and "spot-2" in web["nodes"] and web["counts"]["spot-2"] == 1, web
+    rs = surge_copy(c, "web")
+    assert rs is not None and rs["spec"]["replicas"] == 2, rs["spec"]["replicas"]
+    assert pinned_on_demand(rs) and not surgecopy.spot_slots(rs)
+    # The reclaim: spot-2 and the copy's pod there are gone; the copy keeps the one the drain needs.
+    c.store.remove("pods", meta["name"] + "-abcde", "shop")
+    c.store.remove("nodes", "spot-2")
+    h.reconcile()
+    assert surge_copy(c, "web")["spec"]["replicas"] == 1
+
+
 def pinned_on_demand_or_none(rs: Obj) -> bool:
     affinity = rs["spec"]["template"]["spec"].get("affinity") or {}
     return patches.REQUIRED in (affinity.get("nodeAffinity") or {}) and pinned_on_demand(rs)

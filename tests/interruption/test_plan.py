@@ -127,6 +127,33 @@ def test_a_pod_placed_on_a_covered_doomed_node_after_the_surge_gets_a_replacemen
     assert step.added == 0 and step.record.counts == (("s1", 3),)
 
 
+def test_a_surge_copys_pods_on_a_newly_doomed_node_extend_the_surge_in_copy_mode() -> None:
+    """A copy of spot slots (its surge replaced pods a node autoscaler only drained) has two
+    pods on s3; a warning comes for s3, where web has no pod of its own. In copy mode web's
+    surge covers s3 too (its record names the node, counts the two), so the copy's state
+    machine grows the copy for them; before, web had no surge step at all and the copy's pods
+    died at the reclaim with no replacement. The replica surge has no copy: nothing changes."""
+    from spotguard.policy.views import Owner
+    from spotguard.policy.workloads import SURGE_OF
+
+    _nodes, pods, wls = cluster()
+    web = next(w for w in wls if w.name == "web")
+    copy_pods = [
+        dataclasses.replace(
+            pod(web, 10 + i, "s3"),
+            name=f"spotguard-surge-web-x{i}",
+            labels={"app": "web", SURGE_OF: "web"},
+            owner=Owner("ReplicaSet", "spotguard-surge-web"),
+        )
+        for i in range(2)
+    ]
+    plan = make_plan([notice("i-s3", "ev-3")], pods=[*pods, *copy_pods], surge_copy=True)
+    step = by_name(plan)["web"]
+    assert step.record.nodes == ("s3",) and step.record.counts == (("s3", 2),) and step.added == 2
+    assert step.replicas == 4  # the copy's surge never writes the Deployment's count
+    assert "web" not in by_name(make_plan([notice("i-s3", "ev-3")], pods=[*pods, *copy_pods]))
+
+
 def test_foreign_and_ignored_notices() -> None:
     plan = make_plan(
         [

@@ -215,6 +215,13 @@ A, S = surgecopy.Action, surgecopy.CopyState
         ({"copy_replicas": 2, "own_on_doomed": 0, "now": T + surgecopy.HANDBACK_GRACE}, S.DONE, A.DELETE, 0),
         # an old record without the Ready count: the owner's count now is the count to keep
         ({"ready_before": 0, "replicas_now": 3}, S.COVERING, A.CREATE, 1),
+        # a later warning dooms the node of two of the copy's own pods (spot slots): each
+        # gets a replacement now, not once the reclaim has taken it
+        ({"copy_replicas": 2, "own_on_doomed": 0, "copy_on_doomed": 2}, S.COVERING, A.RESIZE, 4),
+        ({"copy_replicas": 2, "own_on_doomed": 2, "copy_on_doomed": 1}, S.COVERING, A.RESIZE, 3),
+        # ... unless the Deployment's own pods on nodes that stay serve the count already
+        ({"copy_replicas": 1, "own_ready_staying": 4, "own_on_doomed": 0, "copy_on_doomed": 1},
+         S.COVERING, A.DELETE, 0),
     ],
 )
 def test_each_transition_of_the_copy(kw: dict[str, Any], state: Any, action: Any, replicas: int) -> None:
@@ -266,6 +273,13 @@ def test_the_copys_pods_are_the_deployments_replicas_but_not_its_own() -> None:
     )
     assert (f.own_ready_staying, f.own_on_doomed, f.copy_replicas) == (1, 2, 2)
     assert surgecopy.copy_step(f).replicas == 3  # 4 to keep, 1 Ready on nodes that stay
+    # A later warning for od-2 (where the copy's two pods run): each needs a replacement.
+    later = surgecopy.facts_for(
+        wl, 4, pods, doomed={"spot-1", "od-2"}, live_doomed={"spot-1", "od-2"}, copy_replicas=2,
+        last_deadline=T, now=T - 60, replicaset_owners=owners,
+    )
+    assert (later.own_ready_staying, later.copy_on_doomed) == (1, 2)
+    assert surgecopy.copy_step(later).replicas == 5
 
 
 def test_the_webhook_leaves_the_copys_pods_where_their_template_pins_them() -> None:

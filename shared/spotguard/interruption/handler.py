@@ -133,7 +133,9 @@ class Snapshot:
     copies: dict[str, Obj] = field(default_factory=dict)
     node_names: frozenset[str] = field(default=frozenset(), init=False)  # of node_views
     _nodes_by_name: dict[str, Obj] = field(default_factory=dict, repr=False, compare=False)
-    _pods_by_workload: dict[str, list[PodView]] | None = field(default=None, repr=False, compare=False)
+    _pods_by_workload: tuple[dict[str, list[PodView]], dict[str, list[PodView]]] | None = field(
+        default=None, repr=False, compare=False
+    )
     _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -163,15 +165,24 @@ class Snapshot:
         """The pods of the workload ``key`` (its own: ``interruption.workload_key_of``), from an
         index made once per snapshot. Each surge's copy step and end counted over every pod read:
         500 notices over 20,000 pods took 72 s to write their copies (bench/interruption.py)."""
+        return self._index()[0].get(key, [])
+
+    def copy_pods_of(self, key: str) -> list[PodView]:
+        """The pods of the Deployment ``key``'s surge copy (``interruption.copy_workload_key``)."""
+        return self._index()[1].get(key, [])
+
+    def _index(self) -> tuple[dict[str, list[PodView]], dict[str, list[PodView]]]:
         with self._index_lock:
             if self._pods_by_workload is None:
-                index: dict[str, list[PodView]] = {}
+                own: dict[str, list[PodView]] = {}
+                copies: dict[str, list[PodView]] = {}
                 for p in self.pod_views:
-                    owner = interruption.workload_key_of(p)
-                    if owner is not None:
-                        index.setdefault(owner, []).append(p)
-                self._pods_by_workload = index
-            return self._pods_by_workload.get(key, [])
+                    if (owner := interruption.workload_key_of(p)) is not None:
+                        own.setdefault(owner, []).append(p)
+                    elif (of := interruption.copy_workload_key(p)) is not None:
+                        copies.setdefault(of, []).append(p)
+                self._pods_by_workload = (own, copies)
+            return self._pods_by_workload
 
     def copy_records(self, *, done: bool = False) -> dict[str, SurgeRecord]:
         """Deployment key -> the surge record its copy carries (a finished one, kept while a
@@ -1167,7 +1178,7 @@ class Handler:
         facts = surgecopy.facts_for(
             wl,
             record.ready,
-            snap.pods_of(wl.key),
+            snap.pods_of(wl.key) + snap.copy_pods_of(wl.key),
             doomed=set(record.nodes) - staying,
             live_doomed={n for n, t in deadlines.items() if n in alive and now < t},
             copy_replicas=None if current is None else _replicas(current),

@@ -559,6 +559,13 @@ def plan(
     pods_by_key: dict[str, list[PodView]] = defaultdict(list)
     for p in pods:
         key = workload_key_of(p, replicaset_owners)
+        if key is None and surge_copy and p.active and p.node_name in doomed:
+            # A surge copy's pod (spot slots) on a node a later notice dooms: its Deployment's
+            # surge covers that node too, so the copy grows by a replacement for it
+            # (surgecopy.copy_step); the ReplicaSet would make one only after the reclaim.
+            if (of := copy_workload_key(p)) is not None and of in wl_by_key:
+                on_doomed[of][p.node_name] += 1
+            continue
         if key is None or key not in wl_by_key:
             continue
         pods_by_key[key].append(p)

@@ -336,6 +336,9 @@ class CopyFacts:
     copy_replicas: int | None  # the copy's spec.replicas; None: there is no copy
     last_deadline: float  # the latest reclaim time of the surge's doomed nodes
     now: float
+    # The copy's own active pods on doomed nodes still before their deadline (a copy of spot
+    # slots whose node a later warning dooms): each needs a replacement of its own.
+    copy_on_doomed: int = 0
 
 
 @dataclass(frozen=True)
@@ -352,11 +355,15 @@ def copy_step(f: CopyFacts) -> CopyStep:
     The copy holds exactly what the Deployment's own pods on nodes that stay lack of the
     count to keep: ``min(the owner's count now, Ready before the notice)``. A change of
     the owner's count during the surge (a GitOps revert, a replace, an autoscaler) is
-    kept; the surge never serves above the pre-notice count.
+    kept; the surge never serves above the pre-notice count. The copy's own pods on a doomed
+    node (spot slots a later warning caught) are counted on top while they serve there: a
+    ReplicaSet replaces a pod only once it is gone, at the reclaim, too late.
     """
     target = min(f.replicas_now, f.ready_before) if f.ready_before > 0 else f.replicas_now
     need = max(0, target - f.own_ready_staying)
-    covering = f.own_on_doomed > 0 and f.now < f.last_deadline
+    covering = (f.own_on_doomed > 0 or f.copy_on_doomed > 0) and f.now < f.last_deadline
+    if covering and need > 0:
+        need += f.copy_on_doomed
     if covering:
         state = CopyState.COVERING
     elif need > 0 and f.now < f.last_deadline + HANDBACK_GRACE:
@@ -409,8 +416,12 @@ def facts_for(
 ) -> CopyFacts:
     """Count what :func:`copy_step` decides on. ``doomed``: the surge's nodes; ``live_doomed``:
     those that still exist and are before their deadline. The Deployment's own pods are those
-    of its ReplicaSets (:func:`workload_key_of`); the copy's pods are not among them."""
+    of its ReplicaSets (:func:`workload_key_of`); the copy's pods (:func:`copy_workload_key`)
+    count only where a doomed node holds them."""
     own = [p for p in pods if p.active and workload_key_of(p, replicaset_owners) == workload.key]
+    copy_on_doomed = sum(
+        1 for p in pods if p.active and p.node_name in live_doomed and copy_workload_key(p) == workload.key
+    )
     return CopyFacts(
         replicas_now=workload.replicas,
         ready_before=ready_before,
@@ -419,4 +430,5 @@ def facts_for(
         copy_replicas=copy_replicas,
         last_deadline=last_deadline,
         now=now,
+        copy_on_doomed=copy_on_doomed,
     )
