@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from spotguard.policy import surgecopy
-from spotguard.policy.workloads import SURGE, SURGE_OF, Workload
+from spotguard.policy.workloads import SURGE, Workload
 
 
 def surge_record(store: Any, name: str, namespace: str = "shop") -> dict[str, Any] | None:
@@ -25,11 +25,4 @@ def surge_record(store: Any, name: str, namespace: str = "shop") -> dict[str, An
 def with_copy_records(store: Any, views: dict[str, Workload]) -> dict[str, Workload]:
     """``views`` (workload key -> view) with each Deployment's copy record as its record,
     as the functions see them (``surgecopy.with_record``)."""
-    out = dict(views)
-    for rs in store.list("replicasets")[0]:
-        meta = rs.get("metadata") or {}
-        of = (meta.get("labels") or {}).get(SURGE_OF)
-        key = f"Deployment/{meta.get('namespace')}/{of}"
-        if of and meta.get("name") == surgecopy.name_for(str(of)) and key in out:
-            out[key] = surgecopy.with_record(out[key], surgecopy.record_of(rs))
-    return out
+    return surgecopy.views_with_records(views, store.list("replicasets")[0])

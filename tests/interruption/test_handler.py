@@ -21,6 +21,7 @@ from spotguard.interruption import dispatch
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config, interruption, moves, patches, surgecopy, surges
+from spotguard.policy import views as pod_views
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_OF
 from spotguard.sim import testing
@@ -1245,6 +1246,79 @@ def test_a_copys_own_pods_on_a_node_a_later_warning_dooms_get_replacements(clust
     c.store.remove("nodes", "spot-2")
     h.reconcile()
     assert surge_copy(c, "web")["spec"]["replicas"] == 1
+
+
+# A Deployment's name may have 253 characters; a label value 63 (the copy's surge-of label
+# and its selector), an object name 253 (the copy's name: the prefix and the Deployment's).
+LONG = "checkout-" + "x" * 91  # 100: over a label value's limit
+LONGEST = "payments-" + "y" * 231  # 240: the copy's name would be over 253
+
+
+@pytest.mark.parametrize("name", [LONG, LONGEST], ids=["100", "240"])
+def test_a_deployment_with_a_long_name_is_surged_by_a_copy_its_functions_recognize(name: str) -> None:
+    """Before, the copy's label carried the whole name: the API refused the copy (422: a label
+    value is at most 63 characters) and the surge was lost at every retry; a name over 237
+    characters was cut for the copy's name but compared uncut by the readers (its pods not
+    counted as the Deployment's, its copy taken for a left-over)."""
+    dep = sc.deployment(name, 2)
+    dep["spec"]["selector"] = {"matchLabels": {"app": "long"}}
+    dep["spec"]["template"]["metadata"]["labels"] = {"app": "long"}
+    rs_name = f"{name}-5d4f8"  # the Deployment controller's: <deployment>-<pod-template-hash>
+    pods = []
+    for i, node in enumerate(("od-0", "spot-0")):
+        p = pod(dep, i, node)
+        p["metadata"]["name"] = f"{rs_name}-"[:248] + f"{i:05d}"  # generateName's base is cut to 248
+        p["metadata"]["labels"] = {"app": "long", "pod-template-hash": "5d4f8"}
+        p["metadata"]["ownerReferences"][0]["name"] = rs_name
+        pods.append(p)
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": "d", "controller": True}
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": rs_name,
+            "namespace": "shop",
+            "labels": {"app": "long", "pod-template-hash": "5d4f8"},
+            "ownerReferences": [ref],
+        },
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "long"}}, "template": dep["spec"]["template"]},
+    }
+    objs = [sc.namespace("shop"), sc.namespace("spotguard"), sc.node("od-0", "on-demand"), sc.node("spot-0", "spot")]
+    with testing.running_cluster([*objs, dep, rs, *pods], controllers=False) as sim:
+        c = Cluster(sim)
+        owners = {("shop", rs_name): name}
+        h = c.handler(config=copy_mode())
+        assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
+        copy = surge_copy(c, name)
+        assert copy is not None, [r["metadata"]["name"] for r in c.store.list("replicasets", namespace="shop")[0]]
+        assert len(copy["metadata"]["name"]) <= 253 and copy["spec"]["replicas"] == 1
+        assert len(copy["metadata"]["labels"][SURGE_OF]) <= 63
+        assert surge_record(c.store, name)["nodes"] == ["spot-0"]
+        # The temporary budget too (its name as the copy's: the API refused it over 253).
+        budgets = [b["metadata"]["name"] for b in c.store.list("poddisruptionbudgets", namespace="shop")[0]]
+        assert budgets == [copy["metadata"]["name"]], budgets
+        # The copy's pod is the Deployment's replica for every function.
+        made = {
+            "metadata": {
+                "name": "copy-pod",
+                "namespace": "shop",
+                "labels": dict(copy["spec"]["template"]["metadata"]["labels"]),
+                "annotations": dict(copy["spec"]["template"]["metadata"]["annotations"]),
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": copy["metadata"]["name"],
+                     "uid": copy["metadata"]["uid"], "controller": True}
+                ],
+            },
+            "spec": {"nodeName": "od-0", "containers": [{"name": "c", "image": "pause"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        c.store.create("pods", made, namespace="shop")
+        view = pod_views.PodView.from_json(c.store.get("pods", "copy-pod", "shop"))
+        assert interruption.copy_workload_key(view) == f"Deployment/shop/{name}"
+        assert interruption.workload_key_of(view, owners) is None
+        # The reconcile finds the copy as the Deployment's (not a left-over to sweep) and keeps it.
+        h.reconcile()
+        assert surge_copy(c, name) is not None and surge_record(c.store, name)["nodes"] == ["spot-0"]
 
 
 def pinned_on_demand_or_none(rs: Obj) -> bool:

@@ -12,7 +12,7 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
 from spotguard.policy.surges import SurgeRecord
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA, surge_deployment, surge_of_label
 from spotguard.sim import patching
 
 CFG = config.Config()
@@ -71,8 +71,32 @@ def test_services_budgets_and_the_autoscaler_see_the_copys_pods() -> None:
     pod_labels = rs["spec"]["template"]["metadata"]["labels"]
     assert selector_matches(dep["spec"]["selector"], pod_labels)
     assert pod_labels == {"app": "web", "tier": "front", SURGE_OF: "web"}
-    assert surgecopy.surge_of(pod_labels) == "web"
-    assert surgecopy.surge_of(dep["spec"]["template"]["metadata"]["labels"]) is None
+    pod_annotations = rs["spec"]["template"]["metadata"]["annotations"]
+    assert surge_deployment(pod_labels, pod_annotations) == "web"
+    assert surge_deployment(dep["spec"]["template"]["metadata"]["labels"], {}) is None
+    assert surgecopy.copy_of(rs) == "web"
+    assert surgecopy.copy_of({**rs, "metadata": {**rs["metadata"], "name": "x"}}) is None  # not its copy's name
+
+
+@pytest.mark.parametrize("length", [63, 64, 100, 237, 238, 253])
+def test_a_long_deployment_name_gets_a_copy_the_api_takes_and_the_functions_recognize(length: int) -> None:
+    """A Deployment's name may have 253 characters, a label value 63 and the copy's name 253:
+    past them the label holds the name's start and a digest, the copy's name is cut with the
+    digest, and the whole name rides on SURGE_FOR (the copy's and its pods')."""
+    name = ("web-" + "a" * 300)[:length]
+    dep = deployment()
+    dep["metadata"]["name"] = name
+    rs = built(dep)
+    meta, tmeta = rs["metadata"], rs["spec"]["template"]["metadata"]
+    assert len(meta["name"]) <= 253 and len(meta["labels"][SURGE_OF]) <= 63
+    assert tmeta["labels"][SURGE_OF] == meta["labels"][SURGE_OF] == rs["spec"]["selector"]["matchLabels"][SURGE_OF]
+    assert surgecopy.copy_of(rs) == name
+    assert surge_deployment(tmeta["labels"], tmeta["annotations"]) == name
+    assert (meta["name"] == surgecopy.PREFIX + name) is (length <= 237)
+    # Two long names that begin alike get two copies and two labels.
+    other = name[:-1] + "b"
+    assert surgecopy.name_for(other) != surgecopy.name_for(name)
+    assert (surge_of_label(other) != surge_of_label(name)) or length <= 63
 
 
 def test_the_copy_carries_no_gitops_tracking_and_is_sized_and_marked() -> None:
@@ -89,6 +113,7 @@ def test_the_copy_carries_no_gitops_tracking_and_is_sized_and_marked() -> None:
     assert rs["spec"]["template"]["metadata"]["annotations"] == {
         "a": "b",
         SURGE_REPLICA: "true",
+        surgecopy.SURGE_FOR: "Deployment/web",
         **patches.surge_protection({}),  # test_the_copys_pods_keep_their_nodes_from_the_node_autoscalers
     }
 

@@ -38,7 +38,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import Owner, PodView
-from spotguard.policy.workloads import ENABLED, SURGE_OF, Kind, Workload
+from spotguard.policy.workloads import ENABLED, Kind, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -346,7 +346,8 @@ def _workload_reads(
     resolver = ctx.resolver
     namespace = pod.namespace
     owner = pod.owner.uid if pod.owner is not None else ""
-    surged = surgecopy.surge_of(pod.labels) if interruption.copy_workload_key(pod) is not None else None
+    copy_key = interruption.copy_workload_key(pod)
+    surged = None if copy_key is None else copy_key.split("/", 2)[2]
     # A workload's selector never changes (apps/v1): once known, its pods are listed beside
     # the (re-)read of the workload (the surge record as it is now), not after it.
     listing: futures.Future[Any] | None = None
@@ -357,7 +358,7 @@ def _workload_reads(
     # The Deployment's copy (its record), read from the start under the name its ReplicaSet's
     # name says (``<deployment>-<pod-template-hash>``), again below where that was wrong.
     guess = surged or resolve.deployment_name(pod)
-    copy_read = None if guess is None else deadline.submit(guard.pool, _copy_record, kube, namespace, guess)
+    copy_read = None if guess is None else deadline.submit(guard.pool, _copy_record, resolver, namespace, guess)
     resolved = resolver.resolve(pod) if surged is None else resolver.deployment(namespace, surged)
     if isinstance(resolved, resolve.Unresolved):
         return None
@@ -371,7 +372,7 @@ def _workload_reads(
     if workload.kind is not Kind.DEPLOYMENT:
         copy_read = None  # a StatefulSet is never surged by a copy
     elif copy_read is None or guess != workload.name:
-        copy_read = deadline.submit(guard.pool, _copy_record, kube, namespace, workload.name)
+        copy_read = deadline.submit(guard.pool, _copy_record, resolver, namespace, workload.name)
     floor = floors.floor_for(workload, ctx.config, _result(annotations, "GET namespaces"))
     if not floor.enabled:
         return None
@@ -385,14 +386,12 @@ def _workload_reads(
     return workload, floor.on_demand, own, record
 
 
-def _copy_record(kube: Any, namespace: str, deployment: str) -> SurgeRecord | None:
+def _copy_record(resolver: resolve.Resolver, namespace: str, deployment: str) -> SurgeRecord | None:
     """The surge record the copy of the Deployment ``deployment`` carries (None: no copy, a
     ReplicaSet so named that is not its copy, or a copy without a record). Read as it is now
     (not cached): the copy's record changes with each of its writes."""
-    rs = kube.find(resources.REPLICASETS, surgecopy.name_for(deployment), namespace)
-    if rs is None or ((rs.get("metadata") or {}).get("labels") or {}).get(SURGE_OF) != deployment:
-        return None
-    return surgecopy.record_of(rs)
+    rs = resolver.surge_copy(namespace, deployment, fresh=True)
+    return None if rs is None else surgecopy.record_of(rs)
 
 
 def _own(ctx: core.Context, guard: Guard, resolved: resolve.Resolved, pods: list[PodView]) -> list[PodView]:

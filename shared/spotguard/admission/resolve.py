@@ -367,14 +367,17 @@ class Resolver:
             return Unresolved(f"Deployment {namespace}/{name} not found")
         return Resolved(Workload.from_json(_typed(dep, "Deployment")), dep, fresh=fresh)
 
-    def surge_copy(self, namespace: str, deployment: str) -> Obj | None:
+    def surge_copy(self, namespace: str, deployment: str, *, fresh: bool = False) -> Obj | None:
         """The surge copy of the Deployment ``deployment`` (``spotguard.policy.surgecopy``: it
         carries the surge's record; the Deployment carries none), cached as a workload is;
-        None where there is none."""
-        rs = self._get(r.REPLICASETS, surgecopy.name_for(deployment), namespace, self.workload_ttl)
-        if rs is None or surgecopy.surge_of((rs.get("metadata") or {}).get("labels") or {}) != deployment:
-            return None
-        return rs
+        None where there is none (or a ReplicaSet so named is not its copy). ``fresh``: read
+        now, not from the cache (the eviction guard: the record changes with each write of
+        the copy); the answer is cached for the reviews after."""
+        name = surgecopy.name_for(deployment)
+        if fresh:
+            self.forget(r.REPLICASETS, name, namespace)
+        rs = self._get(r.REPLICASETS, name, namespace, self.workload_ttl, join=not fresh)
+        return rs if rs is not None and surgecopy.copy_of(rs) == deployment else None
 
     def refresh_workload(self, resolved: Resolved) -> Resolved:
         """Read the workload again, bypassing the cache (its replicas may be newer)."""

@@ -137,6 +137,9 @@ class Snapshot:
         default=None, repr=False, compare=False
     )
     _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _copy_records: tuple[dict[str, Obj], dict[str, SurgeRecord]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.node_views = [NodeView.from_json(n) for n in self.nodes]
@@ -186,13 +189,12 @@ class Snapshot:
 
     def copy_records(self, *, done: bool = False) -> dict[str, SurgeRecord]:
         """Deployment key -> the surge record its copy carries (a finished one, kept while a
-        doomed node still exists, too where ``done``)."""
-        out = {}
-        for key, rs in self.copies.items():
-            record = surgecopy.record_of(rs)
-            if record is not None and (done or not record.done):
-                out[key] = record
-        return out
+        doomed node still exists, too where ``done``). Parsed once per snapshot."""
+        if self._copy_records is None or self._copy_records[0] is not self.copies:
+            parsed = ((key, surgecopy.record_of(rs)) for key, rs in self.copies.items())
+            self._copy_records = (self.copies, {key: record for key, record in parsed if record is not None})
+        records = self._copy_records[1]
+        return dict(records) if done else {key: record for key, record in records.items() if not record.done}
 
     def node(self, name: str) -> Obj | None:
         if not self._nodes_by_name:
@@ -271,18 +273,6 @@ def read_before_workloads(
             meta = w.get("metadata") or {}
             workloads[f"{kind}/{meta.get('namespace')}/{meta.get('name')}"] = w
     return budgets, autoscalers, kept, found[0] if found else [], workloads
-
-
-def copies_by_key(items: list[Obj]) -> dict[str, Obj]:
-    """Deployment key -> its surge copy, among ReplicaSets labelled ``spotguard.io/surge-of``
-    (one named otherwise is not spotguard's copy of it)."""
-    out: dict[str, Obj] = {}
-    for rs in items:
-        meta = rs.get("metadata") or {}
-        of = str((meta.get("labels") or {}).get(SURGE_OF) or "")
-        if of and meta.get("name") == surgecopy.name_for(of):
-            out[f"{Kind.DEPLOYMENT}/{meta.get('namespace')}/{of}"] = rs
-    return out
 
 
 def namespaces_of(items: list[Obj]) -> dict[str, dict[str, str]]:
@@ -748,7 +738,8 @@ class Handler:
             r.PODS, read_nodes, r.NAMESPACES, before_workloads, page_limit=LIST_PAGE
         )
         namespaces = namespaces_of(namespace_list)
-        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept, copies=copies_by_key(copies))
+        copies_found = surgecopy.copies_by_key(copies)
+        return Snapshot(nodes, pods, workloads, budgets, autoscalers, namespaces, kept, copies=copies_found)
 
     def _resolve(self, notices: Sequence[Notice], snap: Snapshot) -> tuple[dict[str, str], set[str]]:
         """instance id -> node for the instances no providerID names (asks EC2 once)."""
@@ -1268,10 +1259,7 @@ class Handler:
             size = _copy_size(step, current, grow_only)
             if size == _replicas(current):
                 return
-            patch: Obj = {"spec": {"replicas": size}}
-            rv = (current.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                patch["metadata"] = {"resourceVersion": rv}
+            patch = surgecopy.resize(size, resource_version=(current.get("metadata") or {}).get("resourceVersion"))
             name = surgecopy.name_for(wl.name)
             batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         except AlreadyExists:
@@ -1628,7 +1616,9 @@ def _copy_size(step: surgecopy.CopyStep, current: Obj | None, grow_only: bool) -
     keeps = (surgecopy.Action.CREATE, surgecopy.Action.RESIZE, surgecopy.Action.KEEP)
     size = step.replicas if step.action in keeps else 0
     if grow_only and current is not None:
-        size = max(size, _replicas(current))
+        found = _replicas(current)
+        grown = surgecopy.size_of_found_copy(size, found)
+        return found if grown is None else grown
     return size
 
 

@@ -425,7 +425,7 @@ class Reconciler:
             )
         )
         namespaces = interruption_handler.namespaces_of(namespace_list)
-        copies_found = interruption_handler.copies_by_key(found)
+        copies_found = surgecopy.copies_by_key(found)
         shared = interruption_handler.Snapshot(
             nodes, pods, workloads, budgets, autoscalers, namespaces, kept, copies=copies_found
         )

@@ -40,7 +40,7 @@ from spotguard.policy import config as config_mod
 from spotguard.policy import floors, moves, quantities, surgecopy, surges
 from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
-from spotguard.policy.workloads import SURGE, SURGE_OF, Kind, Workload
+from spotguard.policy.workloads import SURGE, Kind, Workload
 from spotguard.sim import billing, costs, nodepools, readiness, scheduler, testing
 from spotguard.sim import errors as sim_errors
 from spotguard.sim import scenario as scenario_mod
@@ -1038,14 +1038,7 @@ class WorkloadViews:
                 out[known[1].key] = known[1]
         self._seen = seen
         # A copy's surge keeps its record on the copy (surgecopy.RECORD), not on the Deployment.
-        for entry in self.store.list_entries("replicasets")[0]:
-            meta = entry.obj.get("metadata") or {}
-            of = (meta.get("labels") or {}).get(SURGE_OF)
-            deployment = f"{Kind.DEPLOYMENT}/{meta.get('namespace', '')}/{of}"
-            if of and meta.get("name") == surgecopy.name_for(str(of)) and deployment in out:
-                record = surgecopy.record_of(entry.obj)
-                out[deployment] = surgecopy.with_record(out[deployment], record)
-        return out
+        return surgecopy.views_with_records(out, (e.obj for e in self.store.list_entries("replicasets")[0]))
 
     def busy(self, tracker: serving.Serving) -> bool:
         """Pods waiting or not Ready, a surge or a move in progress: the cluster is not steady."""

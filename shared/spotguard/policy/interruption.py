@@ -41,7 +41,13 @@ from spotguard.policy.config import Config, RebalanceAction
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE_COPY_PREFIX, SURGE_OF, Kind, Workload
+from spotguard.policy.workloads import (
+    INTERRUPTION_TAINT,
+    Kind,
+    Workload,
+    surge_copy_name,
+    surge_deployment,
+)
 
 # Instance states after which the pods of the instance are lost.
 DOOMED_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
@@ -306,9 +312,9 @@ def copy_workload_key(pod: PodView) -> str | None:
     """``Deployment/ns/name`` for a pod of a surge copy (its controller is the copy its label
     names, ``spotguard.policy.surgecopy``), else None. These pods are the Deployment's
     replicas where serving is counted, though no ReplicaSet of the Deployment owns them."""
-    name = pod.labels.get(SURGE_OF)
+    name = surge_deployment(pod.labels, pod.annotations)
     owner = pod.owner
-    if not name or owner is None or owner.kind != "ReplicaSet" or owner.name != SURGE_COPY_PREFIX + name:
+    if not name or owner is None or owner.kind != "ReplicaSet" or owner.name != surge_copy_name(name):
         return None
     return f"{Kind.DEPLOYMENT}/{pod.namespace}/{name}"
 
@@ -704,8 +710,9 @@ def user_budgets(workload_pods: Sequence[PodView], budgets: Sequence[Budget] | B
 
 
 def budget_name(workload: Workload) -> str:
-    name = BUDGET_PREFIX + workload.name
-    return name[:253]
+    """The temporary budget's name: as the surge copy's (:func:`surge_copy_name`, the same
+    prefix), cut with a digest past 253 characters (two long names that begin alike get two)."""
+    return surge_copy_name(workload.name)
 
 
 def autoscaler_for(workload: Workload, autoscalers: Sequence[Autoscaler]) -> Autoscaler | None:

@@ -11,7 +11,7 @@ from spotguard.policy.capacity import Capacity, LabelScheme
 from spotguard.policy.config import Config
 from spotguard.policy.floors import Floor
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import SURGE_REPLICA, Kind, Workload, surge_copy_name, surge_deployment
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MANAGED_OWNERS = ("ReplicaSet", "StatefulSet")
@@ -72,8 +72,8 @@ def skip_reason(pod: PodView, config: Config) -> str | None:
         return f"owned by a {pod.owner.kind}"
     if pins_capacity(pod, config.label_schemes):
         return "the pod's spec already pins a capacity type"
-    of = pod.labels.get(SURGE_OF)
-    if of and pod.owner.kind == "ReplicaSet" and pod.owner.name == SURGE_COPY_PREFIX + of:
+    of = surge_deployment(pod.labels, pod.annotations)
+    if of and pod.owner.kind == "ReplicaSet" and pod.owner.name == surge_copy_name(of):
         # Its template says where it goes: a spot slot's for an autoscaler's drain
         # (spotguard.policy.surgecopy.build; else pinned to on-demand, skipped above).
         return "a pod of spotguard's surge copy (placed by its template)"

@@ -76,10 +76,22 @@ from spotguard.policy.interruption import (
 from spotguard.policy.placement import Placement
 from spotguard.policy.surges import ON_COPY, SurgeRecord
 from spotguard.policy.views import PodView
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE, SURGE_COPY_PREFIX, SURGE_OF, SURGE_REPLICA, Workload
+from spotguard.policy.workloads import (
+    PLACEMENT_LABEL,
+    SURGE,
+    SURGE_COPY_PREFIX,
+    SURGE_FOR,
+    SURGE_OF,
+    SURGE_REPLICA,
+    Kind,
+    Workload,
+    surge_copy_name,
+    surge_deployment,
+    surge_of_label,
+)
 
-# On the copy: "Deployment/<name>" and the Deployment's uid when the copy was made.
-SURGE_FOR = "spotguard.io/surge-for"
+# On the copy (SURGE_FOR, on its pods too): "Deployment/<name>" and the Deployment's uid when
+# the copy was made.
 SURGE_FOR_UID = "spotguard.io/surge-for-uid"
 EVENTS = "spotguard.io/events"
 # On the copy: its surge's record, the only one (the Deployment carries none), written with
@@ -87,7 +99,6 @@ EVENTS = "spotguard.io/events"
 # copy, so no replace of the Deployment takes it.
 RECORD = "spotguard.io/surge-record"
 PREFIX = SURGE_COPY_PREFIX
-MAX_NAME = 253
 
 
 @dataclass(frozen=True)
@@ -98,13 +109,35 @@ class Refusal:
 
 
 def name_for(deployment: str) -> str:
-    return (PREFIX + deployment)[:MAX_NAME]
+    return surge_copy_name(deployment)
 
 
-def surge_of(pod_labels: Mapping[str, str]) -> str | None:
-    """The Deployment a pod surges (its name), or None for any other pod."""
-    value = pod_labels.get(SURGE_OF)
-    return value or None
+def copy_of(replicaset: Mapping[str, Any]) -> str | None:
+    """The name of the Deployment whose surge copy ``replicaset`` is, or None: labelled
+    :data:`SURGE_OF` and named as that Deployment's copy (a ReplicaSet named otherwise is not
+    spotguard's copy of it)."""
+    meta = replicaset.get("metadata") or {}
+    of = surge_deployment(meta.get("labels") or {}, meta.get("annotations") or {})
+    return of if of is not None and meta.get("name") == name_for(of) else None
+
+
+def copies_by_key(replicasets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Deployment key -> its surge copy, among ``replicasets``."""
+    out: dict[str, Any] = {}
+    for rs in replicasets:
+        if (of := copy_of(rs)) is not None:
+            out[f"{Kind.DEPLOYMENT}/{(rs.get('metadata') or {}).get('namespace')}/{of}"] = rs
+    return out
+
+
+def views_with_records(views: Mapping[str, Workload], replicasets: Iterable[Mapping[str, Any]]) -> dict[str, Workload]:
+    """``views`` (workload key -> view) with each Deployment's copy record as its record
+    (:func:`with_record`), as the functions see them."""
+    out = dict(views)
+    for key, rs in copies_by_key(replicasets).items():
+        if key in out:
+            out[key] = with_record(out[key], record_of(rs))
+    return out
 
 
 def workload_of_copy_pod(pod: PodView) -> str | None:
@@ -117,7 +150,7 @@ def workload_of_copy_pod(pod: PodView) -> str | None:
 
 def copy_labels(deployment: str) -> dict[str, str]:
     """The copy's own labels: spotguard's only, never the Deployment's."""
-    return {MANAGED_BY_LABEL: MANAGED_BY, SURGE_OF: deployment}
+    return {MANAGED_BY_LABEL: MANAGED_BY, SURGE_OF: surge_of_label(deployment)}
 
 
 def build(
@@ -164,12 +197,13 @@ def build(
     own = copy_labels(name)
     if selector_matches(selector, own):
         return Refusal("the Deployment's selector matches any ReplicaSet's labels: it would adopt the copy")
-    labels = {**pod_labels, SURGE_OF: name}
+    labels = {**pod_labels, SURGE_OF: own[SURGE_OF]}
     if not selector_matches(selector, labels):
         return Refusal("the pod template does not match the Deployment's selector")
     copy_selector = copy.deepcopy(dict(selector))
-    copy_selector["matchLabels"] = {**(copy_selector.get("matchLabels") or {}), SURGE_OF: name}
-    pod_annotations = {**(tmeta.get("annotations") or {}), SURGE_REPLICA: "true"}
+    copy_selector["matchLabels"] = {**(copy_selector.get("matchLabels") or {}), SURGE_OF: own[SURGE_OF]}
+    # SURGE_FOR on the pods too: the whole name where the label holds a digest (over 63 characters).
+    pod_annotations = {**(tmeta.get("annotations") or {}), SURGE_REPLICA: "true", SURGE_FOR: f"Deployment/{name}"}
     # Kept where they are while the surge needs them, as the replica surge's are (admission
     # protects those; it skips the copy's pods): no node autoscaler consolidates or scales down
     # their node. Without it Karpenter consolidated an on-demand node holding copy pods in the
@@ -251,11 +285,17 @@ def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def resize(replicas: int, record: SurgeRecord | None = None) -> dict[str, Any]:
-    """The merge patch that sizes the copy, its record (:data:`RECORD`) brought up to date."""
+def resize(replicas: int, record: SurgeRecord | None = None, *, resource_version: str | None = None) -> dict[str, Any]:
+    """The merge patch that sizes the copy, its record (:data:`RECORD`) brought up to date;
+    guarded by ``resource_version`` where given (a 409 where the copy changed since)."""
     out: dict[str, Any] = {"spec": {"replicas": replicas}}
+    meta: dict[str, Any] = {}
     if record is not None:
-        out["metadata"] = {"annotations": {RECORD: plain(record)}}
+        meta["annotations"] = {RECORD: plain(record)}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    if meta:
+        out["metadata"] = meta
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,10 +35,54 @@ SURGE_PROTECTED = "spotguard.io/surge-protected"
 FLOOR_PROTECTED = "spotguard.io/floor-protected"
 INTERRUPTION_TAINT = "spotguard.io/interruption"
 # On a surge copy (spotguard.policy.surgecopy), in its selector and on its pods: the name of
-# the Deployment it surges; the copy is named SURGE_COPY_PREFIX + that name.
+# the Deployment it surges (surge_of_label: a digest stands in beyond a label value's 63
+# characters); the copy is named surge_copy_name(that name). SURGE_FOR, on the copy and its
+# pods: "Deployment/<the whole name>".
 SURGE_OF = "spotguard.io/surge-of"
+SURGE_FOR = "spotguard.io/surge-for"
 SURGE_COPY_PREFIX = "spotguard-surge-"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# apimachinery pkg/util/validation: a label value (IsValidLabelValue) and an object name
+# (IsDNS1123Subdomain, ValidateObjectMeta) at most.
+LABEL_VALUE_MAX = 63
+NAME_MAX = 253
+_DIGEST = 10
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:_DIGEST]
+
+
+def surge_of_label(deployment: str) -> str:
+    """The :data:`SURGE_OF` value of ``deployment``'s copy: its name; past a label value's 63
+    characters, its first 52 and a digest of the whole (a Deployment's name may have 253: the
+    API refuses a longer label value, and so the copy)."""
+    if len(deployment) <= LABEL_VALUE_MAX:
+        return deployment
+    return f"{deployment[: LABEL_VALUE_MAX - _DIGEST - 1]}-{_digest(deployment)}"
+
+
+def surge_copy_name(deployment: str) -> str:
+    """The name of ``deployment``'s surge copy: the prefix and its name; where that is over an
+    object name's 253 characters, cut with a digest of the whole name (two long names that
+    begin alike get two copies)."""
+    name = SURGE_COPY_PREFIX + deployment
+    if len(name) <= NAME_MAX:
+        return name
+    return f"{name[: NAME_MAX - _DIGEST - 1]}-{_digest(deployment)}"
+
+
+def surge_deployment(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    """The name of the Deployment a surge copy, or a pod of one, surges (from its
+    :data:`SURGE_OF` label; the whole name from :data:`SURGE_FOR` where the label holds a
+    digest), or None for any other object."""
+    label = labels.get(SURGE_OF)
+    if not label:
+        return None
+    whole = str(annotations.get(SURGE_FOR) or "")
+    if whole.startswith(f"{Kind.DEPLOYMENT}/") and surge_of_label(name := whole.split("/", 1)[1]) == label:
+        return name
+    return label
 
 
 class Kind(enum.StrEnum):

@@ -28,6 +28,7 @@ Obj = dict[str, Any]
 
 SURGE_OF = "spotguard.io/surge-of"  # spotguard.policy.surgecopy.SURGE_OF
 SURGE_COPY_PREFIX = "spotguard-surge-"  # spotguard.policy.surgecopy.PREFIX
+SURGE_FOR = "spotguard.io/surge-for"  # spotguard.policy.workloads.SURGE_FOR
 
 
 def workload_key(pod: Obj) -> str | None:
@@ -42,9 +43,13 @@ def workload_key(pod: Obj) -> str | None:
         if ref.get("kind") == "ReplicaSet":
             labels = meta.get("labels") or {}
             of = labels.get(SURGE_OF)
-            if of and ref["name"] == SURGE_COPY_PREFIX + of:
+            whole = str((meta.get("annotations") or {}).get(SURGE_FOR) or "")
+            if of and whole.startswith("Deployment/") and ref["name"].startswith(SURGE_COPY_PREFIX):
                 # A pod of spotguard's surge copy: it carries the Deployment's labels and
-                # serves behind its Services (spotguard.policy.surgecopy).
+                # serves behind its Services (spotguard.policy.surgecopy); its annotation
+                # names the Deployment whole (the label holds a digest past 63 characters).
+                return f"Deployment/{ns}/{whole.split('/', 1)[1]}"
+            if of and ref["name"] == SURGE_COPY_PREFIX + of:
                 return f"Deployment/{ns}/{of}"
             h = labels.get("pod-template-hash", "")
             name = ref["name"][: -len(h) - 1] if h and ref["name"].endswith("-" + h) else ref["name"]
