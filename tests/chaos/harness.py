@@ -40,6 +40,7 @@ from spotguard.interruption import ledger
 from spotguard.policy import config as config_mod
 from spotguard.policy import evictions as guard_policy
 from spotguard.policy import floors, moves
+from spotguard.policy import headroom as headroom_policy
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import SURGE, SURGE_OF, Workload
@@ -55,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TIME_SCALE = 20.0
 READY_DELAY = 30.0  # simulated seconds a started pod takes to be Ready
 RECLAIM_AFTER = 120.0  # the two-minute notice
+# node-added's on-demand headroom (docs/headroom.md): its placeholders' Deployment, not a workload
+# the promise is about (its pods are preempted by a surge by design)
+HEADROOM_KEY = f"Deployment/spotguard/{headroom_policy.NAME}"
 # SQS runs in real time. A failed notice comes back after RETRY_DELAY real seconds (20
 # simulated: production's poller waits 5 s, so this is harsher) and a message whose
 # consumer died after VISIBILITY real seconds (40 simulated: infra/aws sets 30 to 60 s).
@@ -450,6 +454,8 @@ class Chaos:
         now = self.tracker.counts()
         with self.lock:
             for key, had in self.before.items():
+                if key == HEADROOM_KEY:
+                    continue
                 if now.get(key, 0) < had and not any(d[1] == key and d[2] <= now.get(key, 0) for d in self.dips):
                     self.dips.append((round(self.sim.clock.now() - self.t0, 1), key, now.get(key, 0)))
                     if TRACE:
@@ -575,6 +581,8 @@ class Chaos:
         assert self.t0 is not None, "no notice was sent"
         below = {}
         for key, had in self.before.items():
+            if key == HEADROOM_KEY:
+                continue  # spotguard's own placeholders: preempted by design, promised nothing
             low = self.tracker.lowest.get(key, 0)
             if key.startswith("Deployment/") and low < had:
                 below[key] = (low, had)

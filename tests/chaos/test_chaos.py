@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import random
 import threading
@@ -28,7 +29,9 @@ import pytest
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from spotguard.nodeadded import headroom as headroom_keeper
 from spotguard.policy import config as config_mod
+from spotguard.policy import headroom as headroom_policy
 from spotguard.policy import moves
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE
@@ -41,6 +44,7 @@ from tests.chaos import harness as h
 from tests.interruption.transport_support import Moto
 
 Chaos = h.Chaos
+_log = logging.getLogger("tests.chaos")
 full = pytest.mark.chaos_full
 
 # -- API faults: 20 % of the requests of every client that talks HTTP to the cluster ----------
@@ -626,6 +630,88 @@ def spot_refused_after_reclaim(c: Chaos) -> None:
     assert not c.spot(), "a spot node was launched while spot launches were refused"
 
 
+def full_on_demand() -> list[dict[str, Any]]:
+    """filled_on_demand with no on-demand room past the floors (the filler takes the three pods
+    more), beside Karpenter, and the headroom's PriorityClass as shipped: without headroom every
+    surge pod waits for an on-demand node Karpenter launches."""
+    objs = copy.deepcopy(filled_on_demand())
+    for o in objs:
+        if o.get("kind") == "Deployment" and o["metadata"]["name"] == FILLER:
+            o["spec"]["replicas"] += 3
+    return [*objs, headroom_keeper.priority_class()]
+
+
+HEADROOM = dataclasses.replace(config_mod.Config(), headroom=headroom_policy.Cover.LARGEST_NODE)
+
+
+def headroom_reclaim(c: Chaos) -> None:
+    """node-added keeps on-demand headroom for the spot node whose reclaim needs the most
+    (``headroom: largest-node``); Karpenter launches an on-demand node for the placeholders. That
+    node is reclaimed: no surge pod waits for a launch (each is bound to a node that was there at
+    the notice, some in the headroom's room), and after the reclaim the headroom is back (the
+    placeholders wanted for the spot nodes still at risk all run)."""
+    store = c.sim.store
+
+    def wanted() -> int:
+        found = [d for d in store.list("deployments", "spotguard")[0] if d["metadata"]["name"] == headroom_policy.NAME]
+        return int(found[0]["spec"].get("replicas") or 0) if found else 0
+
+    def held() -> list[dict[str, Any]]:
+        return [p for p in store.list("pods", "spotguard")[0]
+                if (p["metadata"].get("labels") or {}).get(headroom_policy.LABEL) == "true"
+                and not p["metadata"].get("deletionTimestamp") and readiness.is_ready(p)]
+
+    def back() -> bool:
+        return wanted() > 0 and len(held()) == wanted()
+
+    h.wait_until(back, c.window(150), lambda: f"the placeholders running: {len(held())} of {wanted()}")
+    nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
+    at_risk: dict[str, int] = {}
+    for p in store.list("pods", "shop")[0]:
+        node = p["spec"].get("nodeName")
+        if node in nodes and h._capacity(nodes[node]) == "spot" and readiness.workload_key(p).startswith("Deployment/"):
+            at_risk[node] = at_risk.get(node, 0) + 1
+    doomed = max(sorted(at_risk), key=lambda n: at_risk[n])
+    headroom_nodes = {p["spec"]["nodeName"] for p in held()}
+    known = {p["metadata"]["name"] for p in store.list("pods", "shop")[0]}
+    bound: dict[str, tuple[str, bool]] = {}  # surge pod -> (its first node, whether on-demand launched since)
+    preempted: set[str] = set()
+    reclaim_at = c.sim.clock.now() + h.RECLAIM_AFTER
+
+    def on_change(event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        if resource != "pods":
+            return
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        if meta.get("namespace") == "spotguard" and any(
+            cond.get("type") == "DisruptionTarget" and cond.get("reason") == "PreemptionByScheduler"
+            for cond in (obj.get("status") or {}).get("conditions") or []
+        ):
+            preempted.add(meta["name"])
+        owner = (meta.get("ownerReferences") or [{}])[0].get("kind")
+        node = spec.get("nodeName")
+        if (meta.get("namespace") == "shop" and owner == "ReplicaSet" and node and meta["name"] not in known
+                and meta["name"] not in bound and c.sim.clock.now() < reclaim_at):
+            now_nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
+            labels = (now_nodes.get(node) or {}).get("metadata", {}).get("labels") or {}
+            bound[meta["name"]] = (node, node not in nodes and _launched_on_demand(labels))
+
+    store.subscribe(on_change)
+    try:
+        c.interrupt([doomed])
+        h.wait_until(lambda: doomed not in {n["metadata"]["name"] for n in store.list("nodes")[0]},
+                     c.window(60), "the reclaim")
+    finally:
+        store.unsubscribe(on_change)
+    assert len(bound) >= at_risk[doomed], f"surge pods bound before the reclaim: {bound}; at risk {at_risk[doomed]}"
+    waited = {p: node for p, (node, launched) in bound.items() if launched}
+    assert not waited, f"surge pods waited for an on-demand launch: {waited}"
+    assert {node for node, _ in bound.values()} & headroom_nodes, (bound, headroom_nodes)
+    # the headroom is back for the spot nodes still at risk
+    h.wait_until(back, c.window(150), lambda: f"the placeholders running again: {len(held())} of {wanted()}")
+    _log.info("headroom-reclaim", extra={"surge_pods": len(bound), "preempted": len(preempted),
+                                          "headroom_nodes": sorted(headroom_nodes)})
+
+
 SURGE_ON_REBALANCE = dataclasses.replace(
     config_mod.Config(), rebalance_action=config_mod.RebalanceAction.SURGE, rebalance_surge_seconds=120
 )
@@ -658,6 +744,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale-down-after-reclaim": Scenario(
         consolidation_after_reclaim, nodes=filled_on_demand_groups, settings=ON_CA_GROUP
     ),
+    "headroom-reclaim": Scenario(headroom_reclaim, HEADROOM, nodes=full_on_demand),
     "spot-refused-after-reclaim": Scenario(
         spot_refused_after_reclaim, nodes=lambda: with_karpenter(short_nodes()), settings=SPOT_REFUSED
     ),
@@ -680,6 +767,7 @@ QUICK = {
     ("rebalance-storm-surge", "no-faults"),
     ("drainer-after-rebalance-taint", "no-faults"),
     ("aborted-drain", "no-faults"),
+    ("headroom-reclaim", "no-faults"),
 }
 
 # Where the product breaks the promise (see docs/chaos.md): strict, so a fix shows.

@@ -176,3 +176,31 @@ def test_describe_says_what_is_held_and_for_what() -> None:
         "headroom largest-node: 2 placeholder(s) of 500m CPU and 256 MiB for 2 pod(s) at risk "
         "(1000m, 512 MiB) on spot-b"
     )
+
+
+def placeholder(name: str, *, since: str | None, node_name: str = "", namespace: str = "spotguard",
+                reason: str = "Unschedulable", label: bool = True) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": namespace, "labels": {headroom.LABEL: "true"} if label else {}},
+        "spec": {"nodeName": node_name} if node_name else {},
+        "status": {},
+    }
+    if since is not None:
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                        "lastTransitionTime": since}]
+    return obj
+
+
+def test_unplaced_counts_placeholders_unschedulable_for_longer_than_the_bound() -> None:
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    long_ago, lately = "2027-01-15T07:49:00Z", "2027-01-15T07:59:00Z"  # 11 min and 1 min before
+    pods = [
+        placeholder("a", since=long_ago),
+        placeholder("b", since=lately),  # a launch under way
+        placeholder("c", since=None, node_name="od-1"),  # running
+        placeholder("d", since=long_ago, namespace="shop"),  # not spotguard's namespace
+        placeholder("e", since=long_ago, label=False),  # not a placeholder
+        placeholder("f", since=long_ago, reason="SchedulingGated"),
+    ]
+    assert headroom.unplaced(pods, "spotguard", now) == 1
+    assert headroom.unplaced(pods, "spotguard", now, after=30.0) == 2

@@ -6,8 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+from spotguard.logs import UserError
 from spotguard.sim import billing, capacity, catalogue, nodegroups, objects, testing
 from spotguard.sim import settings as settings_mod
+from spotguard.sim.controllers import provisioner
 
 from tests.sim import controller_helpers as h
 from tests.sim.test_karpenter import deployment, ready_pods
@@ -219,3 +222,84 @@ def test_a_pending_pod_that_fits_an_existing_node_triggers_no_scale_up() -> None
     # THEN the first fits node a and needs nothing; the second no longer fits after it, and
     # the third's selector matches no node: those two are what a scale-up is for
     assert [p["metadata"]["name"] for p in left] == ["second", "elsewhere"]
+
+
+# -- expendable pods: --expendable-pods-priority-cutoff (default -10) ----------------------------
+# kubernetes/autoscaler cluster-autoscaler/core/utils/expendable.go (IsExpendablePod: a priority
+# set and *below* the cutoff), core/podlistprocessor/filter_out_expendable.go (no scale-up),
+# core/static_autoscaler.go and core/scaledown/actuation/actuator.go (left out of the snapshot:
+# no room taken, never keep a node, not drained)
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": value, "preemptionPolicy": "Never"}
+
+
+def with_priority(obj: dict[str, Any], class_name: str) -> dict[str, Any]:
+    obj["spec"]["template"]["spec"]["priorityClassName"] = class_name
+    return obj
+
+
+CLASSES = [priority_class("below", -11), priority_class("at-default", -10)]
+
+
+def test_pods_below_the_cutoff_scale_nothing_up_and_pods_at_it_do() -> None:
+    # GIVEN an on-demand group at 0 nodes and the default cutoff (-10)
+    with testing.running_cluster(CLASSES, time_scale=SCALE, settings=settings(group("od"))) as sim:
+        # WHEN a pod of priority -11 is Pending THEN no node is launched for it (three scans and more)
+        sim.store.create("deployments", with_priority(deployment("low", 1), "below"), namespace="default")
+        h.wait_for(lambda: any(provisioner.unschedulable(p) for p in h.pods_of(sim.store, "low")), timeout=20,
+                   what="low marked unschedulable")
+        time.sleep(sim.clock.real(40))
+        assert group_nodes(sim, "od") == [] and billing.of(sim.store).spans() == []
+        # WHEN a pod of priority -10 (not below the cutoff) is Pending THEN the group scales up for it
+        sim.store.create("deployments", with_priority(deployment("placeholder", 1), "at-default"),
+                         namespace="default")
+        h.wait_for(lambda: ready_pods(sim, "placeholder") == 1, timeout=40, what="placeholder Ready")
+        assert len(group_nodes(sim, "od")) == 1
+
+
+def test_with_the_cutoff_raised_to_0_a_pod_at_minus_10_scales_nothing_up() -> None:
+    cfg = settings(group("od"), expendable_pods_priority_cutoff=0)
+    with testing.running_cluster(CLASSES, time_scale=SCALE, settings=cfg) as sim:
+        sim.store.create("deployments", with_priority(deployment("placeholder", 1), "at-default"),
+                         namespace="default")
+        h.wait_for(lambda: any(provisioner.unschedulable(p) for p in h.pods_of(sim.store, "placeholder")), timeout=20,
+                   what="placeholder marked unschedulable")
+        time.sleep(sim.clock.real(40))
+        assert group_nodes(sim, "od") == []
+        # a pod without a class (priority 0, not below 0) still scales the group up
+        sim.store.create("deployments", deployment("web", 1), namespace="default")
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=40, what="web Ready")
+
+
+def test_an_expendable_pod_keeps_no_node_and_gets_no_node_back() -> None:
+    # GIVEN web (3 CPU) on the group's one node, and an expendable pod (-11, 500m) beside it
+    cfg = settings(group("od"), scale_down=nodegroups.ScaleDown(unneeded_time=20.0, delay_after_add=0.0))
+    with testing.running_cluster([*CLASSES, deployment("web", 1, cpu="3")], time_scale=SCALE, settings=cfg) as sim:
+        h.wait_for(lambda: ready_pods(sim, "web") == 1, timeout=40, what="web Ready")
+        sim.store.create("deployments", with_priority(deployment("low", 1, cpu="500m"), "below"),
+                         namespace="default")
+        h.wait_for(lambda: ready_pods(sim, "low") == 1, timeout=40, what="low Ready beside web")
+        [node] = group_nodes(sim, "od")
+        # WHEN web goes THEN the node is removed though the expendable pod runs there (it is not
+        # counted, nor moved first: upstream leaves it out of the snapshot and it goes with the node)
+        sim.store.mutate("deployments", "web", "default", lambda d: d["spec"].update(replicas=0))
+        h.wait_for(lambda: group_nodes(sim, "od") == [], timeout=60, what="the node scaled down")
+        # AND the expendable pod, Pending again, gets no node launched for it
+        h.wait_for(lambda: any(provisioner.unschedulable(p) for p in h.pods_of(sim.store, "low")), timeout=30,
+                   what="low Pending again")
+        time.sleep(sim.clock.real(40))
+        assert group_nodes(sim, "od") == []
+        assert node["metadata"]["name"] not in {n["metadata"]["name"] for n in sim.store.list("nodes")[0]}
+
+
+def test_the_cutoff_is_a_scenario_setting_that_defaults_to_minus_10() -> None:
+    assert nodegroups.from_doc({}, "here").expendable_pods_priority_cutoff == -10
+    assert nodegroups.from_doc({"expendablePodsPriorityCutoff": 0}, "here").expendable_pods_priority_cutoff == 0
+    with pytest.raises(UserError, match="expendablePodsPriorityCutoff"):
+        nodegroups.from_doc({"expendablePodsPriorityCutoff": "-10"}, "here")
+    low = {"spec": {"priority": -11}}
+    assert nodegroups.expendable(low, -10) and not nodegroups.expendable({"spec": {"priority": -10}}, -10)
+    assert not nodegroups.expendable({"spec": {}}, 0)  # no priority: never expendable

@@ -247,6 +247,22 @@ class Keeper:
         }
         return self.kube.patch(r.DEPLOYMENTS, headroom.NAME, body, self.namespace)
 
+    def unplaced(self, pods: Iterable[Obj], now: float) -> int:
+        """Says so when placeholders have had no room for long (:func:`headroom.unplaced`): the
+        headroom holds nothing then, and a surge waits for a launch as without it."""
+        count = headroom.unplaced(pods, self.namespace, now)
+        metrics.HEADROOM.labels("unplaced").set(count)
+        if count:
+            log.warning(
+                "headroom placeholders unscheduled for over %d s: the node autoscaler launches nothing for them "
+                "(a Cluster Autoscaler ignores pods below --expendable-pods-priority-cutoff: it must be -10 or lower "
+                "for the placeholders' priority -10), or on-demand capacity is refused or at its limit; the "
+                "headroom holds nothing until they run",
+                int(headroom.UNPLACED_SECONDS),
+                extra={"deployment": key(self.namespace), "placeholders": count},
+            )
+        return count
+
     @staticmethod
     def _gauges(want: Headroom, kept: int) -> None:
         metrics.HEADROOM.labels("wanted").set(want.count)

@@ -53,7 +53,8 @@ HEADROOM = Gauge(
     "spotguard_nodeadded_headroom_placeholders",
     "On-demand headroom placeholder pods at the last pass: wanted (the policy's count, capped), uncapped (before "
     "headroom-max-pods) and kept (the Deployment's replicas as written, or as read where no write was needed or "
-    "it failed).",
+    "it failed); unplaced: placeholders the scheduler has found no room for in over 600 s (no node launched "
+    "for them).",
     ["state"],
 )
 HEADROOM_HELD = Gauge(

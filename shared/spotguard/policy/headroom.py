@@ -40,11 +40,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import HEADROOM_IMAGE, HEADROOM_MAX_PODS, Config, HeadroomCover
 from spotguard.policy.state import WorkloadState
-from spotguard.policy.views import NodeView
+from spotguard.policy.views import NodeView, epoch
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind
 
 CPU = "cpu"
@@ -186,6 +187,35 @@ def wanted(config: Config, nodes: Sequence[NodeView], states: Iterable[WorkloadS
         return Headroom(Cover.OFF)
     capacity_of = {n.name: config.node_capacity(n.labels) for n in nodes}
     return size(config.headroom, at_risk(nodes, states, capacity_of), config.headroom_max_pods)
+
+
+# A placeholder still unscheduled after this long has had no node launched for it: a launch
+# takes 30-40 s with Karpenter and a few minutes with the Cluster Autoscaler (its node group
+# backoff after a refused launch is 5 minutes, --initial-node-group-backoff-duration). The
+# known cause is a Cluster Autoscaler run with --expendable-pods-priority-cutoff above -10: it
+# ignores pods whose priority is below the cutoff (kubernetes/autoscaler
+# cluster-autoscaler/core/utils/expendable.go, IsExpendablePod), so the headroom never gets room.
+UNPLACED_SECONDS = 600.0
+
+
+def unplaced(pods: Iterable[Mapping[str, Any]], namespace: str, now: float, after: float = UNPLACED_SECONDS) -> int:
+    """How many of the headroom's placeholders (pods labelled :data:`LABEL` in ``namespace``) the
+    scheduler has found no room for (``PodScheduled`` False, reason Unschedulable) since more than
+    ``after`` seconds before ``now``."""
+    count = 0
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if meta.get("namespace") != namespace or (meta.get("labels") or {}).get(LABEL) != "true":
+            continue
+        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                    and cond.get("reason") == "Unschedulable"):
+                since = epoch(cond.get("lastTransitionTime"))
+                if since and now - since > after:
+                    count += 1
+    return count
 
 
 def _mib(value: int) -> int:

@@ -26,6 +26,9 @@ def _epoch(text: Any) -> float:
         return 0.0
 
 
+epoch = _epoch
+
+
 @dataclass(frozen=True)
 class Owner:
     kind: str

@@ -13,6 +13,24 @@ requests (DaemonSet pods included) is below 50 % of its allocatable
 scale-up (``--scale-down-delay-after-add``); a group whose launch failed backs off
 5 minutes (``--initial-node-group-backoff-duration``).
 
+Expendable pods (``--expendable-pods-priority-cutoff``, default -10; FAQ.md "How does Cluster
+Autoscaler work with Pod Priority and Preemption?"): a pod whose ``spec.priority`` is set and
+*below* the cutoff. Upstream (read at cluster-autoscaler-1.36.1) applies it in
+``core/utils/expendable.go`` (``IsExpendablePod``: ``pod.Spec.Priority != nil &&
+int(*pod.Spec.Priority) < cutoff``), filters such pods out of the unschedulable ones before a
+scale-up (``core/podlistprocessor/filter_out_expendable.go``) and out of the cluster snapshot
+that every simulation reads (``core/static_autoscaler.go``: ``FilterOutExpendablePods`` on the
+scheduled and nominated pods before ``SetClusterState``; ``core/scaledown/actuation/
+actuator.go`` ``createSnapshot`` likewise for the drain): they cause no scale-up, take no room
+in the filter-out-schedulable step (a pending pod that fits in their room scales nothing up:
+the scheduler preempts them), count for no node's utilization, never keep a node, and are not
+evicted by a scale-down's drain (they go with the node). Between cluster-autoscaler 1.30.0 and
+1.33.0 (commit 6632bab, reverted by 6f0f000 and in 1.30.5, 1.31.3, 1.32.2, 1.33.1 and 1.34.0 on)
+a pod with ``preemptionPolicy: Never`` was never expendable; this follows the current rule.
+A pending pod nominated to an existing node (``status.nominatedNodeName``: a preemptor waiting
+for its victims) is no scale-up candidate either (``utils/kubernetes/listers.go``
+``ArrangePodsBySchedulability``: its own list, put in the snapshot on that node).
+
 A scenario declares them in its Settings (``capacity.clusterAutoscaler``):
 
     clusterAutoscaler:
@@ -22,6 +40,7 @@ A scenario declares them in its Settings (``capacity.clusterAutoscaler``):
       scaleDownUtilizationThreshold: 0.5
       scaleDownDelayAfterAddSeconds: 600
       nodeGroupBackoffSeconds: 300
+      expendablePodsPriorityCutoff: -10  # pods below it: no scale-up, never keep a node
       nodeGroups:
       - {name: od, instanceType: m5.xlarge, capacityType: on-demand, minSize: 1, maxSize: 10,
          zones: [us-east-1a, us-east-1b], labels: {...}, taints: [...]}
@@ -56,6 +75,8 @@ SCALE_DOWN_DELAY_AFTER_ADD, NODE_GROUP_BACKOFF = 600.0, 300.0
 # (cluster-autoscaler/core/scaledown/actuation: a pod not evicted in 2 minutes fails the
 # node's scale-down, its ToBeDeletedByClusterAutoscaler taint is removed)
 SCALE_DOWN_DELAY_AFTER_FAILURE, MAX_POD_EVICTION_TIME, EVICTION_RETRY_TIME = 180.0, 120.0, 10.0
+# --expendable-pods-priority-cutoff (config/flags/flags.go)
+EXPENDABLE_PODS_PRIORITY_CUTOFF = -10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +128,13 @@ class ClusterAutoscaler:
     expander: str = "least-waste"
     scale_down: ScaleDown = dataclasses.field(default_factory=ScaleDown)
     backoff: float = NODE_GROUP_BACKOFF
+    expendable_pods_priority_cutoff: int = EXPENDABLE_PODS_PRIORITY_CUTOFF
+
+
+def expendable(pod: Mapping[str, Any], cutoff: int) -> bool:
+    """``IsExpendablePod``: a priority set and below the cutoff (a pod without one is not)."""
+    priority = (pod.get("spec") or {}).get("priority")
+    return isinstance(priority, int) and not isinstance(priority, bool) and priority < cutoff
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +253,15 @@ def from_doc(raw: Any, where: str) -> ClusterAutoscaler:
                                         where),
             max_pod_eviction_time=_number(raw, "maxPodEvictionTimeSeconds", MAX_POD_EVICTION_TIME, where)),
         backoff=_number(raw, "nodeGroupBackoffSeconds", NODE_GROUP_BACKOFF, where),
+        expendable_pods_priority_cutoff=_cutoff(raw, where),
     )
+
+
+def _cutoff(raw: Mapping[str, Any], where: str) -> int:
+    value = raw.get("expendablePodsPriorityCutoff", EXPENDABLE_PODS_PRIORITY_CUTOFF)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{where}: expendablePodsPriorityCutoff must be an integer, got {value!r}")
+    return value
 
 
 def not_schedulable_now(
@@ -246,5 +282,5 @@ def not_schedulable_now(
     taken as schedulable there and gets no scale-up: a harsher miss, never a kinder one.
     """
     infos = [scheduler.loaded(node, pods_on(str((node.get("metadata") or {}).get("name") or "")))
-             for node in nodes if scheduler.node_ready(node)]
+             for node in nodes if scheduler.node_ready(node)]  # pods_on: what the snapshot holds there
     return [pod for pod in pending if scheduler.first_fit(scheduler.PodInfo.from_pod(pod), infos) is None]

@@ -17,7 +17,12 @@ stays, and no scale-down is tried for ``scaleDownDelayAfterFailure`` (3 min).
 Pods annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict:
 "false"``, pods no controller owns, and kube-system pods without a
 PodDisruptionBudget keep their node (FAQ "What types of pods can prevent CA from
-removing a node?"). Sources: :mod:`spotguard.sim.nodegroups`, docs/sim.md.
+removing a node?"). Expendable pods (``spec.priority`` below
+``expendablePodsPriorityCutoff``, -10) are out of every simulation, as upstream leaves them
+out of its cluster snapshot: no scale-up for them, no room taken, no utilization, never
+moved or waited for by a drain; a pending pod nominated to an existing node (a preemptor
+waiting for its victims) counts there and scales nothing up. Sources:
+:mod:`spotguard.sim.nodegroups`, docs/sim.md.
 
 A scenario without node groups starts no thread.
 """
@@ -74,6 +79,7 @@ class ClusterAutoscaler(base.Controller):
         self._backoff: dict[str, float] = {}
         self._serial = 0
         self._desired = {g.name: g.min_size for g in self.config.node_groups}  # each ASG's desired capacity
+        self._nominations: dict[str, list[dict[str, Any]]] = {}  # node -> pending pods nominated to it, per scan
 
     def start(self) -> None:
         if not self.groups:
@@ -135,6 +141,22 @@ class ClusterAutoscaler(base.Controller):
         }
         return nodestatus.fill(node) if ready else node
 
+    def _expendable(self, pod: dict[str, Any]) -> bool:
+        return nodegroups.expendable(pod, self.config.expendable_pods_priority_cutoff)
+
+    def _nominated_to(self, pod: dict[str, Any]) -> str:
+        """The existing node a pending pod is nominated to ("" if none)."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return ""
+        node = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+        return node if node and self.informer.get("nodes", ("", node)) is not None else ""
+
+    def _pods_on(self, node: str) -> list[dict[str, Any]]:
+        """What the autoscaler's snapshot holds on ``node``: its pods and the pods nominated to
+        it, the expendable ones left out (``FilterOutExpendablePods`` before ``SetClusterState``)."""
+        bound = self.informer.pods_on_node(node)
+        return [p for p in [*bound, *self._nominations.get(node, ())] if not self._expendable(p)]
+
     def _still_expected(self, key: base.Key) -> bool:
         node = self._expected.get(key)
         if node is None:
@@ -152,10 +174,16 @@ class ClusterAutoscaler(base.Controller):
         now = self.clock.now()
         members = self._members()
         self._keep_desired(members, now)
-        pending = [p for p in self.informer.list("pods")
-                   if provisioner.unschedulable(p) and not self._still_expected(base.key_of(p))]
+        every = self.informer.list("pods")
+        self._nominations = {}
+        for p in every:
+            if node := self._nominated_to(p):
+                self._nominations.setdefault(node, []).append(p)
+        pending = [p for p in every
+                   if provisioner.unschedulable(p) and not self._expendable(p) and not self._nominated_to(p)
+                   and not self._still_expected(base.key_of(p))]
         if pending:
-            pending = nodegroups.not_schedulable_now(pending, self.informer.list("nodes"), self.informer.pods_on_node)
+            pending = nodegroups.not_schedulable_now(pending, self.informer.list("nodes"), self._pods_on)
         if pending and self._scale_up(pending, members, now):
             self._unneeded.clear()
             return
@@ -243,10 +271,10 @@ class ClusterAutoscaler(base.Controller):
                 starting = name in self._launching and not self._launching[name][1]
                 if name in self._deleting or starting or not scheduler.node_ready(node):
                     continue
-                info = scheduler.loaded(node, self.informer.pods_on_node(name))
+                info = scheduler.loaded(node, self._pods_on(name))
                 if (nodegroups.utilization(info) < self.config.scale_down.utilization_threshold
                         and consolidation.can_move(self.store, self.informer, name, leaving,
-                                                   blocks=lambda p: blocks(self.store, p))):
+                                                   blocks=lambda p: blocks(self.store, p), pods_on=self._pods_on)):
                     self._unneeded.setdefault(name, now)
                 else:
                     self._unneeded.pop(name, None)
@@ -263,7 +291,7 @@ class ClusterAutoscaler(base.Controller):
             group_name = found["metadata"]["labels"][nodegroups.NODEGROUP]
             if sizes[group_name] <= self.groups[group_name].min_size:
                 continue
-            if consolidation.workload_pods(self.informer, name):
+            if [p for p in consolidation.workload_pods(self.informer, name) if not self._expendable(p)]:
                 if empty_taken or any(n not in self._unneeded for n in self._deleting):
                     continue
                 self._delete(name)
@@ -293,7 +321,7 @@ class ClusterAutoscaler(base.Controller):
         began = self._deleting.get(name)
         if began is None:
             return  # given up
-        left, refused = termination.drain(self.store, self.informer, name, USER)
+        left, refused = termination.drain(self.store, self.informer, name, USER, skip=self._expendable)
         if left and refused and self.clock.now() - began >= self.config.scale_down.max_pod_eviction_time:
             self._give_up(name)
             return

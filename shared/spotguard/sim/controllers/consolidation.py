@@ -411,15 +411,20 @@ def workload_pods(informer: base.Informer, node: str) -> list[dict[str, Any]]:
 
 
 def can_move(store: Any, informer: base.Informer, node_name: str, leaving: set[str], *,
-             blocks: Callable[[dict[str, Any]], bool]) -> bool:
+             blocks: Callable[[dict[str, Any]], bool],
+             pods_on: Callable[[str], list[dict[str, Any]]] | None = None) -> bool:
     """Every pod on the node may be disrupted (none ``blocks``, their budgets allow it) and fits
     on another Ready, schedulable node that is not ``leaving``: the Cluster Autoscaler's
-    simulation, with the scheduler's filters (preferences do not hold a pod anywhere).
+    simulation, with the scheduler's filters (preferences do not hold a pod anywhere), over
+    ``pods_on`` (what its snapshot holds on a node; every pod bound there by default).
     Karpenter's is :func:`compute_consolidation`."""
     moving = workload_pods(informer, node_name)
+    if pods_on is not None:
+        kept = {base.key_of(p) for p in pods_on(node_name)}
+        moving = [p for p in moving if base.key_of(p) in kept]
     if not _disruptable(store, moving, blocks):
         return False
-    others = _others(informer, node_name, leaving)
+    others = _others(informer, node_name, leaving, pods_on)
     return all(scheduler.first_fit(info, others) is not None for info in _heaviest_first(moving))
 
 
@@ -452,8 +457,10 @@ def _disruptable(store: Any, moving: list[dict[str, Any]], blocks: Callable[[dic
     return True
 
 
-def _others(informer: base.Informer, node_name: str, leaving: set[str]) -> list[scheduler.NodeInfo]:
+def _others(informer: base.Informer, node_name: str, leaving: set[str],
+            pods_on: Callable[[str], list[dict[str, Any]]] | None = None) -> list[scheduler.NodeInfo]:
     """The Ready, schedulable nodes that stay, with what their pods request."""
+    on = pods_on or informer.pods_on_node
     others = []
     for node in informer.list("nodes"):
         name = node["metadata"]["name"]
@@ -461,7 +468,7 @@ def _others(informer: base.Informer, node_name: str, leaving: set[str]) -> list[
             continue
         if (node.get("spec") or {}).get("unschedulable") or instances.terminate_at(node) is not None:
             continue
-        others.append(scheduler.loaded(node, (p for p in informer.pods_on_node(name) if not pods.is_terminating(p))))
+        others.append(scheduler.loaded(node, (p for p in on(name) if not pods.is_terminating(p))))
     return others
 
 

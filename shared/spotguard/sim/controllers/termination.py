@@ -26,11 +26,16 @@ NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false re
 
 
 def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any],
-          keep: Callable[[dict[str, Any]], bool] | None = None) -> tuple[int, int]:
+          keep: Callable[[dict[str, Any]], bool] | None = None, *,
+          skip: Callable[[dict[str, Any]], bool] | None = None) -> tuple[int, int]:
     """Evict what runs on ``node``; (pods left, evictions refused). A pod ``keep`` is true of
-    is not evicted but waited for (Karpenter's do-not-disrupt pods: IsEvictable, IsDrainable)."""
+    is not evicted but waited for (Karpenter's do-not-disrupt pods: IsEvictable, IsDrainable);
+    one ``skip`` is true of is neither evicted nor waited for (the Cluster Autoscaler's
+    expendable pods: they go with the node)."""
     left = refused = 0
     for pod in informer.pods_on_node(node):
+        if skip is not None and skip(pod):
+            continue
         ref = base.controller_ref(pod) or {}
         notes = (pod.get("metadata") or {}).get("annotations") or {}
         if ref.get("kind") == "DaemonSet" or drainer.MIRROR in notes:
