@@ -23,7 +23,9 @@ Node groups: ``count``, ``namePrefix``, ``capacity`` (spot | on-demand: sets
 ``aws:///<zone>/i-...`` providerID derived from its name. Workload groups:
 ``count``, ``kind`` (Deployment | StatefulSet), ``namePrefix``, ``namespaces``
 (round robin; created when missing), ``replicas``, ``requests``, ``labels``,
-``annotations``, ``pdb`` (a PodDisruptionBudget spec without selector).
+``annotations``, ``podAnnotations`` (on the pod template: ``sim.spotguard.io/readiness-flaps``
+makes the pods' readiness flap, :mod:`spotguard.sim.controllers.kubelet`), ``pdb`` (a
+PodDisruptionBudget spec without selector).
 ``systemDaemonSets: true`` adds the DaemonSets every node of a real cluster runs
 (``system_daemonsets()``: CNI, kube-proxy, CSI node plugin, log agent).
 """
@@ -230,6 +232,10 @@ def generate(doc: Mapping[str, Any], where: str) -> list[Obj]:
             if group.get("annotations"):
                 workload["metadata"]["annotations"] = {
                     str(k): str(v) for k, v in group["annotations"].items()
+                }
+            if group.get("podAnnotations"):  # e.g. sim.spotguard.io/readiness-flaps (controllers/kubelet.py)
+                workload["spec"]["template"]["metadata"]["annotations"] = {
+                    str(k): str(v) for k, v in group["podAnnotations"].items()
                 }
             if kind == "StatefulSet":
                 workload["spec"]["serviceName"] = name
