@@ -51,7 +51,7 @@ from spotguard import certs  # noqa: E402
 from spotguard.admission import core, registration, server  # noqa: E402
 from spotguard.gateway import kube  # noqa: E402
 from spotguard.gateway import resources as r  # noqa: E402
-from spotguard.sim import objects  # noqa: E402
+from spotguard_sim import objects  # noqa: E402
 
 from tests.admission import burst as burst_sender  # noqa: E402
 

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "shared"))
 from spotguard.ops import cycle, functions  # noqa: E402
 from spotguard.policy import config, floors  # noqa: E402
 from spotguard.policy.workloads import Workload  # noqa: E402
-from spotguard.sim import admission as sim_admission  # noqa: E402
-from spotguard.sim import scenario, testing  # noqa: E402
+from spotguard_sim import admission as sim_admission  # noqa: E402
+from spotguard_sim import scenario, testing  # noqa: E402
 
 PLACEMENT = "spotguard.io/placement"
 WORKLOADS = ("deployments", "statefulsets")

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.ops import baselines, cycle, money, report
-from spotguard.sim import scenario
+from spotguard_sim import scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTICE = baselines.NOTICE

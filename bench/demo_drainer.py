@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "shared"))
 
 from spotguard.ops import cycle, report  # noqa: E402
-from spotguard.sim import scenario as scenario_mod  # noqa: E402
+from spotguard_sim import scenario as scenario_mod  # noqa: E402
 
 DEFAULT = ROOT / "infra" / "scenarios" / "demo-karpenter.yaml"
 

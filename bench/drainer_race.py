@@ -50,8 +50,8 @@ from spotguard.gateway import kube
 from spotguard.interruption.handler import Handler
 from spotguard.policy import config
 from spotguard.policy.notices import Notice, NoticeKind
-from spotguard.sim import objects, readiness, testing
-from spotguard.sim.controllers import drainer, nodes
+from spotguard_sim import objects, readiness, testing
+from spotguard_sim.controllers import drainer, nodes
 
 READY_DELAY = 3.0
 

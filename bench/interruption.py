@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import _served
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 Obj = objects.Obj
 NAMESPACES = 20
@@ -178,7 +178,7 @@ def main() -> int:
     if args.pods < args.workloads:
         parser.error("--pods must be at least --workloads")
 
-    from spotguard.sim import testing
+    from spotguard_sim import testing
 
     logging.basicConfig(level=logging.WARNING)
     t = time.perf_counter()

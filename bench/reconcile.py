@@ -43,8 +43,8 @@ def build(scenario: str) -> tuple[list[Obj], dict[str, int]]:
     """The scenario's objects plus, at the optimum, every pod, ReplicaSet and reservation Lease."""
     from spotguard.policy import config, floors, patches
     from spotguard.policy.workloads import Workload
-    from spotguard.sim import objects, settings
-    from spotguard.sim import scenario as scenario_mod
+    from spotguard_sim import objects, settings
+    from spotguard_sim import scenario as scenario_mod
 
     _timings, objs = settings.split(scenario_mod.load(scenario))
     objs.append(objects.namespace("spotguard"))
@@ -188,7 +188,7 @@ def main() -> int:
     if args.child:
         return child(args)
 
-    from spotguard.sim import testing
+    from spotguard_sim import testing
 
     logging.basicConfig(level=logging.WARNING)
     t = time.perf_counter()

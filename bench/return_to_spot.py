@@ -71,7 +71,7 @@ def main() -> int:
     from spotguard.nodeadded import app, reconciler, service
     from spotguard.ops import cycle, functions, serving
     from spotguard.policy import config, floors
-    from spotguard.sim import scenario
+    from spotguard_sim import scenario
 
     cfg = config.Config()
     objects = scenario.load(args.scenario)

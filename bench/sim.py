@@ -50,8 +50,8 @@ import kubernetes
 from spotguard.policy import patches
 from spotguard.policy.config import Config
 from spotguard.policy.placement import Placement
-from spotguard.sim import objects, testing, tls
-from spotguard.sim import settings as sim_settings
+from spotguard_sim import objects, testing, tls
+from spotguard_sim import settings as sim_settings
 
 
 class Counters:

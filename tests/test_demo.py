@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from spotguard.sim import catalogue
+from spotguard_sim import catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "infra" / "scenarios" / "demo.yaml"

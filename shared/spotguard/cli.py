@@ -15,7 +15,7 @@ from spotguard import __version__, flags
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sim": ("spotguard.sim.cli", "run the simulated Kubernetes cluster"),
+    "sim": ("spotguard_sim.cli", "run the simulated Kubernetes cluster"),
     "certs": ("spotguard.certs", "write a CA and a serving certificate for the webhook"),
     "demo": ("spotguard.demo", "run the demo on the simulated cluster"),
     "package": ("spotguard.packaging", "build the Lambda zips or stage the Knative function folders"),
@@ -33,7 +33,7 @@ SERVE: dict[str, tuple[str, str]] = {
 
 
 # Left out of the in-cluster image (scripts/install-image): their commands are not offered there.
-OPTIONAL = ("spotguard.sim", "spotguard.ops", "spotguard.demo")
+OPTIONAL = ("spotguard_sim", "spotguard.ops", "spotguard.demo")
 
 
 def _add(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:  # type: ignore[type-arg]

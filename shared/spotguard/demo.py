@@ -100,8 +100,9 @@ def add_pace(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from(args: argparse.Namespace) -> tuple[object, Path | None]:
+    from spotguard_sim import scenario as scenario_mod
+
     from spotguard.ops import cycle
-    from spotguard.sim import scenario as scenario_mod
 
     if args.time_scale <= 0:
         raise UserError(

@@ -69,7 +69,7 @@ LAMBDA_PROVIDED = ("boto3", "botocore", "s3transfer")
 LAMBDA_UNUSED = ("aiohttp",)
 # Paths in the zip (relative, "/"-separated) that a Lambda never runs.
 LAMBDA_EXCLUDED = (
-    "spotguard/sim/*",
+    "spotguard_sim/*",
     "spotguard/demo.py",
     "spotguard/cli.py",
     "spotguard/certs.py",

@@ -23,7 +23,7 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission import balancer, burst, servers
 

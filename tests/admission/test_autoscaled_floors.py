@@ -26,7 +26,7 @@ from spotguard.admission import registration
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission import harness, servers
 from tests.security import test_rbac

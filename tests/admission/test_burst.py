@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 from tests.admission import burst, harness, servers
 

@@ -25,7 +25,7 @@ import requests
 from spotguard.admission import registration
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission import balancer, servers
 

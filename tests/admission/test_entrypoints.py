@@ -20,7 +20,7 @@ import pytest
 from func_python.http import ASGIApplication
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission import cluster
 from tests.admission.test_e2e import SCENARIO, deployment

@@ -25,7 +25,7 @@ from spotguard.policy import config, patches
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import MIN_ON_DEMAND, SURGE, SURGE_REPLICA
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 from tests.admission import harness
 

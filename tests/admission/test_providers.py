@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 from tests.admission import harness
 

@@ -23,7 +23,7 @@ import pytest
 import requests
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, testing, tls
+from spotguard_sim import objects, testing, tls
 
 from tests.admission import harness
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 from tests.admission import harness
 

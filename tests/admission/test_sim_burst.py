@@ -29,8 +29,8 @@ from spotguard.admission import registration
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import admission as sim_admission
-from spotguard.sim import objects, settings, testing
+from spotguard_sim import admission as sim_admission
+from spotguard_sim import objects, settings, testing
 
 from tests.admission import harness, servers
 

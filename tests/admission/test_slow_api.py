@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.gateway import resources as r
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 from tests.admission import harness
 

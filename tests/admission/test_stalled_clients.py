@@ -30,7 +30,7 @@ import requests
 from spotguard.admission import connections
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission import burst, clients, harness, servers
 

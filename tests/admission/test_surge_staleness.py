@@ -21,7 +21,7 @@ from spotguard.admission import core
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy.config import Config
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission import cluster, servers
 from tests.admission.fakekube import FakeKube

@@ -33,7 +33,7 @@ from spotguard.interruption.handler import Handler
 from spotguard.interruption.poller import Poller
 from spotguard.nodeadded import reconciler, service, triggers
 from spotguard.policy import config as config_mod
-from spotguard.sim import clock as clock_mod
+from spotguard_sim import clock as clock_mod
 
 log = logging.getLogger("tests.chaos")
 
@@ -170,7 +170,7 @@ def node_added(k: kube.Kube, cfg: config_mod.Config, clock: Callable[[], float],
 
 def main(argv: list[str] | None = None) -> int:
     """The spot-interruption process on its own, reading the simulated clock of its parent
-    (``--clock``: :meth:`spotguard.sim.clock.Clock.spec`)."""
+    (``--clock``: :meth:`spotguard_sim.clock.Clock.spec`)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--queue-url", required=True)

@@ -6,7 +6,7 @@
 - EC2 notices as EventBridge sends them to SQS (moto in server mode), read by
   the spot-interruption process's poller, with its reconcile every 15 s;
 - the node-added reconcile every minute;
-- a :class:`spotguard.sim.readiness.Tracker` that sees every change of the
+- a :class:`spotguard_sim.readiness.Tracker` that sees every change of the
   serving pods (Ready, not terminating, on a node whose instance runs).
 
 :meth:`Chaos.settle` waits until everything is back (no surge, no move, no
@@ -44,8 +44,8 @@ from spotguard.policy import headroom as headroom_policy
 from spotguard.policy.interruption import Budget
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import SURGE, SURGE_OF, Workload
-from spotguard.sim import objects, readiness, testing
-from spotguard.sim import settings as sim_settings
+from spotguard_sim import objects, readiness, testing
+from spotguard_sim import settings as sim_settings
 
 from tests.chaos import functions
 from tests.records import with_copy_records
@@ -724,8 +724,8 @@ class _SimulatedTime(logging.Filter):
 def _trace_functions(c: Chaos) -> None:
     """In the JSON log: each injected API fault (when it was answered or dropped), and when
     the spot-interruption process's handlings and reconciles start and end."""
-    from spotguard.sim import errors as sim_errors
-    from spotguard.sim import faults as sim_faults
+    from spotguard_sim import errors as sim_errors
+    from spotguard_sim import faults as sim_faults
 
     check = c.sim.faults.check
 

@@ -35,10 +35,10 @@ from spotguard.policy import headroom as headroom_policy
 from spotguard.policy import moves
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE
-from spotguard.sim import capacity as sim_capacity
-from spotguard.sim import catalogue, nodegroups, objects, readiness
-from spotguard.sim import settings as sim_settings
-from spotguard.sim.controllers import drainer
+from spotguard_sim import capacity as sim_capacity
+from spotguard_sim import catalogue, nodegroups, objects, readiness
+from spotguard_sim import settings as sim_settings
+from spotguard_sim.controllers import drainer
 
 from tests.chaos import harness as h
 from tests.interruption.transport_support import Moto

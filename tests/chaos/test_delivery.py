@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.workloads import SURGE, SURGE_OF
-from spotguard.sim import readiness
+from spotguard_sim import readiness
 
 from tests.chaos import harness as h
 from tests.chaos.test_chaos import FAULTS, full, time_scale_for

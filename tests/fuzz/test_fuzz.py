@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.fuzz import entrypoints
 

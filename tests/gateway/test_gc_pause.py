@@ -16,7 +16,7 @@ import orjson
 import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 PODS = 2000
 

@@ -7,7 +7,7 @@ import email.utils
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.gateway.serverclock import ServerClock
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import sim_scenario
 

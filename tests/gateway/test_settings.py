@@ -11,7 +11,7 @@ import pytest
 from spotguard.gateway import kube, retry, settings
 from spotguard.gateway import resources as r
 from spotguard.policy.config import RebalanceAction
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.gateway.fakeapi import Answer, FakeApi, api_client, status
 

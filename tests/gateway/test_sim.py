@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 NODES = [
     {

@@ -21,7 +21,7 @@ import requests
 import yaml
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission import cluster as admission_cluster
 from tests.admission.test_e2e import SCENARIO, deployment

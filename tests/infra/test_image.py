@@ -21,7 +21,7 @@ import pytest
 import requests
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission import cluster as admission_cluster
 from tests.admission.test_e2e import SCENARIO, deployment
@@ -143,7 +143,8 @@ def test_the_image_holds_spotguard_and_exactly_the_pinned_runtime_dependencies(i
     assert "admission" in out and "spot-interruption" in out
     # the simulated cluster and the operator's commands are not in the in-cluster image
     site = location.parent
-    assert not (site / "sim").exists() and not (site / "ops").exists() and not (site / "demo.py").exists()
+    assert not (site.parent / "spotguard_sim").exists()
+    assert not (site / "ops").exists() and not (site / "demo.py").exists()
     commands = venvs.run([str(image / "bin" / "spotguard"), "--help"])
     assert "certs" in commands and "reconcile" in commands
     assert not re.search(r"^\s+(sim|demo|simulate|replay|snapshot)\s", commands, re.M)

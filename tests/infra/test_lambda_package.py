@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from spotguard import packaging as packaging_mod
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission import cluster as admission_cluster
 from tests.admission.test_e2e import SCENARIO, deployment
@@ -113,7 +113,7 @@ def test_one_zip_per_function_with_its_size_printed(packaged: tuple[Path, str]) 
         )
         tops = {n.split("/")[0] for n in names}
         assert not {t for t in tops if t.split("-")[0].lower() in NEVER_IN_A_ZIP}, tops
-        assert not [n for n in names if n.startswith(("spotguard/sim/", "kubernetes/aio/")) or n.endswith(".pyc")]
+        assert not [n for n in names if n.startswith(("spotguard_sim/", "kubernetes/aio/")) or n.endswith(".pyc")]
         assert "spotguard/demo.py" not in names and "spotguard/cli.py" not in names
         assert total < 60 * 2**20, f"{name}: {total} bytes unpacked"
 

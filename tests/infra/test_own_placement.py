@@ -19,7 +19,7 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config, patches
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission import harness
 from tests.infra.test_manifests import INFRA, helm, knative_services, knative_with_node_added, kustomize, of_kind

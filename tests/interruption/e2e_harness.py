@@ -1,6 +1,6 @@
 """Drive the interruption handler against the simulated cluster and watch what the workloads go through.
 
-``Watcher`` (:class:`spotguard.sim.readiness.Tracker`) subscribes to the simulated
+``Watcher`` (:class:`spotguard_sim.readiness.Tracker`) subscribes to the simulated
 store and keeps, for every workload, the number of Ready pods after every change
 (so a dip between two polls is seen), the lowest it fell to, and the Ready count
 away from the doomed nodes at the moment each doomed node goes.
@@ -23,7 +23,7 @@ from spotguard.interruption.handler import Handler, Outcome
 from spotguard.policy import config, floors
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import Workload
-from spotguard.sim import readiness
+from spotguard_sim import readiness
 
 from tests.interruption import sim_scenario
 

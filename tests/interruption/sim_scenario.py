@@ -3,7 +3,7 @@ on-demand and spot nodes, Deployments and StatefulSets, as plain API objects."""
 
 from __future__ import annotations
 
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 CAPACITY = objects.CAPACITY
 Obj = objects.Obj

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cloudevents.core.bindings import http as ce_http
 from spotguard.gateway import kube, resources
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption.test_cloudevents import asgi_request
 from tests.interruption.transport_support import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 from spotguard.gateway import kube, resources
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption.transport_support import (
     REGION,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from spotguard.policy import config
 from spotguard.policy.workloads import SURGE_OF
-from spotguard.sim import readiness, testing
+from spotguard_sim import readiness, testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config
-from spotguard.sim import readiness, testing
-from spotguard.sim.controllers import drainer, nodes
+from spotguard_sim import readiness, testing
+from spotguard_sim.controllers import drainer, nodes
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

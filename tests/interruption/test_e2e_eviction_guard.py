@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from spotguard.admission import registration
 from spotguard.policy import evictions
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

@@ -22,7 +22,7 @@ from spotguard.policy import config, surgecopy
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

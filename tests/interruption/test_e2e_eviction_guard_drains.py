@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 from spotguard.policy import config, evictions, surgecopy
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.workloads import ENABLED, INTERRUPTION_TAINT
-from spotguard.sim import objects, readiness, testing
+from spotguard_sim import objects, readiness, testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

@@ -25,7 +25,7 @@ from spotguard.interruption.handler import Handler, Outcome
 from spotguard.policy import config
 from spotguard.policy.notices import NoticeKind
 from spotguard.policy.surges import SurgeRecord
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario

@@ -30,8 +30,8 @@ from spotguard.interruption import cloudevents as ce
 from spotguard.interruption.handler import Handler
 from spotguard.policy import config
 from spotguard.policy.workloads import SURGE
-from spotguard.sim import testing
-from spotguard.sim.controllers import hpa as hpa_ctl
+from spotguard_sim import testing
+from spotguard_sim.controllers import hpa as hpa_ctl
 
 from tests.interruption import e2e_harness as h
 from tests.interruption import sim_scenario
@@ -297,7 +297,7 @@ def test_a_user_change_to_the_autoscaler_minimum_is_kept(surge: str) -> None:
         reclaim_and_settle(handler, sim, spot)
         assert store.get("horizontalpodautoscalers", "web", "shop")["spec"]["minReplicas"] == 7
         # the scale back put the owner's 6; the autoscaler brings it to its minimum at its next
-        # sync (every 15 s, not at once: spotguard.sim.controllers.hpa)
+        # sync (every 15 s, not at once: spotguard_sim.controllers.hpa)
         h.wait_until(lambda: replicas(store) >= 7, sim.clock.real(hpa_ctl.SYNC_SECONDS) + 10, "the autoscaler's sync")
 
 

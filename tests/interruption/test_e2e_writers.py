@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from spotguard.policy import config, surgecopy
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
-from spotguard.sim import readiness
+from spotguard_sim import readiness
 
 from tests.interruption import e2e_harness as h
 from tests.interruption.test_e2e_drainer import pods_on

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from spotguard.gateway import kube, resources
 from spotguard.interruption import awslambda
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption.transport_support import (
     SPOT_INSTANCE,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from spotguard.gateway import kube, resources
 from spotguard.policy import surgecopy
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.interruption.transport_support import (
     EC2_PATTERN,

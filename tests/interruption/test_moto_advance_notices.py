@@ -37,7 +37,7 @@ from spotguard.interruption import handler as handler_mod
 from spotguard.interruption import sqs
 from spotguard.policy import config
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.interruption.transport_support import (
     NTH_INSTANCE,

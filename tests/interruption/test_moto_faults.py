@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from spotguard.gateway import kube, resources
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption.transport_support import (
     EC2_PATTERN,

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import requests
 from spotguard.gateway import kube, resources
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.interruption.transport_support import (
     REGION,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy.notices import Notice
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "events"

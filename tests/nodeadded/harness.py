@@ -20,7 +20,7 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config as config_mod
-from spotguard.sim import testing, tls
+from spotguard_sim import testing, tls
 
 from tests.interruption import e2e_harness as ih
 from tests.interruption import sim_scenario

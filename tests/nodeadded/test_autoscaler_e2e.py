@@ -24,7 +24,7 @@ from spotguard.gateway import resources as r
 from spotguard.policy import config
 from spotguard.policy.moves import MOVE, Action
 from spotguard.policy.rebalance import SkipReason
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h

@@ -17,7 +17,7 @@ import pytest
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config, moves
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h

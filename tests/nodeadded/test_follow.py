@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from spotguard.nodeadded import reconciler, service, triggers
 from spotguard.policy import config
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h

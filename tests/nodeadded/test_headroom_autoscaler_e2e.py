@@ -23,8 +23,8 @@ import pytest
 from spotguard.gateway import kube
 from spotguard.policy import config
 from spotguard.policy.headroom import PRIORITY, UNPLACED_SECONDS, Cover
-from spotguard.sim import capacity, catalogue, nodegroups, readiness, testing
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import capacity, catalogue, nodegroups, readiness, testing
+from spotguard_sim import settings as settings_mod
 
 from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h

@@ -34,8 +34,8 @@ from spotguard.nodeadded import reconciler, service
 from spotguard.ops import functions
 from spotguard.policy import config
 from spotguard.policy.headroom import LABEL, NAME, PRIORITY, Cover
-from spotguard.sim import capacity, readiness, testing
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import capacity, readiness, testing
+from spotguard_sim import settings as settings_mod
 from werkzeug.serving import make_server
 
 from tests.interruption import sim_scenario

@@ -18,7 +18,7 @@ import pytest
 from spotguard.gateway import kube
 from spotguard.nodeadded import instances, reconciler, service, triggers
 from spotguard.policy import config
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.interruption.transport_support import REGION, Moto, moto_server, sample
 from tests.nodeadded.test_transports import FUNCTION_DIR, Orphans, load
@@ -180,7 +180,7 @@ def test_a_moves_wait_for_the_admission_cache_follows_its_setting(
 ) -> None:
     """node-added's "+k" waits for as long as the admission webhook keeps a workload
     ($SPOTGUARD_WORKLOAD_CACHE_SECONDS, the same setting) and a read in flight."""
-    from spotguard.sim import testing
+    from spotguard_sim import testing
 
     if value is not None:
         monkeypatch.setenv("SPOTGUARD_WORKLOAD_CACHE_SECONDS", value)

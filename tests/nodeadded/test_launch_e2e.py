@@ -24,8 +24,8 @@ import kubernetes
 from spotguard.ops import serving
 from spotguard.policy import config
 from spotguard.policy.moves import MOVE, MoveRecord
-from spotguard.sim import capacity, objects, testing
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import capacity, objects, testing
+from spotguard_sim import settings as settings_mod
 
 from tests.interruption import sim_scenario
 from tests.nodeadded import harness as h

@@ -16,8 +16,8 @@ from typing import Any
 import kubernetes
 from spotguard.gateway import kube
 from spotguard.policy.workloads import MOVE_REQUIRES_SPOT
-from spotguard.sim import capacity
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import capacity
+from spotguard_sim import settings as settings_mod
 
 from tests.nodeadded import harness as h
 from tests.nodeadded import test_headroom_e2e as served

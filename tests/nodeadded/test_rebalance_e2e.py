@@ -27,7 +27,7 @@ from spotguard.policy import config
 from spotguard.policy.moves import MOVE, START_SECONDS, MoveRecord
 from spotguard.policy.rebalance import SkipReason
 from spotguard.policy.workloads import Workload
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.interruption import e2e_harness as ih
 from tests.interruption import sim_scenario

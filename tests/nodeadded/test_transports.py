@@ -29,7 +29,7 @@ from spotguard.gateway import kube
 from spotguard.gateway import resources as r
 from spotguard.policy import config, patches
 from spotguard.policy.capacity import Capacity
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.admission.servers import free_port
 from tests.interruption.test_cloudevents import asgi_request

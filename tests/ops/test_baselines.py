@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spotguard.ops import baselines
-from spotguard.sim import nodepools
+from spotguard_sim import nodepools
 
 
 def test_all_on_demand_limits_every_nodepool_to_on_demand_and_nothing_else() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from spotguard import cli
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.ops.support import EVENTS, SCENARIOS, last_json, plain_error, spotguard
 

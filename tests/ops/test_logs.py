@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import requests
 from spotguard import logs
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission.servers import free_port
 from tests.ops.support import ROOT, SCENARIOS, plain_error, spotguard

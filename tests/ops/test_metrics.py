@@ -23,7 +23,7 @@ from spotguard.gateway import stats  # noqa: F401  (registers spotguard_kube_*)
 from spotguard.interruption import metrics as interruption_metrics  # noqa: F401
 from spotguard.interruption import telemetry  # noqa: F401
 from spotguard.nodeadded import metrics as nodeadded_metrics  # noqa: F401
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission.servers import free_port
 from tests.ops.support import SCENARIOS

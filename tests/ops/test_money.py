@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from spotguard.ops import money
-from spotguard.sim import catalogue, costs
+from spotguard_sim import catalogue, costs
 
 PRICES = catalogue.Prices()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from spotguard.logs import UserError
 from spotguard.ops import cycle
-from spotguard.sim import scenario as scenario_mod
+from spotguard_sim import scenario as scenario_mod
 
 from tests.ops.support import SCENARIOS, last_json, spotguard
 
@@ -184,7 +184,7 @@ def test_on_demand_room_counts_free_slots_on_ready_on_demand_nodes_that_stay() -
 
 
 def test_a_doomed_node_gone_before_its_mark_does_not_stop_the_others_being_reclaimed() -> None:
-    from spotguard.sim import cluster, objects, testing
+    from spotguard_sim import cluster, objects, testing
 
     # GIVEN two doomed spot nodes, the first already removed (a provisioner consolidated it
     # after the notice was planned) by the time the cycle marks it

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import requests
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.admission.servers import free_port
 from tests.ops.support import ROOT, SCENARIOS

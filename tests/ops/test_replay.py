@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from spotguard.interruption import cloudevents as ce
 from spotguard.ops import eventfiles
-from spotguard.sim import readiness, testing
+from spotguard_sim import readiness, testing
 
 from tests.ops.support import EVENTS, SCENARIOS, last_json, plain_error, spotguard
 

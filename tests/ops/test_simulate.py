@@ -87,7 +87,7 @@ def test_a_snapshot_and_a_kubectl_export_are_scenarios(tmp_path: Path) -> None:
     # GIVEN a simulated cluster running the small scenario, captured two ways
     import subprocess
 
-    from spotguard.sim import testing
+    from spotguard_sim import testing
 
     with testing.running_cluster(SCENARIOS / "small.yaml", time_scale=10) as sim:
         snap = tmp_path / "snap.yaml"

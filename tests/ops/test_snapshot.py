@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from spotguard.sim import scenario, testing
+from spotguard_sim import scenario, testing
 
 from tests.ops.support import SCENARIOS, plain_error, spotguard
 

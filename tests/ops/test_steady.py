@@ -5,9 +5,9 @@ from __future__ import annotations
 import types
 
 from spotguard.ops import steady
-from spotguard.sim import capacity, catalogue
-from spotguard.sim import settings as settings_mod
-from spotguard.sim.nodegroups import ClusterAutoscaler, NodeGroup
+from spotguard_sim import capacity, catalogue
+from spotguard_sim import settings as settings_mod
+from spotguard_sim.nodegroups import ClusterAutoscaler, NodeGroup
 
 
 def pool(after: str | None) -> dict:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from spotguard.logs import UserError
 from spotguard.ops import cycle
-from spotguard.sim import scenario as scenario_mod
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import scenario as scenario_mod
+from spotguard_sim import settings as settings_mod
 
 from tests.ops.support import SCENARIOS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from spotguard.ops import cycle, serving
 from spotguard.policy.moves import MOVE
 from spotguard.policy.workloads import SURGE
-from spotguard.sim import store as store_mod
+from spotguard_sim import store as store_mod
 
 from tests.interruption import sim_scenario
 

@@ -13,7 +13,7 @@ from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA, surge_deployment, surge_of_label
-from spotguard.sim import patching
+from spotguard_sim import patching
 
 CFG = config.Config()
 NO_X = {"key": "x", "operator": "DoesNotExist"}

@@ -18,7 +18,7 @@ import pytest
 import requests
 from spotguard.admission import transport as admission_transport
 from spotguard.interruption import app as interruption_app
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.fuzz import entrypoints, processes
 

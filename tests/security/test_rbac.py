@@ -46,7 +46,7 @@ from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
 from spotguard.policy.moves import MOVE
 from spotguard.policy.workloads import SURGE_OF
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.fuzz import processes
 from tests.infra import test_manifests as manifests

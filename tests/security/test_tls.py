@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from spotguard.sim import testing, tls
+from spotguard_sim import testing, tls
 
 from tests.fuzz import processes
 

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from spotguard.gateway import eks, kube
 from spotguard.gateway import resources as r
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 from tests.fuzz import entrypoints, inputs
 

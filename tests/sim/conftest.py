@@ -20,7 +20,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 E2E_ENV = "SPOTGUARD_E2E_KUBECONFIG"
 REPO = Path(__file__).resolve().parents[2]

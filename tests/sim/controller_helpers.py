@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from spotguard.sim import objects
+from spotguard_sim import objects
 
 T = TypeVar("T")
 

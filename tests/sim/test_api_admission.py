@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client import ApiException
-from spotguard.sim import testing, tls
+from spotguard_sim import testing, tls
 
 from tests.sim.conftest import deployment_manifest, pod_manifest
 

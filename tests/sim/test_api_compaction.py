@@ -19,7 +19,7 @@ import pytest
 from kubernetes.client import ApiException
 from spotguard.gateway import kube
 from spotguard.gateway import resources as r
-from spotguard.sim import settings, store, testing
+from spotguard_sim import settings, store, testing
 
 from tests.sim import controller_helpers as h
 

@@ -18,9 +18,9 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 from spotguard.logs import UserError
-from spotguard.sim import billing, objects, scenario, testing, tls
-from spotguard.sim import clock as simclock
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import billing, objects, scenario, testing, tls
+from spotguard_sim import clock as simclock
+from spotguard_sim import settings as settings_mod
 
 from tests.sim.conftest import REPO, Cluster, deployment_manifest, pod_manifest
 

@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client import ApiException
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim.conftest import Cluster
 

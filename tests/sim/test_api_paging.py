@@ -16,7 +16,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client import ApiException
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 PODS = 3000
 NAMESPACES = ("alpha", "beta", "gamma")
@@ -172,7 +172,7 @@ def test_watch_bookmarks_when_allowed() -> None:
     (https://kubernetes.io/docs/reference/using-api/api-concepts/#watch-bookmarks)."""
     import kubernetes
     from kubernetes import watch
-    from spotguard.sim import testing
+    from spotguard_sim import testing
 
     with testing.running_cluster(controllers=False, time_scale=60.0) as sim:
         core = kubernetes.client.CoreV1Api(sim.api_client())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spotguard.sim import errors, patching, selectors
+from spotguard_sim import errors, patching, selectors
 
 
 def pod_spec(**extra: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """ResourceQuota admission and the quota controller, as kube-apiserver and
-kube-controller-manager (sources in ``spotguard/sim/quota.py``;
+kube-controller-manager (sources in ``spotguard_sim/quota.py``;
 https://kubernetes.io/docs/concepts/policy/resource-quotas/)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 
 @pytest.fixture

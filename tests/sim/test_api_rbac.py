@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from spotguard.sim import objects, testing
+from spotguard_sim import objects, testing
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")

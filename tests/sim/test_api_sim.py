@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import requests
 from kubernetes.client import ApiException
-from spotguard.sim import clock, errors, scenario, store, testing
+from spotguard_sim import clock, errors, scenario, store, testing
 
 from tests.sim.conftest import REPO, deployment_manifest, pod_manifest
 

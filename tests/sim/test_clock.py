@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-from spotguard.sim import clock as clock_mod
-from spotguard.sim.controllers import base
+from spotguard_sim import clock as clock_mod
+from spotguard_sim.controllers import base
 
 
 def test_a_new_scale_keeps_simulated_time_continuous() -> None:

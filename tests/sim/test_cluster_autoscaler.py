@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from spotguard.logs import UserError
-from spotguard.sim import billing, capacity, catalogue, nodegroups, objects, testing
-from spotguard.sim import settings as settings_mod
-from spotguard.sim.controllers import provisioner
+from spotguard_sim import billing, capacity, catalogue, nodegroups, objects, testing
+from spotguard_sim import settings as settings_mod
+from spotguard_sim.controllers import provisioner
 
 from tests.sim import controller_helpers as h
 from tests.sim.test_karpenter import deployment, ready_pods

@@ -13,7 +13,7 @@ import kubernetes
 import pytest
 from spotguard.policy import config, surgecopy
 from spotguard.policy.workloads import SURGE_OF
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
 

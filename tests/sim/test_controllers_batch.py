@@ -13,10 +13,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import clock as simclock
-from spotguard.sim import cron, testing
-from spotguard.sim.controllers import completion
-from spotguard.sim.controllers import job as job_ctl
+from spotguard_sim import clock as simclock
+from spotguard_sim import cron, testing
+from spotguard_sim.controllers import completion
+from spotguard_sim.controllers import job as job_ctl
 
 from tests.sim import controller_helpers as h
 

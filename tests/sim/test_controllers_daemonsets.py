@@ -12,8 +12,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import scenario, testing
-from spotguard.sim.controllers import daemonset as ds_ctl
+from spotguard_sim import scenario, testing
+from spotguard_sim.controllers import daemonset as ds_ctl
 
 from tests.sim import controller_helpers as h
 

@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
 

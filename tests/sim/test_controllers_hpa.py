@@ -14,9 +14,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import clock as simclock
-from spotguard.sim import testing
-from spotguard.sim.controllers import hpa as hpa_ctl
+from spotguard_sim import clock as simclock
+from spotguard_sim import testing
+from spotguard_sim.controllers import hpa as hpa_ctl
 
 from tests.sim import controller_helpers as h
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import kubernetes
-from spotguard.sim import clock as simclock
-from spotguard.sim import testing
+from spotguard_sim import clock as simclock
+from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
 
@@ -159,7 +159,7 @@ def test_hpa_keeps_replicas_within_bounds() -> None:
 
 # https://kubernetes.io/docs/reference/node/node-status/ : a kubelet reports nodeInfo and addresses
 def test_nodes_created_with_a_bare_status_read_through_the_client() -> None:
-    from spotguard.sim import objects
+    from spotguard_sim import objects
 
     with testing.running_cluster(time_scale=SCALE) as sim:
         sim.store.create("nodes", objects.node("bare", ready=True))

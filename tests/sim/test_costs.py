@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from spotguard.sim import catalogue, costs
+from spotguard_sim import catalogue, costs
 
 
 def test_on_demand_prices_are_karpenters_us_east_1_snapshot() -> None:

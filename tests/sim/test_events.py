@@ -4,7 +4,7 @@ https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/"
 from __future__ import annotations
 
 import kubernetes
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
 

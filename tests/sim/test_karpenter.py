@@ -17,9 +17,9 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from spotguard.sim import billing, capacity, objects, scenario, testing
-from spotguard.sim import clock as simclock
-from spotguard.sim import settings as settings_mod
+from spotguard_sim import billing, capacity, objects, scenario, testing
+from spotguard_sim import clock as simclock
+from spotguard_sim import settings as settings_mod
 
 from tests.sim import controller_helpers as h
 

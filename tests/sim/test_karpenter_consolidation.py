@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from spotguard.sim import catalogue, nodepools, objects, scheduler, store
-from spotguard.sim.controllers import base
-from spotguard.sim.controllers.consolidation import Outcome, compute_consolidation
+from spotguard_sim import catalogue, nodepools, objects, scheduler, store
+from spotguard_sim.controllers import base
+from spotguard_sim.controllers.consolidation import Outcome, compute_consolidation
 
 M5_2XLARGE_ON_DEMAND = catalogue.Prices().hourly("m5.2xlarge", "on-demand")
 SPOT_PREFERRED = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim.conftest import deployment_manifest, kubectl_path
 

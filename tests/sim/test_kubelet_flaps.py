@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard.sim import clock as simclock
-from spotguard.sim import objects, testing
-from spotguard.sim.controllers import kubelet, pods
+from spotguard_sim import clock as simclock
+from spotguard_sim import objects, testing
+from spotguard_sim.controllers import kubelet, pods
 
 from tests.sim import controller_helpers as h
 
@@ -111,7 +111,7 @@ def test_a_scenarios_workloads_flap_through_their_pod_template() -> None:
     """Scenario-driven: a Generate group's ``podAnnotations`` reach every pod of its Deployments
     (Deployment -> ReplicaSet -> pods), and their readiness flaps out of step (the offset taken
     from each pod's uid)."""
-    from spotguard.sim import scenario
+    from spotguard_sim import scenario
 
     flaps = "every=200,down=100"
     objs = scenario.load([

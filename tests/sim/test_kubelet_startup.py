@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard.sim import clock as simclock
-from spotguard.sim import testing
-from spotguard.sim.controllers import pods
+from spotguard_sim import clock as simclock
+from spotguard_sim import testing
+from spotguard_sim.controllers import pods
 
 from tests.sim import controller_helpers as h
 

@@ -1,4 +1,4 @@
-"""Unit tests of the scheduler's filters and scores (spotguard.sim.scheduler),
+"""Unit tests of the scheduler's filters and scores (spotguard_sim.scheduler),
 each citing the kube-scheduler documentation it follows."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from spotguard.sim import scheduler
+from spotguard_sim import scheduler
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -327,8 +327,8 @@ def test_a_node_update_reports_whether_it_changes_what_scheduling_reads() -> Non
 
 
 def test_a_heartbeat_keeps_unschedulable_pods_waiting() -> None:
-    from spotguard.sim import store as store_mod
-    from spotguard.sim.controllers import scheduling
+    from spotguard_sim import store as store_mod
+    from spotguard_sim.controllers import scheduling
 
     loop = scheduling.SchedulerLoop(store_mod.Store())
     loop.handle("ADDED", "nodes", node("a"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotguard.sim import errors, scheduler, testing
+from spotguard_sim import errors, scheduler, testing
 
 from tests.sim import controller_helpers as h
 

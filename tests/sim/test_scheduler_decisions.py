@@ -2,7 +2,7 @@
 (spotguard's spot slots and floors, hard and soft topology spread, the system default
 spread, node affinity and selectors, taints, inter-pod (anti-)affinity, host ports,
 priorities and preemption, pods deleted and nodes changed between cycles) are scheduled
-by calling ``spotguard.sim.scheduler`` directly, one pod at a time as the scheduling loop
+by calling ``spotguard_sim.scheduler`` directly, one pod at a time as the scheduling loop
 does, and every outcome (the node chosen, or the failure message and the preemption
 planned) is compared with the trace recorded in ``scheduler_decisions.json``.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spotguard.sim import scheduler
+from spotguard_sim import scheduler
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"

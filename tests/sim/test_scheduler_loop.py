@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import kubernetes
-from spotguard.sim import testing
+from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
 
@@ -118,7 +118,7 @@ def test_cordon_taints_and_affinity_in_the_running_cluster() -> None:
 def test_stop_ends_every_controller_thread() -> None:
     import threading
 
-    from spotguard.sim import clock, controllers, store
+    from spotguard_sim import clock, controllers, store
 
     s = store.Store(clock.Clock(time_scale=SCALE))
     s.create("nodes", h.node("n1"))
@@ -135,8 +135,8 @@ def test_stop_ends_every_controller_thread() -> None:
 
 
 def _loop() -> Any:
-    from spotguard.sim import clock, store
-    from spotguard.sim.controllers import scheduling
+    from spotguard_sim import clock, store
+    from spotguard_sim.controllers import scheduling
 
     return scheduling.SchedulerLoop(store.Store(clock.Clock(time_scale=1.0, start=1_000.25)))
 

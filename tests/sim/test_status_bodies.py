@@ -32,7 +32,7 @@ from typing import Any
 import kubernetes
 import pytest
 from kubernetes.client import ApiException
-from spotguard.sim import settings, testing
+from spotguard_sim import settings, testing
 
 from tests.sim import controller_helpers as h
 from tests.sim.conftest import Cluster, deployment_manifest, pod_manifest

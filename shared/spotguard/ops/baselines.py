@@ -16,10 +16,11 @@ import copy
 import time
 from typing import Any
 
+from spotguard_sim import billing, costs, nodepools
+
 from spotguard.logs import UserError
 from spotguard.ops import cycle, functions, money, serving, steady
 from spotguard.policy import config as config_mod
-from spotguard.sim import billing, costs, nodepools
 
 NOTICE = 120.0
 POD_STARTUP = 30.0

@@ -33,6 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spotguard_sim import billing, costs, nodepools, readiness, scheduler, testing
+from spotguard_sim import errors as sim_errors
+from spotguard_sim import scenario as scenario_mod
+from spotguard_sim import settings as settings_mod
+
 from spotguard.logs import JsonFormatter, UserError
 from spotguard.ops import aws, functions, money, serving, steady
 from spotguard.ops import objects as objects_mod
@@ -41,10 +46,6 @@ from spotguard.policy import floors, moves, quantities, surgecopy, surges
 from spotguard.policy.moves import MOVE
 from spotguard.policy.views import NodeView
 from spotguard.policy.workloads import SURGE, Kind, Workload
-from spotguard.sim import billing, costs, nodepools, readiness, scheduler, testing
-from spotguard.sim import errors as sim_errors
-from spotguard.sim import scenario as scenario_mod
-from spotguard.sim import settings as settings_mod
 
 Obj = dict[str, Any]
 INFRA_KINDS = {"Node", "Namespace", "NodePool", "EC2NodeClass"}
@@ -805,7 +806,7 @@ def _close(cm: Any, future: concurrent.futures.Future[Any], pool: concurrent.fut
 def loading() -> Iterator[None]:
     """The scenario's objects go into the simulated cluster: one it refuses (an invalid
     object, as kube-apiserver would answer 422) is the user's to fix, a sentence."""
-    from spotguard.sim import errors
+    from spotguard_sim import errors
 
     try:
         yield

@@ -1,7 +1,7 @@
 """What a cycle cost in money: the cluster's instances, node-seconds x price by capacity type.
 
-Read from the simulated cloud's bill (:mod:`spotguard.sim.billing`; prices and their
-sources in :mod:`spotguard.sim.catalogue` and docs/sim.md). Three instants and two
+Read from the simulated cloud's bill (:mod:`spotguard_sim.billing`; prices and their
+sources in :mod:`spotguard_sim.catalogue` and docs/sim.md). Three instants and two
 windows, from the notice (``t0``):
 
 - ``before_per_hour``: what the instances running at the notice cost an hour;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard.sim import catalogue, costs
+from spotguard_sim import catalogue, costs
 
 
 def _window(bill: costs.Bill) -> dict[str, Any]:

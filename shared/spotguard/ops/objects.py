@@ -14,8 +14,8 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from spotguard.sim import resources as sim_resources
-from spotguard.sim import settings as sim_settings
+from spotguard_sim import resources as sim_resources
+from spotguard_sim import settings as sim_settings
 
 Obj = dict[str, Any]
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink")

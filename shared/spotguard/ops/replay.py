@@ -136,8 +136,9 @@ def target(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
         reachable(k, args.kubeconfig)
         yield k, time.time
         return
+    from spotguard_sim import scenario as scenario_mod
+
     from spotguard.ops import cycle
-    from spotguard.sim import scenario as scenario_mod
 
     path = Path(args.scenario)
     if not path.is_file():

@@ -86,8 +86,9 @@ def keep_logs_of(args: argparse.Namespace) -> Path | None:
 
 
 def options_from(args: argparse.Namespace) -> tuple[Any, Path | None]:
+    from spotguard_sim import scenario as scenario_mod
+
     from spotguard.ops import cycle
-    from spotguard.sim import scenario as scenario_mod
 
     report = Path(args.report) if args.report else None
     if report is not None:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotguard.sim import settings as settings_mod
-from spotguard.sim.controllers import consolidation
+from spotguard_sim import settings as settings_mod
+from spotguard_sim.controllers import consolidation
 
 Obj = dict[str, Any]
 # Beyond the autoscaler's own delays: a drain's evictions and the replacement pods' start.

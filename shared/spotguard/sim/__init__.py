@@ -1,5 +1,0 @@
-"""A simulated Kubernetes cluster: an API server on loopback, its store and controllers.
-
-``from spotguard.sim import testing`` and ``testing.running_cluster()`` for tests;
-``spotguard sim serve`` from the command line.
-"""

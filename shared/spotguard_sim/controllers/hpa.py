@@ -1,0 +1,278 @@
+"""HorizontalPodAutoscaler (autoscaling/v2) controller (pkg/controller/podautoscaler).
+
+Each HPA is reconciled on its own sync period (``SYNC_SECONDS``, the controller
+manager's ``--horizontal-pod-autoscaler-sync-period`` default of 15 s), never
+because its target changed: a target scaled out of range by someone else stays
+so until the next sync, as upstream. A created HPA is first reconciled one sync
+period later, and a changed one (its minimum raised, say) at its next sync, not at
+once: upstream's event handlers add the HPA to the queue rate limited by a
+FixedItemIntervalRateLimiter of the sync period, and an HPA already waiting keeps
+its earlier time ("Requests are always added to queue with resyncPeriod delay. If
+there's already request for the HPA in the queue then a new request is always
+dropped", pkg/controller/podautoscaler/horizontal.go ``enqueueHPA``,
+``processNextWorkItem``; rate_limiters.go ``NewDefaultHPARateLimiter``).
+
+At a sync, as ``reconcileAutoscaler`` does:
+- a target at 0 replicas with minReplicas > 0: scaling is disabled;
+- above maxReplicas / below minReplicas: set to the bound at once;
+- otherwise the metrics' recommendation goes through the behaviour: the
+  stabilization windows (scale up: the lowest recommendation of the last
+  ``scaleUp.stabilizationWindowSeconds``, default 0; scale down: the highest of
+  the last ``scaleDown.stabilizationWindowSeconds``, default 300 s; the window
+  starts filled with the replicas at the first sync) and the rate policies
+  (defaults: up max(100 %, 4 pods) per 15 s, down 100 % per 15 s; selectPolicy
+  Max / Min / Disabled), then min/max.
+No metrics server runs: the load is steady. By default each pod's utilization
+stays at the target, so the recommendation is the current replica count; with
+the annotation ``sim.spotguard.io/load-replicas: "N"`` (a scenario setting) the
+load is constant instead and needs N replicas, whatever the count.
+https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details
+https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#configurable-scaling-behavior
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from spotguard_sim import errors
+from spotguard_sim.controllers import base
+
+TARGETS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets",
+           "ReplicationController": "replicationcontrollers"}
+SYNC_SECONDS = 15.0  # --horizontal-pod-autoscaler-sync-period
+LOAD_REPLICAS = "sim.spotguard.io/load-replicas"
+# pkg/apis/autoscaling/v2/defaults.go GenerateHPAScaleUpRules / GenerateHPAScaleDownRules
+DEFAULT_SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+    {"type": "Percent", "value": 100, "periodSeconds": 15},
+    {"type": "Pods", "value": 4, "periodSeconds": 15}]}
+DEFAULT_SCALE_DOWN = {"stabilizationWindowSeconds": 300, "selectPolicy": "Max", "policies": [
+    {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+
+
+def _rules(hpa: dict[str, Any], direction: str) -> dict[str, Any]:
+    default = DEFAULT_SCALE_UP if direction == "scaleUp" else DEFAULT_SCALE_DOWN
+    given = ((hpa.get("spec") or {}).get("behavior") or {}).get(direction) or {}
+    return {**default, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _events_total(events: list[tuple[float, int]], now: float, period: float) -> int:
+    return sum(change for at, change in events if at > now - period)
+
+
+def scale_up_limit(current: int, rules: dict[str, Any], ups: list[tuple[float, int]],
+                   downs: list[tuple[float, int]], now: float) -> int:
+    """calculateScaleUpLimitWithScalingRules."""
+    policy = rules.get("selectPolicy", "Max")
+    if policy == "Disabled":
+        return current
+    limits = []
+    for p in rules.get("policies") or []:
+        period = float(p.get("periodSeconds") or 15)
+        start = current - _events_total(ups, now, period) + _events_total(downs, now, period)
+        if p.get("type") == "Pods":
+            limits.append(start + int(p.get("value") or 0))
+        else:
+            limits.append(math.ceil(start * (1 + float(p.get("value") or 0) / 100)))
+    if not limits:
+        return current
+    return max(limits) if policy == "Max" else min(limits)
+
+
+def scale_down_limit(current: int, rules: dict[str, Any], ups: list[tuple[float, int]],
+                     downs: list[tuple[float, int]], now: float) -> int:
+    """calculateScaleDownLimitWithBehaviors."""
+    policy = rules.get("selectPolicy", "Max")
+    if policy == "Disabled":
+        return current
+    limits = []
+    for p in rules.get("policies") or []:
+        period = float(p.get("periodSeconds") or 15)
+        start = current + _events_total(downs, now, period) - _events_total(ups, now, period)
+        if p.get("type") == "Pods":
+            limits.append(start - int(p.get("value") or 0))
+        else:
+            limits.append(math.ceil(start * (1 - float(p.get("value") or 0) / 100)))
+    if not limits:
+        return current
+    return min(limits) if policy == "Max" else max(limits)
+
+
+class HPAController(base.Controller):
+    name = "horizontal-pod-autoscaler"
+    primary = "horizontalpodautoscalers"
+    resync_seconds = SYNC_SECONDS
+
+    def __init__(self, store: Any, informer: base.Informer) -> None:
+        super().__init__(store, informer)
+        self._state_lock = threading.Lock()
+        self._recommendations: dict[str, list[tuple[float, int]]] = {}
+        self._ups: dict[str, list[tuple[float, int]]] = {}
+        self._downs: dict[str, list[tuple[float, int]]] = {}
+        self._due: dict[base.Key, float] = {}
+
+    def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        """A created HPA syncs one sync period later; a changed one at its next sync (module
+        docstring); changes of its target wait for it too (upstream does not watch targets)."""
+        if resource != self.primary or event_type == "DELETED":
+            return
+        key = base.key_of(obj)
+        if key in self._due:
+            return
+        self._due[key] = self.clock.now() + SYNC_SECONDS
+        self.queue.add_after(key, SYNC_SECONDS)
+
+    def resync(self) -> None:
+        now = self.clock.now()
+        for obj in self.informer.list(self.primary):
+            key = base.key_of(obj)
+            if self._due.get(key, 0.0) <= now:
+                self.queue.add(key)
+
+    def sync(self, key: Any) -> None:
+        ns, name = key
+        try:
+            hpa = self.store.get(self.primary, name, ns)
+        except errors.NotFound:
+            self._due.pop(key, None)
+            return
+        now = self.clock.now()
+        due = self._due.get(key)
+        if due is not None and due > now + 0.01:
+            self.queue.add_after(key, due - now)
+            return
+        self._due[key] = now + SYNC_SECONDS
+        self.queue.add_after(key, SYNC_SECONDS)
+        self._reconcile(hpa, now)
+
+    def _reconcile(self, hpa: dict[str, Any], now: float) -> None:
+        ns, name = hpa["metadata"]["namespace"], hpa["metadata"]["name"]
+        uid = str(hpa["metadata"]["uid"])
+        spec = hpa.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        resource = TARGETS.get(ref.get("kind", ""))
+        lo = int(spec.get("minReplicas") or 1)
+        hi = int(spec.get("maxReplicas") or lo)
+        iso = self.clock.iso()
+        conditions: list[tuple[str, str, str, str]] = []
+        status: dict[str, Any] = {"observedGeneration": hpa["metadata"].get("generation", 1)}
+        target = None
+        if resource:
+            try:
+                target = self.store.get(resource, ref.get("name", ""), ns)
+            except errors.NotFound:
+                target = None
+        if target is None:
+            conditions.append(("AbleToScale", "False", "FailedGetScale",
+                               f"the HPA controller was unable to get the target's current scale: "
+                               f"{ref.get('kind')} {ref.get('name')} not found"))
+            status.update(currentReplicas=0, desiredReplicas=0)
+        else:
+            current = int((target.get("spec") or {}).get("replicas", 1) or 0)
+            desired = self._desired(hpa, uid, current, lo=lo, hi=hi, now=now, conditions=conditions)
+            if desired != current:
+                def scale(obj: dict[str, Any]) -> None:
+                    obj["spec"]["replicas"] = desired
+
+                self.log.info("rescaling target", extra={
+                    "hpa": name, "namespace": ns, "target": ref.get("name"), "from": current,
+                    "to": desired})
+                self.store.mutate(resource, ref.get("name", ""), ns, scale)
+                self.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: "
+                           + next((c[3] for c in conditions if c[0] == "ScalingLimited" and c[1] == "True"),
+                                  "the load changed"))
+                with self._state_lock:
+                    events = self._ups if desired > current else self._downs
+                    events.setdefault(uid, []).append((now, abs(desired - current)))
+                status["lastScaleTime"] = iso
+            status.update(
+                currentReplicas=int((target.get("status") or {}).get("replicas") or current),
+                desiredReplicas=desired,
+            )
+        self._write_status(hpa, status, conditions, iso)
+
+    def _desired(self, hpa: dict[str, Any], uid: str, current: int, *, lo: int, hi: int, now: float,
+                 conditions: list[tuple[str, str, str, str]]) -> int:
+        if current == 0 and lo != 0:
+            conditions.append(("ScalingActive", "False", "ScalingDisabled",
+                               "scaling is disabled since the replica count of the target is zero"))
+            return 0
+        conditions.append(("AbleToScale", "True", "ReadyForNewScale",
+                           "recommended size matches current size"))
+        conditions.append(("ScalingActive", "True", "ValidMetricFound",
+                           "the HPA was able to successfully calculate a replica count "
+                           "(simulated steady load)"))
+        with self._state_lock:
+            history = self._recommendations.setdefault(uid, [(now, current)])
+        if current > hi:
+            conditions.append(("ScalingLimited", "True", "TooManyReplicas",
+                               "the desired replica count is more than the maximum replica count"))
+            return hi
+        if current < lo:
+            conditions.append(("ScalingLimited", "True", "TooFewReplicas",
+                               "the desired replica count is less than the minimum replica count"))
+            return lo
+        raw = current
+        load = ((hpa.get("metadata") or {}).get("annotations") or {}).get(LOAD_REPLICAS)
+        if load is not None and str(load).isdigit():
+            raw = int(load)
+        up_rules, down_rules = _rules(hpa, "scaleUp"), _rules(hpa, "scaleDown")
+        up_window = float(up_rules.get("stabilizationWindowSeconds") or 0)
+        down_window = float(down_rules.get("stabilizationWindowSeconds") or 0)
+        with self._state_lock:
+            up_rec = down_rec = raw
+            for at, rec in history:
+                if at > now - up_window:
+                    up_rec = min(up_rec, rec)
+                if at > now - down_window:
+                    down_rec = max(down_rec, rec)
+            keep = max(up_window, down_window)
+            history[:] = [(at, r) for at, r in history if at > now - keep] + [(now, raw)]
+            ups = list(self._ups.get(uid, []))
+            downs = list(self._downs.get(uid, []))
+        stabilized = min(max(current, up_rec), down_rec)
+        desired = stabilized
+        reason = ("ScalingLimited", "False", "DesiredWithinRange",
+                  "the desired count is within the acceptable range")
+        if stabilized > current:
+            limit = max(scale_up_limit(current, up_rules, ups, downs, now), current)
+            allowed = min(hi, limit)
+            if stabilized > allowed:
+                desired = allowed
+                reason = ("ScalingLimited", "True", "ScaleUpLimit" if limit < hi else "TooManyReplicas",
+                          "the desired replica count is increasing faster than the maximum scale rate"
+                          if limit < hi else "the desired replica count is more than the maximum "
+                          "replica count")
+        elif stabilized < current:
+            limit = min(scale_down_limit(current, down_rules, ups, downs, now), current)
+            allowed = max(lo, limit)
+            if stabilized < allowed:
+                desired = allowed
+                reason = ("ScalingLimited", "True", "ScaleDownLimit" if limit > lo else "TooFewReplicas",
+                          "the desired replica count is decreasing faster than the maximum scale rate"
+                          if limit > lo else "the desired replica count is less than the minimum "
+                          "replica count")
+        conditions.append(reason)
+        return desired
+
+    def _write_status(self, hpa: dict[str, Any], status: dict[str, Any],
+                      conditions: list[tuple[str, str, str, str]], now: str) -> None:
+        def edit(obj: dict[str, Any]) -> None:
+            old = obj.get("status") or {}
+            prev = {c.get("type"): c for c in old.get("conditions") or []}
+            out = []
+            for kind, st, reason, message in conditions:
+                p = prev.get(kind)
+                transition = p["lastTransitionTime"] if p and p.get("status") == st and p.get(
+                    "lastTransitionTime") else now
+                out.append({"type": kind, "status": st, "reason": reason, "message": message,
+                            "lastTransitionTime": transition})
+            new = dict(status)
+            if "lastScaleTime" not in new and old.get("lastScaleTime"):
+                new["lastScaleTime"] = old["lastScaleTime"]
+            new["currentMetrics"] = old.get("currentMetrics") or []
+            new["conditions"] = out
+            obj["status"] = new
+
+        self.store.mutate(self.primary, hpa["metadata"]["name"], hpa["metadata"]["namespace"], edit)
