@@ -67,9 +67,12 @@ LAMBDA_DISTRIBUTIONS = (
 # Distributions the Lambda runtime provides, or that only unused modules need.
 LAMBDA_PROVIDED = ("boto3", "botocore", "s3transfer")
 LAMBDA_UNUSED = ("aiohttp",)
-# Paths in the zip (relative, "/"-separated) that a Lambda never runs.
+# Paths in the zip (relative, "/"-separated) that a Lambda never runs. The simulated
+# cluster is a package of its own (spotguard_sim, beside spotguard in shared/) and the
+# zip takes the spotguard package's folder only, so it never holds it; the operator's
+# commands on it (spotguard.ops, the demo) stay out too.
 LAMBDA_EXCLUDED = (
-    "spotguard_sim/*",
+    "spotguard/ops/*",
     "spotguard/demo.py",
     "spotguard/cli.py",
     "spotguard/certs.py",
