@@ -12,18 +12,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from spotguard_sim import authn, errors, rbac, routes
+from spotguard_sim import authn, errors, rbac, wire
 
 if TYPE_CHECKING:
-    from spotguard_sim.routes import Api, Request, Target
+    from spotguard_sim.routes import Api
+    from spotguard_sim.wire import Request, Target
 
 Obj = dict[str, Any]
 
 
-def handle(api: Api, request: Request, t: Target) -> routes.Response:
+def handle(api: Api, request: Request, t: Target) -> wire.Response:
     if request.method != "POST" or (t.name is not None and t.subresource is None):
         raise errors.generic_method_not_allowed()
-    body = routes._load(request.body)
+    body = wire.load(request.body)
     if not isinstance(body, dict):
         raise errors.BadRequest(f"a {t.rtype.kind if t.subresource is None else 'TokenRequest'} must be a JSON object")
     if t.subresource == "token":
@@ -34,7 +35,7 @@ def handle(api: Api, request: Request, t: Target) -> routes.Response:
     spec = body.get("spec") or {}
     if plural == "selfsubjectreviews":
         out["status"] = {"userInfo": dict(request.user)}
-        return routes.json_response(201, out)
+        return wire.json_response(201, out)
     if plural == "selfsubjectrulesreviews":
         namespace = str(spec.get("namespace") or "")
         if not namespace:
@@ -49,7 +50,7 @@ def handle(api: Api, request: Request, t: Target) -> routes.Response:
         if failures:
             status["evaluationError"] = ", ".join(failures)
         out.update(spec=spec, status=status)
-        return routes.json_response(201, out)
+        return wire.json_response(201, out)
     user = request.user
     if plural in ("subjectaccessreviews", "localsubjectaccessreviews"):
         if not spec.get("user") and not spec.get("groups"):
@@ -80,14 +81,14 @@ def handle(api: Api, request: Request, t: Target) -> routes.Response:
     if decision.reason:
         answer["reason"] = decision.reason
     out.update(spec=spec, status=answer)
-    return routes.json_response(201, out)
+    return wire.json_response(201, out)
 
 
 def _pick(rule: rbac.Rule, *keys: str) -> Obj:
     return {k: list(rule[k]) for k in keys if rule.get(k)}
 
 
-def _token(api: Api, t: Target, body: Obj) -> routes.Response:
+def _token(api: Api, t: Target, body: Obj) -> wire.Response:
     assert t.name is not None and t.namespace is not None
     spec = dict(body.get("spec") or {})
     seconds = spec.get("expirationSeconds", 3600)
@@ -118,4 +119,4 @@ def _token(api: Api, t: Target, body: Obj) -> routes.Response:
         "spec": spec,
         "status": {"token": token, "expirationTimestamp": clock.iso(expires)},
     }
-    return routes.json_response(201, out)
+    return wire.json_response(201, out)

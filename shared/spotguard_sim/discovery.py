@@ -5,14 +5,11 @@ https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from spotguard_sim import resources
-
-if TYPE_CHECKING:
-    from spotguard_sim import routes as routes_mod
+from spotguard_sim import errors, openapi, resources, wire
 
 VERSION = {
     "major": "1",
@@ -133,37 +130,47 @@ def aggregated(core: bool) -> dict[str, Any]:
     }
 
 
-def serve(path: str, accept: str) -> routes_mod.Response | None:
+def serve(path: str, accept: str) -> wire.Response | None:
     """A discovery Response for ``path``, or None when the path is not a discovery path."""
-    from spotguard_sim import openapi, routes
-
     clean = "/" + "/".join(p for p in path.split("/") if p)
     if clean in ("/healthz", "/readyz", "/livez"):
-        return routes.Response(200, b"ok", content_type="text/plain")
+        return wire.Response(200, b"ok", content_type="text/plain")
     if clean == "/version":
-        return routes.json_response(200, VERSION)
+        return wire.json_response(200, VERSION)
     if clean in ("/api", "/apis") and "apidiscovery.k8s.io" in accept and "v=v2;" in (accept + ";"):
-        return routes.Response(200, orjson.dumps(aggregated(clean == "/api")),
+        return wire.Response(200, orjson.dumps(aggregated(clean == "/api")),
                                content_type=_AGGREGATED)
     if clean == "/api":
-        return routes.json_response(200, {
+        return wire.json_response(200, {
             "kind": "APIVersions", "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
                                             "serverAddress": "127.0.0.1"}],
         })
     if clean == "/apis":
-        return routes.json_response(200, api_groups())
+        return wire.json_response(200, api_groups())
     if clean.startswith("/openapi"):
-        return openapi.serve(clean, accept)
+        return _openapi(clean)
     parts = clean.split("/")[1:]
     if parts == ["api", "v1"]:
-        return routes.json_response(200, resource_list("", "v1"))
+        return wire.json_response(200, resource_list("", "v1"))
     if len(parts) == 2 and parts[0] == "apis":
         if any(g == parts[1] for g, _ in resources.group_versions()):
-            return routes.json_response(200, {"kind": "APIGroup", "apiVersion": "v1",
+            return wire.json_response(200, {"kind": "APIGroup", "apiVersion": "v1",
                                               **_group(parts[1])})
         return None
     gv = tuple(parts[1:])
     if len(parts) == 3 and parts[0] == "apis" and gv in resources.group_versions():
-        return routes.json_response(200, resource_list(parts[1], parts[2]))
+        return wire.json_response(200, resource_list(parts[1], parts[2]))
     return None
+
+
+def _openapi(path: str) -> wire.Response:
+    if path == "/openapi/v3":
+        return wire.json_response(200, openapi.index())
+    if path.startswith("/openapi/v3/"):
+        body = openapi.documents().get(path[len("/openapi/v3/"):])
+        if body is None:
+            raise errors.generic_not_found()
+        return wire.Response(200, body, headers={"Cache-Control": "public, immutable"})
+    # /openapi/v2 is served as protobuf by kube-apiserver; kubectl uses v3 when present.
+    raise errors.generic_not_found()

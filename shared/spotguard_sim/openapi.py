@@ -21,14 +21,11 @@ import importlib.util
 import json
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from spotguard_sim import errors, resources
-
-if TYPE_CHECKING:
-    from spotguard_sim import routes
 
 K8S_VERSION = "v1.35.0"
 _PATCH_TYPES = (
@@ -298,20 +295,6 @@ def index() -> dict[str, Any]:
                f"{hashlib.sha512(body).hexdigest().upper()}"}
         for path, body in docs.items()
     }}
-
-
-def serve(path: str, accept: str) -> routes.Response:
-    from spotguard_sim import routes
-
-    if path == "/openapi/v3":
-        return routes.json_response(200, index())
-    if path.startswith("/openapi/v3/"):
-        body = documents().get(path[len("/openapi/v3/"):])
-        if body is None:
-            raise errors.generic_not_found()
-        return routes.Response(200, body, headers={"Cache-Control": "public, immutable"})
-    # /openapi/v2 is served as protobuf by kube-apiserver; kubectl uses v3 when present.
-    raise errors.generic_not_found()
 
 
 def _resolve(schema: Any) -> dict[str, Any]:

@@ -13,177 +13,20 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 import orjson
 
-from spotguard_sim import discovery, errors, partialmeta, patching, resources, selectors, tables
+from spotguard_sim import discovery, errors, partialmeta, patching, resources, selectors, tables, wire
+from spotguard_sim.wire import Obj, Request, Response, Target, json_response, resolve, status_response, success
 
 if TYPE_CHECKING:
-    from spotguard_sim.store import Store, Watcher
+    from spotguard_sim.store import Store
 
 log = logging.getLogger("spotguard.sim.routes")
 # the watch cache sends a bookmark about once a minute to watchers that allow them
 # (staging/src/k8s.io/apiserver/pkg/storage/cacher: bookmarkFrequency = time.Minute)
 BOOKMARK_SECONDS = 60.0
-
-Obj = dict[str, Any]
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: Mapping[str, str]
-    body: bytes
-    user: dict[str, Any]
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
-    watch: Watcher | None = None
-    watch_timeout: float | None = None
-    # turns a watched object's JSON into what is sent (a one-row Table for kubectl get -w)
-    watch_transform: Callable[[bytes], bytes] | None = None
-    # allowWatchBookmarks: a BOOKMARK object's JSON, sent every watch_bookmark_seconds (real)
-    watch_bookmark: Callable[[], bytes] | None = None
-    watch_bookmark_seconds: float = 60.0
-
-
-@dataclass(frozen=True)
-class Target:
-    rtype: resources.ResourceType
-    namespace: str | None
-    name: str | None
-    subresource: str | None
-
-    @property
-    def verb_resource(self) -> str:
-        return self.rtype.plural
-
-
-def parse_query(raw: str) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
-
-
-def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, orjson.dumps(obj), headers=headers or {})
-
-
-def status_response(exc: errors.StatusError) -> Response:
-    headers = {}
-    if exc.details.get("retryAfterSeconds"):  # an eviction refused by a budget sends none
-        headers["Retry-After"] = str(exc.details["retryAfterSeconds"])
-    return json_response(exc.code, exc.status(), headers)
-
-
-def success(code: int = 200, details: dict[str, Any] | None = None) -> Response:
-    body: dict[str, Any] = {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code,
-    }
-    if details:
-        body["details"] = details
-    return json_response(code, body)
-
-
-def resolve(path: str) -> Target | None:
-    """Map a resource path to its target, or None when it is not a resource path."""
-    parts = [p for p in path.split("/") if p]
-    if len(parts) >= 2 and parts[0] == "api":
-        group, version, rest = "", parts[1], parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        return None
-    if not rest:
-        return None
-    namespace: str | None = None
-    if rest[0] == "namespaces" and len(rest) >= 3 and (
-        rest[2] in resources.PLURALS or rest[2] == "bindings"
-    ):
-        namespace, rest = rest[1], rest[2:]
-    plural = rest[0]
-    if plural == "bindings" and group == "" and namespace and len(rest) == 1:
-        # the legacy Binding resource: POST a Binding named after the pod
-        return Target(resources.BY_PLURAL["pods"], namespace, None, "binding")
-    rtype = next((r for r in resources.SERVED
-                  if (r.plural, r.group, r.version) == (plural, group, version)), None)
-    if rtype is None:
-        raise errors.generic_not_found()
-    name = rest[1] if len(rest) > 1 else None
-    sub = rest[2] if len(rest) > 2 else None
-    if len(rest) > 3:
-        raise errors.generic_not_found()
-    if sub is not None and sub not in rtype.subresources:
-        raise errors.generic_not_found()
-    if rtype.namespaced and name is not None and namespace is None:
-        raise errors.generic_not_found()
-    if not rtype.namespaced and namespace is not None:
-        raise errors.generic_not_found()
-    return Target(rtype, namespace, name, sub)
-
-
-def verb_of(method: str, target: Target, query: Mapping[str, str]) -> str:
-    if method == "GET":
-        if target.name is None:
-            return "watch" if _true(query.get("watch")) else "list"
-        return "get"
-    return {
-        "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
-    }.get(method, method.lower())
-
-
-def _true(value: str | None) -> bool:
-    return value is not None and value.lower() in ("true", "1", "")
-
-
-def _dry_run(query: Mapping[str, str], body: Mapping[str, Any] | None = None) -> bool:
-    value = query.get("dryRun")
-    if value is not None:
-        if value != "All":
-            raise errors.BadRequest(f'Invalid dryRun value "{value}": valid values are "All"')
-        return True
-    if body and isinstance(body.get("dryRun"), list):
-        return "All" in body["dryRun"]
-    return False
-
-
-def _strict(rtype: resources.ResourceType, query: Mapping[str, str], body: Any) -> None:
-    """fieldValidation=Strict: unknown fields are a 400, as kube-apiserver answers."""
-    if query.get("fieldValidation") != "Strict" or not isinstance(body, dict):
-        return
-    from spotguard_sim import openapi
-
-    unknown = openapi.unknown_fields(rtype, body)
-    if unknown:
-        raise errors.BadRequest(
-            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
-            + "strict decoding error: "
-            + ", ".join(f'unknown field "{u}"' for u in unknown)
-        )
-
-
-def _load(body: bytes, what: str = "request body") -> Any:
-    if not body:
-        raise errors.BadRequest(f"the {what} is empty")
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        try:
-            import yaml
-
-            return yaml.safe_load(body)
-        except Exception as exc:
-            raise errors.BadRequest(f"the {what} is not valid JSON: {exc}") from exc
-
 
 # staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go (handleCompactedErrorForPaging)
 CONTINUE_EXPIRED = (
@@ -249,9 +92,9 @@ class Api:
                 "`kubectl create -f`)"
             )
         if t.rtype is resources.EVENTS_V1:
-            from spotguard_sim import eventsapi
+            from spotguard_sim import eventshandlers
 
-            return eventsapi.handle(self, request, t)
+            return eventshandlers.handle(self, request, t)
         if reviewed:
             from spotguard_sim import accessreviews
 
@@ -268,7 +111,7 @@ class Api:
             return self._scale(request, t)
         if method == "GET":
             if t.name is None:
-                if _true(q.get("watch")):
+                if wire.true(q.get("watch")):
                     return self._watch(request, t)
                 return self._list(request, t)
             partial = partialmeta.requested(request.headers.get("accept", ""))
@@ -285,25 +128,25 @@ class Api:
         if method == "POST":
             if t.name is not None:
                 raise errors.generic_method_not_allowed()
-            obj = _load(request.body)
+            obj = wire.load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
-            _strict(t.rtype, q, obj)
+            wire.strict(t.rtype, q, obj)
             if t.rtype.has_status and t.rtype.plural != "nodes":
                 # kube-apiserver's PrepareForCreate drops the status a client sends
                 obj.pop("status", None)
             created = self.store.create(
-                t.rtype.plural, obj, namespace=t.namespace, dry_run=_dry_run(q),
+                t.rtype.plural, obj, namespace=t.namespace, dry_run=wire.dry_run(q),
                 user=request.user,
             )
             return json_response(201, created)
         if method == "PUT":
             if t.name is None:
                 raise errors.generic_method_not_allowed()
-            obj = _load(request.body)
+            obj = wire.load(request.body)
             if not isinstance(obj, dict):
                 raise errors.BadRequest("the request body must be a JSON object")
-            _strict(t.rtype, q, obj)
+            wire.strict(t.rtype, q, obj)
             meta = obj.setdefault("metadata", {})
             if meta.get("name") not in (None, t.name):
                 raise errors.BadRequest(
@@ -312,7 +155,7 @@ class Api:
                 )
             meta["name"] = t.name
             updated = self.store.update(
-                t.rtype.plural, obj, dry_run=_dry_run(q), subresource=t.subresource,
+                t.rtype.plural, obj, dry_run=wire.dry_run(q), subresource=t.subresource,
                 namespace=t.namespace, user=request.user,
             )
             return json_response(200, updated)
@@ -328,24 +171,24 @@ class Api:
                 )
             if patch_type == "apply":  # refused whether or not the object exists (no 404 first)
                 raise errors.UnsupportedMediaType(patching.APPLY_NOT_SERVED)
-            patch = _load(request.body)
+            patch = wire.load(request.body)
             if patch_type in ("merge", "strategic"):
-                _strict(t.rtype, q, patch)
+                wire.strict(t.rtype, q, patch)
             patched = self.store.patch(
                 t.rtype.plural, t.name, patch, patch_type, namespace=t.namespace,
-                dry_run=_dry_run(q), subresource=t.subresource, user=request.user,
+                dry_run=wire.dry_run(q), subresource=t.subresource, user=request.user,
             )
             return json_response(200, patched)
         if method == "DELETE":
-            options = _load(request.body) if request.body.strip() else {}
+            options = wire.load(request.body) if request.body.strip() else {}
             if not isinstance(options, dict):
                 raise errors.BadRequest("DeleteOptions must be a JSON object")
             grace = q.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
             policy = q.get("propagationPolicy", options.get("propagationPolicy"))
-            if _true(q.get("orphanDependents")) or options.get("orphanDependents") is True:
+            if wire.true(q.get("orphanDependents")) or options.get("orphanDependents") is True:
                 policy = "Orphan"
             kwargs: dict[str, Any] = {
-                "dry_run": _dry_run(q, options),
+                "dry_run": wire.dry_run(q, options),
                 "grace_period_seconds": int(grace) if grace not in (None, "") else None,
                 "preconditions": options.get("preconditions"),
                 "propagation_policy": policy,
@@ -473,7 +316,7 @@ class Api:
                 return orjson.dumps(tables.table(rtype, [obj], rv, include, clock.now()))
 
         bookmark = None
-        if _true(q.get("allowWatchBookmarks")):
+        if wire.true(q.get("allowWatchBookmarks")):
             store, rtype = self.store, t.rtype
 
             kind, api_version = rtype.kind, rtype.api_version
@@ -491,7 +334,7 @@ class Api:
     # ---- subresources -----------------------------------------------------
     def _evict(self, request: Request, t: Target) -> Response:
         assert t.name is not None and t.namespace is not None
-        body = _load(request.body) if request.body.strip() else {}
+        body = wire.load(request.body) if request.body.strip() else {}
         if not isinstance(body, dict):
             raise errors.BadRequest("the Eviction must be a JSON object")
         name = (body.get("metadata") or {}).get("name")
@@ -499,20 +342,20 @@ class Api:
             raise errors.BadRequest(
                 f"name in URL does not match name in Eviction object: {t.name} != {name}"
             )
-        if _dry_run(request.query, body.get("deleteOptions") or {}):
+        if wire.dry_run(request.query, body.get("deleteOptions") or {}):
             # As kube-apiserver: a dry-run eviction still checks the budgets (429 when
             # one would break) but neither spends a disruption nor deletes the pod.
             body = {**body, "deleteOptions": {**(body.get("deleteOptions") or {}), "dryRun": ["All"]}}
         from spotguard_sim import admission, disruption
 
         admission.admit(self.store, "pods", {"apiVersion": "policy/v1", "kind": "Eviction", **body},
-                        namespace=t.namespace, user=request.user, dry_run=_dry_run(request.query),
+                        namespace=t.namespace, user=request.user, dry_run=wire.dry_run(request.query),
                         subresource="eviction")
         disruption.evict(self.store, t.namespace, t.name, body, user=request.user)
         return success(201)
 
     def _bind(self, request: Request, t: Target) -> Response:
-        body = _load(request.body)
+        body = wire.load(request.body)
         if not isinstance(body, dict):
             raise errors.BadRequest("a Binding must be a JSON object")
         node = (body.get("target") or {}).get("name")
@@ -538,7 +381,7 @@ class Api:
                                "lastTransitionTime": self.store.clock.iso()})
             status["conditions"] = conditions
 
-        if _dry_run(request.query):
+        if wire.dry_run(request.query):
             self.store.get("pods", name, t.namespace)
             return success(201)
         self.store.mutate("pods", name, t.namespace, bind)
@@ -554,13 +397,13 @@ class Api:
             raise errors.generic_method_not_allowed()
         current = to_scale(obj)
         if request.method == "PUT":
-            wanted = _load(request.body)
+            wanted = wire.load(request.body)
         else:
             ctype = request.headers.get("content-type", "").split(";")[0].strip()
             patch_type = patching.CONTENT_TYPES.get(ctype)
             if patch_type is None:
                 raise errors.UnsupportedMediaType(f"unsupported patch type {ctype!r}")
-            wanted = patching.apply(current, _load(request.body), patch_type)
+            wanted = patching.apply(current, wire.load(request.body), patch_type)
         if not isinstance(wanted, dict):
             raise errors.BadRequest("the Scale must be a JSON object")
         from spotguard_sim import admission
@@ -568,7 +411,7 @@ class Api:
         # webhooks see the Scale (rules on <resource>/scale), not the workload
         wanted = admission.admit(self.store, plural, {**wanted, "kind": "Scale", "apiVersion": "autoscaling/v1"},
                                  namespace=t.namespace or "", user=request.user,
-                                 dry_run=_dry_run(request.query), operation="UPDATE", old=current,
+                                 dry_run=wire.dry_run(request.query), operation="UPDATE", old=current,
                                  subresource="scale")
         replicas = (wanted.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
@@ -581,7 +424,7 @@ class Api:
             rv = None if rv == current["metadata"]["resourceVersion"] else rv
         obj["spec"]["replicas"] = replicas
         obj["metadata"]["resourceVersion"] = rv or ""
-        updated = self.store.update(plural, obj, dry_run=_dry_run(request.query),
+        updated = self.store.update(plural, obj, dry_run=wire.dry_run(request.query),
                                     namespace=t.namespace, subresource="scale")
         return json_response(200, to_scale(updated))
 

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from spotguard_sim import authn, errors, faults, rbac, requestinfo, routes, tls
+from spotguard_sim import authn, errors, faults, rbac, requestinfo, routes, tls, wire
 
 log = logging.getLogger("spotguard.sim.server")
 
@@ -51,16 +51,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self) -> None:
         path, _, raw_query = self.path.partition("?")
         path = unquote(path)
-        query = routes.parse_query(raw_query)
+        query = wire.parse_query(raw_query)
         try:
             body = self._read_body()
         except ValueError as exc:
             self.close_connection = True
-            response = routes.status_response(errors.BadRequest(f"cannot read the request body: {exc}"))
+            response = wire.status_response(errors.BadRequest(f"cannot read the request body: {exc}"))
             self._send(response)
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
-        request = routes.Request(
+        request = wire.Request(
             method=self.command, path=path, query=query, headers=headers, body=body, user=authn.ANONYMOUS,
         )
         try:
@@ -71,16 +71,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         except errors.StatusError as exc:
-            response = routes.status_response(exc)
+            response = wire.status_response(exc)
         except Exception as exc:
             log.exception("api request failed", extra={"method": self.command, "path": self.path})
-            response = routes.status_response(errors.internal_error(str(exc)))
+            response = wire.status_response(errors.internal_error(str(exc)))
         if response.watch is not None:
             self._stream(response)
             return
         self._send(response)
 
-    def _authorized(self, request: routes.Request) -> dict[str, Any]:
+    def _authorized(self, request: wire.Request) -> dict[str, Any]:
         """Authenticate, impersonate, authorize (kube-apiserver's filter chain); the user the
         request acts as, or a 401 or 403 :class:`errors.StatusError`."""
         api = self.server.api
@@ -126,7 +126,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         length = int(raw) if raw and raw.strip().isdigit() else 0
         return self.rfile.read(length) if length else b""
 
-    def _send(self, response: routes.Response) -> None:
+    def _send(self, response: wire.Response) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
@@ -138,7 +138,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(response.body)
 
-    def _stream(self, response: routes.Response) -> None:
+    def _stream(self, response: wire.Response) -> None:
         watcher = response.watch
         assert watcher is not None
         self.server.track(watcher)
@@ -242,14 +242,14 @@ class ApiServer(http.server.ThreadingHTTPServer):
             sock = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
 
-    def check_faults(self, request: routes.Request) -> None:
+    def check_faults(self, request: wire.Request) -> None:
         try:
-            target = routes.resolve(request.path)
+            target = wire.resolve(request.path)
         except errors.StatusError:
             return
         if target is None:
             return
-        verb = routes.verb_of(request.method, target, request.query)
+        verb = wire.verb_of(request.method, target, request.query)
         self.faults.check(verb, target.rtype.plural)
 
     def track_connection(self, conn: socket.socket, *, add: bool) -> None:
