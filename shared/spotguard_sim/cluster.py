@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from spotguard_sim import admission, routes, server, settings, store
 from spotguard_sim import clock as clock_mod
 from spotguard_sim import cloud as cloud_mod
 from spotguard_sim import faults as faults_mod
 from spotguard_sim import kubeconfig as kubeconfig_mod
-from spotguard_sim import routes, server, settings, store
 
 log = logging.getLogger("spotguard.sim.cluster")
 
@@ -30,7 +30,7 @@ class SimCluster:
         port: int = 0,
     ) -> None:
         self.clock = clock_mod.Clock(time_scale)
-        self.store = store.Store(self.clock)
+        self.store = store.Store(self.clock, admission=admission)  # the webhooks on every write
         self.faults = faults_mod.Faults()
         self.kubeconfig = str(kubeconfig)
         self.token = server.ADMIN_TOKEN

@@ -14,8 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from spotguard_sim import errors, scheduler
-from spotguard_sim.controllers import intstr, pods
+from spotguard_sim import errors, intstr, pods, scheduler
 
 MAX_DISRUPTED_POD_SIZE = 2000
 DELETION_TIMEOUT_SECONDS = 120.0  # disruption controller's DeletionTimeout
@@ -85,10 +84,9 @@ def evict(store: Any, namespace: str, name: str, eviction_body: dict[str, Any],
     dry_run = bool(options.get("dryRun"))
     grace = options.get("gracePeriodSeconds")
     preconditions = options.get("preconditions")
-    if getattr(store, "admission_enabled", False):
-        from spotguard_sim import admission
-
-        admission.validate_eviction(store, namespace, name, body, user=user, dry_run=dry_run)
+    chain = getattr(store, "admission", None)
+    if getattr(store, "admission_enabled", False) and chain is not None:
+        chain.validate_eviction(store, namespace, name, body, user=user, dry_run=dry_run)
     with store.lock:
         pod = store.get("pods", name, namespace)
         if not _can_ignore_pdb(pod):

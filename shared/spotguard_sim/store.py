@@ -20,7 +20,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -224,10 +224,33 @@ class Watcher:
         return watcher
 
 
+class Admission(Protocol):
+    """The admission chain a write passes through (the webhooks: ``spotguard_sim.admission``,
+    which the API server, ``cluster``, hands the store). The storage sits below admission:
+    it calls the chain it is given and never imports it; a store given none runs no
+    webhooks (as one with no webhook configurations)."""
+
+    def admit_create(
+        self, store: Store, resource: str, obj: Obj, *, namespace: str, user: Mapping[str, Any] | None, dry_run: bool
+    ) -> Obj: ...
+
+    def wants(self, store: Store, resource: str, operation: str, subresource: str | None = None) -> bool: ...
+
+    def admit(self, store: Store, resource: str, obj: Obj | None, *, namespace: str,
+              user: Mapping[str, Any] | None, dry_run: bool, operation: str = "CREATE",
+              old: Obj | None = None, subresource: str | None = None, kind: str = "mutatingwebhookconfigurations",
+              name: str = "") -> Obj: ...
+
+    def validate_eviction(self, store: Store, namespace: str, name: str, eviction: Obj, *,
+                          user: Mapping[str, Any] | None, dry_run: bool) -> None: ...
+
+
 class Store:
     """Thread-safe in-memory store of Kubernetes objects (see SIM_STORE.md)."""
 
-    def __init__(self, clock: clock_mod.Clock | None = None, *, history: int = HISTORY) -> None:
+    def __init__(
+        self, clock: clock_mod.Clock | None = None, *, history: int = HISTORY, admission: Admission | None = None
+    ) -> None:
         self.clock = clock or clock_mod.Clock()
         self.lock = threading.RLock()
         self._rv = 1
@@ -253,6 +276,7 @@ class Store:
         self._subscribers: list[tuple[Callback, frozenset[str] | None]] = []  # callback, its resources
         self._local = threading.local()
         self.admission_enabled = True
+        self.admission = admission
         for name in SYSTEM_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": name}})
         for plural, obj in (*strategies.bootstrap_objects(), *rbacpolicy.bootstrap_objects()):
@@ -705,12 +729,10 @@ class Store:
                     f"unable to create new content in namespace {ns} because it is being terminated",
                     rtype.group)
         strategies.admit(self, resource, obj)
-        if self.admission_enabled and resource not in (
+        if self.admission_enabled and self.admission is not None and resource not in (
             "mutatingwebhookconfigurations", "validatingwebhookconfigurations"
         ):
-            from spotguard_sim import admission
-
-            obj = admission.admit_create(
+            obj = self.admission.admit_create(
                 self, resource, obj, namespace=ns, user=user, dry_run=dry_run
             )
             meta = obj.setdefault("metadata", {})
@@ -867,13 +889,11 @@ class Store:
 
     def _reviews(self, resource: str, operation: str, subresource: str | None = None) -> bool:
         """Whether a mutating webhook wants to see this request (UPDATE, DELETE)."""
-        if not self.admission_enabled or resource == "mutatingwebhookconfigurations":
+        if not self.admission_enabled or self.admission is None or resource == "mutatingwebhookconfigurations":
             return False
         if subresource == "scale":
             return False  # the route reviews the Scale object itself
-        from spotguard_sim import admission
-
-        return admission.wants(self, resource, operation, subresource)
+        return self.admission.wants(self, resource, operation, subresource)
 
     def _admitted(
         self,
@@ -890,8 +910,8 @@ class Store:
         snapshot (and says whether the client pinned a resourceVersion); the webhooks see it
         outside the lock; it is written if the object did not change meanwhile, else built
         again, as kube-apiserver's guaranteed updates retry."""
-        from spotguard_sim import admission
-
+        admission = self.admission
+        assert admission is not None  # _reviews said so
         for _ in range(8):
             with self.lock:
                 entry = self._entry(rtype.plural, name, ns)
@@ -1072,9 +1092,8 @@ class Store:
         """Delete; scheduled pods with a grace period are marked and left for the kubelet."""
         ns = self._ns(resource, namespace)
         if self._reviews(resource, "DELETE"):
-            from spotguard_sim import admission
-
-            admission.admit(self, resource, None, namespace=ns, user=user, dry_run=dry_run,
+            assert self.admission is not None
+            self.admission.admit(self, resource, None, namespace=ns, user=user, dry_run=dry_run,
                             operation="DELETE", old=self.get(resource, name, ns))
         if propagation_policy is None and resources.get(resource).orphan_by_default:
             propagation_policy = "Orphan"

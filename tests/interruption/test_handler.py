@@ -24,8 +24,8 @@ from spotguard.policy import config, interruption, moves, patches, surgecopy, su
 from spotguard.policy import views as pod_views
 from spotguard.policy.notices import Notice, NoticeKind
 from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_OF
+from spotguard_sim import pods as pod_util
 from spotguard_sim import testing
-from spotguard_sim.controllers import pods as pod_util
 
 from tests.interruption import sim_scenario as sc
 from tests.records import surge_record

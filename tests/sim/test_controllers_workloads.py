@@ -12,9 +12,9 @@ from typing import Any
 
 import kubernetes
 import pytest
+from spotguard_sim import pods as pod_util
 from spotguard_sim import testing, tls
 from spotguard_sim.controllers import deployment as deployment_ctl
-from spotguard_sim.controllers import pods as pod_util
 from spotguard_sim.controllers import replicaset as replicaset_ctl
 
 from tests.sim import controller_helpers as h

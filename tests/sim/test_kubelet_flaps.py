@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import objects, testing
-from spotguard_sim.controllers import kubelet, pods
+from spotguard_sim import objects, pods, testing
+from spotguard_sim.controllers import kubelet
 
 from tests.sim import controller_helpers as h
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import testing
-from spotguard_sim.controllers import pods
+from spotguard_sim import pods, testing
 
 from tests.sim import controller_helpers as h
 

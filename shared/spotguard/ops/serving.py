@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from spotguard_sim import pods as pod_objects
 from spotguard_sim import readiness
-from spotguard_sim.controllers import pods as pod_objects
 
 Obj = dict[str, Any]
 SPOT = "spot"

@@ -18,8 +18,8 @@ import contextlib
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import errors
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods
+from spotguard_sim.controllers import base
 
 RUN_SECONDS = "sim.spotguard.io/run-seconds"
 EXIT_CODE = "sim.spotguard.io/exit-code"

@@ -59,8 +59,8 @@ from spotguard.policy import quantities
 from spotguard_sim import capacity as capacity_mod
 from spotguard_sim import clock as simclock
 from spotguard_sim import cloud as cloud_mod
-from spotguard_sim import disruption, errors, nodepools, scheduler
-from spotguard_sim.controllers import base, drainer, instances, pods, provisioner, termination
+from spotguard_sim import disruption, errors, nodepools, pods, scheduler
+from spotguard_sim.controllers import base, drainer, instances, provisioner, termination
 
 POLL = ("poll",)
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}

@@ -28,8 +28,8 @@ from typing import Any
 
 from spotguard.policy import tolerations
 
-from spotguard_sim import errors, scheduler
-from spotguard_sim.controllers import base, intstr, pods
+from spotguard_sim import errors, intstr, pods, scheduler
+from spotguard_sim.controllers import base
 from spotguard_sim.controllers.replicaset import pod_from_template, slow_start_batch
 
 USER = base.service_account_user("daemon-set-controller")

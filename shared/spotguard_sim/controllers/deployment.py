@@ -17,8 +17,8 @@ import copy
 import json
 from typing import Any
 
-from spotguard_sim import errors, settings
-from spotguard_sim.controllers import base, intstr, ratelimit
+from spotguard_sim import errors, intstr, settings
+from spotguard_sim.controllers import base, ratelimit
 
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"

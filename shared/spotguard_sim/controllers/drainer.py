@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard_sim import disruption, errors
-from spotguard_sim.controllers import base, instances, nodes, pods
+from spotguard_sim import disruption, errors, pods
+from spotguard_sim.controllers import base, instances, nodes
 
 RETRY_SECONDS = 5.0  # kubectl drain waits 5 s before evicting again after a 429
 USER = {"username": "system:serviceaccount:kube-system:aws-node-termination-handler",

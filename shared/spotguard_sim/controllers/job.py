@@ -18,8 +18,8 @@ import contextlib
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import errors
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods
+from spotguard_sim.controllers import base
 from spotguard_sim.controllers.replicaset import pod_from_template
 
 USER = base.service_account_user("job-controller")

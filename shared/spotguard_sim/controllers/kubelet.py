@@ -29,8 +29,8 @@ from typing import Any
 
 from spotguard_sim import clock as simclock
 from spotguard_sim import cloud as cloud_mod
-from spotguard_sim import errors, scheduler
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods, scheduler
+from spotguard_sim.controllers import base
 
 FLAPS = "sim.spotguard.io/readiness-flaps"
 

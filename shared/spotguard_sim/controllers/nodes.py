@@ -25,8 +25,8 @@ import threading
 from typing import Any
 
 from spotguard_sim import cloud as cloud_mod
-from spotguard_sim import errors, nodestatus, settings
-from spotguard_sim.controllers import base, instances, pods
+from spotguard_sim import errors, nodestatus, pods, settings
+from spotguard_sim.controllers import base, instances
 
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"

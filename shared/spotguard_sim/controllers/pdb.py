@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import disruption, errors
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import disruption, errors, pods
+from spotguard_sim.controllers import base
 
 
 class DisruptionController(base.Controller):

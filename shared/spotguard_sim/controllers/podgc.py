@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from spotguard_sim import errors, scheduler, settings
-from spotguard_sim.controllers import base, instances, pods
+from spotguard_sim import errors, pods, scheduler, settings
+from spotguard_sim.controllers import base, instances
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 

@@ -47,9 +47,9 @@ from typing import Any
 
 from spotguard.policy import quantities
 
-from spotguard_sim import billing, errors, nodepools, nodestatus, scenario, scheduler
+from spotguard_sim import billing, errors, nodepools, nodestatus, pods, scenario, scheduler
 from spotguard_sim import capacity as capacity_mod
-from spotguard_sim.controllers import base, drainer, pods, termination
+from spotguard_sim.controllers import base, drainer, termination
 
 BATCH = ("batch",)
 API = "karpenter.sh/v1"

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from spotguard_sim import errors, settings
-from spotguard_sim.controllers import base, pods, ratelimit
+from spotguard_sim import errors, pods, settings
+from spotguard_sim.controllers import base, ratelimit
 
 BURST_REPLICAS = settings.BURST_REPLICAS  # replicaset.BurstReplicas
 SLOW_START_INITIAL_BATCH = 1  # controller.SlowStartInitialBatchSize

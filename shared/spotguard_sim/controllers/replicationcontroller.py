@@ -10,8 +10,8 @@ import contextlib
 from concurrent import futures
 from typing import Any
 
-from spotguard_sim import errors
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods
+from spotguard_sim.controllers import base
 from spotguard_sim.controllers.replicaset import BURST_REPLICAS, pod_from_template, slow_start_batch
 
 USER = base.service_account_user("replication-controller")

@@ -32,8 +32,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from spotguard_sim import errors, scheduler
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods, scheduler
+from spotguard_sim.controllers import base
 
 SCHEDULER_NAME = "default-scheduler"
 _SELECTING_OWNERS = {"ReplicaSet": "replicasets", "StatefulSet": "statefulsets",

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from spotguard_sim import errors, settings
-from spotguard_sim.controllers import base, pods, ratelimit, replicaset, revisions
+from spotguard_sim import errors, pods, settings
+from spotguard_sim.controllers import base, ratelimit, replicaset, revisions
 from spotguard_sim.controllers.replicaset import pod_from_template
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"

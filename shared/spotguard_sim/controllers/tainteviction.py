@@ -16,8 +16,8 @@ import contextlib
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import errors
-from spotguard_sim.controllers import base, pods
+from spotguard_sim import errors, pods
+from spotguard_sim.controllers import base
 
 
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spotguard_sim import catalogue, disruption, errors, nodestatus
+from spotguard_sim import catalogue, disruption, errors, nodestatus, pods
 from spotguard_sim import cloud as cloud_mod
-from spotguard_sim.controllers import base, drainer, pods
+from spotguard_sim.controllers import base, drainer
 
 log = logging.getLogger("spotguard.sim.termination")
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}

@@ -1,5 +1,5 @@
-"""Pod helpers shared by the controllers (k8s.io/kubernetes pkg/api/v1/pod and
-pkg/controller/controller_utils.go)."""
+"""Pod helpers shared by the controllers and the eviction API (``disruption``):
+k8s.io/kubernetes pkg/api/v1/pod and pkg/controller/controller_utils.go."""
 
 from __future__ import annotations
 
