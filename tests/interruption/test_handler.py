@@ -6,6 +6,7 @@ step (surge, scale back) is decided by the handler alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -18,6 +19,7 @@ import pytest
 from spotguard.gateway import kube, retry
 from spotguard.gateway import resources as r
 from spotguard.interruption import dispatch
+from spotguard.interruption import handler as handler_mod
 from spotguard.interruption.handler import Handler, Outcome
 from spotguard.nodeadded import reconciler
 from spotguard.policy import config, interruption, moves, patches, surgecopy, surges
@@ -221,6 +223,37 @@ def test_a_batch_is_one_plan_with_outcomes_in_order(cluster: Cluster, copy: bool
     writes = c.kube.stats.writes
     assert h.handle(notices[:1] * 10) == [Outcome.DONE] * 10
     assert c.kube.stats.writes == writes
+
+
+def test_the_collector_stays_paused_through_the_writes(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole handling, its writes and Events included, runs inside one pause of the
+    collector (the gateway's, counted across threads): re-enabled after the plan, its
+    first passes walked the snapshot again in the middle of the surges."""
+    c = cluster
+    depth = [0]
+    seen: list[tuple[str, int]] = []
+
+    @contextlib.contextmanager
+    def paused() -> Iterator[None]:
+        depth[0] += 1
+        try:
+            yield
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(handler_mod, "_gc_paused", paused)
+    for name in ("patch", "create", "create_event"):
+        real = getattr(c.kube, name)
+
+        def spy(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            seen.append((_name, depth[0]))
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(c.kube, name, spy)
+    assert c.handler().handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert {n for n, _ in seen} >= {"patch", "create", "create_event"}, seen
+    assert all(d > 0 for _, d in seen), seen
+    assert depth[0] == 0
 
 
 def test_quorum_warning_for_a_statefulset(cluster: Cluster) -> None:

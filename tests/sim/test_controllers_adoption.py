@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes
 import pytest
 from spotguard.policy import config, surgecopy
-from spotguard.policy.workloads import SURGE_OF
+from spotguard.policy.workloads import SURGE_OF, surge_deployment
 from spotguard_sim import testing
 
 from tests.sim import controller_helpers as h
@@ -41,7 +41,10 @@ def controller_of(obj: dict[str, Any]) -> tuple[str, str] | None:
 
 def copy_pods(sim: Any, ready: bool = True) -> list[dict[str, Any]]:
     pods = h.ready_pods(sim.store, "web") if ready else h.pods_of(sim.store, "web")
-    return [p for p in pods if surgecopy.surge_of(p["metadata"].get("labels") or {}) == "web"]
+    return [
+        p for p in pods
+        if surge_deployment(p["metadata"].get("labels") or {}, p["metadata"].get("annotations") or {}) == "web"
+    ]
 
 
 def own_pods(sim: Any) -> list[dict[str, Any]]:

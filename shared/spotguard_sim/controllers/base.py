@@ -4,6 +4,7 @@ periodic resync. Times are simulated seconds (``store.clock``)."""
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import logging
@@ -14,12 +15,12 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from spotguard_sim import errors
+from spotguard_sim.controllers import ratelimit
 
 Key = tuple[str, str]
 MIN_RESYNC_REAL_SECONDS = 1.0  # a safety net; events and timers do the real work
 COALESCE_SECONDS = 0.05  # real seconds over which dependent events are batched
 MAX_DELAY_WAIT = 0.5  # real seconds: a delayed key's wait is measured again (the clock's scale may change)
-FAILURE_BASE_DELAY = 0.005  # seconds before the first retry of a failed sync (client-go workqueue)
 ObjList = list[dict[str, Any]]
 log = logging.getLogger("spotguard.sim.controllers")
 
@@ -46,7 +47,8 @@ class WorkQueue:
         self._queue: deque[Hashable] = deque()
         self._dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
-        self._delayed: list[tuple[float, int, Hashable]] = []
+        self._delayed: list[tuple[float, int, Hashable, bool]] = []
+        self._waiting: dict[Hashable, float] = {}  # key -> when its add_after makes it ready
         self._seq = itertools.count()
         self._shutdown = False
         self._coalescing: set[Hashable] = set()
@@ -65,14 +67,21 @@ class WorkQueue:
                 self._add_locked(key)
 
     def add_after(self, key: Hashable, sim_seconds: float) -> None:
+        """Add ``key`` once ``sim_seconds`` have passed; a key already waiting keeps the earlier
+        of the two times, as client-go's delaying queue (one entry per key)."""
         if sim_seconds <= 0:
             self.add(key)
             return
         due = self._clock.now() + sim_seconds
         with self._cond:
-            if not self._shutdown:
-                heapq.heappush(self._delayed, (due, next(self._seq), key))
-                self._cond.notify()
+            if self._shutdown:
+                return
+            waiting = self._waiting.get(key)
+            if waiting is not None and waiting <= due:
+                return
+            self._waiting[key] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), key, False))
+            self._cond.notify()
 
     def add_coalesced(self, key: Hashable, real_seconds: float = COALESCE_SECONDS) -> None:
         """Add ``key`` after a short real-time window, once however often it is called
@@ -82,7 +91,7 @@ class WorkQueue:
                 return
             self._coalescing.add(key)
             due = self._clock.now() + real_seconds * self._clock.time_scale
-            heapq.heappush(self._delayed, (due, next(self._seq), key))
+            heapq.heappush(self._delayed, (due, next(self._seq), key, True))
             self._cond.notify()
 
     def get(self) -> Hashable | None:
@@ -90,8 +99,13 @@ class WorkQueue:
             while True:
                 now = self._clock.now()
                 while self._delayed and self._delayed[0][0] <= now:
-                    key = heapq.heappop(self._delayed)[2]
-                    self._coalescing.discard(key)
+                    due, _, key, coalesced = heapq.heappop(self._delayed)
+                    if coalesced:
+                        self._coalescing.discard(key)
+                    elif self._waiting.get(key) == due:
+                        del self._waiting[key]
+                    else:
+                        continue  # replaced by an earlier time
                     self._add_locked(key)
                 if self._shutdown:
                     return None
@@ -276,17 +290,47 @@ class Controller:
         self.log = logging.getLogger(f"spotguard.sim.{self.name}")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._failures: dict[Hashable, int] = {}
-        self._failures_lock = threading.Lock()
+        # the work queue's retry limiter (workqueue.DefaultControllerRateLimiter)
+        self.retries: ratelimit.FailureRateLimiter | ratelimit.FixedIntervalRateLimiter = \
+            ratelimit.FailureRateLimiter(self.clock)
+        # the controller's own API client's token bucket (None: requests are not limited)
+        self.client: ratelimit.TokenBucket | None = None
 
-    def _retry_after(self, key: Hashable) -> float:
-        """Upstream's per-item exponential failure backoff (workqueue
-        ``ItemExponentialFailureRateLimiter``: 5 ms, doubling), capped at 1 s here:
-        a ReplicaSet whose pod was refused by a webhook tries again within milliseconds."""
-        with self._failures_lock:
-            n = self._failures.get(key, 0)
-            self._failures[key] = n + 1
-        return min(FAILURE_BASE_DELAY * float(2 ** min(n, 20)), 1.0)
+    def request(self) -> None:
+        """Wait until the controller's client may send a request (client-go's rate limiter
+        counts every request, reads included; informer reads are not requests)."""
+        if self.client is not None:
+            self.client.wait(self._stop)
+
+    def use_client(self, limits: Any) -> None:
+        """Give the controller its own client: a token bucket of ``limits.kube_api_qps`` and
+        ``limits.kube_api_burst`` (a settings.ControllerManager; qps 0: no limit)."""
+        self.client = ratelimit.TokenBucket(self.clock, limits.kube_api_qps, limits.kube_api_burst)
+
+    def write(self, resource: str, name: str, namespace: str | None, fn: Callable[[dict[str, Any]], None], *,
+              read_first: bool = False) -> dict[str, Any] | None:
+        """``store.mutate`` as the controller's client sends it: a GET first where upstream reads
+        the object from the API rather than its informer (``read_first``), then the update only
+        where ``fn`` changes the object, each after the client's bucket lets it go. None where
+        nothing changed."""
+        if read_first:
+            self.request()
+        probe = self.store.get(resource, name, namespace)
+        before = copy.deepcopy(probe)
+        fn(probe)
+        if probe == before:
+            return None
+        self.request()
+        result: dict[str, Any] = self.store.mutate(resource, name, namespace, fn)
+        return result
+
+    def requeue_failed(self, key: Hashable) -> None:
+        """A failed sync: ``queue.AddRateLimited(key)`` (upstream's controllers, on any error:
+        409, 429, 500, a webhook's or a quota's refusal)."""
+        self.queue.add_after(key, self.retries.when(key))
+
+    def _in_backoff(self, key: Hashable) -> bool:
+        return self.retries.num_requeues(key) > 0
 
     # notifications (called in the writer's thread: must be fast)
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
@@ -294,8 +338,12 @@ class Controller:
             self.queue.add(key_of(obj))
 
     def resync(self) -> None:
+        """A safety net (upstream's informers resync every 12 to 24 hours): a key waiting out
+        its failure back-off is left to it."""
         for obj in self.informer.list(self.primary) if self.primary else []:
-            self.queue.add(key_of(obj))
+            key = key_of(obj)
+            if not self._in_backoff(key):
+                self.queue.add(key)
 
     def sync(self, key: Any) -> None:
         raise NotImplementedError
@@ -339,19 +387,19 @@ class Controller:
                 return
             try:
                 self.sync(key)
-                if self._failures:
-                    with self._failures_lock:
-                        self._failures.pop(key, None)
+                self.retries.forget(key)
             except (errors.Conflict, errors.NotFound, errors.AlreadyExists) as exc:
                 self.log.debug("retrying", extra={"key": str(key), "error": str(exc)})
-                self.queue.add_after(key, 0.5)
+                self.requeue_failed(key)
             except errors.StatusError as exc:
                 if not self.stopped:
                     self.log.warning("sync failed", extra={"key": str(key), "error": str(exc)})
-                self.queue.add_after(key, self._retry_after(key))
+                self.requeue_failed(key)
+            except ratelimit.Stopped:
+                pass
             except Exception:
                 if not self.stopped:
                     self.log.exception("sync failed", extra={"key": str(key)})
-                self.queue.add_after(key, 1.0)
+                self.requeue_failed(key)
             finally:
                 self.queue.done(key)

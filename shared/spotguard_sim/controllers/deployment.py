@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from spotguard_sim import errors, intstr, settings
-from spotguard_sim.controllers import base, ratelimit
+from spotguard_sim.controllers import base
 
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
@@ -91,6 +91,9 @@ def surge_and_unavailable(deploy: dict[str, Any]) -> tuple[int, int]:
     return surge, unavailable
 
 
+MAX_RETRIES = 15  # pkg/controller/deployment/deployment_controller.go maxRetries
+
+
 class DeploymentController(base.Controller):
     name = "deployment-controller"
     primary = "deployments"
@@ -101,7 +104,25 @@ class DeploymentController(base.Controller):
     ) -> None:
         super().__init__(store, informer)
         self.limits = limits or settings.ControllerManager()
-        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+        self.use_client(self.limits)
+        self._dropped: set[Any] = set()
+
+    def requeue_failed(self, key: Any) -> None:
+        """``handleErr``: requeued rate limited while it has failed fewer than ``maxRetries`` (15)
+        times, then dropped out of the queue until an event brings it back (upstream's informers
+        resync only every 12 to 24 hours)."""
+        if self.retries.num_requeues(key) < MAX_RETRIES:
+            super().requeue_failed(key)
+            return
+        self.log.warning("dropping deployment out of the queue", extra={"key": str(key)})
+        self.retries.forget(key)
+        self._dropped.add(key)
+
+    def resync(self) -> None:
+        for obj in self.informer.list(self.primary):
+            key = base.key_of(obj)
+            if not self._in_backoff(key) and key not in self._dropped:
+                self.queue.add(key)
 
     def _mutate(self, resource: str, name: str, namespace: str, fn: Any) -> dict[str, Any]:
         """``store.mutate`` as the controller's client sends it: where ``fn`` changes the object,
@@ -111,7 +132,7 @@ class DeploymentController(base.Controller):
         fn(probe)
         if probe == before:
             return before  # type: ignore[no-any-return]
-        self.client.wait(self._stop)
+        self.request()
         result: dict[str, Any] = self.store.mutate(resource, name, namespace, fn)
         return result
 
@@ -169,6 +190,7 @@ class DeploymentController(base.Controller):
                 self._mutate("replicasets", meta["name"], ns, adopt)
 
     def sync(self, key: Any) -> None:
+        self._dropped.discard(key)  # an event brought it back
         ns, name = key
         try:
             deploy = self.store.get("deployments", name, ns)
@@ -416,7 +438,7 @@ class DeploymentController(base.Controller):
             },
         }
         try:
-            self.client.wait(self._stop)
+            self.request()
             created: dict[str, Any] = self.store.create("replicasets", rs, namespace=ns)
         except errors.AlreadyExists:
             existing = self.store.get("replicasets", rs_name, ns)

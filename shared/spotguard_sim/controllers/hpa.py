@@ -22,6 +22,13 @@ At a sync, as ``reconcileAutoscaler`` does:
   starts filled with the replicas at the first sync) and the rate policies
   (defaults: up max(100 %, 4 pods) per 15 s, down 100 % per 15 s; selectPolicy
   Max / Min / Disabled), then min/max.
+Its requests go through two token buckets (``--kube-api-qps`` 20, burst 30 each;
+cmd/kube-controller-manager/app/autoscaling.go): the scale client's (made from
+``ConfigOrDie("horizontal-pod-autoscaler")``: the target's scale GET and its update) and the
+HPA client's (``ClientOrDie``: the status update, sent only where the status changes,
+``updateStatusIfNeeded``). A sync that fails is tried again one sync period later, as every
+sync (``NewDefaultHPARateLimiter``: a ``FixedItemIntervalRateLimiter``, no exponential
+back-off).
 No metrics server runs: the load is steady. By default each pod's utilization
 stays at the target, so the recommendation is the current replica count; with
 the annotation ``sim.spotguard.io/load-replicas: "N"`` (a scenario setting) the
@@ -32,12 +39,13 @@ https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#confi
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from typing import Any
 
-from spotguard_sim import errors
-from spotguard_sim.controllers import base
+from spotguard_sim import errors, settings
+from spotguard_sim.controllers import base, ratelimit
 
 TARGETS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets",
            "ReplicationController": "replicationcontrollers"}
@@ -104,8 +112,13 @@ class HPAController(base.Controller):
     primary = "horizontalpodautoscalers"
     resync_seconds = SYNC_SECONDS
 
-    def __init__(self, store: Any, informer: base.Informer) -> None:
+    def __init__(self, store: Any, informer: base.Informer, *,
+                 limits: settings.ControllerManager | None = None) -> None:
         super().__init__(store, informer)
+        limits = limits or settings.ControllerManager()
+        self.use_client(limits)  # hpaClient: the HPAs' status
+        self.scale_client = ratelimit.TokenBucket(self.clock, limits.kube_api_qps, limits.kube_api_burst)
+        self.retries = ratelimit.FixedIntervalRateLimiter(SYNC_SECONDS)
         self._state_lock = threading.Lock()
         self._recommendations: dict[str, list[tuple[float, int]]] = {}
         self._ups: dict[str, list[tuple[float, int]]] = {}
@@ -160,6 +173,7 @@ class HPAController(base.Controller):
         target = None
         if resource:
             try:
+                self.scale_client.wait(self._stop)  # scaleNamespacer.Get
                 target = self.store.get(resource, ref.get("name", ""), ns)
             except errors.NotFound:
                 target = None
@@ -178,6 +192,7 @@ class HPAController(base.Controller):
                 self.log.info("rescaling target", extra={
                     "hpa": name, "namespace": ns, "target": ref.get("name"), "from": current,
                     "to": desired})
+                self.scale_client.wait(self._stop)  # scaleNamespacer.Update
                 self.store.mutate(resource, ref.get("name", ""), ns, scale)
                 self.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: "
                            + next((c[3] for c in conditions if c[0] == "ScalingLimited" and c[1] == "True"),
@@ -275,4 +290,9 @@ class HPAController(base.Controller):
             new["conditions"] = out
             obj["status"] = new
 
+        probe = {"status": copy.deepcopy(hpa.get("status") or {})}
+        edit(probe)
+        if probe["status"] == (hpa.get("status") or {}):
+            return  # updateStatusIfNeeded: an equal status is not written
+        self.request()
         self.store.mutate(self.primary, hpa["metadata"]["name"], hpa["metadata"]["namespace"], edit)

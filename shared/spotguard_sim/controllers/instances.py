@@ -17,7 +17,10 @@ kubernetes/cloud-provider-aws pkg/providers/v1/aws.go) is deleted; one whose
 instance is shut down (InstanceShutdownByProviderID: stopped, hibernated) gets the
 ``node.cloudprovider.kubernetes.io/shutdown:NoSchedule`` taint, removed again when
 the node is Ready. A node it left alone is looked at again at the first tick after
-its instance changes state.
+its instance changes state. Its requests (a Node's DELETE; a GET and a PATCH for each
+taint change) go through its own client's token bucket: cloud-controller-manager's
+``--kube-api-qps`` 20 and ``--kube-api-burst`` 30 (k8s.io/cloud-provider config/v1alpha1
+defaults.go), the simulated cluster's ``controllerManager`` settings.
 """
 
 from __future__ import annotations
@@ -104,8 +107,10 @@ class CloudNodeLifecycleController(base.Controller):
     primary = "nodes"
     resync_seconds = 30.0
 
-    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss) -> None:
+    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss,
+                 limits: settings.ControllerManager | None = None) -> None:
         super().__init__(store, informer)
+        self.use_client(limits or settings.ControllerManager())
         self.period = node_loss.cloud_node_monitor_period
         self.cloud = cloud_mod.of(store)
         self.cloud.subscribe(self._instance_changed)
@@ -139,6 +144,7 @@ class CloudNodeLifecycleController(base.Controller):
             self.log.info("deleting node since it is no longer present in cloud provider",
                           extra={"node": name})
             with contextlib.suppress(errors.NotFound):
+                self.request()
                 self.store.delete("nodes", name)
             return
         if self.cloud.shut_down(name) and not _has_shutdown_taint(node):
@@ -159,7 +165,7 @@ class CloudNodeLifecycleController(base.Controller):
                 spec.pop("taints", None)
 
         with contextlib.suppress(errors.NotFound):
-            self.store.mutate("nodes", name, None, edit)
+            self.write("nodes", name, None, edit, read_first=True)  # GET, PATCH
 
 
 def _has_shutdown_taint(node: dict[str, Any]) -> bool:

@@ -15,6 +15,13 @@ rate-limited tainter: ``--node-eviction-rate`` nodes a second in a healthy zone,
 ``--unhealthy-zone-threshold`` of more than two nodes are not Ready, and none at
 all while every zone is fully disrupted. A node reporting Ready=False gets the
 ``not-ready`` taints instead; a Ready node loses them.
+
+Its requests go through its own client's token bucket (``--kube-api-qps`` 20, burst 30;
+``ClientOrDie("node-controller")`` in cmd/kube-controller-manager/app/core.go): a node's
+status update (``tryUpdateNodeHealth``), a GET and a PATCH for each taint change
+(``AddOrUpdateTaintOnNode``, ``RemoveTaintOffNode``), one status update per pod marked not
+Ready (``MarkPodsNotReady``, pkg/controller/util/node/controller_utils.go). The status the
+kubelet would post (a node's first Ready, its nodeInfo) is the kubelet's, not limited here.
 https://kubernetes.io/docs/concepts/architecture/nodes/#node-controller
 """
 
@@ -65,8 +72,10 @@ class NodeLifecycleController(base.Controller):
     primary = "nodes"
     resync_seconds = 10.0
 
-    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss | None = None) -> None:
+    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss | None = None,
+                 limits: settings.ControllerManager | None = None) -> None:
         super().__init__(store, informer)
+        self.use_client(limits or settings.ControllerManager())
         self.node_loss = node_loss or settings.NodeLoss()
         self.cloud = cloud_mod.of(store)
         self._next_taint: dict[str, float] = {}  # zone -> earliest time of its next NoExecute taint
@@ -94,8 +103,8 @@ class NodeLifecycleController(base.Controller):
             if ready_status(node) != "Unknown":
                 self.log.info("node stopped posting status: Unknown", extra={"node": name})
                 iso = self.clock.iso()
-                self.store.mutate("nodes", name, None, lambda n: _set_unknown(n, iso))
-                node = self.store.get("nodes", name)
+                self.request()  # UpdateStatus
+                node = self.store.mutate("nodes", name, None, lambda n: _set_unknown(n, iso))
         elif ready_status(node) is None:
             iso = self.clock.iso()
             self.store.mutate("nodes", name, None, lambda n: nodestatus.post_ready(n, iso))
@@ -197,7 +206,7 @@ class NodeLifecycleController(base.Controller):
                 spec.pop("taints", None)
 
         with contextlib.suppress(errors.NotFound):
-            self.store.mutate("nodes", name, None, edit)
+            self.write("nodes", name, None, edit, read_first=True)  # GET (resourceVersion 0), PATCH
 
     def _mark_pods_not_ready(self, node_name: str) -> None:
         """MarkPodsNotReady (pkg/controller/util/node): the Ready condition turns False."""
@@ -212,4 +221,5 @@ class NodeLifecycleController(base.Controller):
                     cond.update(status="False", lastTransitionTime=now)
 
             with contextlib.suppress(errors.NotFound):
+                self.request()  # UpdateStatus
                 self.store.mutate("pods", p["metadata"]["name"], p["metadata"]["namespace"], edit)

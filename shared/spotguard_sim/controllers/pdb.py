@@ -5,14 +5,20 @@ desiredHealthy and expectedPods from minAvailable/maxUnavailable (ints and
 percentages; percentages and maxUnavailable scale with the owning controllers'
 replicas), disruptionsAllowed, disruptedPods expiry, the DisruptionAllowed
 condition. https://kubernetes.io/docs/tasks/run-application/configure-pdb/
+
+A status is written only where it changes (``updatePdbStatus`` returns early for an equal
+status) and through the controller's own client's token bucket (``--kube-api-qps`` 20, burst
+30; ``ClientOrDie("disruption-controller")``, cmd/kube-controller-manager/app/policy.go); its
+reads are its informers'. A failed sync is requeued with the work queue's default limiter.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import disruption, errors, pods
+from spotguard_sim import disruption, errors, pods, settings
 from spotguard_sim.controllers import base
 
 
@@ -21,6 +27,11 @@ class DisruptionController(base.Controller):
     primary = "poddisruptionbudgets"
     workers = 1
     resync_seconds = 30.0
+
+    def __init__(self, store: Any, informer: base.Informer, *,
+                 limits: settings.ControllerManager | None = None) -> None:
+        super().__init__(store, informer)
+        self.use_client(limits or settings.ControllerManager())
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "poddisruptionbudgets":
@@ -127,6 +138,11 @@ class DisruptionController(base.Controller):
                 new["disruptedPods"] = disrupted
             obj["status"] = new
 
+        probe = {"status": copy.deepcopy(status)}
+        edit(probe)
+        if probe["status"] == status:
+            return  # updatePdbStatus: nothing changed, no request
+        self.request()
         with self.store.lock:
             # do not overwrite an eviction's decrement that raced with this sync
             current = self.store.get("poddisruptionbudgets", name, ns)

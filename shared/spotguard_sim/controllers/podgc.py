@@ -7,6 +7,11 @@ does not exist is an orphan: its node is quarantined for ``quarantineTime``
 grace period. Terminating pods on a not Ready node tainted
 ``node.kubernetes.io/out-of-service`` and terminating pods never scheduled are
 force-deleted as well. Terminated-pod thresholds are not modelled.
+
+Its requests go through its own client's token bucket (``--kube-api-qps`` 20, burst 30;
+``ClientOrDie("pod-garbage-collector")``): a GET of each quarantined node missing from its
+informer (``checkIfNodeExists``), then for each pod the PATCH of its status (unless it has
+terminated already) and the DELETE (``markFailedAndDeletePodWithCondition``).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ class PodGCController(base.Controller):
     name = "pod-garbage-collector"
     primary = ""
 
-    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss | None = None) -> None:
+    def __init__(self, store: Any, informer: base.Informer, *, node_loss: settings.NodeLoss | None = None,
+                 limits: settings.ControllerManager | None = None) -> None:
         super().__init__(store, informer)
+        self.use_client(limits or settings.ControllerManager())
         loss = node_loss or settings.NodeLoss()
         self.period = loss.pod_gc_period
         self.quarantine = loss.pod_gc_quarantine
@@ -63,10 +70,13 @@ class PodGCController(base.Controller):
             return
         node_name = str(what)
         now = self.clock.now()
-        try:
-            node = self.store.get("nodes", node_name)
-        except errors.NotFound:
-            node = None
+        node = self.informer.get("nodes", ("", node_name))
+        if node is None:
+            self.request()  # checkIfNodeExists: a GET, not the lister
+            try:
+                node = self.store.get("nodes", node_name)
+            except errors.NotFound:
+                node = None
         if node is not None:
             self._missing_since.pop(node_name, None)
             out_of_service = any(t.get("key") == OUT_OF_SERVICE for t in (node.get("spec") or {}).get("taints") or [])
@@ -99,6 +109,7 @@ class PodGCController(base.Controller):
                 pods.set_condition(p, "DisruptionTarget", "True", now, reason=condition[0], message=condition[1])
 
         with contextlib.suppress(errors.NotFound):
-            self.store.mutate("pods", meta["name"], meta["namespace"], fail)
+            self.write("pods", meta["name"], meta["namespace"], fail)  # PatchPodStatus
+            self.request()
             self.store.delete("pods", meta["name"], meta["namespace"], grace_period_seconds=0,
                               preconditions={"uid": meta["uid"]})

@@ -21,7 +21,7 @@ from concurrent import futures
 from typing import Any
 
 from spotguard_sim import errors, pods, settings
-from spotguard_sim.controllers import base, ratelimit
+from spotguard_sim.controllers import base
 
 BURST_REPLICAS = settings.BURST_REPLICAS  # replicaset.BurstReplicas
 SLOW_START_INITIAL_BATCH = 1  # controller.SlowStartInitialBatchSize
@@ -87,7 +87,7 @@ class ReplicaSetController(base.Controller):
         self._own_pool = pool is None
         self.pool = pool or futures.ThreadPoolExecutor(
             max(1, self.limits.burst_replicas), thread_name_prefix=f"sim-{self.name}")
-        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+        self.use_client(self.limits)
 
     def stop(self) -> None:
         super().stop()
@@ -126,7 +126,7 @@ class ReplicaSetController(base.Controller):
         pod = pod_from_template(rs, "ReplicaSet", template)
 
         def create_one() -> None:
-            self.client.wait(self._stop)
+            self.request()
             try:
                 created = self.store.create("pods", pod, namespace=ns, user=USER)
             except errors.StatusError as exc:  # controller.RealPodControl: FailedCreate
@@ -163,7 +163,7 @@ class ReplicaSetController(base.Controller):
             "pods": [p["metadata"]["name"] for p in victims]})
 
         def delete(pod: dict[str, Any]) -> None:
-            self.client.wait(self._stop)
+            self.request()
             with contextlib.suppress(errors.NotFound):
                 self.store.delete("pods", pod["metadata"]["name"], ns,
                                   preconditions={"uid": pod["metadata"]["uid"]})
@@ -203,5 +203,5 @@ class ReplicaSetController(base.Controller):
             obj["status"] = new
 
         with contextlib.suppress(errors.NotFound):
-            self.client.wait(self._stop)
+            self.request()
             self.store.mutate("replicasets", rs["metadata"]["name"], rs["metadata"]["namespace"], edit)

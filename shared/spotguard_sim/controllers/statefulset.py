@@ -25,7 +25,7 @@ from concurrent import futures
 from typing import Any
 
 from spotguard_sim import errors, pods, settings
-from spotguard_sim.controllers import base, ratelimit, replicaset, revisions
+from spotguard_sim.controllers import base, replicaset, revisions
 from spotguard_sim.controllers.replicaset import pod_from_template
 
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
@@ -57,7 +57,7 @@ class StatefulSetController(base.Controller):
         self.limits = limits or settings.ControllerManager()
         self.pool = futures.ThreadPoolExecutor(max(1, self.limits.burst_replicas),
                                                thread_name_prefix=f"sim-{self.name}")
-        self.client = ratelimit.TokenBucket(self.clock, self.limits.kube_api_qps, self.limits.kube_api_burst)
+        self.use_client(self.limits)
 
     def stop(self) -> None:
         super().stop()
@@ -193,14 +193,14 @@ class StatefulSetController(base.Controller):
             pod["spec"]["subdomain"] = spec["serviceName"]
         self.log.info("creating pod", extra={"statefulset": sts["metadata"]["name"],
                                              "namespace": meta["namespace"], "pod": name})
-        self.client.wait(self._stop)
+        self.request()
         self.store.create("pods", pod, namespace=meta["namespace"], user=USER)
 
     def _delete(self, sts: dict[str, Any], pod: dict[str, Any]) -> None:
         self.log.info("deleting pod", extra={"statefulset": sts["metadata"]["name"],
                                              "namespace": pod["metadata"]["namespace"],
                                              "pod": pod["metadata"]["name"]})
-        self.client.wait(self._stop)
+        self.request()
         with contextlib.suppress(errors.NotFound):
             self.store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"],
                               preconditions={"uid": pod["metadata"]["uid"]})
@@ -247,5 +247,5 @@ class StatefulSetController(base.Controller):
         if cached.get("status") == sts.get("status"):
             return  # upstream writes the status only when it changed: no request, no token
         with contextlib.suppress(errors.NotFound):
-            self.client.wait(self._stop)
+            self.request()
             self.store.mutate("statefulsets", sts["metadata"]["name"], sts["metadata"]["namespace"], edit)

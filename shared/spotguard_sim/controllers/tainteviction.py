@@ -7,6 +7,11 @@ the taint was added), never when one of them has no ``tolerationSeconds``. The
 deletion adds the ``DisruptionTarget`` condition (reason
 ``DeletionByTaintManager``) and is graceful: on a node whose kubelet is gone the
 pod then stays Terminating until pod garbage collection removes it.
+
+Each deletion is three requests through the controller's own client's token bucket
+(``--kube-api-qps`` 20, burst 30; its own ``ClientOrDie("node-controller")`` in
+cmd/kube-controller-manager/app/core.go ``startTaintEvictionController``): the pod's GET, the
+PATCH of its status and the DELETE (``addConditionAndDeletePod``).
 https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#taint-based-evictions
 """
 
@@ -16,7 +21,7 @@ import contextlib
 from typing import Any
 
 from spotguard_sim import clock as simclock
-from spotguard_sim import errors, pods
+from spotguard_sim import errors, pods, settings
 from spotguard_sim.controllers import base
 
 
@@ -55,6 +60,11 @@ class TaintEvictionController(base.Controller):
     name = "taint-eviction-controller"
     primary = "nodes"
     workers = 2
+
+    def __init__(self, store: Any, informer: base.Informer, *,
+                 limits: settings.ControllerManager | None = None) -> None:
+        super().__init__(store, informer)
+        self.use_client(limits or settings.ControllerManager())
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if resource == "nodes" and event_type != "DELETED":
@@ -101,7 +111,8 @@ class TaintEvictionController(base.Controller):
                                message="Taint manager: deleting due to NoExecute taint")
 
         with contextlib.suppress(errors.NotFound):
-            self.store.mutate("pods", meta["name"], meta["namespace"], mark)
+            self.write("pods", meta["name"], meta["namespace"], mark, read_first=True)  # GET, PATCH status
+            self.request()
             self.store.delete("pods", meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]})
 
 
