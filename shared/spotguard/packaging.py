@@ -269,7 +269,8 @@ def stage_knative(root: Path, functions_dir: Path) -> list[Path]:
 
 
 def build_wheel(root: Path, out: Path) -> Path:
-    """The spotguard wheel, built from a copy of the sources (the checkout stays clean)."""
+    """The spotguard wheel for the Knative functions, built from a copy of the sources (the
+    checkout stays clean), without the simulated cluster and the operator's commands."""
     src = out / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -277,6 +278,11 @@ def build_wheel(root: Path, out: Path) -> Path:
     shutil.copytree(
         root / "shared", src / "shared", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
     )
+    # A function runs the functions only: not the simulated cluster (spotguard_sim) nor the
+    # operator's commands on it (spotguard.ops, spotguard.demo), as the image and the zips.
+    for left_out in ("spotguard_sim", "spotguard/ops"):
+        shutil.rmtree(src / "shared" / left_out, ignore_errors=True)
+    (src / "shared" / "spotguard" / "demo.py").unlink(missing_ok=True)
     command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(src)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:

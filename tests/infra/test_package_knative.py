@@ -8,6 +8,7 @@ left as it was.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -37,4 +38,9 @@ def test_the_folders_are_written_where_it_runs(tmp_path: Path, out: str | None) 
         ).read_bytes()
         [wheel] = (target / name / "vendor").glob("spotguard-*-py3-none-any.whl")
         assert str(wheel) in printed
+        # A function carries what it runs: not the simulated cluster nor the operator's commands.
+        with zipfile.ZipFile(wheel) as whl:
+            files = whl.namelist()
+        assert "spotguard/admission/__init__.py" in files and "spotguard/cli.py" in files
+        assert not [f for f in files if f.startswith(("spotguard_sim/", "spotguard/ops/", "spotguard/demo.py"))]
     assert checkout_state() == before
