@@ -136,9 +136,9 @@ def serve(path: str, accept: str) -> wire.Response | None:
     if clean in ("/healthz", "/readyz", "/livez"):
         return wire.Response(200, b"ok", content_type="text/plain")
     if clean == "/version":
-        return wire.json_response(200, VERSION)
+        return wire.Response(200, orjson.dumps(VERSION))  # WriteRawJSON: no newline
     if clean in ("/api", "/apis") and "apidiscovery.k8s.io" in accept and "v=v2;" in (accept + ";"):
-        return wire.Response(200, orjson.dumps(aggregated(clean == "/api")),
+        return wire.Response(200, wire.encode(aggregated(clean == "/api")),
                                content_type=_AGGREGATED)
     if clean == "/api":
         return wire.json_response(200, {
@@ -166,7 +166,7 @@ def serve(path: str, accept: str) -> wire.Response | None:
 
 def _openapi(path: str) -> wire.Response:
     if path == "/openapi/v3":
-        return wire.json_response(200, openapi.index())
+        return wire.Response(200, orjson.dumps(openapi.index()))  # the handler's json.Marshal
     if path.startswith("/openapi/v3/"):
         body = openapi.documents().get(path[len("/openapi/v3/"):])
         if body is None:

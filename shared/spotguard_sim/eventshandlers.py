@@ -66,7 +66,7 @@ def handle(api: routes.Api, request: wire.Request, t: wire.Target) -> wire.Respo
         if listed.get("kind") == "EventList":
             listed["apiVersion"] = eventsapi.API_VERSION
             listed["items"] = [eventsapi.from_core(item) for item in listed.get("items") or []]
-            response.body = orjson.dumps(listed)
+            response.body = wire.encode(listed)
         return response
     if method == "GET":
         assert t.name is not None
@@ -96,7 +96,7 @@ def handle(api: routes.Api, request: wire.Request, t: wire.Target) -> wire.Respo
         with contextlib.suppress(ValueError):
             body = orjson.loads(response.body)
             if body.get("kind") == "Event":
-                response.body = orjson.dumps(eventsapi.from_core(body))
+                response.body = wire.encode(eventsapi.from_core(body))
         return response
     raise errors.generic_method_not_allowed()
 

@@ -124,7 +124,7 @@ class Api:
                     t.rtype, [obj], self.store.resource_version, q.get("includeObject"),
                     self.store.clock.now(),
                 ))
-            return Response(200, raw)
+            return Response(200, raw + b"\n")
         if method == "POST":
             if t.name is not None:
                 raise errors.generic_method_not_allowed()
@@ -272,7 +272,7 @@ class Api:
         head = orjson.dumps({
             "kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta,
         })
-        body = b"".join((head[:-1], b',"items":[', b",".join(e.raw for e in entries), b"]}"))
+        body = b"".join((head[:-1], b',"items":[', b",".join(e.raw for e in entries), b"]}\n"))
         return Response(200, body)
 
     def _watch(self, request: Request, t: Target) -> Response:

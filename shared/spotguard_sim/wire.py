@@ -65,8 +65,16 @@ def parse_query(raw: str) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
 
 
+def encode(obj: Any) -> bytes:
+    """An API object's JSON as kube-apiserver writes it: encoding/json's ``Encoder.Encode``
+    (apimachinery ``runtime/serializer/json`` ``doEncode``), which ends the value with a
+    newline; streamed lists end with ``}\n`` too (``collections.go``). Not for what the
+    server writes raw (``/version``, the OpenAPI documents)."""
+    return orjson.dumps(obj) + b"\n"
+
+
 def json_response(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, orjson.dumps(obj), headers=headers or {})
+    return Response(status, encode(obj), headers=headers or {})
 
 
 def status_response(exc: errors.StatusError) -> Response:

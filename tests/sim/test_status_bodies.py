@@ -85,6 +85,32 @@ def test_get_a_missing_pod_is_upstreams_404(cluster: Cluster) -> None:
     assert_body(body, failure(404, "NotFound", 'pods "nope" not found', {"name": "nope", "kind": "pods"}))
 
 
+def raw_body(cluster: Cluster, path: str) -> bytes:
+    try:
+        resp = cluster.client.call_api(path, "GET", header_params={"Accept": "application/json"},
+                                       auth_settings=["BearerToken"], _preload_content=False)
+    except ApiException as exc:
+        return exc.body if isinstance(exc.body, bytes) else str(exc.body).encode()
+    data: bytes = resp.data
+    return data
+
+
+def test_bodies_end_as_encoding_json_encoder_ends_them(cluster: Cluster) -> None:
+    """An API object's JSON ends with a newline, as encoding/json's Encoder.Encode writes it
+    (apimachinery runtime/serializer/json doEncode; streamed lists end ``}\\n`` too): the
+    official client's FailToCreateError carries the Status body, newline included."""
+    missing = raw_body(cluster, ns_path(cluster, "pods/nope"))
+    assert missing == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":'
+                       b'"pods \\"nope\\" not found","reason":"NotFound","details":{"name":"nope","kind":'
+                       b'"pods"},"code":404}\n')
+    cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "nl"}})
+    for path in (ns_path(cluster, "configmaps/nl"), ns_path(cluster, "configmaps"), "/api", "/apis",
+                 "/api/v1"):
+        body = raw_body(cluster, path)
+        assert body.endswith(b"}\n") and not body.endswith(b"\n\n"), (path, body[-40:])
+    assert not raw_body(cluster, "/version").endswith(b"\n")  # WriteRawJSON
+
+
 def test_get_a_missing_deployment_names_its_group(cluster: Cluster) -> None:
     code, body, _ = call(cluster, "GET", ns_path(cluster, "deployments/nope", "apps"))
     assert code == 404
