@@ -109,6 +109,9 @@ TYPES: tuple[ResourceType, ...] = (
         "v1",
         False,
     ),
+    # kube-aggregator's registry (pkg/registry/apiservice/etcd): category api-extensions
+    ResourceType("apiservices", "APIService", "apiregistration.k8s.io", "v1", False, (), ("status",),
+                 ("api-extensions",)),
     # Karpenter's custom resources, as its CRDs declare them (kubernetes-sigs/karpenter
     # pkg/apis/crds/karpenter.sh_*.yaml, aws/karpenter-provider-aws
     # pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml): cluster-scoped, with status.

@@ -743,8 +743,9 @@ class Store:
             meta["name"] = _generate(str(meta["generateName"]))
         self._validate(rtype, obj)
         meta["uid"] = str(uuid.uuid4())
-        strategies.prepare_create(rtype, obj)
-        meta["creationTimestamp"] = self.clock.iso()
+        created = self.clock.iso()
+        strategies.prepare_create(rtype, obj, created)
+        meta["creationTimestamp"] = created
         if resource in _GENERATION:
             meta["generation"] = 1
         if rtype.has_status and resource not in ("pods", "nodes", "namespaces"):
@@ -795,7 +796,9 @@ class Store:
         name = str(obj["metadata"].get("name", ""))
         pattern, limit = (_LABEL, 63) if rtype.plural == "namespaces" else (_SUBDOMAIN, 253)
         causes: list[dict[str, str]] = []
-        if rtype.group == resources.RBAC:  # ValidateRBACName: any path segment name
+        if rtype.group == resources.RBAC or rtype.plural == "apiservices":
+            # ValidateRBACName, and an APIService's IsPathSegmentName (its name must also be
+            # version.group: strategies): any path segment name
             if name in (".", "..") or "/" in name or "%" in name:
                 causes.append({"field": "metadata.name",
                                "message": f'Invalid value: "{name}": may not contain \'/\' or \'%\''})
@@ -953,6 +956,7 @@ class Store:
                 new["status"] = obj["status"]
             else:
                 new.pop("status", None)
+            strategies.validate_status_update(rtype, new)
         else:
             new = obj
             new_meta = new["metadata"]

@@ -22,7 +22,7 @@ import copy
 import json
 from typing import Any, Protocol
 
-from spotguard_sim import cron, errors, eventsapi, resources, webhookconfig
+from spotguard_sim import apiregistration, cron, errors, eventsapi, resources, webhookconfig
 
 Obj = dict[str, Any]
 
@@ -75,6 +75,9 @@ def default(resource: str, obj: Obj) -> list[Obj]:
             status.setdefault(key, value)
     if resource == "priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        return templates
+    if resource == "apiservices":
+        apiregistration.default(obj)
         return templates
     if not isinstance(spec, dict):
         return templates
@@ -190,8 +193,9 @@ def _labels_match(selector: Any, labels: Any) -> bool:
         selector, labels if isinstance(labels, dict) else {})
 
 
-def prepare_create(rtype: resources.ResourceType, obj: Obj) -> None:
-    """Create-time rules that need the uid; raise Invalid (422) on a bad object."""
+def prepare_create(rtype: resources.ResourceType, obj: Obj, now: str = "") -> None:
+    """Create-time rules that need the uid; raise Invalid (422) on a bad object. ``now``:
+    the creation time (an APIService's first condition carries it)."""
     name = str(obj["metadata"].get("name", ""))
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
@@ -235,6 +239,9 @@ def prepare_create(rtype: resources.ResourceType, obj: Obj) -> None:
         causes += webhookconfig.causes(obj)
     elif rtype.plural == "events":
         causes += eventsapi.legacy_causes(obj)
+    elif rtype.plural == "apiservices":
+        apiregistration.prepare_create(obj, now)
+        causes += apiregistration.causes(obj)
     elif rtype.plural == "priorityclasses":
         value = obj.get("value")
         if not isinstance(value, int) or isinstance(value, bool):
@@ -343,8 +350,18 @@ def validate_update(rtype: resources.ResourceType, old: Obj, new: Obj) -> None:
             causes += list(exc.details.get("causes") or [])
     if rtype.plural == "pods":
         causes += _pod_update_causes(old_spec, new_spec)
+    if rtype.plural == "apiservices":
+        causes += apiregistration.causes(new)
     if causes:
         raise errors.invalid(rtype.kind, str(new_meta.get("name", "")), causes, rtype.group)
+
+
+def validate_status_update(rtype: resources.ResourceType, new: Obj) -> None:
+    """Raise Invalid (422) for a status the type's status strategy refuses."""
+    causes = apiregistration.status_causes(new) if rtype.plural == "apiservices" else []
+    if causes:
+        raise errors.invalid(rtype.kind, str((new.get("metadata") or {}).get("name", "")), causes,
+                             rtype.group)
 
 
 def _pod_update_causes(old: Obj, new: Obj) -> list[dict[str, str]]:

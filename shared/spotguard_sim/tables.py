@@ -162,6 +162,19 @@ def _nodeclaim(obj: Obj, now: float) -> list[Any]:
             _condition(obj, "Ready"), _age(obj, now)]
 
 
+def _apiservice(obj: Obj, now: float) -> list[Any]:
+    """kube-aggregator's ConvertToTable (pkg/registry/apiservice/etcd/etcd.go)."""
+    ref = (obj.get("spec") or {}).get("service")
+    service = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else "Local"
+    available = "Unknown"
+    cond = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"), None)
+    if cond is not None:
+        available = str(cond.get("status", ""))
+        if available != "True" and cond.get("reason"):
+            available = f"{available} ({cond['reason']})"
+    return [service, available, _age(obj, now)]
+
+
 COLUMNS: dict[str, tuple[list[Obj], Any]] = {
     # the printer columns of Karpenter's CRDs (karpenter.sh_nodepools.yaml, karpenter.sh_nodeclaims.yaml)
     "nodepools": ([_col("NodeClass"), _col("Nodes", "integer"), _col("Ready"), _col("Age")], _nodepool),
@@ -193,6 +206,7 @@ COLUMNS: dict[str, tuple[list[Obj], Any]] = {
     "poddisruptionbudgets": ([_col("Min Available"), _col("Max Unavailable"),
                               _col("Allowed Disruptions", "integer"), _col("Age")], _pdb),
     "namespaces": ([_col("Status"), _col("Age")], _namespace),
+    "apiservices": ([_col("Service"), _col("Available"), _col("Age")], _apiservice),
 }
 
 

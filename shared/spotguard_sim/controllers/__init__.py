@@ -12,6 +12,7 @@ from typing import Any
 from spotguard_sim import billing
 from spotguard_sim import settings as settings_mod
 from spotguard_sim.controllers import (
+    apiservices,
     autoscaler,
     base,
     clusterroleaggregation,
@@ -56,6 +57,7 @@ def _workload_controllers(store: Any, informer: base.Informer) -> list[base.Cont
         serviceaccounts.ServiceAccountsController(store, informer),
         clusterroleaggregation.ClusterRoleAggregationController(store, informer),
         resourcequota.ResourceQuotaController(store, informer),
+        apiservices.AvailableConditionController(store, informer),
     ]
 
 
