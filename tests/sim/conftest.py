@@ -163,3 +163,7 @@ def deployment_manifest(name: str, replicas: int = 1) -> dict[str, Any]:
             },
         },
     }
+
+# kubernetes-client/python's e2e files, vendored: run by test_upstream_client_e2e.py in a
+# pytest subprocess against `spotguard sim serve`, never collected here
+collect_ignore = ["kubernetes_client_e2e"]

@@ -8,7 +8,9 @@ the same order, with the same assertions, against a simulated cluster started
 as a user starts it (``spotguard sim serve --kubeconfig``) and reached through
 that kubeconfig. Left out, because no container runs: exec (``test_pod_apis``'s
 exec part, ``test_exit_code``, ``test_pod_exec_close_channel``) and
-port-forward (``test_portforward_raw``, ``test_portforward_http``).
+port-forward (``test_portforward_raw``, ``test_portforward_http``). The files
+themselves, at the pinned client's tag, also run unmodified
+(``test_upstream_client_e2e.py``, vendored in ``kubernetes_client_e2e/``).
 """
 
 from __future__ import annotations
