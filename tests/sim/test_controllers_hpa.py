@@ -134,3 +134,83 @@ def test_rate_limits() -> None:
     pods_policy = {"selectPolicy": "Max", "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
     assert hpa_ctl.scale_down_limit(10, pods_policy, [], [(50.0, 1)], 100.0) == 10
     assert hpa_ctl.scale_up_limit(3, {"selectPolicy": "Disabled", "policies": []}, [], [], 0.0) == 3
+
+
+def test_a_surge_lowers_each_pods_load_and_the_autoscaler_takes_it_back_after_its_window(sim: Any) -> None:
+    """The load model by default (issue 26): the load is that of the count at the HPA's first
+    sync, shared by the Ready pods. Scaled from 4 to 6 by someone else (a surge that does not
+    raise the minimum), each pod's utilization falls to 53 % of an 80 % target once the new
+    pods have been Ready for a metrics window, and the HPA goes back to 4, but only once the
+    scale-down stabilization window (300 s) holds no recommendation of 6: the syncs that saw
+    the new pods still starting recommended the current count (within tolerance)."""
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    apps.create_namespaced_deployment("default", h.deployment("shop", 4))
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler("shop", 2, 10))
+    first_sync(auto, "shop")
+    apps.patch_namespaced_deployment_scale("shop", "default", {"spec": {"replicas": 6}})
+    surged = sim.clock.now()
+    h.wait_for(lambda: len(h.ready_pods(sim.store, "shop")) == 6, timeout=20, what="6 Ready pods")
+    h.wait_for(lambda: replicas(sim, "shop") == 4, timeout=30, what="the autoscaler's scale back to 4")
+    assert scale_time(auto, "shop", 4) >= surged + 300 - 1
+    metrics = auto.read_namespaced_horizontal_pod_autoscaler("shop", "default").status.current_metrics
+    assert metrics[0].resource.current.average_utilization in (53, 80)  # 4 x 80 % over 6 pods, or over 4
+
+
+def test_the_load_that_follows_the_count_is_kept_as_an_opt_in(sim: Any) -> None:
+    apps = kubernetes.client.AppsV1Api(sim.api_client())
+    auto = kubernetes.client.AutoscalingV2Api(sim.api_client())
+    apps.create_namespaced_deployment("default", h.deployment("steady", 3))
+    auto.create_namespaced_horizontal_pod_autoscaler("default", autoscaler(
+        "steady", 1, 10, {hpa_ctl.LOAD_REPLICAS: hpa_ctl.LOAD_FOLLOWS_COUNT}))
+    t0 = first_sync(auto, "steady")
+    apps.patch_namespaced_deployment_scale("steady", "default", {"spec": {"replicas": 5}})
+    h.wait_for(lambda: sim.clock.now() >= t0 + 400, timeout=30, what="past the stabilization window")
+    assert replicas(sim, "steady") == 5
+
+
+_iso = simclock.Clock(1.0).iso
+
+
+def pod(phase: str = "Running", ready: str | None = "True", started: float = 0.0, since: float = 0.0,
+        deleting: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if phase != "Pending":
+        status["startTime"] = _iso(started)
+    if ready is not None:
+        status["conditions"] = [{"type": "Ready", "status": ready, "lastTransitionTime": _iso(since)}]
+    meta: dict[str, Any] = {"name": "p"}
+    if deleting:
+        meta["deletionTimestamp"] = _iso(started)
+    return {"metadata": meta, "status": status}
+
+
+def test_pods_are_grouped_as_upstreams_replica_calculator_does() -> None:
+    """replica_calculator.go groupPods for cpu (initialization period 300 s, initial readiness
+    delay 30 s, a sample's window 15 s)."""
+    now = 10_000.0
+    assert hpa_ctl.group_pods([pod(deleting=True), pod(phase="Failed")], now) == (0, 0)
+    assert hpa_ctl.group_pods([pod(phase="Pending", ready=None)], now) == (0, 1)
+    assert hpa_ctl.group_pods([pod(ready=None, started=now - 10)], now) == (0, 1)
+    # within the initialization period: counted once Ready for one window
+    assert hpa_ctl.group_pods([pod(started=now - 60, since=now - 5)], now) == (0, 1)
+    assert hpa_ctl.group_pods([pod(started=now - 60, since=now - 20)], now) == (1, 0)
+    assert hpa_ctl.group_pods([pod(ready="False", started=now - 60, since=now - 50)], now) == (0, 1)
+    # past it: left out only when not Ready and never Ready
+    assert hpa_ctl.group_pods([pod(ready="False", started=now - 900, since=now - 890)], now) == (0, 1)
+    assert hpa_ctl.group_pods([pod(ready="False", started=now - 900, since=now - 100)], now) == (1, 0)
+
+
+def test_the_recommendation_is_upstreams_replica_calculator() -> None:
+    """calcPlainMetricReplicas on a load of ``load`` pods at the target: integer utilization,
+    tolerance 0.1, unready pods at 0 % on a scale up only."""
+    assert hpa_ctl.recommend(4, 80, 6, 0, 6) == (4, 53)  # 320 // 6 = 53 %: ceil(0.6625 x 6)
+    assert hpa_ctl.recommend(4, 80, 4, 2, 6) == (6, 80)  # the new pods not counted yet: within tolerance
+    assert hpa_ctl.recommend(10, 50, 10, 0, 11) == (11, 50)
+    assert hpa_ctl.recommend(21, 50, 20, 0, 20) == (20, 52)  # 4 % over: within tolerance
+    assert hpa_ctl.recommend(11, 50, 10, 0, 10) == (11, 55)  # |1 - 1.1| is 0.10000000000000009 in float64
+    assert hpa_ctl.recommend(12, 50, 10, 0, 10) == (12, 60)
+    # a scale up with unready pods: they count at 0 %; a ratio that falls to 1 or below holds
+    assert hpa_ctl.recommend(8, 50, 4, 2, 6) == (8, 100)  # 400 // 6 = 66 %: ceil(1.32 x 6) = 8
+    assert hpa_ctl.recommend(6, 50, 4, 2, 6) == (6, 75)  # 300 // 6 = 50 %: holds
+    assert hpa_ctl.recommend(3, 80, 0, 3, 3) == (None, 0)  # no ready pod, no sample

@@ -29,10 +29,24 @@ HPA client's (``ClientOrDie``: the status update, sent only where the status cha
 ``updateStatusIfNeeded``). A sync that fails is tried again one sync period later, as every
 sync (``NewDefaultHPARateLimiter``: a ``FixedItemIntervalRateLimiter``, no exponential
 back-off).
-No metrics server runs: the load is steady. By default each pod's utilization
-stays at the target, so the recommendation is the current replica count; with
-the annotation ``sim.spotguard.io/load-replicas: "N"`` (a scenario setting) the
-load is constant instead and needs N replicas, whatever the count.
+No metrics server runs; the load is modelled (``LoadModel``): a workload's total load
+is constant, the load of ``N`` pods at the target utilization, shared by the pods
+that serve it, so a surge lowers every pod's utilization and the HPA's recommendation
+goes back to ``N`` (the restore then meets the scale-down stabilization window). ``N``
+is the target's replica count at the HPA's first sync, or the annotation
+``sim.spotguard.io/load-replicas: "N"`` (a scenario setting); ``"current"`` keeps
+each pod at the target whatever the count (the model before 2026-11-29, which never
+challenged a surge). The recommendation is upstream's replica calculator
+(pkg/controller/podautoscaler/replica_calculator.go ``calcPlainMetricReplicas``,
+``groupPods``): the utilization an integer percentage of the requests
+(metrics/utilization.go ``GetResourceUtilizationRatio``), a tolerance of 0.1
+(``--horizontal-pod-autoscaler-tolerance``), pods deleting or Failed ignored, Pending or
+not-yet-Ready pods counted at 0 % on a scale up and left out otherwise, a pod within
+its cpu initialization period (``--horizontal-pod-autoscaler-cpu-initialization-period``,
+5 min) counted only once it has been Ready for one metrics window, and one past it left
+out only when it has never been Ready (``--horizontal-pod-autoscaler-initial-readiness-delay``,
+30 s). A target without a Resource utilization metric gets upstream's default, cpu
+at 80 % (pkg/apis/autoscaling/v2/defaults.go).
 https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details
 https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#configurable-scaling-behavior
 """
@@ -44,13 +58,20 @@ import math
 import threading
 from typing import Any
 
-from spotguard_sim import errors, settings
+from spotguard_sim import clock as simclock
+from spotguard_sim import errors, selectors, settings
 from spotguard_sim.controllers import base, ratelimit
 
 TARGETS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets",
            "ReplicationController": "replicationcontrollers"}
 SYNC_SECONDS = 15.0  # --horizontal-pod-autoscaler-sync-period
 LOAD_REPLICAS = "sim.spotguard.io/load-replicas"
+LOAD_FOLLOWS_COUNT = "current"  # the annotation's value for "each pod stays at the target"
+TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance
+CPU_INITIALIZATION_SECONDS = 300.0  # --horizontal-pod-autoscaler-cpu-initialization-period
+INITIAL_READINESS_DELAY_SECONDS = 30.0  # --horizontal-pod-autoscaler-initial-readiness-delay
+METRIC_WINDOW_SECONDS = 15.0  # metrics-server's --metric-resolution: the window of a sample
+DEFAULT_UTILIZATION = 80  # pkg/apis/autoscaling/v2/defaults.go: cpu at 80 % when no metric is set
 # pkg/apis/autoscaling/v2/defaults.go GenerateHPAScaleUpRules / GenerateHPAScaleDownRules
 DEFAULT_SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
     {"type": "Percent", "value": 100, "periodSeconds": 15},
@@ -107,6 +128,69 @@ def scale_down_limit(current: int, rules: dict[str, Any], ups: list[tuple[float,
     return min(limits) if policy == "Max" else max(limits)
 
 
+def target_utilization(hpa: dict[str, Any]) -> int:
+    """The first Resource metric's averageUtilization; upstream's default (cpu at 80 %)
+    when the HPA names none. Other metric types are modelled as a utilization too."""
+    for metric in (hpa.get("spec") or {}).get("metrics") or []:
+        target = ((metric or {}).get("resource") or {}).get("target") or {}
+        if metric.get("type") == "Resource" and target.get("averageUtilization"):
+            return int(target["averageUtilization"])
+    return DEFAULT_UTILIZATION
+
+
+def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def group_pods(pods: list[dict[str, Any]], now: float) -> tuple[int, int]:
+    """replica_calculator.go ``groupPods`` for cpu, every running pod having a sample taken
+    now: (ready, unready). Deleting and Failed pods are ignored; a Pending pod, or one with no
+    Ready condition or start time, is unready; within the cpu initialization period a pod is
+    unready while not Ready or Ready for less than one metrics window; past it, only when not
+    Ready and never Ready (its last transition within the initial readiness delay of its
+    start)."""
+    ready = unready = 0
+    for pod in pods:
+        status = pod.get("status") or {}
+        if (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") == "Failed":
+            continue
+        condition = _condition(pod, "Ready")
+        start = status.get("startTime")
+        if status.get("phase") == "Pending" or condition is None or not start:
+            unready += 1
+            continue
+        started = simclock.parse_iso(str(start))
+        since = simclock.parse_iso(str(condition.get("lastTransitionTime") or start))
+        if started + CPU_INITIALIZATION_SECONDS > now:
+            not_counted = condition.get("status") == "False" or now < since + METRIC_WINDOW_SECONDS
+        else:
+            not_counted = condition.get("status") == "False" and started + INITIAL_READINESS_DELAY_SECONDS > since
+        if not_counted:
+            unready += 1
+        else:
+            ready += 1
+    return ready, unready
+
+
+def recommend(load: int, target: int, ready: int, unready: int, current: int) -> tuple[int | None, int]:
+    """replica_calculator.go ``calcPlainMetricReplicas`` for a total load of ``load`` pods at
+    the target utilization shared by the ready pods: (recommended replicas, utilization %);
+    None when no ready pod gives a sample (upstream: no metrics, no scaling)."""
+    if ready == 0:
+        return None, 0
+    utilization = load * target // ready  # GetResourceUtilizationRatio: an integer percentage
+    ratio = utilization / target
+    if not (unready > 0 and ratio > 1.0):
+        if abs(1.0 - ratio) <= TOLERANCE:
+            return current, utilization
+        return math.ceil(ratio * ready), utilization
+    # a scale up with unready pods: they count at 0 % of their requests
+    new_ratio = (load * target // (ready + unready)) / target
+    if abs(1.0 - new_ratio) <= TOLERANCE or new_ratio < 1.0:
+        return current, utilization
+    return max(current, math.ceil(new_ratio * (ready + unready))), utilization
+
+
 class HPAController(base.Controller):
     name = "horizontal-pod-autoscaler"
     primary = "horizontalpodautoscalers"
@@ -124,6 +208,7 @@ class HPAController(base.Controller):
         self._ups: dict[str, list[tuple[float, int]]] = {}
         self._downs: dict[str, list[tuple[float, int]]] = {}
         self._due: dict[base.Key, float] = {}
+        self._loads: dict[str, int] = {}  # uid: the target's count at the first sync
 
     def handle(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         """A created HPA syncs one sync period later; a changed one at its next sync (module
@@ -184,7 +269,8 @@ class HPAController(base.Controller):
             status.update(currentReplicas=0, desiredReplicas=0)
         else:
             current = int((target.get("spec") or {}).get("replicas", 1) or 0)
-            desired = self._desired(hpa, uid, current, lo=lo, hi=hi, now=now, conditions=conditions)
+            desired = self._desired(hpa, uid, current, target, lo=lo, hi=hi, now=now, conditions=conditions,
+                                    status=status)
             if desired != current:
                 def scale(obj: dict[str, Any]) -> None:
                     obj["spec"]["replicas"] = desired
@@ -207,19 +293,18 @@ class HPAController(base.Controller):
             )
         self._write_status(hpa, status, conditions, iso)
 
-    def _desired(self, hpa: dict[str, Any], uid: str, current: int, *, lo: int, hi: int, now: float,
-                 conditions: list[tuple[str, str, str, str]]) -> int:
+    def _desired(self, hpa: dict[str, Any], uid: str, current: int, target: dict[str, Any], *, lo: int,
+                 hi: int, now: float, conditions: list[tuple[str, str, str, str]],
+                 status: dict[str, Any]) -> int:
         if current == 0 and lo != 0:
             conditions.append(("ScalingActive", "False", "ScalingDisabled",
                                "scaling is disabled since the replica count of the target is zero"))
             return 0
         conditions.append(("AbleToScale", "True", "ReadyForNewScale",
                            "recommended size matches current size"))
-        conditions.append(("ScalingActive", "True", "ValidMetricFound",
-                           "the HPA was able to successfully calculate a replica count "
-                           "(simulated steady load)"))
         with self._state_lock:
             history = self._recommendations.setdefault(uid, [(now, current)])
+            first_count = self._loads.setdefault(uid, current)
         if current > hi:
             conditions.append(("ScalingLimited", "True", "TooManyReplicas",
                                "the desired replica count is more than the maximum replica count"))
@@ -228,10 +313,10 @@ class HPAController(base.Controller):
             conditions.append(("ScalingLimited", "True", "TooFewReplicas",
                                "the desired replica count is less than the minimum replica count"))
             return lo
-        raw = current
-        load = ((hpa.get("metadata") or {}).get("annotations") or {}).get(LOAD_REPLICAS)
-        if load is not None and str(load).isdigit():
-            raw = int(load)
+        raw = self._recommendation(hpa, current, target, first_count=first_count, now=now,
+                                   conditions=conditions, status=status)
+        if raw is None:
+            return current  # no metrics: upstream's reconcile stops before it scales
         up_rules, down_rules = _rules(hpa, "scaleUp"), _rules(hpa, "scaleDown")
         up_window = float(up_rules.get("stabilizationWindowSeconds") or 0)
         down_window = float(down_rules.get("stabilizationWindowSeconds") or 0)
@@ -271,6 +356,38 @@ class HPAController(base.Controller):
         conditions.append(reason)
         return desired
 
+    def _recommendation(self, hpa: dict[str, Any], current: int, target: dict[str, Any], *, first_count: int,
+                        now: float, conditions: list[tuple[str, str, str, str]],
+                        status: dict[str, Any]) -> int | None:
+        """The metrics' recommendation under the load model (module docstring)."""
+        given = str(((hpa.get("metadata") or {}).get("annotations") or {}).get(LOAD_REPLICAS) or "")
+        if given == LOAD_FOLLOWS_COUNT:
+            conditions.append(("ScalingActive", "True", "ValidMetricFound",
+                               "the HPA was able to successfully calculate a replica count "
+                               "(simulated load that follows the count)"))
+            return current
+        load = int(given) if given.isdigit() else first_count
+        selector = (target.get("spec") or {}).get("selector") or {}
+        if selector and "matchLabels" not in selector and "matchExpressions" not in selector:
+            selector = {"matchLabels": selector}  # a ReplicationController's map
+        ns = hpa["metadata"]["namespace"]
+        pods = [p for p in self.informer.list("pods", ns)
+                if selector and selectors.matches(selector, (p.get("metadata") or {}).get("labels"))]
+        ready, unready = group_pods(pods, now)
+        utilization_target = target_utilization(hpa)
+        raw, utilization = recommend(load, utilization_target, ready, unready, current)
+        if raw is None:
+            conditions.append(("ScalingActive", "False", "FailedGetResourceMetric",
+                               "the HPA was unable to compute the replica count: did not receive "
+                               "metrics for targeted pods (pods might be unready)"))
+            return None
+        conditions.append(("ScalingActive", "True", "ValidMetricFound",
+                           "the HPA was able to successfully calculate a replica count from cpu "
+                           "resource utilization (percentage of request)"))
+        status["currentMetrics"] = [{"type": "Resource", "resource": {
+            "name": "cpu", "current": {"averageUtilization": utilization}}}]
+        return raw
+
     def _write_status(self, hpa: dict[str, Any], status: dict[str, Any],
                       conditions: list[tuple[str, str, str, str]], now: str) -> None:
         def edit(obj: dict[str, Any]) -> None:
@@ -286,7 +403,7 @@ class HPAController(base.Controller):
             new = dict(status)
             if "lastScaleTime" not in new and old.get("lastScaleTime"):
                 new["lastScaleTime"] = old["lastScaleTime"]
-            new["currentMetrics"] = old.get("currentMetrics") or []
+            new["currentMetrics"] = status.get("currentMetrics", old.get("currentMetrics") or [])
             new["conditions"] = out
             obj["status"] = new
 
