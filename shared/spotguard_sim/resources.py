@@ -59,6 +59,7 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",), ("token",)),
     ResourceType("secrets", "Secret", "", "v1", True),
     ResourceType("resourcequotas", "ResourceQuota", "", "v1", True, ("quota",), ("status",)),
+    ResourceType("limitranges", "LimitRange", "", "v1", True, ("limits",)),
     ResourceType(
         "deployments", "Deployment", "apps", "v1", True, ("deploy",), ("status", "scale"), _ALL
     ),

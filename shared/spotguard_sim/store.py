@@ -8,6 +8,7 @@ object is serialised once (``Entry.raw``) so reads hand out fresh copies with
 from __future__ import annotations
 
 import bisect
+import builtins
 import collections
 import contextlib
 import gc
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from spotguard_sim import clock as clock_mod
-from spotguard_sim import errors, patching, patchmeta, quota, rbacpolicy, resources, selectors, strategies
+from spotguard_sim import errors, limitranges, patching, patchmeta, quota, rbacpolicy, resources, selectors, strategies
 
 log = logging.getLogger("spotguard.sim.store")
 
@@ -729,6 +730,9 @@ class Store:
                     f"unable to create new content in namespace {ns} because it is being terminated",
                     rtype.group)
         strategies.admit(self, resource, obj)
+        ranges = self._limit_ranges(ns) if resource == "pods" else []
+        if ranges and limitranges.mutate_pod(obj, ranges):  # LimitRanger, before the webhooks
+            obj["status"]["qosClass"] = _qos(obj.get("spec") or {})
         if self.admission_enabled and self.admission is not None and resource not in (
             "mutatingwebhookconfigurations", "validatingwebhookconfigurations"
         ):
@@ -738,6 +742,8 @@ class Store:
             meta = obj.setdefault("metadata", {})
             if rtype.namespaced:
                 meta["namespace"] = ns
+        if ranges:
+            limitranges.validate_pod(obj, ranges)
         generated = not meta.get("name")
         if generated:
             meta["name"] = _generate(str(meta["generateName"]))
@@ -792,6 +798,11 @@ class Store:
         obj["kind"] = rtype.kind
         obj["apiVersion"] = rtype.api_version
 
+    def _limit_ranges(self, namespace: str) -> builtins.list[Obj]:
+        """The namespace's LimitRanges, as the LimitRanger's informer holds them."""
+        with self.lock:
+            return [e.obj for e in self._data["limitranges"].get(namespace, {}).values()]
+
     def _validate(self, rtype: resources.ResourceType, obj: Obj) -> None:
         name = str(obj["metadata"].get("name", ""))
         pattern, limit = (_LABEL, 63) if rtype.plural == "namespaces" else (_SUBDOMAIN, 253)
@@ -841,6 +852,8 @@ class Store:
             containers = (obj.get("spec") or {}).get("containers")
             if not containers:
                 causes.append({"field": "spec.containers", "message": "Required value"})
+        if rtype.plural == "limitranges":
+            causes.extend(limitranges.validate_limit_range(obj))
         if rtype.plural in ("deployments", "replicasets", "statefulsets"):
             replicas = (obj.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
@@ -1314,10 +1327,13 @@ def _generate(base: str) -> str:
 def _default(resource: str, obj: Obj) -> None:
     """Defaults kube-apiserver fills in (the ones clients and controllers look at)."""
     spec = obj.get("spec")
+    if resource == "limitranges":
+        limitranges.default_limit_range(obj)
     if resource == "pods":
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             _default_pod_spec(spec)
+            limitranges.default_pod_requests(spec)
             obj.setdefault("status", {}).setdefault("phase", "Pending")
             if "qosClass" not in obj["status"]:
                 obj["status"]["qosClass"] = _qos(spec)
