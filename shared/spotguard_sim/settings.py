@@ -23,6 +23,12 @@ seconds (the time scale applies):
       kubeAPIQPS: 20
       kubeAPIBurst: 30
       burstReplicas: 500
+    karpenter:
+      kubeClientQPS: 200                 # --kube-client-qps: one client for all of Karpenter's controllers
+      kubeClientBurst: 300               # --kube-client-burst
+    clusterAutoscaler:
+      kubeClientQPS: 5                   # --kube-client-qps: the autoscaler's one client
+      kubeClientBurst: 10                # --kube-client-burst (its other flags: capacity.clusterAutoscaler)
     apiServer:
       etcdCompactionIntervalSeconds: 300  # 0: never compact
     capacity: {...}                       # node provisioners and prices: spotguard_sim.capacity
@@ -67,6 +73,15 @@ UNHEALTHY_ZONE_THRESHOLD = 0.55
 # kube-controller-manager --kube-api-qps / --kube-api-burst (each controller's own client)
 KUBE_API_QPS = 20.0
 KUBE_API_BURST = 30
+# Karpenter --kube-client-qps / --kube-client-burst (kubernetes-sigs/karpenter
+# pkg/operator/options/options.go: KUBE_CLIENT_QPS 200, KUBE_CLIENT_BURST 300): the rest config
+# of the controller-runtime manager whose one client every Karpenter controller uses
+KARPENTER_KUBE_CLIENT_QPS = 200.0
+KARPENTER_KUBE_CLIENT_BURST = 300
+# cluster-autoscaler --kube-client-qps / --kube-client-burst (cluster-autoscaler/FAQ.md,
+# "What are the parameters to CA?"): its one clientset (kube_util.CreateKubeClient)
+CLUSTER_AUTOSCALER_KUBE_CLIENT_QPS = 5.0
+CLUSTER_AUTOSCALER_KUBE_CLIENT_BURST = 10
 # pkg/controller/replicaset/replica_set.go BurstReplicas
 BURST_REPLICAS = 500
 # kube-apiserver --etcd-compaction-interval (storagebackend.DefaultCompactInterval)
@@ -100,6 +115,23 @@ class ControllerManager:
 
 
 @dataclasses.dataclass(frozen=True)
+class KarpenterClient:
+    """Karpenter's client limit: one token bucket shared by all its controllers (qps 0: no limit)."""
+
+    kube_client_qps: float = KARPENTER_KUBE_CLIENT_QPS
+    kube_client_burst: int = KARPENTER_KUBE_CLIENT_BURST
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterAutoscalerClient:
+    """The Cluster Autoscaler's client limit: one token bucket for all its requests (qps 0: no
+    limit). Its other flags and its node groups are ``capacity.cluster_autoscaler``."""
+
+    kube_client_qps: float = CLUSTER_AUTOSCALER_KUBE_CLIENT_QPS
+    kube_client_burst: int = CLUSTER_AUTOSCALER_KUBE_CLIENT_BURST
+
+
+@dataclasses.dataclass(frozen=True)
 class ApiServer:
     """kube-apiserver's storage: how long old resourceVersions stay readable."""
 
@@ -122,6 +154,8 @@ class Kubelet:
 class Settings:
     node_loss: NodeLoss = dataclasses.field(default_factory=NodeLoss)
     controller_manager: ControllerManager = dataclasses.field(default_factory=ControllerManager)
+    karpenter: KarpenterClient = dataclasses.field(default_factory=KarpenterClient)
+    cluster_autoscaler: ClusterAutoscalerClient = dataclasses.field(default_factory=ClusterAutoscalerClient)
     api_server: ApiServer = dataclasses.field(default_factory=ApiServer)
     capacity: capacity_mod.Capacity = dataclasses.field(default_factory=capacity_mod.Capacity)
     kubelet: Kubelet = dataclasses.field(default_factory=Kubelet)
@@ -145,6 +179,7 @@ _CONTROLLER_MANAGER_FIELDS = {
     "kubeAPIBurst": "kube_api_burst",
     "burstReplicas": "burst_replicas",
 }
+_CLIENT_FIELDS = {"kubeClientQPS": "kube_client_qps", "kubeClientBurst": "kube_client_burst"}
 _API_SERVER_FIELDS = {"etcdCompactionIntervalSeconds": "etcd_compaction_interval"}
 _KUBELET_FIELDS = {"terminationSeconds": "termination_seconds"}
 
@@ -183,12 +218,14 @@ def _section(doc: Mapping[str, Any], key: str, fields: Mapping[str, str], cls: A
 
 def from_doc(doc: Mapping[str, Any], where: str = "scenario") -> Settings:
     unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "nodeLoss", "controllerManager",
-                                 "apiServer", "capacity", "kubelet"})
+                                 "karpenter", "clusterAutoscaler", "apiServer", "capacity", "kubelet"})
     if unknown:
         raise UserError(f"{where}: unknown Settings field(s) {', '.join(unknown)}")
     return Settings(
         node_loss=_section(doc, "nodeLoss", _NODE_LOSS_FIELDS, NodeLoss, where),
         controller_manager=_section(doc, "controllerManager", _CONTROLLER_MANAGER_FIELDS, ControllerManager, where),
+        karpenter=_section(doc, "karpenter", _CLIENT_FIELDS, KarpenterClient, where),
+        cluster_autoscaler=_section(doc, "clusterAutoscaler", _CLIENT_FIELDS, ClusterAutoscalerClient, where),
         api_server=_section(doc, "apiServer", _API_SERVER_FIELDS, ApiServer, where),
         capacity=capacity_mod.from_doc(doc.get("capacity"), where),
         kubelet=_section(doc, "kubelet", _KUBELET_FIELDS, Kubelet, where),

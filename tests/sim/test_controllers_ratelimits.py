@@ -1,4 +1,4 @@
-"""Every kube-controller-manager controller's client rate limit, and its work queue's retries.
+"""Every controller's client rate limit, and kube-controller-manager's work queue's retries.
 
 kube-controller-manager gives each controller its own client (``ControllerClientBuilder``
 ``ClientOrDie(name)``, cmd/kube-controller-manager/app), built from one rest config with
@@ -7,6 +7,11 @@ defaults.go; cloud-controller-manager's are the same): a burst of hundreds of wr
 20 a second once 30 have gone. A failed sync is requeued with the work queue's
 ``DefaultControllerRateLimiter`` (client-go util/workqueue/default_rate_limiters.go): 5 ms
 doubling to 1000 s per item, and at most 10 retries a second after 100 overall.
+
+Karpenter's controllers share one client (the controller-runtime manager's) of
+``--kube-client-qps`` 200 and ``--kube-client-burst`` 300 (kubernetes-sigs/karpenter
+pkg/operator/options/options.go, operator.go); the Cluster Autoscaler has one client of 5 and 10
+(cluster-autoscaler/FAQ.md; main.go ``CreateKubeClient``).
 
 The time scales are low on purpose: at a high one the machine's own processing, counted in
 simulated seconds, would spread the writes as much as the limit does.
@@ -22,9 +27,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from spotguard.logs import UserError
+from spotguard_sim import capacity, catalogue, nodegroups, nodepools, objects, settings, testing, tls
 from spotguard_sim import clock as simclock
-from spotguard_sim import objects, settings, testing, tls
-from spotguard_sim.controllers import ratelimit
+from spotguard_sim import store as store_mod
+from spotguard_sim.controllers import Controllers, instances, ratelimit
+
+from tests.sim.test_karpenter import deployment
 
 LIMITS = settings.ControllerManager()
 QPS, BURST = LIMITS.kube_api_qps, LIMITS.kube_api_burst
@@ -169,6 +178,96 @@ def test_the_hpa_controller_reads_scales_at_its_clients_pace() -> None:
                      lambda t, o: "observedGeneration" in (o.get("status") or {})) as synced:
             _wait(lambda: len(synced.times) == count, timeout=60, message="the HPAs' first sync")
     assert synced.span() >= _paced(count), synced.span()
+
+
+# ---- Karpenter's and the Cluster Autoscaler's clients ------------------------------------------
+
+KARPENTER = settings.KarpenterClient()
+CLUSTER_AUTOSCALER = settings.ClusterAutoscalerClient()
+
+
+def _evicted(sim: testing.SimCluster) -> _Firsts:
+    return _Firsts(sim, "pods", lambda t, o: bool(o["metadata"].get("deletionTimestamp")))
+
+
+def test_the_client_limits_default_to_upstreams_and_are_scenario_settings() -> None:
+    assert (KARPENTER.kube_client_qps, KARPENTER.kube_client_burst) == (200.0, 300)
+    assert (CLUSTER_AUTOSCALER.kube_client_qps, CLUSTER_AUTOSCALER.kube_client_burst) == (5.0, 10)
+    found = settings.from_doc({"apiVersion": settings.API_VERSION, "kind": settings.KIND,
+                               "karpenter": {"kubeClientQPS": 50, "kubeClientBurst": 60},
+                               "clusterAutoscaler": {"kubeClientQPS": 0}})
+    assert found.karpenter == settings.KarpenterClient(50.0, 60)
+    assert found.cluster_autoscaler == settings.ClusterAutoscalerClient(0.0, 10)
+    with pytest.raises(UserError, match="unknown clusterAutoscaler field"):
+        settings.from_doc({"clusterAutoscaler": {"scanIntervalSeconds": 10}})
+
+
+def test_karpenters_controllers_take_their_turns_from_one_bucket() -> None:
+    """One rest config, one controller-runtime manager, one client for every Karpenter controller:
+    the provisioner's 300 requests use up the burst, and the disruption controller's next one waits
+    its 1/200 s. The Cluster Autoscaler's bucket is its own."""
+    store = store_mod.Store(simclock.Clock(time_scale=1e-3))  # (time all but stands still: no refill)
+    running = Controllers(store)
+    try:
+        karpenter = {c.name: c for c in running.controllers if c.name.startswith("karpenter")}
+        assert set(karpenter) == {"karpenter", "karpenter-disruption"}
+        bucket = karpenter["karpenter"].client
+        assert bucket is not None and karpenter["karpenter-disruption"].client is bucket
+        assert (bucket.qps, bucket.burst) == (200.0, 300)
+        assert [bucket.reserve() for _ in range(300)] == [0.0] * 300
+        disruption_bucket = karpenter["karpenter-disruption"].client
+        assert disruption_bucket is not None and disruption_bucket.reserve() == pytest.approx(1 / 200, rel=0.01)
+        autoscaler = next(c for c in running.controllers if c.name == "cluster-autoscaler")
+        assert autoscaler.client is not None and autoscaler.client is not bucket
+        assert (autoscaler.client.qps, autoscaler.client.burst) == (5.0, 10)
+    finally:
+        running.stop()
+
+
+def test_a_karpenter_drain_evicts_at_its_clients_pace() -> None:
+    """A spot interruption notice on a Karpenter node of 400 pods (interruption handling on): the
+    taint, then 400 evictions through the client of 300 burst and 200 a second, spread over
+    (400 - 300) / 200 = 0.5 s or more (a low time scale, so the machine's own pace cannot)."""
+    count = 400
+    cfg = settings.Settings(capacity=capacity.Capacity(interruption_handling=True))
+    with testing.running_cluster(time_scale=0.25, settings=cfg) as sim:
+        sim.store.create("nodepools", objects.nodepool())
+        sim.store.create("nodes", objects.node("big", pods="500", labels={nodepools.NODEPOOL: "default"}))
+        _bare_pods(sim, "big", count)
+        with _evicted(sim) as evicted:
+            notice = sim.clock.iso(sim.clock.now() + 3600.0)
+            sim.store.mutate("nodes", "big", None, lambda n: n["metadata"].setdefault(
+                "annotations", {}).update({instances.TERMINATE_AT: notice}))
+            _wait(lambda: len(evicted.times) == count, timeout=120, message="pods evicted")
+    assert evicted.span() >= (count - KARPENTER.kube_client_burst) / KARPENTER.kube_client_qps * 0.9, \
+        evicted.span()
+
+
+def test_a_cluster_autoscaler_drain_evicts_at_its_clients_pace() -> None:
+    """The Cluster Autoscaler scales down a node of 30 pods: the taint, then the evictions through
+    its client of 10 burst and 5 a second: at most 10 (9 after the taint) at once, then about 5 a
+    simulated second, over (30 - 10) / 5 = 4 s or more (each pod's eviction is a goroutine of its
+    own upstream, all waiting at the one limiter)."""
+    count = 30
+    group = nodegroups.NodeGroup("od", catalogue.TYPES["m5.xlarge"], "on-demand", 0, 5)
+    cfg = settings.Settings(capacity=capacity.Capacity(cluster_autoscaler=nodegroups.ClusterAutoscaler(
+        node_groups=(group,), scale_down=nodegroups.ScaleDown(unneeded_time=5.0, delay_after_add=0.0))))
+    with testing.running_cluster(time_scale=5.0, settings=cfg) as sim:
+        # the group's node holds the pods (the other node cordoned until they are placed)
+        sim.store.create("nodes", objects.node("a", labels=group.node_labels("a", "us-east-1a")))
+        spare = objects.node("spare")
+        spare.setdefault("spec", {})["unschedulable"] = True
+        sim.store.create("nodes", spare)
+        sim.store.create("deployments", deployment("web", count, cpu="10m"), namespace="default")
+        _wait(lambda: sum(1 for p in sim.store.list("pods")[0] if sim.serving(p)) == count, message="pods ready")
+        with _evicted(sim) as evicted:
+            sim.store.mutate("nodes", "spare", None, lambda n: n["spec"].update(unschedulable=False))
+            _wait(lambda: len(evicted.times) >= count, timeout=120, message="pods evicted")
+        times = sorted(evicted.times.values())[:count]
+    first = times[0]
+    assert sum(1 for t in times if t - first < 1.0) <= CLUSTER_AUTOSCALER.kube_client_burst + 5 + 1, times
+    paced = (count - CLUSTER_AUTOSCALER.kube_client_burst) / CLUSTER_AUTOSCALER.kube_client_qps * 0.9
+    assert times[-1] - first >= paced, times
 
 
 # ---- the work queue's retries ----------------------------------------------------------------

@@ -89,13 +89,15 @@ class Controllers:
             *_workload_controllers(store, self.informer),
         ]
         # Karpenter (idle while the cluster has no NodePool) and the cloud's bill
-        self.provisioner = provisioner.Provisioner(store, self.informer, capacity=self.settings.capacity, seed=seed)
+        # (one client, one token bucket, for every Karpenter controller: the provisioner's, shared)
+        self.provisioner = provisioner.Provisioner(store, self.informer, capacity=self.settings.capacity, seed=seed,
+                                                   limits=self.settings.karpenter)
         self.controllers.append(self.provisioner)
         self.controllers.append(consolidation.Disruption(store, self.informer, capacity=self.settings.capacity,
                                                          owner=self.provisioner))
         # the Cluster Autoscaler (no thread without node groups)
         self.controllers.append(autoscaler.ClusterAutoscaler(store, self.informer, capacity=self.settings.capacity,
-                                                             seed=seed))
+                                                             seed=seed, limits=self.settings.cluster_autoscaler))
         self.meter = billing.Meter(store)
         if drainer_on:
             self.controllers.append(drainer.Drainer(store, self.informer))

@@ -24,24 +24,43 @@ moved or waited for by a drain; a pending pod nominated to an existing node (a p
 waiting for its victims) counts there and scales nothing up. Sources:
 :mod:`spotguard_sim.nodegroups`, docs/sim.md.
 
+Its requests go through one client, one token bucket of ``clusterAutoscaler.kubeClientQPS``
+(5) and ``kubeClientBurst`` (10) (FAQ.md's parameters; main.go builds one clientset,
+``kube_util.CreateKubeClient``, whose rest config ``GetKubeConfig`` gives those QPS and burst,
+and the builder hands it to everything: ``NewAutoscalingKubeClients`` makes the event recorder
+and the status ConfigMap's writer from that same client). Counted here: the
+``ToBeDeletedByClusterAutoscaler`` taint's UPDATE (in the loop, before the drain: ``AddTaints``
+writes from the snapshot's node, no GET) and its removal; each eviction, which waits for its
+token as upstream's one goroutine a pod does, without holding up the loop (a refused one is
+tried again ``EvictionRetryTime``, 10 s, later, with a new token); and, once every pod is
+evicted, ``waitPodsToDisappear``'s GETs: every 5 s, each evicted pod in turn until one is still
+on the node (core/scaledown/actuation/drain.go). The instances it launches and terminates are
+the cloud's API (the Node's registration is the kubelet's, its deletion the cloud's). Not
+counted, as the sim does not make them: the events it records (a ``ScaleDown`` event a pod
+evicted, ``TriggeredScaleUp``...) and the status ConfigMap (a GET and an UPDATE a loop).
+
 A scenario without node groups starts no thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from typing import Any
 
-from spotguard_sim import billing, disruption, nodegroups, nodepools, nodestatus, scenario, scheduler
+from spotguard_sim import billing, disruption, nodegroups, nodepools, nodestatus, pods, scenario, scheduler
 from spotguard_sim import capacity as capacity_mod
-from spotguard_sim.controllers import base, consolidation, provisioner, termination
+from spotguard_sim import settings as settings_mod
+from spotguard_sim.controllers import base, consolidation, provisioner, ratelimit, termination
 
 LOOP = ("loop",)
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 MAX_EMPTY_BULK_DELETE = 10
 RETRY_SECONDS = nodegroups.EVICTION_RETRY_TIME
+# core/scaledown/actuation/drain.go waitPodsToDisappear: the evicted pods are looked at again every 5 s
+WAIT_SECONDS = 5.0
 USER = {"username": "system:serviceaccount:kube-system:cluster-autoscaler", "groups": [
     "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
@@ -56,13 +75,26 @@ def blocks(store: Any, pod: dict[str, Any]) -> bool:
     return meta.get("namespace") == "kube-system" and not disruption.matching_pdbs(store, pod)
 
 
+@dataclasses.dataclass
+class _Drain:
+    """A node's drain: its pods' turns at the client, and what waitPodsToDisappear looks at."""
+
+    slots: dict[base.Key, float] = dataclasses.field(default_factory=dict)  # pod -> its eviction's token
+    retry: dict[base.Key, float] = dataclasses.field(default_factory=dict)  # refused pod -> its next try
+    evicted: list[base.Key] = dataclasses.field(default_factory=list)  # in order: what the GETs look at
+    checked: int = 0  # the pass of GETs: how many of the evicted it found gone
+    get_at: float | None = None  # when its next GET's token comes
+
+
 class ClusterAutoscaler(base.Controller):
     name = "cluster-autoscaler"
     primary = ""
 
     def __init__(self, store: Any, informer: base.Informer, *, capacity: capacity_mod.Capacity,
-                 seed: int | None = 0) -> None:
+                 seed: int | None = 0, limits: settings_mod.ClusterAutoscalerClient | None = None) -> None:
         super().__init__(store, informer)
+        limits = limits or settings_mod.ClusterAutoscalerClient()
+        self.client = ratelimit.TokenBucket(self.clock, limits.kube_client_qps, limits.kube_client_burst)
         self.capacity = capacity
         self.config = capacity.cluster_autoscaler
         self.groups = {g.name: g for g in self.config.node_groups}
@@ -75,6 +107,7 @@ class ClusterAutoscaler(base.Controller):
         self._last_scale_up = float("-inf")
         self._unneeded: dict[str, float] = {}
         self._deleting: dict[str, float] = {}  # node -> when its drain began
+        self._drains: dict[str, _Drain] = {}
         self._last_failure = float("-inf")
         self._backoff: dict[str, float] = {}
         self._serial = 0
@@ -314,22 +347,82 @@ class ClusterAutoscaler(base.Controller):
             node.setdefault("spec", {})["taints"] = [*taints, {"key": TO_BE_DELETED, "value": value,
                                                                 "effect": "NoSchedule"}]
 
+        self.request()  # AddTaints: an UPDATE of the node as the loop's snapshot has it
         self.store.mutate("nodes", name, None, taint)
         self.queue.add(("drain", name))
 
     def _drain(self, name: str) -> None:
+        """Evict the node's pods, each when its token comes (upstream's goroutine a pod waits at
+        the client's limiter; this thread does not), a refused one again 10 s later; once all
+        are evicted, waitPodsToDisappear: a pass GETs them in turn, each when its token comes,
+        until one is still on the node, and the next pass is 5 s later; once a pass finds them
+        all gone, the instance is terminated."""
         began = self._deleting.get(name)
         if began is None:
             return  # given up
-        left, refused = termination.drain(self.store, self.informer, name, USER, skip=self._expendable)
-        if left and refused and self.clock.now() - began >= self.config.scale_down.max_pod_eviction_time:
+        state = self._drains.setdefault(name, _Drain())
+        now = self.clock.now()
+        left = refused = 0
+        wake: list[float] = []
+        for pod in self.informer.pods_on_node(name):
+            if self._expendable(pod) or not termination.drained(pod):
+                continue
+            left += 1
+            key = base.key_of(pod)
+            if pods.is_terminating(pod):
+                state.slots.pop(key, None)
+                if key not in state.evicted:
+                    state.evicted.append(key)  # (going already: looked at as the evicted ones)
+                continue
+            retry = state.retry.get(key)
+            if retry is not None and retry > now:
+                refused += 1
+                wake.append(retry)
+                continue
+            slot = state.slots.get(key)
+            if slot is None:
+                slot = state.slots[key] = now + self._turn()
+            if slot > now:
+                wake.append(slot)
+                continue
+            del state.slots[key]
+            outcome = termination.evict(self.store, pod, USER, name)
+            if outcome == termination.REFUSED:
+                refused += 1
+                state.retry[key] = now + RETRY_SECONDS
+                wake.append(state.retry[key])
+                continue
+            state.retry.pop(key, None)
+            if key not in state.evicted:
+                state.evicted.append(key)
+            if outcome == termination.GONE:
+                left -= 1
+        if left and refused and now - began >= self.config.scale_down.max_pod_eviction_time:
             self._give_up(name)
             return
-        if left:
-            self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
+        if wake:
+            self.queue.add_after(("drain", name), min(wake) - now)
             return
+        # every pod evicted: waitPodsToDisappear's pass, a GET a pod in turn
+        while state.checked < len(state.evicted):
+            if state.get_at is None:
+                state.get_at = now + self._turn()
+            if state.get_at > now:
+                self.queue.add_after(("drain", name), state.get_at - now)
+                return
+            state.get_at = None
+            found = self.informer.get("pods", state.evicted[state.checked])
+            if found is not None and (found.get("spec") or {}).get("nodeName") == name:
+                break  # still there
+            state.checked += 1
+        if left or state.checked < len(state.evicted):
+            state.checked = 0
+            self.queue.add_after(("drain", name), WAIT_SECONDS)
+            return
+        self._drains.pop(name, None)
         node = self.informer.get("nodes", ("", name)) or {}
         group_name = str(((node.get("metadata") or {}).get("labels") or {}).get(nodegroups.NODEGROUP) or "")
+        # the cloud's API (TerminateInstanceInAutoScalingGroup); the Node's deletion is not the autoscaler's
         termination.terminate(self.store, name)
         if group_name in self._desired:
             self._desired[group_name] = max(self.groups[group_name].min_size, self._desired[group_name] - 1)
@@ -341,10 +434,17 @@ class ClusterAutoscaler(base.Controller):
         (its taint removed) and scale-down waits scaleDownDelayAfterFailure."""
         self.log.info("scale-down failed: pods not evicted in time, node kept", extra={"node": name})
         self._deleting.pop(name, None)
+        self._drains.pop(name, None)
         self._last_failure = self.clock.now()
 
         def untaint(node: dict[str, Any]) -> None:
             node.setdefault("spec", {})["taints"] = [
                 t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != TO_BE_DELETED]
 
+        self.request()  # CleanToBeDeleted: an UPDATE
         self.store.mutate("nodes", name, None, untaint)
+
+    def _turn(self) -> float:
+        """Take a token for a request that waits without holding up the loop (a goroutine of
+        upstream's): the simulated seconds until it may go."""
+        return self.client.reserve() if self.client is not None else 0.0

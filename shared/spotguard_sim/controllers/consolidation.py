@@ -41,6 +41,12 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
 - with ``capacity.interruptionHandling`` (Karpenter's interruption queue configured),
   a spot interruption notice starts that termination at once
   (pkg/controllers/interruption: "cordon and drain ... before the node is reclaimed").
+
+Its requests (the taint and its removal, each eviction, the NodeClaim's and the Node's
+DELETE, a NodePool's or an EC2NodeClass's status update where it changes) wait for the one
+token bucket it shares with the provisioner (:mod:`.provisioner`: the controller-runtime
+manager's client, ``karpenter.kubeClientQPS``/``kubeClientBurst``). Its events go through the
+manager's event recorder, whose client has a bucket of its own: not counted here.
 """
 
 from __future__ import annotations
@@ -129,6 +135,7 @@ class Disruption(base.Controller):
         self.capacity = capacity
         self.resync_seconds = capacity.disruption_poll
         self.owner = owner
+        self.client = owner.client  # one client for all of Karpenter's controllers
         self.cloud = cloud_mod.of(store)
         self._last_pod_event: dict[str, float] = {}
         self._disrupting: dict[str, str] = {}  # node -> reason
@@ -182,8 +189,10 @@ class Disruption(base.Controller):
             self._replacing.pop(key[1], None)
             self._last_pod_event.pop(key[1], None)
             if key[2]:
-                with contextlib.suppress(errors.NotFound):
-                    self.store.delete("nodeclaims", key[2])
+                if self.informer.get("nodeclaims", ("", key[2])) is not None:  # (not deleted yet)
+                    with contextlib.suppress(errors.NotFound):
+                        self.request()
+                        self.store.delete("nodeclaims", key[2])
                 self.owner.forget(key[2])
 
     # ---- consolidation -----------------------------------------------------------
@@ -286,8 +295,8 @@ class Disruption(base.Controller):
                                   "lastTransitionTime": iso})
 
             with contextlib.suppress(errors.NotFound):
-                self.store.mutate("nodepools", name, None, status)
-        for node_class in self.store.list("ec2nodeclasses")[0]:
+                self.write("nodepools", name, None, status)  # only where it changes, as upstream's
+        for node_class in self.store.list("ec2nodeclasses")[0]:  # (the manager's cache)
             if (node_class.get("status") or {}).get("conditions"):
                 continue
 
@@ -296,7 +305,7 @@ class Disruption(base.Controller):
                     {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": iso}]
 
             with contextlib.suppress(errors.NotFound):
-                self.store.mutate("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
+                self.write("ec2nodeclasses", node_class["metadata"]["name"], None, ready)
 
     def _compute(self, node: dict[str, Any],
                  inputs: tuple[list[scheduler.PodInfo], list[nodepools.InFlight]] | None = None) -> Consolidation:
@@ -337,7 +346,7 @@ class Disruption(base.Controller):
             spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != DISRUPTED_TAINT["key"]]
 
         with contextlib.suppress(errors.NotFound):
-            self.store.mutate("nodes", name, None, untaint)
+            self.write("nodes", name, None, untaint)
 
     # ---- termination -------------------------------------------------------------
 
@@ -354,7 +363,7 @@ class Disruption(base.Controller):
             obj.setdefault("spec", {})["taints"] = [*taints, {**DISRUPTED_TAINT, "timeAdded": iso}]
 
         try:
-            self.store.mutate("nodes", name, None, taint)
+            self.write("nodes", name, None, taint)
         except errors.NotFound:
             self._disrupting.pop(name, None)
             return
@@ -376,7 +385,7 @@ class Disruption(base.Controller):
             return
         now = self.clock.now()
         left, refused = termination.drain(self.store, self.informer, name, provisioner.USER,
-                                          keep=lambda p: do_not_disrupt(p, now))
+                                          keep=lambda p: do_not_disrupt(p, now), request=self.request)
         if left:
             # evicted pods are waited for until they are gone; a refused eviction is tried again
             self.queue.add_after(("drain", name), RETRY_SECONDS if refused else 1.0)
@@ -385,8 +394,10 @@ class Disruption(base.Controller):
         claim = _claim_of(node)
         if claim:
             with contextlib.suppress(errors.NotFound):
+                self.request()
                 self.store.delete("nodeclaims", claim)
             self.owner.forget(claim)
+        self.request()  # the Node's DELETE
         termination.terminate(self.store, name)
 
 

@@ -29,6 +29,14 @@ As kubernetes-sigs/karpenter does it (sources in docs/sim.md):
   next scheduling loop when we launch a new node"), so a pod whose room another pod took
   once the node was Ready is launched for at the next batch.
 
+Every request Karpenter sends (a NodeClaim's create, its status updates, the registration's
+and initialization's Node patches; and the disruption controller's, :mod:`.consolidation`) waits
+for one token bucket of ``karpenter.kubeClientQPS`` (200) and ``kubeClientBurst`` (300)
+(pkg/operator/options/options.go; pkg/operator/operator.go sets them on the rest config of the
+controller-runtime manager whose one client every controller is given). Reads are the
+manager's cache's: not requests. The kubelet's writes (the Node's registration, Ready) are not
+Karpenter's.
+
 Every instance launched is billed from its launch (:mod:`spotguard_sim.billing`).
 The controller does nothing (and costs nothing but a dictionary lookup per pod event)
 while the cluster has no NodePool.
@@ -49,7 +57,8 @@ from spotguard.policy import quantities
 
 from spotguard_sim import billing, errors, nodepools, nodestatus, pods, scenario, scheduler
 from spotguard_sim import capacity as capacity_mod
-from spotguard_sim.controllers import base, drainer, termination
+from spotguard_sim import settings as settings_mod
+from spotguard_sim.controllers import base, drainer, ratelimit, termination
 
 BATCH = ("batch",)
 API = "karpenter.sh/v1"
@@ -97,8 +106,11 @@ class Provisioner(base.Controller):
     resync_seconds = 10.0
 
     def __init__(self, store: Any, informer: base.Informer, *, capacity: capacity_mod.Capacity,
-                 seed: int | None = 0) -> None:
+                 seed: int | None = 0, limits: settings_mod.KarpenterClient | None = None) -> None:
         super().__init__(store, informer)
+        limits = limits or settings_mod.KarpenterClient()
+        # the controller-runtime manager's client: shared with the disruption controller
+        self.client = ratelimit.TokenBucket(self.clock, limits.kube_client_qps, limits.kube_client_burst)
         self.capacity = capacity
         self.ledger = billing.of(store)
         self.rng = random.Random(seed)
@@ -339,7 +351,7 @@ class Provisioner(base.Controller):
         if ref.get("kind", "EC2NodeClass") != "EC2NodeClass":
             return True
         try:
-            self.store.get("ec2nodeclasses", str(ref.get("name") or ""))
+            self.store.get("ec2nodeclasses", str(ref.get("name") or ""))  # the manager's cache
         except errors.NotFound:
             if quiet:
                 return False
@@ -454,6 +466,7 @@ class Provisioner(base.Controller):
                      "expireAfter": (nodepools.template(pool).get("spec") or {}).get("expireAfter", "720h")},
         }
         try:
+            self.request()
             created = self.store.create("nodeclaims", obj)
         except errors.StatusError as exc:
             self.log.warning("creating the NodeClaim failed", extra={"nodeclaim": name, "error": str(exc)})
@@ -468,6 +481,7 @@ class Provisioner(base.Controller):
                                           _cond("Initialized", "Unknown", iso), _cond("Ready", "Unknown", iso)]}
 
         with contextlib.suppress(errors.NotFound):
+            self.request()
             self.store.mutate("nodeclaims", name, None, launched)
         self.ledger.launch(node_name, t.name, offering.capacity_type, now)
         self._launches[name] = Launch(name, node_name, pool, offering, now, now + to_ready * 2 / 3, now + to_ready,
@@ -493,7 +507,7 @@ class Provisioner(base.Controller):
         taints = [*nodepools.taints(launch.pool), *nodepools.startup_taints(launch.pool), dict(UNREGISTERED_TAINT)]
         iso = self.clock.iso()
         try:
-            owner = self.store.get("nodeclaims", claim)
+            owner = self.store.get("nodeclaims", claim)  # the manager's cache
         except errors.NotFound:
             return
         node = termination.registering(
@@ -502,7 +516,7 @@ class Provisioner(base.Controller):
             owners=[{"apiVersion": API, "kind": "NodeClaim", "name": claim, "uid": owner["metadata"]["uid"],
                      "blockOwnerDeletion": True}])
         with contextlib.suppress(errors.AlreadyExists):
-            self.store.create("nodes", node)
+            self.store.create("nodes", node)  # the kubelet's registration, not Karpenter's request
 
         def register_node(n: dict[str, Any]) -> None:
             # registration.go: sync the NodeClaim's taints, drop the unregistered taint, label it registered
@@ -511,6 +525,7 @@ class Provisioner(base.Controller):
             n["metadata"].setdefault("labels", {})[REGISTERED] = "true"
 
         try:
+            self.request()
             self.store.mutate("nodes", launch.node, None, register_node)
         except errors.NotFound:
             return
@@ -520,6 +535,7 @@ class Provisioner(base.Controller):
             _set(o, "Registered", "True", iso)
 
         with contextlib.suppress(errors.NotFound):
+            self.request()
             self.store.mutate("nodeclaims", claim, None, registered)
 
     def _ready(self, claim: str) -> None:
@@ -533,6 +549,8 @@ class Provisioner(base.Controller):
             node["metadata"].setdefault("labels", {})[INITIALIZED] = "true"
 
         try:
+            # the kubelet posts Ready; the initialization controller's label is Karpenter's request
+            self.request()
             self.store.mutate("nodes", launch.node, None, ready)
         except errors.NotFound:
             return
@@ -544,6 +562,7 @@ class Provisioner(base.Controller):
             _set(o, "Ready", "True", iso)
 
         with contextlib.suppress(errors.NotFound):
+            self.request()
             self.store.mutate("nodeclaims", claim, None, initialized)
 
     def forget(self, claim: str) -> None:

@@ -25,35 +25,56 @@ NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false re
                      "message:Network plugin returns error: cni plugin not initialized")
 
 
+EVICTED, GONE, REFUSED = "evicted", "gone", "refused"
+
+
+def drained(pod: dict[str, Any]) -> bool:
+    """A pod a drain moves off its node: not a DaemonSet or mirror pod, not finished."""
+    ref = base.controller_ref(pod) or {}
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    if ref.get("kind") == "DaemonSet" or drainer.MIRROR in notes:
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def evict(store: Any, pod: dict[str, Any], user: Mapping[str, Any], node: str = "") -> str:
+    """One eviction through the Eviction API: EVICTED, GONE (the pod no longer exists) or
+    REFUSED (a budget's 429, a webhook's denial: the caller tries again)."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    try:
+        disruption.evict(store, ns, name, {"apiVersion": "policy/v1", "kind": "Eviction",
+                                           "metadata": {"name": name, "namespace": ns}}, user=dict(user))
+    except errors.NotFound:
+        return GONE
+    except errors.StatusError as exc:
+        log.info("eviction refused, will retry", extra={"node": node, "pod": name, "code": exc.code})
+        return REFUSED
+    return EVICTED
+
+
 def drain(store: Any, informer: base.Informer, node: str, user: Mapping[str, Any],
           keep: Callable[[dict[str, Any]], bool] | None = None, *,
-          skip: Callable[[dict[str, Any]], bool] | None = None) -> tuple[int, int]:
+          skip: Callable[[dict[str, Any]], bool] | None = None,
+          request: Callable[[], None] | None = None) -> tuple[int, int]:
     """Evict what runs on ``node``; (pods left, evictions refused). A pod ``keep`` is true of
     is not evicted but waited for (Karpenter's do-not-disrupt pods: IsEvictable, IsDrainable);
     one ``skip`` is true of is neither evicted nor waited for (the Cluster Autoscaler's
-    expendable pods: they go with the node)."""
+    expendable pods: they go with the node). ``request`` is called before each eviction: it
+    waits until the caller's client lets the request go."""
     left = refused = 0
     for pod in informer.pods_on_node(node):
-        if skip is not None and skip(pod):
-            continue
-        ref = base.controller_ref(pod) or {}
-        notes = (pod.get("metadata") or {}).get("annotations") or {}
-        if ref.get("kind") == "DaemonSet" or drainer.MIRROR in notes:
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if (skip is not None and skip(pod)) or not drained(pod):
             continue
         left += 1
         if pods.is_terminating(pod) or (keep is not None and keep(pod)):
             continue
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        try:
-            disruption.evict(store, ns, name, {"apiVersion": "policy/v1", "kind": "Eviction",
-                                               "metadata": {"name": name, "namespace": ns}}, user=dict(user))
-        except errors.NotFound:
+        if request is not None:
+            request()
+        outcome = evict(store, pod, user, node)
+        if outcome == GONE:
             left -= 1
-        except errors.StatusError as exc:
+        elif outcome == REFUSED:
             refused += 1
-            log.info("eviction refused, will retry", extra={"node": node, "pod": name, "code": exc.code})
     return left, refused
 
 
