@@ -742,10 +742,10 @@ def _trace_functions(c: Chaos) -> None:
     handler = c.interruption.handler
     handle, reconcile = handler.handle, handler.reconcile
 
-    def traced_handle(notices: Any) -> Any:
+    def traced_handle(notices: Any, **kw: Any) -> Any:
         _trace_log.info("handling starts", extra={"notices": len(notices)})
         try:
-            return handle(notices)
+            return handle(notices, **kw)
         finally:
             _trace_log.info("handling ends", extra={"notices": len(notices)})
 

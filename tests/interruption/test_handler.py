@@ -960,6 +960,79 @@ def test_a_reconcile_with_nothing_to_do_never_holds_a_notice_back(cluster: Clust
     assert [t["value"] for t in c.taints("spot-0")] == ["interruption-spot-0"]
 
 
+def _metric(name: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def _hold_until_waiting(served: dispatch.Serialized, start: Any) -> Any:
+    """A fault hook: the first time, start ``start`` (another handling) and hold the request
+    until that handling waits for the turn."""
+    fired: list[threading.Thread] = []
+
+    def hook() -> None:
+        if fired:
+            return
+        fired.append(threading.Thread(target=start))
+        fired[0].start()
+        deadline = time.monotonic() + 10
+        while not served.notices_waiting():
+            assert time.monotonic() < deadline, "the second handling never waited"
+            time.sleep(0.01)
+
+    hook.fired = fired  # type: ignore[attr-defined]
+    return hook
+
+
+def test_a_handling_that_notices_wait_for_leaves_its_upkeep_and_events_to_later(cluster: Cluster) -> None:
+    """Notices first (chaos one-after-another under timeouts: a handling spent 26 s on Events
+    and the ledger after its last surge, while two warnings waited; their surges came 10 to
+    20 s before the reclaims, too late to be Ready). GIVEN spot-0's warning being handled,
+    WHEN spot-1's arrives while spot-0's surges are written, THEN spot-0's handling ends at
+    its surges (its upkeep left to the next pass, its Events posted in the background), and
+    spot-1's handling does the upkeep: both nodes' surges, the ledger and the Events are there."""
+    from spotguard.interruption import ledger
+
+    c = cluster
+    h = c.handler()
+    served = dispatch.Serialized(h)
+    second: list[Any] = []
+    hook = _hold_until_waiting(served, lambda: second.append(served.handle([c.notice("spot-1")])))
+    c.sim.faults.set(verb="create", resource="replicasets", before=hook)
+    deferred = _metric("spotguard_interruption_upkeeps_deferred_total")
+    assert served.handle([c.notice("spot-0")]) == [Outcome.DONE]
+    assert _metric("spotguard_interruption_upkeeps_deferred_total") == deferred + 1
+    hook.fired[0].join(30)
+    assert second == [[Outcome.DONE]]
+    assert _metric("spotguard_interruption_upkeeps_deferred_total") == deferred + 1  # the second did its own
+    assert {t["value"] for t in c.taints("spot-0") + c.taints("spot-1")} == {
+        "interruption-spot-0", "interruption-spot-1"}
+    assert set(c.record("web")["nodes"]) == {"spot-0", "spot-1"}
+    assert {"Deployment/shop/web", "Deployment/shop/single"} <= set(ledger.read(c.kube))
+    h.flush(10)
+    nodes = {e["involvedObject"]["name"] for e in c.store.list("events")[0] if e["reason"] == "SpotInterruption"}
+    assert nodes == {"spot-0", "spot-1"}
+
+
+def test_a_reconcile_that_a_notice_waits_for_stops_before_its_upkeep(cluster: Cluster) -> None:
+    """A reconcile under hung requests held a notice 13 s; one that a notice waits for once it
+    has read the cluster stops before its upkeep (the next pass does it)."""
+    c = cluster
+    h = c.handler()
+    served = dispatch.Serialized(h)
+    assert served.handle([c.notice("spot-0")]) == [Outcome.DONE]  # a surge in progress: something to reconcile
+    handled: list[Any] = []
+    hook = _hold_until_waiting(served, lambda: handled.append(served.handle([c.notice("spot-1")])))
+    c.sim.faults.set(verb="list", resource="pods", before=hook)
+    deferred = _metric("spotguard_interruption_upkeeps_deferred_total")
+    served.reconcile()
+    assert _metric("spotguard_interruption_upkeeps_deferred_total") == deferred + 1
+    hook.fired[0].join(30)
+    assert handled == [[Outcome.DONE]]
+    assert set(c.record("web")["nodes"]) == {"spot-0", "spot-1"}
+
+
 def copy_mode() -> config.Config:
     return dataclasses.replace(config.Config(), surge_copy=True)
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, cast
+from typing import Protocol, cast, runtime_checkable
 
 from spotguard import readiness
 from spotguard.interruption import events, telemetry
@@ -48,6 +48,19 @@ class Handler(Protocol):
     def handle(self, notices: Sequence[Notice]) -> Sequence[object]: ...
 
     def reconcile(self) -> None: ...
+
+
+@runtime_checkable
+class Hurrying(Protocol):
+    """A handler that can be told notices wait for it (see :meth:`Serialized.handle`)."""
+
+    def handle(self, notices: Sequence[Notice], *, hurry: Callable[[], bool] | None = None) -> Sequence[object]: ...
+
+    def anything_to_reconcile(self) -> bool: ...
+
+    def reconcile(self, *, looked: bool = False, hurry: Callable[[], bool] | None = None) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> None: ...
 
 
 class Looking(Protocol):
@@ -205,20 +218,46 @@ class Serialized:
     One plan at a time: two plans written at once would each see the cluster
     without the other's surge. With ``ready``, each handling and reconcile is
     recorded there: a handling with a notice to retry, or one that raised, failed.
+
+    Notices first: while a handling waits for the turn, the one holding it (a handling
+    whose surges are written, or a reconcile) is told to hurry (``Hurrying``): it leaves
+    its upkeep and its Events' waits to later, so that a slow API server does not make
+    each notice wait for the last one's non-urgent writes.
     """
 
     def __init__(self, handler: Handler, ready: readiness.Readiness | None = None) -> None:
         self.handler = handler
         self.readiness = ready
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._waiting = 0  # handlings waiting for their turn
+        # A handler that can hurry (spotguard.interruption.handler.Handler) is told when
+        # notices wait for it: it then leaves its upkeep to the next pass.
+        self._hurries = isinstance(handler, Hurrying)
+
+    def notices_waiting(self) -> bool:
+        """Whether a handling waits for the turn (the one holding it should hurry)."""
+        return self._waiting > 0
 
     def handle(self, notices: Sequence[Notice]) -> Sequence[object]:
-        with self._lock:
+        with self._count_lock:
+            self._waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._count_lock:
+                self._waiting -= 1
+        try:
             try:
-                outcomes = self.handler.handle(notices)
+                if self._hurries:
+                    outcomes = cast(Hurrying, self.handler).handle(notices, hurry=self.notices_waiting)
+                else:
+                    outcomes = self.handler.handle(notices)
             except Exception as exc:
                 self._record(False, f"handling {len(notices)} notice(s) raised {type(exc).__name__}: {exc}")
                 raise
+        finally:
+            self._lock.release()
         retries = sum(1 for o in outcomes if getattr(o, "value", o) == "retry")
         self._record(not retries, f"{retries} of {len(notices)} notice(s) to retry (see the log)")
         return outcomes
@@ -242,7 +281,9 @@ class Serialized:
             raise
         with self._lock:
             try:
-                if look is None:
+                if self._hurries:
+                    cast(Hurrying, self.handler).reconcile(looked=True, hurry=self.notices_waiting)
+                elif look is None:
                     self.handler.reconcile()
                 else:
                     cast(Looking, self.handler).reconcile(looked=True)

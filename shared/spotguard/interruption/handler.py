@@ -376,6 +376,9 @@ class Handler:
         # event id -> a reclaim notice that could not be carried out yet (it is retried).
         self._retrying: dict[str, Notice] = {}
         self._retrying_lock = threading.Lock()
+        # Events of a handling that hurried (notices were waiting): posted from here, after it.
+        self._background: ThreadPoolExecutor | None = None
+        self._background_lock = threading.Lock()
 
     @property
     def config(self) -> Config:
@@ -415,15 +418,22 @@ class Handler:
 
     # -- the entry points ------------------------------------------------------------------
 
-    def handle(self, notices: Sequence[Notice]) -> list[Outcome]:
-        """One plan for the whole batch; one outcome per notice, in order."""
+    def handle(self, notices: Sequence[Notice], *, hurry: Callable[[], bool] | None = None) -> list[Outcome]:
+        """One plan for the whole batch; one outcome per notice, in order.
+
+        ``hurry``: asked once the surges are written; True when other notices wait for this
+        handling (:class:`dispatch.Serialized`). The handling then ends there: its Events are
+        posted in the background and the upkeep (scale backs, untaints, the ledger) is left to
+        the next pass, so that the waiting notices' surges are not held behind requests that
+        may hang (chaos one-after-another under timeouts: 26 s of Events and ledger writes
+        held two warnings until 50 s before their reclaims)."""
         # The collector stays paused through the writes too: it found almost nothing there
         # (1,683 objects in cycles over 5,060 requests), but its full pass over the snapshot
         # stalled every request for 0.33 s of CPU in the middle of the surges.
         with _gc_paused():
-            return self._handle(notices)
+            return self._handle(notices, hurry)
 
-    def _handle(self, notices: Sequence[Notice]) -> list[Outcome]:
+    def _handle(self, notices: Sequence[Notice], hurry: Callable[[], bool] | None = None) -> list[Outcome]:
         notices = [self._with_hook_timeout(n) for n in notices]
         if not notices:
             return []
@@ -447,10 +457,21 @@ class Handler:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             self._carry_out(batch, pool)
             written = time.perf_counter()
-            self._tell(batch, pool)
+            hurried = hurry is not None and hurry()
+            if hurried:
+                self._tell_later(batch)
+            else:
+                self._tell(batch, pool)
             told = time.perf_counter()
             surged = {s.workload.key for s in plan.surges}
-            self._upkeep(snap, pool, skip=surged, batch=batch)
+            if hurried:
+                metrics.HURRIED.inc()
+                log.info(
+                    "notices are waiting: the upkeep (scale backs, untaints, the ledger) is left to the next pass",
+                    extra={"event_ids": _ids(notices)},
+                )
+            else:
+                self._upkeep(snap, pool, skip=surged, batch=batch)
         written_marks = {
             t.node: t.notice for t in (*marked, *plan.taints) if t.notice is not None and t.node not in failures.nodes
         }
@@ -571,7 +592,31 @@ class Handler:
                 pool.submit(self._warn_quorum, w, snap)
         list(pool.map(lambda e: self.kube.create_event(*e, best_effort=True), batch.events))
 
-    def reconcile(self, snap: Snapshot | None = None, *, looked: bool = False) -> None:
+    def _tell_later(self, batch: Batch) -> None:
+        """:meth:`_tell` on a pool of its own that outlives the handling (best effort: in a
+        process that stops meanwhile, they are lost, as a failed Event is)."""
+        with self._background_lock:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="events")
+            self._background.submit(self._tell_in_background, batch)
+
+    def _tell_in_background(self, batch: Batch) -> None:
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            self._tell(batch, pool)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the Events posted in the background (tests; a process about to stop)."""
+        with self._background_lock:
+            background, self._background = self._background, None
+        if background is not None:
+            done = threading.Event()
+            background.submit(done.set)
+            done.wait(timeout)
+            background.shutdown(wait=False)
+
+    def reconcile(
+        self, snap: Snapshot | None = None, *, looked: bool = False, hurry: Callable[[], bool] | None = None
+    ) -> None:
         """Finish what a handling left half-done, scale back the surges that are over, drain
         (where configured), untaint the nodes that survived, and keep the ledger.
 
@@ -582,7 +627,10 @@ class Handler:
 
         ``snap``: a snapshot the caller just read (the node-added pass shares its own),
         instead of reading the cluster again. ``looked``: the caller found something to
-        reconcile (:meth:`anything_to_reconcile`) just before.
+        reconcile (:meth:`anything_to_reconcile`) just before. ``hurry``: True when notices
+        wait for this reconcile (:class:`dispatch.Serialized`): it then stops before its
+        upkeep (the half-done handlings it found are still carried out), and the next one
+        does it; a reconcile under hung requests held a notice 13 s.
         """
         if snap is None:
             if not looked and not self.anything_to_reconcile():
@@ -601,6 +649,10 @@ class Handler:
             if pending:
                 self._carry_out(batch, pool)
                 self._tell(batch, pool)
+            if hurry is not None and hurry():
+                metrics.HURRIED.inc()
+                log.info("notices are waiting: the reconcile stops before its upkeep; the next one does it")
+                return
             skip = {s.workload.key for s in batch.plan.surges if s.write_workload}
             self._upkeep(snap, pool, skip=skip, batch=batch)
         self._lifecycle_pass(snap, snap.node_notices, {})

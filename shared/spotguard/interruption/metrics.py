@@ -38,6 +38,12 @@ EVICTIONS = Counter(
     "spotguard_interruption_evictions_total",
     "Doomed pods evicted by spotguard itself (drain: true) once their replacements were Ready.",
 )
+HURRIED = Counter(
+    "spotguard_interruption_upkeeps_deferred_total",
+    "Handlings and reconciles that left their upkeep (scale backs, untaints, the ledger) to the next pass "
+    "because notices were waiting: a steady rise means the API server is slow or the notices come faster "
+    "than they are handled.",
+)
 # What an operator alerts on (set by every handling and reconcile).
 SURGING = Gauge("spotguard_interruption_workloads_surging", "Workloads with a surge in progress.")
 OVERDUE = Gauge(
