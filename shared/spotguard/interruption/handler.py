@@ -60,7 +60,7 @@ from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, Surg
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF, Kind, Workload, surge_copy_name
 
 log = logging.getLogger("spotguard.interruption")
 T = TypeVar("T")
@@ -1012,7 +1012,7 @@ class Handler:
 
     def _get_copy(self, wl: Workload) -> Obj | None:
         try:
-            return self.kube.get(r.REPLICASETS, surgecopy.name_for(wl.name), wl.namespace)
+            return self.kube.get(r.REPLICASETS, surge_copy_name(wl.name), wl.namespace)
         except NotFound:
             return None
 
@@ -1217,7 +1217,7 @@ class Handler:
                 if not isinstance(fresh, surgecopy.Refusal):
                     template = fresh["spec"]["template"]
             patch = surgecopy.update_patch(current, size, record, on_demand_template=template)
-            name = surgecopy.name_for(wl.name)
+            name = surge_copy_name(wl.name)
             batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         log.info(
             "surge copy written",
@@ -1266,7 +1266,7 @@ class Handler:
             if size == _replicas(current):
                 return
             patch = surgecopy.resize(size, resource_version=(current.get("metadata") or {}).get("resourceVersion"))
-            name = surgecopy.name_for(wl.name)
+            name = surge_copy_name(wl.name)
             batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         except AlreadyExists:
             # Made since this pass's read (another pass's surge): read again, grown only.
