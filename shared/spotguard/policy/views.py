@@ -16,7 +16,7 @@ from spotguard.policy.workloads import PLACEMENT_LABEL
 _ORDINAL = re.compile(r"-(\d+)$")
 
 
-def _epoch(text: Any) -> float:
+def epoch(text: Any) -> float:
     """An RFC 3339 time (``2026-11-26T01:02:03Z``) as epoch seconds; 0.0 when absent or unreadable."""
     if not text:
         return 0.0
@@ -24,9 +24,6 @@ def _epoch(text: Any) -> float:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
-
-
-epoch = _epoch
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ class PodView:
     @property
     def created(self) -> float:
         """When the API server created the pod (its clock), epoch seconds; 0.0 when unknown."""
-        return _epoch(self.creation_timestamp)
+        return epoch(self.creation_timestamp)
 
     @property
     def placement_label(self) -> str | None:
