@@ -1029,8 +1029,19 @@ def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Clu
     c = cluster
     h = c.handler(config=copy_mode())
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    old = h.snapshot()
-    old.copies = {}  # the copies were listed before the copy was made, the workloads after
+    read = h.snapshot()
+    # The copies were listed before the copy was made, the workloads after: the read built
+    # again with no copy, each Deployment carrying its record as the plans saw it on its copy
+    # (not the ledger's stand-in, which a plan writes again).
+    on_copies = read.copy_records(done=True)
+    old = dataclasses.replace(
+        read,
+        copies={},
+        workloads={key: _carrying(raw, on_copies.get(key)) for key, raw in read.workloads.items()},
+    )
+    assert old.copy_records(done=True) == {} and not old.lost
+    seen = surges.SurgeRecord.of(next(w for w in old.workload_views if w.key == "Deployment/shop/web"))
+    assert seen is not None and list(seen.nodes) == ["spot-0"] and not seen.lost
     assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     assert c.record("web")["nodes"] == ["spot-0", "spot-1"]
     assert surge_copy(c, "web")["spec"]["replicas"] == 2
@@ -1039,6 +1050,15 @@ def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Clu
     c.store.mutate("replicasets", surge_copy_name("web"), "shop", lambda rs: rs["spec"].update(replicas=0))
     c.handler(config=copy_mode()).reconcile(old)
     assert surge_copy(c, "web")["spec"]["replicas"] == 1  # its own count: grown, not shrunk
+
+
+def _carrying(raw: dict[str, Any], record: surges.SurgeRecord | None) -> dict[str, Any]:
+    """``raw`` with ``record`` as its own surge record (annotation), as the plans see it."""
+    if record is None:
+        return raw
+    meta = raw.get("metadata") or {}
+    annotations = {**(meta.get("annotations") or {}), SURGE: surgecopy.plain(record)}
+    return {**raw, "metadata": {**meta, "annotations": annotations}}
 
 
 def test_a_reconcile_takes_one_copy_step_per_surge(cluster: Cluster) -> None:
