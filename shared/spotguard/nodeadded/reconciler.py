@@ -367,7 +367,7 @@ class Reconciler:
             failures += list(pool.map(self._label_node, report.node_labels.items()))
         report.headroom_step = self.headroom.keep(report.headroom, current_headroom, config)
         failures.append(report.headroom_step is headroom_keeper.Step.FAILED)
-        self.headroom.unplaced(snap.pods if config.headroom is not headroom.Cover.OFF else [], now)
+        self.headroom.unplaced(snap.pod_views if config.headroom is not headroom.Cover.OFF else [], now)
         report.failures += sum(1 for f in failures if f)
         return report
 

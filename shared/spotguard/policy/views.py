@@ -96,6 +96,9 @@ class PodView:
     # ``required_terms`` imply it.
     required_affinity: bool = False
     creation_timestamp: str = ""  # metadata.creationTimestamp, as the API server wrote it
+    # Since when the scheduler has found no room for the pod (its PodScheduled condition False,
+    # reason Unschedulable: that condition's lastTransitionTime), epoch seconds; 0.0 otherwise.
+    unschedulable_since: float = 0.0
 
     @property
     def has_required_affinity(self) -> bool:
@@ -142,7 +145,16 @@ class PodView:
             if ref.get("controller"):
                 owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
                 break
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        conditions = status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        unschedulable = next(
+            (
+                c
+                for c in conditions
+                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            ),
+            None,
+        )
         view = cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name") or ""),
@@ -155,6 +167,7 @@ class PodView:
             ready=ready,
             terminating=bool(meta.get("deletionTimestamp")),
             creation_timestamp=str(meta.get("creationTimestamp") or ""),
+            unschedulable_since=0.0 if unschedulable is None else epoch(unschedulable.get("lastTransitionTime")),
         )
         if not scheduling:
             return view
