@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from spotguard.policy import surgecopy
-from spotguard.policy.workloads import SURGE, Workload
+from spotguard.policy.workloads import SURGE, Workload, surge_copy_name
 
 
 def surge_record(store: Any, name: str, namespace: str = "shop") -> dict[str, Any] | None:
@@ -17,7 +17,7 @@ def surge_record(store: Any, name: str, namespace: str = "shop") -> dict[str, An
     if raw:
         return dict(json.loads(raw))
     copies = store.list("replicasets", namespace=namespace)[0]
-    rs = next((c for c in copies if c["metadata"]["name"] == surgecopy.name_for(name)), None)
+    rs = next((c for c in copies if c["metadata"]["name"] == surge_copy_name(name)), None)
     text = ((rs or {}).get("metadata", {}).get("annotations") or {}).get(surgecopy.RECORD)
     return dict(json.loads(text)) if text else None
 

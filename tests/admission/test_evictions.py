@@ -15,7 +15,7 @@ from spotguard.policy import config, surgecopy
 from spotguard.policy import evictions as policy
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
-from spotguard.policy.workloads import SURGE_OF
+from spotguard.policy.workloads import SURGE_OF, surge_copy_name
 
 from tests.admission import cluster
 from tests.admission.fakekube import FakeKube
@@ -324,7 +324,7 @@ def surge_copy(
 ) -> dict[str, Any]:
     """spotguard's surge copy of ``deployment`` (no owner reference, as ``surgecopy.build``
     makes it), carrying ``record`` where given."""
-    meta: dict[str, Any] = {"name": surgecopy.name_for(deployment), "namespace": namespace,
+    meta: dict[str, Any] = {"name": surge_copy_name(deployment), "namespace": namespace,
                             "labels": surgecopy.copy_labels(deployment)}
     if record is not None:
         meta["annotations"] = {surgecopy.RECORD: record.to_json()}

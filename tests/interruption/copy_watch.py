@@ -11,8 +11,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from spotguard.policy import surgecopy
-from spotguard.policy.workloads import SURGE_OF
+from spotguard.policy.workloads import SURGE_OF, surge_copy_name
 
 from tests.interruption import sim_scenario
 
@@ -86,7 +85,7 @@ class CopyWatch:
         with self.lock:
             name = key.rsplit("/", 1)[1]
             sizes = self.sizes[key]
-            assert self.names[key] == {surgecopy.name_for(name)}, (key, self.names[key])
+            assert self.names[key] == {surge_copy_name(name)}, (key, self.names[key])
             assert sizes and sizes[0] >= 1 and max(sizes) <= count, (key, sizes, count)
             if exact:
                 assert max(sizes) == surge, (key, sizes, surge)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from spotguard.policy import config, surgecopy
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA
+from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA, surge_copy_name
 from spotguard_sim import readiness
 
 from tests.interruption import e2e_harness as h
@@ -59,7 +59,7 @@ def replace(store: Any, git: dict[str, Any]) -> None:
 
 def copy_of_web(store: Any) -> dict[str, Any] | None:
     items = store.list("replicasets", namespace="shop")[0]
-    return next((rs for rs in items if rs["metadata"]["name"] == surgecopy.name_for("web")), None)
+    return next((rs for rs in items if rs["metadata"]["name"] == surge_copy_name("web")), None)
 
 
 def watching(store: Any, doomed: list[str]) -> h.Watcher:

@@ -25,7 +25,7 @@ from spotguard.nodeadded import reconciler
 from spotguard.policy import config, interruption, moves, patches, surgecopy, surges
 from spotguard.policy import views as pod_views
 from spotguard.policy.notices import Notice, NoticeKind
-from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_OF
+from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_OF, surge_copy_name
 from spotguard_sim import pods as pod_util
 from spotguard_sim import testing
 
@@ -370,7 +370,7 @@ def test_a_ledger_entry_left_by_a_failed_ledger_write_goes_quietly(cluster: Clus
     if copy:
         # The copies went with the end; the Deployments' own replacements serve.
         for name in ("web", "single"):
-            c.store.remove("replicasets", surgecopy.name_for(name), "shop")
+            c.store.remove("replicasets", surge_copy_name(name), "shop")
         c.store.apply_objects([pod(c.deployment("web"), 10, "od-0"), pod(c.deployment("single"), 10, "od-0")])
     else:
         # replica surge (surge_copy=False): the scale back put the autoscaler's limits back too.
@@ -1045,7 +1045,7 @@ def dropped_once(c: Cluster, verb: str, resource: str, before: Any = None) -> No
 
 def surge_copy(c: Cluster, name: str) -> Obj | None:
     items = c.store.list("replicasets", namespace="shop")[0]
-    return next((rs for rs in items if rs["metadata"]["name"] == surgecopy.name_for(name)), None)
+    return next((rs for rs in items if rs["metadata"]["name"] == surge_copy_name(name)), None)
 
 
 def test_a_surge_copy_create_that_timed_out_is_created_again_at_once(cluster: Cluster) -> None:
@@ -1102,16 +1102,36 @@ def test_a_pass_that_read_before_the_copy_was_made_never_shrinks_it(cluster: Clu
     c = cluster
     h = c.handler(config=copy_mode())
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    old = h.snapshot()
-    old.copies = {}  # the copies were listed before the copy was made, the workloads after
+    read = h.snapshot()
+    # The copies were listed before the copy was made, the workloads after: the read built
+    # again with no copy, each Deployment carrying its record as the plans saw it on its copy
+    # (not the ledger's stand-in, which a plan writes again).
+    on_copies = read.copy_records(done=True)
+    old = dataclasses.replace(
+        read,
+        copies={},
+        workloads={key: _carrying(raw, on_copies.get(key)) for key, raw in read.workloads.items()},
+    )
+    assert old.copy_records(done=True) == {} and not old.lost
+    seen = surges.SurgeRecord.of(next(w for w in old.workload_views if w.key == "Deployment/shop/web"))
+    assert seen is not None and list(seen.nodes) == ["spot-0"] and not seen.lost
     assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     assert c.record("web")["nodes"] == ["spot-0", "spot-1"]
     assert surge_copy(c, "web")["spec"]["replicas"] == 2
     c.handler(config=copy_mode()).reconcile(old)
     assert surge_copy(c, "web")["spec"]["replicas"] == 2
-    c.store.mutate("replicasets", surgecopy.name_for("web"), "shop", lambda rs: rs["spec"].update(replicas=0))
+    c.store.mutate("replicasets", surge_copy_name("web"), "shop", lambda rs: rs["spec"].update(replicas=0))
     c.handler(config=copy_mode()).reconcile(old)
     assert surge_copy(c, "web")["spec"]["replicas"] == 1  # its own count: grown, not shrunk
+
+
+def _carrying(raw: dict[str, Any], record: surges.SurgeRecord | None) -> dict[str, Any]:
+    """``raw`` with ``record`` as its own surge record (annotation), as the plans see it."""
+    if record is None:
+        return raw
+    meta = raw.get("metadata") or {}
+    annotations = {**(meta.get("annotations") or {}), SURGE: surgecopy.plain(record)}
+    return {**raw, "metadata": {**meta, "annotations": annotations}}
 
 
 def test_a_reconcile_takes_one_copy_step_per_surge(cluster: Cluster) -> None:
@@ -1141,7 +1161,7 @@ def test_a_surge_record_write_that_timed_out_is_written_again_at_once(cluster: C
     c = cluster
     h = c.handler(config=copy_mode())
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
-    name = surgecopy.name_for("web")
+    name = surge_copy_name("web")
 
     def bumped() -> None:
         c.sim.faults.clear()
@@ -1441,7 +1461,7 @@ def test_a_copy_deleted_since_the_read_is_made_again_with_the_new_notice(cluster
     h = c.handler()
     assert h.handle([c.notice("spot-0")]) == [Outcome.DONE]
     snapshot = h.snapshot()
-    c.store.remove("replicasets", surgecopy.name_for("web"), "shop")
+    c.store.remove("replicasets", surge_copy_name("web"), "shop")
     h.snapshot = lambda **_: snapshot  # type: ignore[method-assign]
     assert h.handle([c.notice("spot-1")]) == [Outcome.DONE]
     web = c.record("web")

@@ -277,10 +277,10 @@ def surge_copy(api: Any, name: str, namespace: str = "shop") -> dict[str, Any] |
     """``name``'s surge copy (``spotguard-surge-<name>``), or None."""
     from spotguard.gateway import resources
     from spotguard.gateway.errors import NotFound
-    from spotguard.policy import surgecopy
+    from spotguard.policy.workloads import surge_copy_name
 
     try:
-        return dict(api.get(resources.REPLICASETS, surgecopy.name_for(name), namespace))
+        return dict(api.get(resources.REPLICASETS, surge_copy_name(name), namespace))
     except NotFound:
         return None
 

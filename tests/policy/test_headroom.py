@@ -194,7 +194,7 @@ def placeholder(name: str, *, since: str | None, node_name: str = "", namespace:
 def test_unplaced_counts_placeholders_unschedulable_for_longer_than_the_bound() -> None:
     now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
     long_ago, lately = "2027-01-15T07:49:00Z", "2027-01-15T07:59:00Z"  # 11 min and 1 min before
-    pods = [
+    raw = [
         placeholder("a", since=long_ago),
         placeholder("b", since=lately),  # a launch under way
         placeholder("c", since=None, node_name="od-1"),  # running
@@ -202,5 +202,6 @@ def test_unplaced_counts_placeholders_unschedulable_for_longer_than_the_bound() 
         placeholder("e", since=long_ago, label=False),  # not a placeholder
         placeholder("f", since=long_ago, reason="SchedulingGated"),
     ]
+    pods = [PodView.from_json(p, scheduling=False) for p in raw]  # as node-added's snapshot holds them
     assert headroom.unplaced(pods, "spotguard", now) == 1
     assert headroom.unplaced(pods, "spotguard", now, after=30.0) == 2

@@ -12,7 +12,14 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.interruption import selector_matches
 from spotguard.policy.surgecopy import Refusal
 from spotguard.policy.surges import SurgeRecord
-from spotguard.policy.workloads import PLACEMENT_LABEL, SURGE_OF, SURGE_REPLICA, surge_deployment, surge_of_label
+from spotguard.policy.workloads import (
+    PLACEMENT_LABEL,
+    SURGE_OF,
+    SURGE_REPLICA,
+    surge_copy_name,
+    surge_deployment,
+    surge_of_label,
+)
 from spotguard_sim import patching
 
 CFG = config.Config()
@@ -95,7 +102,7 @@ def test_a_long_deployment_name_gets_a_copy_the_api_takes_and_the_functions_reco
     assert (meta["name"] == surgecopy.PREFIX + name) is (length <= 237)
     # Two long names that begin alike get two copies and two labels.
     other = name[:-1] + "b"
-    assert surgecopy.name_for(other) != surgecopy.name_for(name)
+    assert surge_copy_name(other) != surge_copy_name(name)
     assert (surge_of_label(other) != surge_of_label(name)) or length <= 63
 
 

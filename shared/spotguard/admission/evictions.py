@@ -38,7 +38,7 @@ from spotguard.policy.config import Config
 from spotguard.policy.notices import NODE_NOTICE, NodeNotice
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import Owner, PodView
-from spotguard.policy.workloads import ENABLED, Kind, Workload
+from spotguard.policy.workloads import ENABLED, Kind, Workload, surge_deployment
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -346,8 +346,7 @@ def _workload_reads(
     resolver = ctx.resolver
     namespace = pod.namespace
     owner = pod.owner.uid if pod.owner is not None else ""
-    copy_key = interruption.copy_workload_key(pod)
-    surged = None if copy_key is None else copy_key.split("/", 2)[2]
+    surged = None if interruption.copy_workload_key(pod) is None else surge_deployment(pod.labels, pod.annotations)
     # A workload's selector never changes (apps/v1): once known, its pods are listed beside
     # the (re-)read of the workload (the surge record as it is now), not after it.
     listing: futures.Future[Any] | None = None

@@ -50,7 +50,7 @@ from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import Config
 from spotguard.policy.interruption import selector_matches
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import Workload
+from spotguard.policy.workloads import Workload, surge_copy_name
 
 Obj = dict[str, Any]
 _MISSING = object()
@@ -373,7 +373,7 @@ class Resolver:
         None where there is none (or a ReplicaSet so named is not its copy). ``fresh``: read
         now, not from the cache (the eviction guard: the record changes with each write of
         the copy); the answer is cached for the reviews after."""
-        name = surgecopy.name_for(deployment)
+        name = surge_copy_name(deployment)
         if fresh:
             self.forget(r.REPLICASETS, name, namespace)
         rs = self._get(r.REPLICASETS, name, namespace, self.workload_ttl, join=not fresh)

@@ -60,7 +60,7 @@ from spotguard.policy.interruption import Autoscaler, Budget, Finish, Plan, Surg
 from spotguard.policy.notices import NodeNotice, Notice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF, Kind, Workload
+from spotguard.policy.workloads import INTERRUPTION_TAINT, SURGE, SURGE_OF, Kind, Workload, surge_copy_name
 
 log = logging.getLogger("spotguard.interruption")
 T = TypeVar("T")
@@ -136,9 +136,8 @@ class Snapshot:
         default=None, repr=False, compare=False
     )
     _index_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    _copy_records: tuple[dict[str, Obj], dict[str, SurgeRecord]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    # Deployment key -> the record its copy carries, parsed once from ``copies`` when built.
+    _copy_records: dict[str, SurgeRecord] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.node_views = [NodeView.from_json(n) for n in self.nodes]
@@ -149,6 +148,8 @@ class Snapshot:
             if mark is not None:
                 self.node_notices[str(meta.get("name"))] = mark
         self.pod_views = [_pod_view(p) for p in self.pods]
+        parsed = ((key, surgecopy.record_of(rs)) for key, rs in self.copies.items())
+        self._copy_records = {key: record for key, record in parsed if record is not None}
         self.workload_views = []
         # A copy's surge keeps its record on the copy only (surgecopy.RECORD): the Deployment
         # carries none. A record lost to a replace (the replica surge's, on the workload)
@@ -188,11 +189,8 @@ class Snapshot:
 
     def copy_records(self, *, done: bool = False) -> dict[str, SurgeRecord]:
         """Deployment key -> the surge record its copy carries (a finished one, kept while a
-        doomed node still exists, too where ``done``). Parsed once per snapshot."""
-        if self._copy_records is None or self._copy_records[0] is not self.copies:
-            parsed = ((key, surgecopy.record_of(rs)) for key, rs in self.copies.items())
-            self._copy_records = (self.copies, {key: record for key, record in parsed if record is not None})
-        records = self._copy_records[1]
+        doomed node still exists, too where ``done``). Parsed once, when the snapshot is built."""
+        records = self._copy_records
         return dict(records) if done else {key: record for key, record in records.items() if not record.done}
 
     def node(self, name: str) -> Obj | None:
@@ -1064,7 +1062,7 @@ class Handler:
 
     def _get_copy(self, wl: Workload) -> Obj | None:
         try:
-            return self.kube.get(r.REPLICASETS, surgecopy.name_for(wl.name), wl.namespace)
+            return self.kube.get(r.REPLICASETS, surge_copy_name(wl.name), wl.namespace)
         except NotFound:
             return None
 
@@ -1269,7 +1267,7 @@ class Handler:
                 if not isinstance(fresh, surgecopy.Refusal):
                     template = fresh["spec"]["template"]
             patch = surgecopy.update_patch(current, size, record, on_demand_template=template)
-            name = surgecopy.name_for(wl.name)
+            name = surge_copy_name(wl.name)
             batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         log.info(
             "surge copy written",
@@ -1318,7 +1316,7 @@ class Handler:
             if size == _replicas(current):
                 return
             patch = surgecopy.resize(size, resource_version=(current.get("metadata") or {}).get("resourceVersion"))
-            name = surgecopy.name_for(wl.name)
+            name = surge_copy_name(wl.name)
             batch.copies[wl.key] = at_once(functools.partial(self.kube.patch, r.REPLICASETS, name, patch, wl.namespace))
         except AlreadyExists:
             # Made since this pass's read (another pass's surge): read again, grown only.

@@ -247,7 +247,7 @@ class Keeper:
         }
         return self.kube.patch(r.DEPLOYMENTS, headroom.NAME, body, self.namespace)
 
-    def unplaced(self, pods: Iterable[Obj], now: float) -> int:
+    def unplaced(self, pods: Iterable[PodView], now: float) -> int:
         """Says so when placeholders have had no room for long (:func:`headroom.unplaced`): the
         headroom holds nothing then, and a surge waits for a launch as without it."""
         count = headroom.unplaced(pods, self.namespace, now)

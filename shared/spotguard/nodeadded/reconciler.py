@@ -367,7 +367,7 @@ class Reconciler:
             failures += list(pool.map(self._label_node, report.node_labels.items()))
         report.headroom_step = self.headroom.keep(report.headroom, current_headroom, config)
         failures.append(report.headroom_step is headroom_keeper.Step.FAILED)
-        self.headroom.unplaced(snap.pods if config.headroom is not headroom.Cover.OFF else [], now)
+        self.headroom.unplaced(snap.pod_views if config.headroom is not headroom.Cover.OFF else [], now)
         report.failures += sum(1 for f in failures if f)
         return report
 
@@ -446,8 +446,7 @@ class Reconciler:
             key = interruption.workload_key_of(p, owners)
             if key is not None:
                 pods_by_key[key].append(p)
-        budget_views = [interruption.Budget.from_json(b) for b in snap.budgets]
-        index = interruption.BudgetIndex(budget_views)
+        index = interruption.BudgetIndex(snap.shared.budget_views)
         allowed_by_name = {
             (str(b["metadata"].get("namespace")), str(b["metadata"].get("name"))): int(
                 (b.get("status") or {}).get("disruptionsAllowed") or 0
@@ -457,11 +456,14 @@ class Reconciler:
         states: dict[str, WorkloadState] = {}
         records: dict[str, MoveRecord] = {}
         budgets: dict[str, int] = {}
-        # A copy's surge keeps its record on the copy: the Deployment is seen with it (a move
-        # waits while a surge is in progress: moves.surge_in_progress).
+        # The snapshot's views (one per workload, in order): a copy's surge keeps its record on
+        # the copy, and the Deployment is seen with it (a move waits while a surge is in progress:
+        # moves.surge_in_progress). Not the ledger's stand-in for a record lost to a replace
+        # (snap.shared.lost: the interruption reconcile's to mend): a move reads the workload as it is.
         on_copies = snap.shared.copy_records(done=True)
-        for key, raw in snap.workloads.items():
-            wl = surgecopy.with_record(Workload.from_json(raw), on_copies.get(key))
+        lost = snap.shared.lost
+        for (key, raw), view in zip(snap.workloads.items(), snap.shared.workload_views, strict=True):
+            wl = Workload.from_json(raw) if key in lost else view
             record = MoveRecord.of(wl)
             # The floor at the owner's count: a scale move adds a replica the owner did not ask for.
             replicas = record.replicas if record is not None and not record.held else None

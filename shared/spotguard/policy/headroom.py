@@ -40,12 +40,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from spotguard.policy.capacity import Capacity
 from spotguard.policy.config import HEADROOM_IMAGE, HEADROOM_MAX_PODS, Config, HeadroomCover
 from spotguard.policy.state import WorkloadState
-from spotguard.policy.views import NodeView, epoch
+from spotguard.policy.views import NodeView, PodView
 from spotguard.policy.workloads import INTERRUPTION_TAINT, Kind
 
 CPU = "cpu"
@@ -198,23 +197,19 @@ def wanted(config: Config, nodes: Sequence[NodeView], states: Iterable[WorkloadS
 UNPLACED_SECONDS = 600.0
 
 
-def unplaced(pods: Iterable[Mapping[str, Any]], namespace: str, now: float, after: float = UNPLACED_SECONDS) -> int:
+def unplaced(pods: Iterable[PodView], namespace: str, now: float, after: float = UNPLACED_SECONDS) -> int:
     """How many of the headroom's placeholders (pods labelled :data:`LABEL` in ``namespace``) the
-    scheduler has found no room for (``PodScheduled`` False, reason Unschedulable) since more than
-    ``after`` seconds before ``now``."""
+    scheduler has found no room for (``PodScheduled`` False, reason Unschedulable:
+    :attr:`PodView.unschedulable_since`) since more than ``after`` seconds before ``now``."""
     count = 0
     for pod in pods:
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        if meta.get("namespace") != namespace or (meta.get("labels") or {}).get(LABEL) != "true":
+        if pod.namespace != namespace or pod.labels.get(LABEL) != "true":
             continue
-        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+        if pod.node_name or pod.terminating:
             continue
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                    and cond.get("reason") == "Unschedulable"):
-                since = epoch(cond.get("lastTransitionTime"))
-                if since and now - since > after:
-                    count += 1
+        since = pod.unschedulable_since
+        if since and now - since > after:
+            count += 1
     return count
 
 

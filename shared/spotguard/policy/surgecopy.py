@@ -108,17 +108,13 @@ class Refusal:
     reason: str
 
 
-def name_for(deployment: str) -> str:
-    return surge_copy_name(deployment)
-
-
 def copy_of(replicaset: Mapping[str, Any]) -> str | None:
     """The name of the Deployment whose surge copy ``replicaset`` is, or None: labelled
     :data:`SURGE_OF` and named as that Deployment's copy (a ReplicaSet named otherwise is not
     spotguard's copy of it)."""
     meta = replicaset.get("metadata") or {}
     of = surge_deployment(meta.get("labels") or {}, meta.get("annotations") or {})
-    return of if of is not None and meta.get("name") == name_for(of) else None
+    return of if of is not None and meta.get("name") == surge_copy_name(of) else None
 
 
 def copies_by_key(replicasets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -232,7 +228,7 @@ def build(
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": name_for(name), "namespace": namespace, "labels": own, "annotations": annotations},
+        "metadata": {"name": surge_copy_name(name), "namespace": namespace, "labels": own, "annotations": annotations},
         "spec": out_spec,
     }
 

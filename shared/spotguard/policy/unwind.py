@@ -32,13 +32,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from spotguard.policy import patches, surgecopy, surges
+from spotguard.policy import patches, surges
 from spotguard.policy.interruption import Autoscaler, Finish, finish, finished_record, workload_key_of
 from spotguard.policy.moves import DOOMED_FIRST, SURGE_FIRST
 from spotguard.policy.notices import NodeNotice, NoticeKind
 from spotguard.policy.surges import SurgeRecord
 from spotguard.policy.views import NodeView, PodView
-from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload
+from spotguard.policy.workloads import DELETION_COST, SURGE, SURGE_REPLICA, Kind, Workload, surge_copy_name
 
 # A merge patch of one pod's annotations (None removes one).
 PodNotes = tuple[tuple[PodView, Mapping[str, str | None]], ...]
@@ -46,7 +46,7 @@ PodNotes = tuple[tuple[PodView, Mapping[str, str | None]], ...]
 
 @dataclass(frozen=True)
 class DeleteCopy:
-    name: str  # the copy's name (surgecopy.name_for): the handler deletes it by name where unlisted
+    name: str  # the copy's name (workloads.surge_copy_name): the handler deletes it by name where unlisted
     reason: str
 
 
@@ -133,7 +133,7 @@ def steps(
         last = write_back(fin)
         if on_workload:
             out.append(last)
-        name = surgecopy.name_for(wl.name)
+        name = surge_copy_name(wl.name)
         out.append(DeleteCopy(name, fin.reason) if last.keep is None else HoldCopy(name, last.keep))
         return out
     if record.lost and (not fin.scale or fin.replicas == wl.replicas):

@@ -16,7 +16,7 @@ from spotguard.policy.workloads import PLACEMENT_LABEL
 _ORDINAL = re.compile(r"-(\d+)$")
 
 
-def _epoch(text: Any) -> float:
+def epoch(text: Any) -> float:
     """An RFC 3339 time (``2026-11-26T01:02:03Z``) as epoch seconds; 0.0 when absent or unreadable."""
     if not text:
         return 0.0
@@ -24,9 +24,6 @@ def _epoch(text: Any) -> float:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
-
-
-epoch = _epoch
 
 
 @dataclass(frozen=True)
@@ -99,6 +96,9 @@ class PodView:
     # ``required_terms`` imply it.
     required_affinity: bool = False
     creation_timestamp: str = ""  # metadata.creationTimestamp, as the API server wrote it
+    # Since when the scheduler has found no room for the pod (its PodScheduled condition False,
+    # reason Unschedulable: that condition's lastTransitionTime), epoch seconds; 0.0 otherwise.
+    unschedulable_since: float = 0.0
 
     @property
     def has_required_affinity(self) -> bool:
@@ -107,7 +107,7 @@ class PodView:
     @property
     def created(self) -> float:
         """When the API server created the pod (its clock), epoch seconds; 0.0 when unknown."""
-        return _epoch(self.creation_timestamp)
+        return epoch(self.creation_timestamp)
 
     @property
     def placement_label(self) -> str | None:
@@ -145,7 +145,16 @@ class PodView:
             if ref.get("controller"):
                 owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
                 break
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        conditions = status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        unschedulable = next(
+            (
+                c
+                for c in conditions
+                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            ),
+            None,
+        )
         view = cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name") or ""),
@@ -158,6 +167,7 @@ class PodView:
             ready=ready,
             terminating=bool(meta.get("deletionTimestamp")),
             creation_timestamp=str(meta.get("creationTimestamp") or ""),
+            unschedulable_since=0.0 if unschedulable is None else epoch(unschedulable.get("lastTransitionTime")),
         )
         if not scheduling:
             return view
