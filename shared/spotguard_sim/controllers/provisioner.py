@@ -50,7 +50,7 @@ import random
 import string
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from spotguard.policy import quantities
@@ -283,12 +283,10 @@ class Provisioner(base.Controller):
                     break
         launched = []
         for claim, keys in claims:
-            name = self._launch(claim)
+            name = self._launch(claim, nominate=keys)
             if name is None:
                 continue
             launched.append(name)
-            for key in keys:
-                self._nominated[key] = name
         return launched
 
     def claims(self) -> Callable[[scheduler.PodInfo], tuple[nodepools.Claim, list[nodepools.Offering]] | None]:
@@ -433,7 +431,11 @@ class Provisioner(base.Controller):
                 return offering
         return None
 
-    def _launch(self, claim: nodepools.Claim) -> str | None:
+    def _launch(self, claim: nodepools.Claim, nominate: Iterable[base.Key] = ()) -> str | None:
+        """Create a NodeClaim for ``claim`` and nominate ``nominate`` to it, before the claim
+        counts as launching: the disruption controller's thread reads the two together
+        (:meth:`simulation_inputs`), and a pod it saw both pending and in a claim's room was
+        counted twice (a test caught it once under load)."""
         offering = self._choose(claim)
         pool = claim.pool
         pool_name = pool["metadata"]["name"]
@@ -484,6 +486,8 @@ class Provisioner(base.Controller):
             self.request()
             self.store.mutate("nodeclaims", name, None, launched)
         self.ledger.launch(node_name, t.name, offering.capacity_type, now)
+        for key in nominate:
+            self._nominated[key] = name
         self._launches[name] = Launch(name, node_name, pool, offering, now, now + to_ready * 2 / 3, now + to_ready,
                                       total - claim.overhead, len(claim.pods))
         self.event(created, "Normal", "Launched",
