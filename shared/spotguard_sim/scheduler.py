@@ -11,8 +11,9 @@ Follows https://kubernetes.io/docs/concepts/scheduling-eviction/ :
   (requests and the ``pods`` count), PodTopologySpread (DoNotSchedule), and
   NotReady nodes (upstream taints them node.kubernetes.io/not-ready);
 - scores (upstream default weights): NodeResourcesFit LeastAllocated (1),
-  NodeAffinity preferred terms (2), TaintToleration PreferNoSchedule (3),
-  PodTopologySpread ScheduleAnyway (2), each normalised to 0..100;
+  NodeResourcesBalancedAllocation (1), ImageLocality (1), NodeAffinity
+  preferred terms (2), TaintToleration PreferNoSchedule (3), PodTopologySpread
+  ScheduleAnyway (2), InterPodAffinity (2), each 0..100;
 - the number of feasible nodes to find follows percentageOfNodesToScore's
   adaptive default (50% - nodes/125, at least 5% and 100 nodes), searching from
   where the previous pod stopped, as kube-scheduler does.
@@ -39,7 +40,12 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 DEFAULT_MAX_PODS = 110
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
-WEIGHTS = {"fit": 1, "affinity": 2, "taint": 3, "spread": 2, "interpod": 2}
+# pkg/scheduler/apis/config/v1/default_plugins.go (getDefaultPlugins)
+WEIGHTS = {"fit": 1, "balanced": 1, "image": 1, "affinity": 2, "taint": 3, "spread": 2, "interpod": 2}
+# ImageLocality's bounds (pkg/scheduler/framework/plugins/imagelocality/image_locality.go)
+MB = 1024 * 1024
+IMAGE_MIN_THRESHOLD = 23 * MB
+IMAGE_MAX_CONTAINER_THRESHOLD = 1000 * MB
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 # PodTopologySpread's system default constraints (defaultingType: System), applied to a
@@ -168,6 +174,8 @@ class NodeInfo:
     # what else a node update's requeueing looks at (nodeSchedulingPropertiesChange)
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
     annotations: dict[str, str] = field(default_factory=dict)
+    # status.images: each name the node reports, with its image's sizeBytes (ImageLocality)
+    images: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any], usage: Usage | None = None) -> NodeInfo:
@@ -189,7 +197,36 @@ class NodeInfo:
             alloc_pods=alloc["pods"],
             conditions={str(c.get("type")): str(c.get("status")) for c in status.get("conditions") or []},
             annotations=dict(meta.get("annotations") or {}),
+            images=node_images(status),
         )
+
+
+def node_images(status: Mapping[str, Any]) -> dict[str, int]:
+    """``status.images`` as the scheduler cache reads it (``addNodeImageStates``): every name
+    of every image, with that image's ``sizeBytes`` (a name listed twice keeps its first)."""
+    found: dict[str, int] = {}
+    for image in status.get("images") or []:
+        size = int(image.get("sizeBytes") or 0)
+        for name in image.get("names") or []:
+            found.setdefault(str(name), size)
+    return found
+
+
+def normalized_image_name(name: str) -> str:
+    """ImageLocality's ``normalizedImageName``: ``:latest`` added to a name without a tag
+    (no ``:`` after the last ``/``); a name with a digest is kept."""
+    if name.rfind(":") <= name.rfind("/"):
+        return name + ":latest"
+    return name
+
+
+def pod_images(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The images ImageLocality looks up for a pod, normalised: its init containers', its
+    containers' and its image volumes' references, in that order, repeats kept."""
+    names = [c.get("image") or "" for c in spec.get("initContainers") or []]
+    names += [c.get("image") or "" for c in spec.get("containers") or []]
+    names += [(v.get("image") or {}).get("reference") or "" for v in spec.get("volumes") or [] if v.get("image")]
+    return tuple(normalized_image_name(str(n)) for n in names)
 
 
 @dataclass
@@ -229,6 +266,10 @@ class PodInfo:
     gated: bool = False  # spec.schedulingGates not yet removed
     # preferred pod affinity (+weight) and anti-affinity (-weight) terms, for InterPodAffinity scores
     preferred_pods: list[tuple[int, podaffinity.Term]] = field(default_factory=list)
+    # ImageLocality: the images looked up (normalised) and the count of containers and init
+    # containers its upper bound is scaled by
+    images: tuple[str, ...] = ()
+    image_slots: int = 0
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any],
@@ -301,6 +342,8 @@ class PodInfo:
             gated=bool(spec.get("schedulingGates")),
             preferred_pods=podaffinity.preferred_terms(spec, "podAffinity", namespace, labels)
             + [(-w, t) for w, t in podaffinity.preferred_terms(spec, "podAntiAffinity", namespace, labels)],
+            images=pod_images(spec),
+            image_slots=len(spec.get("initContainers") or []) + len(spec.get("containers") or []),
         )
 
 
@@ -381,6 +424,35 @@ def _least_allocated(pod_cpu: int, pod_mem: int, node: NodeInfo) -> int:
     return (cpu + mem) // 2
 
 
+def _balanced_allocation(pod_cpu: int, pod_mem: int, node: NodeInfo) -> int:
+    """NodeResourcesBalancedAllocation (cpu and memory, the default resources) of a pod
+    requesting ``pod_cpu`` and ``pod_mem`` (its own requests, not the non-zero ones:
+    ``useRequested``), as kube-scheduler 1.35's ``balancedResourceScorer``: per resource the
+    fraction requested on the node with the pod, capped at 1 (a resource the node has none
+    of is left out); the standard deviation of the fractions, for two ``|f1 - f2| / 2``;
+    ``int((1 - std) * 100)``. Float64 operations in Go's order, truncated as Go converts."""
+    usage = node.usage
+    fractions = []
+    for alloc, used in ((node.alloc_cpu, usage.cpu + pod_cpu), (node.alloc_memory, usage.memory + pod_mem)):
+        if alloc == 0:
+            continue
+        fractions.append(min(float(used) / float(alloc), 1.0))
+    std = abs((fractions[0] - fractions[1]) / 2) if len(fractions) == 2 else 0.0
+    return int((1 - std) * float(MAX_NODE_SCORE))
+
+
+def _image_priority(total: int, slots: int) -> int:
+    """ImageLocality's ``calculatePriority``: the summed scaled image sizes, clamped to
+    [23 MiB, 1000 MiB per container], scaled to 0..100 (int64 arithmetic; both operands of
+    the division have the same sign, so Python's floor is Go's truncation)."""
+    high = IMAGE_MAX_CONTAINER_THRESHOLD * slots
+    if total < IMAGE_MIN_THRESHOLD:
+        total = IMAGE_MIN_THRESHOLD
+    elif total > high:
+        total = high
+    return MAX_NODE_SCORE * (total - IMAGE_MIN_THRESHOLD) // (high - IMAGE_MIN_THRESHOLD)
+
+
 # ---------------------------------------------------------------- the cache
 
 
@@ -434,10 +506,15 @@ class Cache:
         self._scoring: dict[tuple[str, str], _PodEntry] = {}  # bound pods with scoring terms
         self.ns_labels: dict[str, dict[str, str]] = {}  # for namespaceSelector terms
         # per pod shape (its requests), the nodes whose room it does not fit
-        # (NodeResourcesFit's filter); per (cpu, memory) the pods count for scoring, each
-        # node's LeastAllocated score: kept per node as its pods or its allocatable change
+        # (NodeResourcesFit's filter); per pod size (the non-zero cpu and memory
+        # LeastAllocated counts, the requested ones BalancedAllocation counts), each node's
+        # LeastAllocated plus BalancedAllocation score: kept per node as its pods or its
+        # allocatable change
         self._no_room: dict[tuple[tuple[str, int], ...], tuple[dict[str, int], set[str]]] = {}
-        self._fit_scores: dict[tuple[int, int], dict[str, int]] = {}
+        self._resource_scores: dict[tuple[int, int, int, int], dict[str, int]] = {}
+        # ImageLocality's image states (``cacheImpl.imageStates``): per image name, the size
+        # of the first node to report it while any does, and the nodes reporting it
+        self._images: dict[str, tuple[int, set[str]]] = {}
 
     def no_room(self, pod: PodInfo) -> set[str]:
         """The nodes whose room (requests and pod count) ``pod`` does not fit."""
@@ -451,15 +528,58 @@ class Cache:
                 requests, {name for name, node in self.nodes.items() if _lacks_room(requests, node)})
         return found[1]
 
-    def fit_scores(self, pod: PodInfo) -> dict[str, int]:
-        """Per node (filled in as asked), NodeResourcesFit's LeastAllocated score of ``pod``."""
-        key = (pod.nonzero_cpu, pod.nonzero_memory)
-        found = self._fit_scores.get(key)
+    def resource_scores(self, pod: PodInfo) -> dict[str, int]:
+        """Per node (filled in as asked by :func:`combine_scores`), ``pod``'s weighted
+        NodeResourcesFit LeastAllocated plus NodeResourcesBalancedAllocation scores."""
+        key = (pod.nonzero_cpu, pod.nonzero_memory, pod.requests.get("cpu", 0), pod.requests.get("memory", 0))
+        found = self._resource_scores.get(key)
         if found is None:
-            if len(self._fit_scores) > 256:
-                self._fit_scores.clear()
-            found = self._fit_scores[key] = {}
+            if len(self._resource_scores) > 256:
+                self._resource_scores.clear()
+            found = self._resource_scores[key] = {}
         return found
+
+    def image_scores(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[int] | None:
+        """ImageLocality's Score per node of ``nodes`` (no NormalizeScore); None when it is 0
+        on every node (no image of the pod is on any node). Per image of the pod on some
+        node: its size times the share of all the nodes reporting it, truncated
+        (``scaledImageScore``); per node the sum over the pod's images it reports (a
+        repeated image counts each time), clamped and scaled (``calculatePriority``) by the
+        count of containers and init containers."""
+        if not pod.images or not self._images:
+            return None
+        total = len(self.nodes)
+        scaled: dict[str, int] = {}
+        for image in pod.images:
+            state = self._images.get(image)
+            if state is not None:
+                scaled[image] = int(float(state[0]) * (len(state[1]) / total))
+        if not scaled:
+            return None
+        slots = pod.image_slots
+        low = _image_priority(0, slots)
+        out = []
+        for nd in nodes:
+            held = nd.images
+            out.append(_image_priority(sum(scaled[i] for i in pod.images if i in held), slots) if held else low)
+        return out
+
+    def _index_images(self, name: str, old: Mapping[str, int], new: Mapping[str, int]) -> None:
+        """A node's images changed: ``removeNodeImageStates`` of its old ones, then
+        ``addNodeImageStates`` of its new ones (an image no node reports any more is
+        dropped, so its size is the next reporter's)."""
+        for image in old:
+            state = self._images.get(image)
+            if state is not None:
+                state[1].discard(name)
+                if not state[1]:
+                    del self._images[image]
+        for image, size in new.items():
+            state = self._images.get(image)
+            if state is None:
+                self._images[image] = (size, {name})
+            else:
+                state[1].add(name)
 
     def _changed(self, name: str) -> None:
         """A node's pods or its info changed: what is kept per pod shape follows."""
@@ -469,7 +589,7 @@ class Cache:
                 names.add(name)
             else:
                 names.discard(name)
-        for scores in self._fit_scores.values():
+        for scores in self._resource_scores.values():
             scores.pop(name, None)
 
     def plan(self, pod: PodInfo) -> _Plan:
@@ -494,13 +614,16 @@ class Cache:
         usage = self._usage.setdefault(name, Usage())
         info = NodeInfo.from_node(node, usage)
         old = self.nodes.get(name)
+        if (old.images if old is not None else {}) != info.images:
+            # ImageLocality reads them, no filter does: no requeueing for them alone
+            self._index_images(name, old.images if old is not None else {}, info.images)
         if old is None:
             self.order.append(name)
         elif (old.labels == info.labels and old.taints == info.taints and old.allocatable == info.allocatable
               and old.unschedulable == info.unschedulable and old.ready == info.ready):
-            # equal for every filter and score: the info and the plans holding it stay
+            # equal for every filter and the plans' scores: the info and the plans holding it stay
             changed = old.conditions != info.conditions or old.annotations != info.annotations
-            old.conditions, old.annotations = info.conditions, info.annotations
+            old.conditions, old.annotations, old.images = info.conditions, info.annotations, info.images
             return changed
         self.nodes[name] = info
         self._plans.clear()
@@ -508,7 +631,9 @@ class Cache:
         return True
 
     def remove_node(self, name: str) -> None:
-        if self.nodes.pop(name, None) is not None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._index_images(name, old.images, {})
             self.order.remove(name)
             self._plans.clear()
             self._changed(name)
@@ -804,6 +929,19 @@ def score_least_allocated(pod: PodInfo, node: NodeInfo) -> float:
             continue
         total += (alloc - used) * MAX_NODE_SCORE // alloc
     return total // 2
+
+
+def score_balanced_allocation(pod: PodInfo, node: NodeInfo) -> int:
+    """NodeResourcesBalancedAllocation's score of ``pod`` on ``node`` (0..100; 0 for a pod
+    requesting neither cpu nor memory, which the plugin skips)."""
+    cpu, mem = pod.requests.get("cpu", 0), pod.requests.get("memory", 0)
+    return _balanced_allocation(cpu, mem, node) if cpu or mem else 0
+
+
+def score_image_locality(pod: PodInfo, node: NodeInfo, cache: Cache) -> int:
+    """ImageLocality's score of ``pod`` on ``node``, a node of ``cache`` (0..100)."""
+    found = cache.image_scores(pod, [node])
+    return found[0] if found is not None else 0
 
 
 def score_preferred_affinity(pod: PodInfo, node: NodeInfo) -> float:
@@ -1339,14 +1477,24 @@ def combine_scores(
     pod: PodInfo, nodes: list[NodeInfo], states: list[_SpreadState], cache: Cache, plan: _Plan,
 ) -> list[float]:
     """Weighted sum of the normalised scores of the feasible nodes, in their order."""
-    fit = WEIGHTS["fit"]
+    fit, balanced = WEIGHTS["fit"], WEIGHTS["balanced"]
     base = WEIGHTS["taint"] * MAX_NODE_SCORE if plan.taints is None else 0
     pod_cpu, pod_mem = pod.nonzero_cpu, pod.nonzero_memory
-    kept = cache.fit_scores(pod)  # NodeResourcesFit LeastAllocated, kept per node
+    req_cpu, req_mem = pod.requests.get("cpu", 0), pod.requests.get("memory", 0)
+    if not (req_cpu or req_mem):
+        # BalancedAllocation's PreScore skips a pod requesting neither (isBestEffortPod,
+        # kubernetes/kubernetes#129138): it scores no node
+        balanced = 0
+    kept = cache.resource_scores(pod)  # LeastAllocated and BalancedAllocation, kept per node
     for nd in nodes:
         if nd.name not in kept:
-            kept[nd.name] = _least_allocated(pod_cpu, pod_mem, nd)
-    totals: list[float] = [fit * kept[nd.name] + base for nd in nodes]
+            kept[nd.name] = fit * _least_allocated(pod_cpu, pod_mem, nd) + (
+                balanced * _balanced_allocation(req_cpu, req_mem, nd) if balanced else 0)
+    totals: list[float] = [kept[nd.name] + base for nd in nodes]
+    images = cache.image_scores(pod, nodes)
+    if images is not None:
+        w = WEIGHTS["image"]
+        totals = [t + w * x for t, x in zip(totals, images, strict=True)]
     if plan.affinity is not None:
         totals = _add_normalized(totals, [plan.affinity[nd.name] for nd in nodes], WEIGHTS["affinity"])
     if plan.taints is not None:

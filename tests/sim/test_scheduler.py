@@ -371,3 +371,155 @@ def test_a_preemption_does_not_count_on_room_nominated_to_another_preemptor() ->
     second = scheduler.preempt(vip, c, nominated=held)
     # THEN a is full once the nominee counts: b's victim goes instead
     assert second is not None and second.node == "b"
+
+
+# NodeResourcesBalancedAllocation (weight 1, pkg/scheduler/apis/config/v1/default_plugins.go),
+# as kube-scheduler 1.35's pkg/scheduler/framework/plugins/noderesources/balanced_allocation.go
+# (balancedResourceScorer) and resource_allocation.go (useRequested: the pods' own requests):
+# https://kubernetes.io/docs/reference/scheduling/config/#scheduling-plugins
+def test_balanced_allocation_breaks_a_least_allocated_tie_toward_the_balanced_node() -> None:
+    # GIVEN two nodes where the pod (500m, 1Gi) would leave the same free share on average:
+    # "lopsided" at 25 % cpu and 75 % memory, "even" at 50 % and 50 % (LeastAllocated 50 both)
+    c = cache_of(node("lopsided"), node("even"),
+                 bound=[(pod("a", cpu="500m", memory="5Gi"), "lopsided"),
+                        (pod("b", cpu="1500m", memory="3Gi"), "even")])
+    incoming = pod(cpu="500m", memory="1Gi")
+    info = scheduler.PodInfo.from_pod(incoming)
+    assert [scheduler.score_least_allocated(info, c.nodes[n]) for n in ("lopsided", "even")] == [50, 50]
+    # WHEN it is scheduled (no other score tells them apart)
+    result = run(incoming, c)
+    # THEN the node where cpu and memory stay balanced wins, by BalancedAllocation's 25 points
+    assert result.node == "even"
+    assert result.scores["even"] - result.scores["lopsided"] == 25
+
+
+def test_balanced_allocation_scores_as_upstream_formula() -> None:
+    """Worked examples of ``int((1 - |f_cpu - f_mem| / 2) * 100)``, each fraction the node's
+    requests with the pod's over allocatable, capped at 1."""
+    # cpu (1500m + 1000m) / 4000m = 0.625, memory (1Gi + 512Mi) / 8Gi = 0.1875:
+    # std 0.21875, (1 - 0.21875) * 100 = 78.125 -> 78
+    c = cache_of(node("n", cpu="4", memory="8Gi"), bound=[(pod("a", cpu="1500m", memory="1Gi"), "n")])
+    assert scheduler.score_balanced_allocation(scheduler.PodInfo.from_pod(pod(cpu="1", memory="512Mi")),
+                                               c.nodes["n"]) == 78
+    # cpu 920m / 1000m = 0.92, memory 80Mi / 1000Mi = 0.08: std 0.42000000000000004,
+    # (1 - std) * 100 = 57.99999999999999, truncated as Go's int64() does -> 57 (not 58)
+    c = cache_of(node("n", cpu="1", memory="1000Mi"), bound=[(pod("a", cpu="420m", memory="40Mi"), "n")])
+    assert scheduler.score_balanced_allocation(scheduler.PodInfo.from_pod(pod(cpu="500m", memory="40Mi")),
+                                               c.nodes["n"]) == 57
+    # the pod's own requests, not the non-zero defaults (100m, 200Mi) LeastAllocated counts:
+    # cpu 0 + 0, memory 4Gi / 8Gi: std 0.25 -> 75
+    only_memory = scheduler.PodInfo.from_pod(pod(memory="4Gi"))
+    assert scheduler.score_balanced_allocation(only_memory, cache_of(node("n")).nodes["n"]) == 75
+    # a fraction above 1 counts as 1 (cpu 6 / 4 -> 1, memory 0.5): std 0.25 -> 75
+    c = cache_of(node("n"), bound=[(pod("a", cpu="5"), "n")])
+    assert scheduler.score_balanced_allocation(scheduler.PodInfo.from_pod(pod(cpu="1", memory="4Gi")),
+                                               c.nodes["n"]) == 75
+    # a resource the node has none of is left out: one fraction, std 0 -> 100
+    assert scheduler.score_balanced_allocation(
+        scheduler.PodInfo.from_pod(pod(cpu="1", memory="1Gi")),
+        cache_of(node("n", memory="0")).nodes["n"]) == 100
+    # a pod requesting neither is skipped (PreScore returns Skip: isBestEffortPod)
+    assert scheduler.score_balanced_allocation(scheduler.PodInfo.from_pod(pod()), c.nodes["n"]) == 0
+
+
+def test_kept_resource_scores_follow_binds_and_deletions() -> None:
+    """LeastAllocated plus BalancedAllocation, kept per node and pod size, equal the direct
+    formulas after every bind and deletion (the kept score of the node that changed is dropped)."""
+    c = cache_of(node("a"), node("b", cpu="8", memory="16Gi"))
+    incoming = pod(cpu="500m", memory="1Gi")
+    info = scheduler.PodInfo.from_pod(incoming)
+
+    def check() -> None:
+        want = {n: scheduler.score_least_allocated(info, c.nodes[n]) + scheduler.score_balanced_allocation(
+            info, c.nodes[n]) + 300 for n in ("a", "b")}  # + TaintToleration's 100 * 3 (no taint)
+        assert run(incoming, c).scores == want
+
+    check()
+    for i, (cpu, memory, where) in enumerate([("1", "6Gi", "a"), ("3", "1Gi", "b"), ("250m", "128Mi", "a")]):
+        bound = pod(f"x{i}", cpu=cpu, memory=memory)
+        c.set_pod({**bound, "spec": {**bound["spec"], "nodeName": where}})
+        check()
+    c.remove_pod("default", "x0")
+    check()
+
+
+# ImageLocality (weight 1), as kube-scheduler 1.35's
+# pkg/scheduler/framework/plugins/imagelocality/image_locality.go and the scheduler cache's
+# image states (addNodeImageStates): node.status.images
+MB = 1024 * 1024
+
+
+def with_images(n: dict[str, Any], *images: tuple[list[str], int]) -> dict[str, Any]:
+    n["status"]["images"] = [{"names": names, "sizeBytes": size} for names, size in images]
+    return n
+
+
+def image_pod(*images: str, **extra: Any) -> dict[str, Any]:
+    p = pod(cpu="100m", memory="128Mi", **extra)
+    p["spec"]["containers"] = [{"name": f"c{i}", "image": image, "resources": {"requests": {
+        "cpu": "100m", "memory": "128Mi"}}} for i, image in enumerate(images)]
+    return p
+
+
+def test_image_locality_sends_a_pod_to_the_node_holding_its_image() -> None:
+    # GIVEN three equal nodes, the last one reporting the pod's image (500 MiB)
+    c = cache_of(node("x"), node("y"), with_images(node("z"), (["registry.example/app:1.0"], 500 * MB)))
+    # WHEN the pod is scheduled
+    result = run(image_pod("registry.example/app:1.0"), c)
+    # THEN it goes there: int(500 MiB * 1/3) = 174762666, 100 * (174762666 - 23 MiB) // (1000 MiB - 23 MiB) = 14
+    assert result.node == "z"
+    assert result.scores["z"] - result.scores["x"] == 14
+
+
+def test_image_locality_scores_as_upstream_formula() -> None:
+    """``calculatePriority(sumImageScores)``: per image on the node its size times the share
+    of nodes reporting it (truncated), summed; clamped to [23 MiB, 1000 MiB per container];
+    scaled to 0..100."""
+    a = with_images(node("a"), (["gcr.io/40:latest", "gcr.io/40:v1"], 40 * MB), (["gcr.io/300:latest"], 300 * MB),
+                    (["gcr.io/2000:latest"], 2000 * MB))
+    b = with_images(node("b"), (["gcr.io/250:latest"], 250 * MB), (["gcr.io/10:latest"], 10 * MB))
+    c = cache_of(a, b, node("empty"))
+
+    def scores(p: dict[str, Any]) -> list[int]:
+        info = scheduler.PodInfo.from_pod(p)
+        return [scheduler.score_image_locality(info, c.nodes[n], c) for n in ("a", "b", "empty")]
+
+    # a: int(40 MiB / 3) + int(300 MiB / 3) = 13981013 + 104857600 = 118838613;
+    # 100 * (118838613 - 24117248) // (2 * 1048576000 - 24117248) = 4 (two containers)
+    assert scores(image_pod("gcr.io/40", "gcr.io/300")) == [4, 0, 0]  # "gcr.io/40" is "gcr.io/40:latest"
+    # a: int(2000 MiB / 3) = 699050666; 100 * (699050666 - 23 MiB) // (1000 MiB - 23 MiB) = 65
+    assert scores(image_pod("gcr.io/2000")) == [65, 0, 0]
+    # b: int(10 MiB / 3) below 23 MiB: 0
+    assert scores(image_pod("gcr.io/10")) == [0, 0, 0]
+    # init containers and image volumes count (the volume does not raise the bound in 1.35):
+    # int(250 MiB / 3) * 2 = 174762666; 100 * (174762666 - 23 MiB) // (2000 MiB - 23 MiB) = 7
+    both = image_pod("gcr.io/250", volumes=[{"name": "v", "image": {"reference": "gcr.io/250:latest"}}])
+    both["spec"]["initContainers"] = [{"name": "i", "image": "busybox"}]
+    assert scores(both) == [0, 7, 0]
+    # an image on more nodes weighs more (the spread factor): 250 MiB on 2 of 3 nodes
+    c.set_node(with_images(node("a"), (["gcr.io/250:latest"], 250 * MB)))
+    # int(250 MiB * 2/3) = 174762666; 100 * (174762666 - 23 MiB) // (1000 MiB - 23 MiB) = 14
+    assert scores(image_pod("gcr.io/250")) == [14, 14, 0]
+    # above 1000 MiB per container the score is clamped: int(2000 MiB * 2/3) on a and b -> 100
+    c.set_node(with_images(node("a"), (["gcr.io/big:latest"], 2000 * MB)))
+    c.set_node(with_images(node("b"), (["gcr.io/big:latest"], 2000 * MB)))
+    assert scores(image_pod("gcr.io/big")) == [100, 100, 0]
+
+
+def test_node_images_update_the_scores_without_requeueing() -> None:
+    """status.images is read by ImageLocality only: an update of them alone moves no
+    unschedulable pod (nodeSchedulingPropertiesChange ignores them), but is scored."""
+    c = cache_of(node("a"), node("b"))
+    p = image_pod("app:1")
+    assert run(p, c).node == "a"  # a tie: the first
+    assert c.set_node(with_images(node("b"), (["app:1"], 900 * MB))) is False
+    assert run(p, c).node == "b"
+    c.set_node(node("b"))  # the image gone from b
+    assert run(p, c).node == "a"
+    # a node that goes takes its images out of the counts: with b gone and c holding the
+    # image, it is on 1 node of 2: int(900 MiB / 2) = 471859200 -> 100 * (471859200 - 23 MiB)
+    # // (1000 MiB - 23 MiB) = 43 (b still counted: 2 of 2, 89)
+    c.set_node(with_images(node("b"), (["app:1"], 900 * MB)))
+    c.remove_node("b")
+    c.set_node(with_images(node("c"), (["app:1"], 900 * MB)))
+    assert scheduler.score_image_locality(scheduler.PodInfo.from_pod(p), c.nodes["c"], c) == 43

@@ -6,14 +6,19 @@ by calling ``spotguard_sim.scheduler`` directly, one pod at a time as the schedu
 does, and every outcome (the node chosen, or the failure message and the preemption
 planned) is compared with the trace recorded in ``scheduler_decisions.json``.
 
-The trace was recorded before the scheduler's speed-ups (issue 26, section 3): a change
-that only makes the scheduler faster leaves it as it is. A change of behaviour re-records
-it on purpose: ``.venv/bin/python -m tests.sim.test_scheduler_decisions`` (the test itself
-only compares).
+The trace was first recorded before the scheduler's speed-ups (issue 26, section 3): a
+change that only makes the scheduler faster leaves it as it is. A change of behaviour
+re-records it on purpose: ``.venv/bin/python -m tests.sim.test_scheduler_decisions`` (the
+test itself only compares). Re-recorded on 2026-11-29 when NodeResourcesBalancedAllocation
+and ImageLocality were modelled (most placements moved: the balance score differs from node
+to node); before that, the scheduler with BalancedAllocation's weight set to 0 (and no node
+reporting images, so ImageLocality scores nothing) reproduced the previous trace step for
+step, so the rest of the scheduling is the one the first recording pinned.
 
 Beside the trace, each step checks the cache's incremental structures against a
 straightforward recount over the bound pods (the topology spread counts per node, the
-pods per node)."""
+pods per node), and every twentieth step the kept LeastAllocated plus BalancedAllocation
+scores against the formulas worked out anew."""
 
 from __future__ import annotations
 
@@ -202,14 +207,21 @@ def scenario(seed: int, nodes: int, steps: int, percentage: int = 0) -> list[Any
                     bound.pop(victim, None)
                 outcome.append([preemption.node, sorted("/".join(v) for v in preemption.victims)])
             trace.append(outcome)
-        check_incremental(cache, bound)
+        check_incremental(cache, bound, full=i % 20 == 0)
     return trace
 
 
-def check_incremental(cache: scheduler.Cache, bound: dict[tuple[str, str], tuple[str, dict[str, Any]]]) -> None:
-    """The cache's kept aggregates equal a recount over the bound pods."""
+def check_incremental(cache: scheduler.Cache, bound: dict[tuple[str, str], tuple[str, dict[str, Any]]],
+                      full: bool = True) -> None:
+    """The cache's kept aggregates equal a recount over the bound pods; with ``full``, the
+    kept LeastAllocated plus BalancedAllocation scores equal the formulas worked out anew."""
     per_node: Counter[str] = Counter(node for node, _ in bound.values())
     assert Counter({n: len(cache.pods_on(n)) for n in per_node}) == per_node
+    for (nonzero_cpu, nonzero_mem, cpu, mem), kept in cache._resource_scores.items() if full else ():
+        for name, score in kept.items():
+            nd = cache.nodes[name]
+            assert score == scheduler._least_allocated(nonzero_cpu, nonzero_mem, nd) + (
+                scheduler._balanced_allocation(cpu, mem, nd) if cpu or mem else 0)
     for (ns, _), (selector, counts) in list(cache._matches.items()):
         want: Counter[str] = Counter()
         for (pod_ns, _), (node, pod) in bound.items():
