@@ -35,10 +35,9 @@ TYPES = (CONTAINER, POD, CLAIM)
 _MAX_MILLI = (2**63 - 1) // 1000  # resource.MaxMilliValue
 
 
-def _value(name: str, text: Any) -> int:
+def _value(text: Any) -> int:
     """A quantity in milli-units (as ``MilliValue``; ``requestLimitEnforcedValues`` compares
     at milli precision whenever the values allow it)."""
-    del name
     return quantities.parse(text, milli=True)
 
 
@@ -82,7 +81,7 @@ def validate_limit_range(obj: Obj) -> list[dict[str, str]]:
                            f"`type` is '{kind}'"})
         for key in set().union(*fields.values()):
             try:
-                got = {f: _value(key, v[key]) for f, v in fields.items() if key in v}
+                got = {f: _value(v[key]) for f, v in fields.items() if key in v}
             except ValueError as exc:
                 causes.append({"field": f"{path}.{key}", "message": f"Invalid value: {exc}"})
                 continue
@@ -165,9 +164,9 @@ def _pod_totals(spec: Mapping[str, Any], field: str) -> dict[str, int]:
     init_max: dict[str, int] = {}
     for container in spec.get("containers") or []:
         for k, v in ((container.get("resources") or {}).get(field) or {}).items():
-            total[k] = total.get(k, 0) + _value(k, v)
+            total[k] = total.get(k, 0) + _value(v)
     for container in spec.get("initContainers") or []:
-        own = {k: _value(k, v) for k, v in ((container.get("resources") or {}).get(field) or {}).items()}
+        own = {k: _value(v) for k, v in ((container.get("resources") or {}).get(field) or {}).items()}
         if container.get("restartPolicy") == "Always":
             for k, v in own.items():
                 total[k] = total.get(k, 0) + v
@@ -192,27 +191,27 @@ def _check(kind: str, item: Mapping[str, Any], requests: Mapping[str, Any], limi
     for key, enforced in (item.get("min") or {}).items():
         if key not in requests:
             out.append(f"minimum {key} usage per {kind} is {enforced}.  No request is specified")
-        elif _value(key, requests[key]) < _value(key, enforced):
+        elif _value(requests[key]) < _value(enforced):
             out.append(f"minimum {key} usage per {kind} is {enforced}, but request is {requests[key]}")
-        elif key in limits and _value(key, limits[key]) < _value(key, enforced):
+        elif key in limits and _value(limits[key]) < _value(enforced):
             out.append(f"minimum {key} usage per {kind} is {enforced}, but limit is {limits[key]}")
     for key, enforced in (item.get("max") or {}).items():
         if key not in limits:
             out.append(f"maximum {key} usage per {kind} is {enforced}.  No limit is specified")
-        elif _value(key, limits[key]) > _value(key, enforced):
+        elif _value(limits[key]) > _value(enforced):
             out.append(f"maximum {key} usage per {kind} is {enforced}, but limit is {limits[key]}")
-        elif key in requests and _value(key, requests[key]) > _value(key, enforced):
+        elif key in requests and _value(requests[key]) > _value(enforced):
             out.append(f"maximum {key} usage per {kind} is {enforced}, but request is {requests[key]}")
     for key, enforced in (item.get("maxLimitRequestRatio") or {}).items():
-        req = _value(key, requests[key]) if key in requests else 0
-        lim = _value(key, limits[key]) if key in limits else 0
+        req = _value(requests[key]) if key in requests else 0
+        lim = _value(limits[key]) if key in limits else 0
         if req == 0:
             out.append(f"{key} max limit to request ratio per {kind} is {enforced}, but no request is "
                        "specified or request is 0")
         elif lim == 0:
             out.append(f"{key} max limit to request ratio per {kind} is {enforced}, but no limit is "
                        "specified or limit is 0")
-        elif lim / req * 1000 > _value(key, enforced):
+        elif lim / req * 1000 > _value(enforced):
             out.append(f"{key} max limit to request ratio per {kind} is {enforced}, but provided ratio "
                        f"is {lim / req:f}")
 

@@ -60,6 +60,7 @@ from typing import Any
 
 from spotguard_sim import clock as simclock
 from spotguard_sim import errors, selectors, settings
+from spotguard_sim import pods as pod_util
 from spotguard_sim.controllers import base, ratelimit
 
 TARGETS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets",
@@ -138,10 +139,6 @@ def target_utilization(hpa: dict[str, Any]) -> int:
     return DEFAULT_UTILIZATION
 
 
-def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
-
-
 def group_pods(pods: list[dict[str, Any]], now: float) -> tuple[int, int]:
     """replica_calculator.go ``groupPods`` for cpu, every running pod having a sample taken
     now: (ready, unready). Deleting and Failed pods are ignored; a Pending pod, or one with no
@@ -154,7 +151,7 @@ def group_pods(pods: list[dict[str, Any]], now: float) -> tuple[int, int]:
         status = pod.get("status") or {}
         if (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") == "Failed":
             continue
-        condition = _condition(pod, "Ready")
+        condition = pod_util.condition(pod, "Ready")
         start = status.get("startTime")
         if status.get("phase") == "Pending" or condition is None or not start:
             unready += 1
@@ -371,9 +368,9 @@ class HPAController(base.Controller):
         if selector and "matchLabels" not in selector and "matchExpressions" not in selector:
             selector = {"matchLabels": selector}  # a ReplicationController's map
         ns = hpa["metadata"]["namespace"]
-        pods = [p for p in self.informer.list("pods", ns)
+        selected = [p for p in self.informer.list("pods", ns)
                 if selector and selectors.matches(selector, (p.get("metadata") or {}).get("labels"))]
-        ready, unready = group_pods(pods, now)
+        ready, unready = group_pods(selected, now)
         utilization_target = target_utilization(hpa)
         raw, utilization = recommend(load, utilization_target, ready, unready, current)
         if raw is None:
